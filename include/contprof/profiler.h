@@ -1,0 +1,106 @@
+/* contprof: public C API of the always-on, in-process profiler.
+ *
+ * Include as <contprof/profiler.h> (it never clashes with gperftools'
+ * <gperftools/profiler.h> or libprofiler.so). Link with -lcontprof, or use
+ * pkg-config (contprof) or CMake's find_package(contprof).
+ *
+ * Every call is thread-safe. None of them may be called from a signal
+ * handler, except where noted. */
+#ifndef CONTPROF_PROFILER_H
+#define CONTPROF_PROFILER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CONTPROF_VERSION_STRING "0.1.0"
+
+/* Status codes: 0 is success, every failure is negative. */
+typedef enum contprof_status {
+  CONTPROF_OK = 0,
+  CONTPROF_ERR_INVALID = -1,         /* an argument or option is invalid */
+  CONTPROF_ERR_ALREADY_STARTED = -2, /* contprof_start while running */
+  CONTPROF_ERR_NOT_STARTED = -3,     /* stop or flush while not running */
+  CONTPROF_ERR_DISABLED = -4,        /* CONTPROF_ENABLED is false */
+  CONTPROF_ERR_NOMEM = -5,           /* out of memory */
+  CONTPROF_ERR_SYSTEM = -6,          /* a system call failed (see the log) */
+  CONTPROF_ERR_IO = -7,              /* a profile could not be written */
+  CONTPROF_ERR_LABELS_FULL = -8,     /* too many distinct label sets */
+} contprof_status;
+
+/* Options for contprof_start. A NULL string or a zero number means "take it
+ * from the environment, else the default" (see docs/configuration.md); a
+ * value set here wins over the environment. Zero-initialise the struct. */
+typedef struct contprof_options {
+  const char *service;    /* CONTPROF_SERVICE */
+  const char *env;        /* CONTPROF_ENV */
+  const char *version;    /* CONTPROF_VERSION */
+  const char *tags;       /* CONTPROF_TAGS, "k1:v1,k2:v2" */
+  const char *profiles;   /* CONTPROF_PROFILES, "cpu,wall,alloc,heap,lock" */
+  const char *output_dir; /* CONTPROF_OUTPUT_DIR */
+  const char *log_level;  /* CONTPROF_LOG_LEVEL: error, warn, info, debug */
+  int cpu_hz;             /* CONTPROF_CPU_HZ, 1..1000 */
+  int max_frames;         /* CONTPROF_MAX_FRAMES, 1..1024 */
+  int upload_period_s;    /* CONTPROF_UPLOAD_PERIOD, seconds */
+} contprof_options;
+
+/* Starts profiling. opts may be NULL: everything comes from the environment.
+ * Returns CONTPROF_ERR_ALREADY_STARTED if running (the running profiler is
+ * untouched), CONTPROF_ERR_DISABLED when CONTPROF_ENABLED is false. */
+int contprof_start(const contprof_options *opts);
+
+/* Stops sampling and writes the last profile (covering the time since the
+ * previous one). Returns CONTPROF_ERR_NOT_STARTED if not running. */
+int contprof_stop(void);
+
+/* Ends the current period now: the samples so far are written as one profile
+ * and a new period starts. Returns CONTPROF_ERR_NOT_STARTED if not running. */
+int contprof_flush(void);
+
+/* 1 while the profiler runs, else 0. */
+int contprof_is_running(void);
+
+/* A static English sentence for a status code; never NULL. */
+const char *contprof_strerror(int status);
+
+/* Per-thread labels.
+ *
+ * contprof_label_push sets key=value on the calling thread (replacing an
+ * earlier value of the same key) until the matching contprof_label_pop, which
+ * restores exactly the labels the thread had before the push. Scopes nest:
+ * pops must come in reverse order of pushes. Every sample of every type taken
+ * on the thread while a label is set carries it. Labels may be set before
+ * contprof_start and survive stop/start. */
+typedef struct contprof_label_scope {
+  uint32_t previous; /* the label set to restore; opaque */
+  uint32_t valid;
+} contprof_label_scope;
+
+int contprof_label_push(const char *key, const char *value,
+                        contprof_label_scope *scope);
+void contprof_label_pop(contprof_label_scope *scope);
+
+/* Removes every label of the calling thread. */
+void contprof_labels_clear(void);
+
+#if defined(__GNUC__) || defined(__clang__)
+static inline void contprof__label_scope_end(contprof_label_scope *s) {
+  contprof_label_pop(s);
+}
+#define CONTPROF__CAT2(a, b) a##b
+#define CONTPROF__CAT(a, b) CONTPROF__CAT2(a, b)
+/* CONTPROF_LABEL_SCOPE("endpoint", "/checkout"); labels the rest of the
+ * enclosing block and restores the previous labels when it is left. */
+#define CONTPROF_LABEL_SCOPE(key, value)                                      \
+  contprof_label_scope CONTPROF__CAT(contprof__scope_, __LINE__)              \
+      __attribute__((cleanup(contprof__label_scope_end)));                    \
+  contprof_label_push((key), (value), &CONTPROF__CAT(contprof__scope_, __LINE__))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

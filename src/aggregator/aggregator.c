@@ -1,0 +1,204 @@
+/* The aggregator thread: drains the lock-free ring into the current
+ * generation (symbolizing on the way), records thread names, and lets the
+ * uploader swap generations. The profiler's own thread never samples itself:
+ * it blocks every signal. */
+#include "aggregator.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "samplers/threads.h"
+#include "symbols.h"
+
+#define DRAIN_INTERVAL_NS 10000000ull /* 10 ms */
+#define TICK_INTERVAL_NS 1000000000ull
+#define RING_SLOTS 4096
+
+static struct {
+  pthread_mutex_t lock; /* guards gen and the consumer side of the ring */
+  pthread_t thread;
+  int thread_running;
+  _Atomic int stop;
+  _Atomic(cp_ring *) ring;
+  cp_ring *owned_ring;
+  cp_generation *gen;
+  uint64_t next_gen_id;
+  uint64_t drops_reported;
+  size_t memory_limit;
+  void (*tick)(void);
+} agg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+cp_ring *cp_agg_ring(void) {
+  return atomic_load_explicit(&agg.ring, memory_order_acquire);
+}
+
+static void read_thread_name(pid_t tid, char *buf, size_t len) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+  buf[0] = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  if (n <= 0)
+    return;
+  buf[n] = 0;
+  char *nl = strchr(buf, '\n');
+  if (nl)
+    *nl = 0;
+}
+
+static void note_thread(cp_generation *g, pid_t tid) {
+  if (tid <= 0 || cp_gen_thread_name(g, tid))
+    return;
+  char name[64];
+  read_thread_name(tid, name, sizeof name);
+  cp_gen_set_thread_name(g, tid, name);
+}
+
+/* Caller holds agg.lock. */
+static void drain_locked(void) {
+  cp_ring *ring = agg.owned_ring;
+  if (!ring || !agg.gen)
+    return;
+  const cp_raw_sample *s = cp_ring_peek(ring);
+  if (!s)
+    return;
+  if (cp_symbols_refresh() == 1)
+    cp_gen_forget_addresses(agg.gen);
+  for (; s; s = cp_ring_peek(ring)) {
+    cp_sample_key key = {
+        .labels = s->labels,
+        .tid = s->tid,
+        .span_id = s->span_id,
+        .local_root_span_id = s->local_root_span_id,
+    };
+    note_thread(agg.gen, s->tid);
+    cp_gen_add(agg.gen, s->frames, s->nframes, (int)s->truncated, &key,
+               (contprof_sample_kind)s->kind, s->count, s->quantity);
+    cp_ring_release(ring);
+  }
+}
+
+static void *drain_thread(void *arg) {
+  (void)arg;
+  cp_threads_exclude_self();
+  uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
+  while (!atomic_load(&agg.stop)) {
+    cp_sleep_ns(DRAIN_INTERVAL_NS);
+    pthread_mutex_lock(&agg.lock);
+    drain_locked();
+    pthread_mutex_unlock(&agg.lock);
+    if (agg.tick && cp_monotonic_ns() >= next_tick) {
+      agg.tick();
+      next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
+    }
+  }
+  return NULL;
+}
+
+int cp_agg_start(const cp_config *cfg, void (*tick)(void)) {
+  pthread_mutex_lock(&agg.lock);
+  agg.memory_limit = cfg->max_memory_bytes;
+  /* Room for the handler's own frames above the kept ones (see unwind.c).
+   * The ring outlives stop (a late producer may still hold it), so a restart
+   * reuses it when it is large enough; a smaller one is abandoned, never
+   * freed. */
+  size_t frames = (size_t)cfg->max_frames + 16;
+  if (!agg.owned_ring || cp_ring_max_frames(agg.owned_ring) < frames)
+    agg.owned_ring = cp_ring_create(RING_SLOTS, frames);
+  while (agg.owned_ring && cp_ring_peek(agg.owned_ring))
+    cp_ring_release(agg.owned_ring);
+  agg.gen = cp_gen_create(++agg.next_gen_id, agg.memory_limit);
+  if (!agg.owned_ring || !agg.gen) {
+    cp_gen_destroy(agg.gen);
+    agg.gen = NULL;
+    pthread_mutex_unlock(&agg.lock);
+    return CONTPROF_ERR_NOMEM;
+  }
+  agg.drops_reported = cp_ring_drops(agg.owned_ring);
+  agg.tick = tick;
+  atomic_store(&agg.stop, 0);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = pthread_create(&agg.thread, NULL, drain_thread, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    cp_error("cannot start the aggregator thread: %s", strerror(rc));
+    cp_gen_destroy(agg.gen);
+    agg.gen = NULL;
+    pthread_mutex_unlock(&agg.lock);
+    return CONTPROF_ERR_SYSTEM;
+  }
+  pthread_setname_np(agg.thread, "contprof-agg");
+  agg.thread_running = 1;
+  atomic_store_explicit(&agg.ring, agg.owned_ring, memory_order_release);
+  pthread_mutex_unlock(&agg.lock);
+  return 0;
+}
+
+void cp_agg_stop(void) {
+  if (!agg.thread_running)
+    return;
+  atomic_store(&agg.stop, 1);
+  pthread_join(agg.thread, NULL);
+  agg.thread_running = 0;
+  pthread_mutex_lock(&agg.lock);
+  atomic_store_explicit(&agg.ring, NULL, memory_order_release);
+  /* The ring itself is kept: a producer that loaded it before it was
+   * cleared may still be writing into it. */
+  cp_gen_destroy(agg.gen);
+  agg.gen = NULL;
+  pthread_mutex_unlock(&agg.lock);
+}
+
+cp_generation *cp_agg_swap(uint64_t *drops) {
+  pthread_mutex_lock(&agg.lock);
+  drain_locked();
+  cp_generation *fresh = cp_gen_create(agg.next_gen_id + 1, agg.memory_limit);
+  cp_generation *old = NULL;
+  if (fresh && agg.gen) {
+    agg.next_gen_id++;
+    old = agg.gen;
+    agg.gen = fresh;
+  } else {
+    cp_gen_destroy(fresh);
+  }
+  uint64_t total = agg.owned_ring ? cp_ring_drops(agg.owned_ring) : 0;
+  if (drops)
+    *drops = total - agg.drops_reported;
+  if (old)
+    agg.drops_reported = total;
+  pthread_mutex_unlock(&agg.lock);
+  return old;
+}
+
+int cp_agg_record(const uint64_t *frames, size_t nframes,
+                  const cp_sample_key *key, contprof_sample_kind kind,
+                  int64_t count, int64_t quantity) {
+  pthread_mutex_lock(&agg.lock);
+  if (!agg.gen) {
+    pthread_mutex_unlock(&agg.lock);
+    return CONTPROF_ERR_NOT_STARTED;
+  }
+  note_thread(agg.gen, key->tid);
+  cp_gen_add(agg.gen, frames, nframes, 0, key, kind, count, quantity);
+  pthread_mutex_unlock(&agg.lock);
+  return 0;
+}
+
+uint64_t cp_agg_oldest_live_generation(void) {
+  pthread_mutex_lock(&agg.lock);
+  uint64_t id = agg.gen ? cp_gen_id(agg.gen) : agg.next_gen_id + 1;
+  pthread_mutex_unlock(&agg.lock);
+  return id;
+}

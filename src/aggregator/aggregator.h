@@ -1,0 +1,37 @@
+/* The aggregator: owns the sample ring and the current generation; its thread
+ * drains the ring every few milliseconds into the call tree. At each export
+ * the uploader swaps in a fresh generation and takes the old one. */
+#ifndef CP_AGGREGATOR_H
+#define CP_AGGREGATOR_H
+
+#include <stdint.h>
+
+#include "calltree.h"
+#include "config.h"
+#include "ring.h"
+
+/* Creates the ring and the first generation and starts the drain thread;
+ * `tick` (may be NULL) runs on that thread about once a second. */
+int cp_agg_start(const cp_config *cfg, void (*tick)(void));
+
+/* Drains what is left and stops the thread. The last generation is freed;
+ * take it with cp_agg_swap first. */
+void cp_agg_stop(void);
+
+/* The ring samplers write into; NULL when the aggregator is stopped.
+ * Async-signal-safe (one atomic load). */
+cp_ring *cp_agg_ring(void);
+
+/* Drains the ring, then hands back the current generation and installs a new
+ * one. The caller owns the result. *drops receives the samples dropped by
+ * producers since the previous swap. NULL on ENOMEM (the old one is kept). */
+cp_generation *cp_agg_swap(uint64_t *drops);
+
+/* Inserts one sample directly (bindings). Thread-safe, not signal-safe. */
+int cp_agg_record(const uint64_t *frames, size_t nframes, const cp_sample_key *key,
+                  contprof_sample_kind kind, int64_t count, int64_t quantity);
+
+/* The id of the oldest generation that may still be referenced. */
+uint64_t cp_agg_oldest_live_generation(void);
+
+#endif

@@ -1,0 +1,81 @@
+/* One generation of aggregated samples: a call tree in which each unique call
+ * path is one node, and a table of samples keyed by (leaf node, label set,
+ * thread, trace ids, time bucket) holding every value. Identical
+ * stack-plus-labels samples therefore merge, and memory grows with distinct
+ * paths, not samples. Frame words are resolved to locations when first seen
+ * (program counters through symbols.h, runtime frames through frames.h).
+ * Memory is bounded: past the limit, new paths fold into an "[overflow]"
+ * stack and are counted. Not thread-safe: the aggregator serialises access. */
+#ifndef CP_CALLTREE_H
+#define CP_CALLTREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "symbols.h"
+#include "values.h"
+
+typedef struct cp_location {
+  uint64_t address;          /* pc (callers: return address - 1); 0 runtime */
+  const cp_mapping *mapping; /* NULL for runtime and unmapped frames */
+  const char *function;      /* NULL when unknown: exporters show module+off */
+  const char *file;          /* source file of runtime frames, else NULL */
+  int64_t line;
+} cp_location;
+
+typedef struct cp_node {
+  uint32_t parent;   /* 0 is the root, which has no location */
+  uint32_t location; /* index into the location table */
+} cp_node;
+
+typedef struct cp_sample_key {
+  uint32_t node; /* leaf node */
+  uint32_t labels;
+  pid_t tid;
+  uint64_t span_id;
+  uint64_t local_root_span_id;
+  uint64_t time_bucket_ns; /* 0 unless timeline mode */
+} cp_sample_key;
+
+typedef struct cp_sample {
+  cp_sample_key key;
+  int64_t values[CP_NVALUES];
+} cp_sample;
+
+typedef struct cp_generation cp_generation;
+
+/* memory_limit: bytes the tables may use before samples overflow. */
+cp_generation *cp_gen_create(uint64_t id, size_t memory_limit);
+void cp_gen_destroy(cp_generation *g);
+uint64_t cp_gen_id(const cp_generation *g);
+
+/* Adds one sample. frames are frame words, leaf first; for program counters
+ * frames[0] is the interrupted pc and the others are return addresses (the
+ * generation subtracts 1 from those). key->node is ignored. Returns 0, or 1 if
+ * the sample went to the overflow stack. */
+int cp_gen_add(cp_generation *g, const uint64_t *frames, size_t nframes,
+               int truncated, const cp_sample_key *key,
+               contprof_sample_kind kind, int64_t count, int64_t quantity);
+
+/* Forgets pc -> location resolutions (after a library was unloaded). */
+void cp_gen_forget_addresses(cp_generation *g);
+
+size_t cp_gen_location_count(const cp_generation *g);
+const cp_location *cp_gen_location(const cp_generation *g, size_t i);
+size_t cp_gen_node_count(const cp_generation *g); /* includes the root */
+const cp_node *cp_gen_node(const cp_generation *g, size_t i);
+size_t cp_gen_sample_count(const cp_generation *g);
+const cp_sample *cp_gen_sample(const cp_generation *g, size_t i);
+
+/* Thread names seen in this generation (the aggregator records them when a
+ * thread first appears). The name is copied; NULL when unknown. */
+void cp_gen_set_thread_name(cp_generation *g, pid_t tid, const char *name);
+const char *cp_gen_thread_name(const cp_generation *g, pid_t tid);
+
+/* Samples added, and how many of them went to the overflow stack. */
+uint64_t cp_gen_samples_added(const cp_generation *g);
+uint64_t cp_gen_samples_overflowed(const cp_generation *g);
+size_t cp_gen_memory_used(const cp_generation *g);
+
+#endif

@@ -1,0 +1,116 @@
+/* Runtime frames (function, file, line) interned into frame words. The table
+ * is append-only and stored in chunks that never move, so lookups take no
+ * lock; interning takes one mutex. */
+#include "frames.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK_BITS 12
+#define CHUNK_SIZE (1u << CHUNK_BITS)
+#define MAX_CHUNKS 256 /* about one million distinct frames */
+#define INDEX_BITS 21
+
+typedef struct entry {
+  cp_runtime_frame frame;
+  uint64_t hash;
+} entry;
+
+static entry *chunks[MAX_CHUNKS];
+static _Atomic uint32_t frame_count = 1; /* id 0 is never used */
+static uint32_t *index_table;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static entry *entry_at(uint32_t id) {
+  return &chunks[id >> CHUNK_BITS][id & (CHUNK_SIZE - 1)];
+}
+
+static uint64_t hash_frame(const char *function, const char *file,
+                           int64_t line) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = function; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  h = (h ^ 0xff) * 1099511628211ull;
+  for (const char *p = file; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  h = (h ^ (uint64_t)line) * 1099511628211ull;
+  return h;
+}
+
+uint64_t contprof_frame_intern(const char *function, const char *file,
+                               int64_t line) {
+  if (!function)
+    function = "";
+  if (!file)
+    file = "";
+  uint64_t h = hash_frame(function, file, line);
+  uint32_t id = 0;
+  pthread_mutex_lock(&lock);
+  const size_t mask = (1u << INDEX_BITS) - 1;
+  if (!index_table && !(index_table = calloc(mask + 1, sizeof *index_table)))
+    goto out;
+  size_t slot = h & mask;
+  for (;; slot = (slot + 1) & mask) {
+    uint32_t cand = index_table[slot];
+    if (cand == 0)
+      break;
+    entry *e = entry_at(cand);
+    if (e->hash == h && e->frame.line == line &&
+        strcmp(e->frame.function, function) == 0 &&
+        strcmp(e->frame.file, file) == 0) {
+      id = cand;
+      goto out;
+    }
+  }
+  uint32_t next = atomic_load_explicit(&frame_count, memory_order_relaxed);
+  /* Keep the index at most half full. */
+  if (next >= CHUNK_SIZE * MAX_CHUNKS || next >= (mask + 1) / 2)
+    goto out;
+  if (!chunks[next >> CHUNK_BITS] &&
+      !(chunks[next >> CHUNK_BITS] = calloc(CHUNK_SIZE, sizeof(entry))))
+    goto out;
+  entry *e = entry_at(next);
+  e->frame.function = strdup(function);
+  e->frame.file = strdup(file);
+  if (!e->frame.function || !e->frame.file) {
+    free((char *)e->frame.function);
+    free((char *)e->frame.file);
+    goto out;
+  }
+  e->frame.line = line;
+  e->hash = h;
+  index_table[slot] = next;
+  atomic_store_explicit(&frame_count, next + 1, memory_order_release);
+  id = next;
+out:
+  pthread_mutex_unlock(&lock);
+  return id ? (CONTPROF_FRAME_RUNTIME | id) : 0;
+}
+
+const cp_runtime_frame *cp_frame_runtime_get(uint64_t word) {
+  if (!cp_frame_is_runtime(word))
+    return NULL;
+  uint64_t id = word & ~CONTPROF_FRAME_RUNTIME;
+  if (id == 0 ||
+      id >= atomic_load_explicit(&frame_count, memory_order_acquire))
+    return NULL;
+  return &entry_at((uint32_t)id)->frame;
+}
+
+uint64_t cp_frame_truncated(void) {
+  static _Atomic uint64_t word;
+  uint64_t w = atomic_load(&word);
+  if (!w)
+    atomic_store(&word, w = contprof_frame_intern("[truncated]", "", 0));
+  return w;
+}
+
+uint64_t cp_frame_overflow(void) {
+  static _Atomic uint64_t word;
+  uint64_t w = atomic_load(&word);
+  if (!w)
+    atomic_store(&word, w = contprof_frame_intern("[overflow]", "", 0));
+  return w;
+}

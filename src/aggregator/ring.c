@@ -1,0 +1,123 @@
+/* Bounded lock-free ring of raw samples (a Vyukov-style sequence-numbered
+ * queue): producers claim a slot with one CAS and publish it with one release
+ * store; the single consumer reads slots in order. Everything is allocated at
+ * creation, so producers are async-signal-safe. */
+#include "ring.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+typedef struct slot_header {
+  _Atomic uint64_t seq;
+  uint64_t pad;
+} slot_header;
+
+struct cp_ring {
+  _Atomic uint64_t enqueue_pos;
+  char pad1[56];
+  uint64_t dequeue_pos;
+  char pad2[56];
+  _Atomic uint64_t drops;
+  size_t mask;
+  size_t max_frames;
+  size_t slot_bytes;
+  size_t map_bytes;
+  unsigned char *slots;
+};
+
+static slot_header *header_at(const cp_ring *r, uint64_t pos) {
+  return (slot_header *)(r->slots + (pos & r->mask) * r->slot_bytes);
+}
+
+static cp_raw_sample *sample_at(const cp_ring *r, uint64_t pos) {
+  return (cp_raw_sample *)((unsigned char *)header_at(r, pos) +
+                           sizeof(slot_header));
+}
+
+cp_ring *cp_ring_create(size_t slots, size_t max_frames) {
+  size_t n = 1;
+  while (n < slots)
+    n <<= 1;
+  cp_ring *r = calloc(1, sizeof *r);
+  if (!r)
+    return NULL;
+  r->mask = n - 1;
+  r->max_frames = max_frames;
+  r->slot_bytes = (sizeof(slot_header) + sizeof(cp_raw_sample) +
+                   max_frames * sizeof(uint64_t) + 63) &
+                  ~(size_t)63;
+  r->map_bytes = n * r->slot_bytes;
+  /* mmap rather than malloc: pages are touched only when used. */
+  void *mem = mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    free(r);
+    return NULL;
+  }
+  r->slots = mem;
+  for (size_t i = 0; i < n; i++)
+    atomic_init(&header_at(r, i)->seq, i);
+  return r;
+}
+
+void cp_ring_destroy(cp_ring *r) {
+  if (!r)
+    return;
+  munmap(r->slots, r->map_bytes);
+  free(r);
+}
+
+size_t cp_ring_max_frames(const cp_ring *r) { return r->max_frames; }
+
+/* Async-signal-safe, lock-free. */
+cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket) {
+  uint64_t pos = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
+  for (;;) {
+    slot_header *h = header_at(r, pos);
+    uint64_t seq = atomic_load_explicit(&h->seq, memory_order_acquire);
+    int64_t diff = (int64_t)seq - (int64_t)pos;
+    if (diff == 0) {
+      if (atomic_compare_exchange_weak_explicit(&r->enqueue_pos, &pos, pos + 1,
+                                                memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        *ticket = pos;
+        return sample_at(r, pos);
+      }
+    } else if (diff < 0) {
+      atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
+      return NULL;
+    } else {
+      pos = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
+    }
+  }
+}
+
+/* Async-signal-safe. */
+void cp_ring_commit(cp_ring *r, uint64_t ticket) {
+  atomic_store_explicit(&header_at(r, ticket)->seq, ticket + 1,
+                        memory_order_release);
+}
+
+/* Async-signal-safe. */
+void cp_ring_count_drop(cp_ring *r) {
+  atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
+}
+
+const cp_raw_sample *cp_ring_peek(cp_ring *r) {
+  uint64_t pos = r->dequeue_pos;
+  uint64_t seq =
+      atomic_load_explicit(&header_at(r, pos)->seq, memory_order_acquire);
+  return seq == pos + 1 ? sample_at(r, pos) : NULL;
+}
+
+void cp_ring_release(cp_ring *r) {
+  uint64_t pos = r->dequeue_pos;
+  atomic_store_explicit(&header_at(r, pos)->seq, pos + r->mask + 1,
+                        memory_order_release);
+  r->dequeue_pos = pos + 1;
+}
+
+uint64_t cp_ring_drops(const cp_ring *r) {
+  return atomic_load_explicit(&((cp_ring *)r)->drops, memory_order_relaxed);
+}

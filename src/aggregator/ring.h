@@ -1,0 +1,49 @@
+/* A preallocated, lock-free, bounded ring of raw samples: many producers
+ * (signal handlers, allocation and lock hooks on any thread), one consumer
+ * (the aggregator thread). Producers never block and never allocate: a full
+ * ring drops the sample and counts it. */
+#ifndef CP_RING_H
+#define CP_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct cp_raw_sample {
+  uint32_t kind;    /* contprof_sample_kind */
+  uint32_t nframes; /* frames used, leaf first */
+  pid_t tid;
+  uint32_t labels; /* label set id */
+  uint32_t truncated; /* 1 when the stack was deeper than the frames kept */
+  uint32_t reserved;
+  uint64_t timestamp_ns; /* CLOCK_REALTIME */
+  uint64_t span_id;
+  uint64_t local_root_span_id;
+  int64_t count;
+  int64_t quantity;
+  uint64_t frames[]; /* capacity: the ring's max_frames */
+} cp_raw_sample;
+
+typedef struct cp_ring cp_ring;
+
+cp_ring *cp_ring_create(size_t slots, size_t max_frames);
+void cp_ring_destroy(cp_ring *ring);
+size_t cp_ring_max_frames(const cp_ring *ring);
+
+/* Producer side. Async-signal-safe and lock-free. reserve returns a slot to
+ * fill and a ticket, or NULL when the ring is full (the drop is counted);
+ * every reserved slot must be committed. */
+cp_raw_sample *cp_ring_reserve(cp_ring *ring, uint64_t *ticket);
+void cp_ring_commit(cp_ring *ring, uint64_t ticket);
+/* Counts a sample the producer had to give up before reserving. */
+void cp_ring_count_drop(cp_ring *ring);
+
+/* Consumer side (one thread at a time): the oldest committed sample or NULL,
+ * then release it once read. */
+const cp_raw_sample *cp_ring_peek(cp_ring *ring);
+void cp_ring_release(cp_ring *ring);
+
+/* Samples dropped since creation. */
+uint64_t cp_ring_drops(const cp_ring *ring);
+
+#endif

@@ -1,0 +1,1185 @@
+/* Symbolization of native program counters: /proc/self/maps, ELF symbol
+ * tables (read with bounds-checked pread, never trusted), build ids and lazy
+ * C++ demangling. Runs on the aggregator thread, never in a signal handler. */
+#include "aggregator/symbols.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#if UINTPTR_MAX > 0xffffffffu
+#define ELFCLASS_NATIVE ELFCLASS64
+#else
+#define ELFCLASS_NATIVE ELFCLASS32
+#endif
+/* The native ELF class's types (this process's own). */
+typedef ElfW(Ehdr) elf_ehdr;
+typedef ElfW(Phdr) elf_phdr;
+typedef ElfW(Shdr) elf_shdr;
+typedef ElfW(Sym) elf_sym;
+typedef ElfW(Nhdr) elf_nhdr;
+/* Identical for both classes. */
+#define SYM_BIND(info) ELF64_ST_BIND(info)
+#define SYM_TYPE(info) ELF64_ST_TYPE(info)
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define ELFDATA_NATIVE ELFDATA2LSB
+#else
+#define ELFDATA_NATIVE ELFDATA2MSB
+#endif
+
+/* Limits against corrupt or hostile files: one section read, the notes we
+ * scan, the build ids we accept, the names we hand to the demangler. */
+#define MAX_SECTION_BYTES ((uint64_t)512 << 20)
+#define MAX_NOTE_BYTES ((uint64_t)1 << 20)
+#define MAX_BUILD_ID_BYTES 64
+#define MAX_DEMANGLE_CHARS 65536
+/* How many earlier symbols a lookup inspects for one that encloses pc (nested
+ * symbols, e.g. an assembly entry point inside a sized function). */
+#define NESTED_LOOKBACK 16
+/* A pc in no mapping re-reads /proc/self/maps even when no library was loaded
+ * (code mapped without the dynamic loader), but at most this often. */
+#define FORCED_MAPS_READ_INTERVAL_NS 1000000000ull
+#define DEBUG_DIR "/usr/lib/debug"
+
+/* ---- Types ------------------------------------------------------------- */
+
+enum {
+  SYM_MANGLED = 1u,   /* name starts with _Z */
+  SYM_DEMANGLED = 2u, /* demangling was attempted */
+  SYM_OWNED = 4u      /* name is a malloc'd demangled string */
+};
+
+typedef struct sym_entry {
+  uint64_t start;   /* ELF virtual address */
+  const char *name; /* in the file's arena, or owned (SYM_OWNED) */
+  uint32_t size;    /* bytes covered, > 0 */
+  uint32_t flags;
+} sym_entry;
+
+typedef struct load_segment {
+  uint64_t offset, vaddr, filesz, memsz;
+  uint32_t flags;
+} load_segment;
+
+/* The symbol table of one ELF file (or the vdso image), shared by every
+ * mapping of that file. */
+typedef struct elf_file {
+  struct elf_file *next; /* in symbols.files when cached */
+  int cached;
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  unsigned refs;
+  char build_id[MAX_BUILD_ID_BYTES * 2 + 1];
+  load_segment *loads;
+  size_t nloads;
+  sym_entry *syms; /* sorted by start, starts unique */
+  size_t nsyms;
+  char *arena; /* every name of syms, NUL-terminated */
+} elf_file;
+
+/* One executable mapping. pub is what callers see; it stays first so that a
+ * cp_mapping pointer converts back. */
+typedef struct map_rec {
+  cp_mapping pub;
+  uint64_t dev, inode;
+  uint64_t elf_delta; /* elf_address = pc + elf_delta (mod 2^64) */
+  elf_file *file;     /* NULL: no symbols (deleted, unreadable, not ELF) */
+  char *path;
+  struct map_rec *next_retired;
+} map_rec;
+
+/* What dl_iterate_phdr says about the loaded objects. */
+typedef struct dl_state {
+  int has_counters;
+  unsigned long long adds, subs;
+  uint64_t fingerprint; /* only without counters */
+  size_t count;
+} dl_state;
+
+/* Guards symbols and every record and table it reaches. */
+static pthread_mutex_t symbols_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The process that first took symbols_lock: a child of fork sees another. */
+static pid_t symbols_lock_pid;
+
+static struct {
+  int initialized;
+  map_rec **maps; /* current mappings, sorted by start */
+  size_t nmaps;
+  map_rec *retired; /* unloaded mappings, freed by cp_symbols_collect */
+  elf_file *files;  /* symbol tables by file identity */
+  int have_dl_state;
+  dl_state dl;
+  int removal_pending; /* a mapping disappeared since cp_symbols_refresh */
+  uint64_t last_forced_read_ns;
+  int maps_warned;
+} symbols;
+
+/* ---- Demangling ---------------------------------------------------------- */
+
+typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *n,
+                                 int *status);
+
+static pthread_once_t demangler_once = PTHREAD_ONCE_INIT;
+static cxa_demangle_fn demangler;
+static int demangler_resolved; /* atomic: demangler_once has run */
+
+static void demangler_resolve_once(void) {
+  void *fn = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  if (!fn) {
+    /* A C program may still run C++ code loaded RTLD_LOCAL; borrow the
+     * demangler without linking libstdc++. The handle is kept for good. */
+    void *handle = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+    if (handle)
+      fn = dlsym(handle, "__cxa_demangle");
+  }
+  if (!fn)
+    cp_debug("symbols: no __cxa_demangle, C++ names stay mangled");
+  /* dlsym returns data pointers; the cast through memcpy is the POSIX way. */
+  memcpy(&demangler, &fn, sizeof demangler);
+  __atomic_store_n(&demangler_resolved, 1, __ATOMIC_RELEASE);
+}
+
+/* May dlopen, so it is called without symbols_lock held: a library
+ * constructor that calls into this module holds the loader lock. */
+static void demangler_resolve(void) {
+  pthread_once(&demangler_once, demangler_resolve_once);
+}
+
+static int demangler_is_resolved(void) {
+  return __atomic_load_n(&demangler_resolved, __ATOMIC_ACQUIRE);
+}
+
+static int sym_needs_demangling(const sym_entry *s) {
+  return (s->flags & (SYM_MANGLED | SYM_DEMANGLED)) == SYM_MANGLED;
+}
+
+/* Demangles s in place the first time it is looked up. */
+static void sym_demangle(sym_entry *s) {
+  if (!sym_needs_demangling(s))
+    return;
+  s->flags |= SYM_DEMANGLED;
+  if (!demangler || strlen(s->name) > MAX_DEMANGLE_CHARS)
+    return;
+  int status = -1;
+  char *plain = demangler(s->name, NULL, NULL, &status);
+  if (status == 0 && plain) {
+    s->name = plain;
+    s->flags |= SYM_OWNED;
+  } else {
+    free(plain);
+  }
+}
+
+/* ---- Reading an ELF image, bounds-checked ------------------------------- */
+
+/* An ELF image in a file (fd) or in memory (the vdso). */
+typedef struct elf_reader {
+  int fd;
+  const unsigned char *memory;
+  uint64_t size; /* readable bytes */
+  elf_ehdr ehdr;
+  elf_phdr *phdrs;
+  size_t phnum;
+  elf_shdr *shdrs;
+  size_t shnum;
+  char *shstrtab;
+  uint64_t shstrtab_size;
+} elf_reader;
+
+static int range_ok(uint64_t size, uint64_t offset, uint64_t len) {
+  return len <= size && offset <= size - len;
+}
+
+static int reader_read(const elf_reader *r, uint64_t offset, uint64_t len,
+                       void *dst) {
+  if (!range_ok(r->size, offset, len))
+    return -1;
+  if (r->memory) {
+    memcpy(dst, r->memory + offset, len);
+    return 0;
+  }
+  unsigned char *p = dst;
+  while (len > 0) {
+    ssize_t n = pread(r->fd, p, len, (off_t)offset);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) /* error, or the file shrank under us */
+      return -1;
+    p += n;
+    offset += (uint64_t)n;
+    len -= (uint64_t)n;
+  }
+  return 0;
+}
+
+/* A malloc'd copy of [offset, offset + len) plus a terminating NUL, or NULL. */
+static char *reader_read_alloc(const elf_reader *r, uint64_t offset,
+                               uint64_t len) {
+  if (len > MAX_SECTION_BYTES || !range_ok(r->size, offset, len))
+    return NULL;
+  char *buf = malloc((size_t)len + 1);
+  if (!buf)
+    return NULL;
+  if (reader_read(r, offset, len, buf) != 0) {
+    free(buf);
+    return NULL;
+  }
+  buf[len] = '\0';
+  return buf;
+}
+
+static void reader_close(elf_reader *r) {
+  free(r->phdrs);
+  free(r->shdrs);
+  free(r->shstrtab);
+  r->phdrs = NULL;
+  r->shdrs = NULL;
+  r->shstrtab = NULL;
+}
+
+/* Reads and checks the ELF header, program headers and section headers.
+ * Either table may be missing (then its count is 0). Returns 0 or -1. */
+static int reader_open(elf_reader *r) {
+  const unsigned char *id = r->ehdr.e_ident;
+  if (reader_read(r, 0, sizeof r->ehdr, &r->ehdr) != 0 ||
+      memcmp(id, ELFMAG, SELFMAG) != 0 || id[EI_CLASS] != ELFCLASS_NATIVE ||
+      id[EI_DATA] != ELFDATA_NATIVE || id[EI_VERSION] != EV_CURRENT ||
+      (r->ehdr.e_type != ET_EXEC && r->ehdr.e_type != ET_DYN))
+    return -1;
+
+  /* Section headers first: with extended numbering, shdrs[0] holds the real
+   * section, program header and string table counts. */
+  elf_shdr shdr0 = {0};
+  int have_shdr0 = r->ehdr.e_shoff != 0 &&
+                   r->ehdr.e_shentsize == sizeof(elf_shdr) &&
+                   reader_read(r, r->ehdr.e_shoff, sizeof shdr0, &shdr0) == 0;
+  if (have_shdr0) {
+    uint64_t shnum = r->ehdr.e_shnum ? r->ehdr.e_shnum : shdr0.sh_size;
+    uint64_t bytes = shnum * sizeof(elf_shdr);
+    if (shnum > 0 && shnum <= MAX_SECTION_BYTES / sizeof(elf_shdr) &&
+        range_ok(r->size, r->ehdr.e_shoff, bytes)) {
+      r->shdrs = (elf_shdr *)reader_read_alloc(r, r->ehdr.e_shoff, bytes);
+      r->shnum = r->shdrs ? (size_t)shnum : 0;
+    }
+  }
+  if (r->shnum > 0) {
+    uint64_t strndx =
+        r->ehdr.e_shstrndx == SHN_XINDEX ? shdr0.sh_link : r->ehdr.e_shstrndx;
+    if (strndx != SHN_UNDEF && strndx < r->shnum &&
+        r->shdrs[strndx].sh_type == SHT_STRTAB) {
+      const elf_shdr *s = &r->shdrs[strndx];
+      r->shstrtab = reader_read_alloc(r, s->sh_offset, s->sh_size);
+      r->shstrtab_size = r->shstrtab ? s->sh_size : 0;
+    }
+  }
+
+  uint64_t phnum = r->ehdr.e_phnum;
+  if (phnum == PN_XNUM)
+    phnum = have_shdr0 ? shdr0.sh_info : 0;
+  if (phnum > 0 && r->ehdr.e_phoff != 0 &&
+      r->ehdr.e_phentsize == sizeof(elf_phdr)) {
+    r->phdrs = (elf_phdr *)reader_read_alloc(r, r->ehdr.e_phoff,
+                                             phnum * sizeof(elf_phdr));
+    r->phnum = r->phdrs ? (size_t)phnum : 0;
+  }
+  return 0;
+}
+
+static const char *section_name(const elf_reader *r, const elf_shdr *s) {
+  if (!r->shstrtab || s->sh_name >= r->shstrtab_size)
+    return "";
+  return r->shstrtab + s->sh_name; /* NUL-terminated by reader_read_alloc */
+}
+
+/* ---- Build ids ----------------------------------------------------------- */
+
+static uint64_t align_up(uint64_t v, uint64_t align) {
+  return (v + align - 1) & ~(align - 1);
+}
+
+/* Scans a block of notes for NT_GNU_BUILD_ID; writes lowercase hex to out
+ * (MAX_BUILD_ID_BYTES * 2 + 1 bytes). Returns 0 when found. */
+static int parse_build_id_notes(const unsigned char *p, uint64_t n,
+                                uint64_t align, char *out) {
+  uint64_t off = 0;
+  while (range_ok(n, off, sizeof(elf_nhdr))) {
+    elf_nhdr h;
+    memcpy(&h, p + off, sizeof h);
+    off += sizeof h;
+    uint64_t name_off = off;
+    uint64_t desc_off = name_off + align_up(h.n_namesz, align);
+    if (!range_ok(n, name_off, h.n_namesz) || !range_ok(n, desc_off, 0) ||
+        !range_ok(n, desc_off, h.n_descsz))
+      return -1;
+    if (h.n_type == NT_GNU_BUILD_ID && h.n_namesz == 4 &&
+        memcmp(p + name_off, "GNU", 4) == 0 && h.n_descsz > 0 &&
+        h.n_descsz <= MAX_BUILD_ID_BYTES) {
+      static const char hex[] = "0123456789abcdef";
+      for (uint64_t i = 0; i < h.n_descsz; i++) {
+        out[2 * i] = hex[p[desc_off + i] >> 4];
+        out[2 * i + 1] = hex[p[desc_off + i] & 15];
+      }
+      out[2 * h.n_descsz] = '\0';
+      return 0;
+    }
+    off = desc_off + align_up(h.n_descsz, align);
+  }
+  return -1;
+}
+
+static int read_build_id_at(const elf_reader *r, uint64_t offset, uint64_t len,
+                            uint64_t align, char *out) {
+  if (len > MAX_NOTE_BYTES)
+    len = MAX_NOTE_BYTES;
+  unsigned char *notes = (unsigned char *)reader_read_alloc(r, offset, len);
+  if (!notes)
+    return -1;
+  /* Notes are 4-aligned, except those in 8-aligned notes sections. */
+  int rc = parse_build_id_notes(notes, len, align == 8 ? 8 : 4, out);
+  free(notes);
+  return rc;
+}
+
+/* From PT_NOTE segments (present even when sections are stripped), else
+ * from SHT_NOTE sections. out is "" when there is none. */
+static void read_build_id(const elf_reader *r, char *out) {
+  out[0] = '\0';
+  for (size_t i = 0; i < r->phnum; i++) {
+    const elf_phdr *ph = &r->phdrs[i];
+    if (ph->p_type == PT_NOTE &&
+        read_build_id_at(r, ph->p_offset, ph->p_filesz, ph->p_align, out) == 0)
+      return;
+  }
+  for (size_t i = 0; i < r->shnum; i++) {
+    const elf_shdr *s = &r->shdrs[i];
+    if (s->sh_type == SHT_NOTE && read_build_id_at(r, s->sh_offset, s->sh_size,
+                                                   s->sh_addralign, out) == 0)
+      return;
+  }
+  out[0] = '\0';
+}
+
+/* ---- Collecting function symbols --------------------------------------- */
+
+typedef struct sym_candidate {
+  uint64_t start;
+  uint64_t size;
+  uint64_t bound; /* end of the containing section or segment, 0 unknown */
+  const char *name;
+  int rank; /* which of several symbols at one address names it */
+} sym_candidate;
+
+/* Candidates from every symbol table read; names point into strtabs, which
+ * live until the table is built. */
+typedef struct sym_builder {
+  sym_candidate *v;
+  size_t n, cap;
+  char **strtabs;
+  size_t nstrtabs, strtabs_cap;
+  int failed; /* out of memory */
+} sym_builder;
+
+/* Returns array v (of *cap elements of elem bytes) with room for need
+ * elements, possibly moved, or NULL (v untouched) when out of memory. */
+static void *grow_array(void *v, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap)
+    return v;
+  size_t cap2 = *cap ? *cap * 2 : 64;
+  while (cap2 < need)
+    cap2 *= 2;
+  void *p = realloc(v, cap2 * elem);
+  if (p)
+    *cap = cap2;
+  return p;
+}
+
+static void builder_free(sym_builder *b) {
+  for (size_t i = 0; i < b->nstrtabs; i++)
+    free(b->strtabs[i]);
+  free(b->strtabs);
+  free(b->v);
+}
+
+/* Which symbol names an address shared by several: one with a size, a global
+ * or weak one, the fewest leading underscores (getpid, not __getpid), then a
+ * global over a weak one. */
+static int symbol_rank(const elf_sym *s, const char *name) {
+  int bind = SYM_BIND(s->st_info);
+  int underscores = 0;
+  while (name[underscores] == '_' && underscores < 7)
+    underscores++;
+  return (s->st_size ? 1000 : 0) + (bind != STB_LOCAL ? 100 : 0) +
+         (7 - underscores) * 10 + (bind == STB_GLOBAL ? 1 : 0);
+}
+
+/* End of the allocated section (or else the PT_LOAD segment) holding addr;
+ * bounds size-0 symbols. 0 when unknown. */
+static uint64_t symbol_bound(const elf_reader *r, const elf_sym *s) {
+  uint64_t addr = s->st_value;
+  if (s->st_shndx != SHN_UNDEF && s->st_shndx < SHN_LORESERVE &&
+      s->st_shndx < r->shnum) {
+    const elf_shdr *sec = &r->shdrs[s->st_shndx];
+    if ((sec->sh_flags & SHF_ALLOC) && addr >= sec->sh_addr &&
+        addr - sec->sh_addr < sec->sh_size)
+      return sec->sh_addr + sec->sh_size;
+  }
+  for (size_t i = 0; i < r->phnum; i++) {
+    const elf_phdr *ph = &r->phdrs[i];
+    if (ph->p_type == PT_LOAD && addr >= ph->p_vaddr &&
+        addr - ph->p_vaddr < ph->p_memsz)
+      return ph->p_vaddr + ph->p_memsz;
+  }
+  return 0;
+}
+
+/* Adds the functions of one SHT_SYMTAB or SHT_DYNSYM section. */
+static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
+                            sym_builder *b) {
+  if (symtab->sh_type == SHT_NOBITS ||
+      (symtab->sh_entsize != 0 && symtab->sh_entsize != sizeof(elf_sym)) ||
+      symtab->sh_link == SHN_UNDEF || symtab->sh_link >= r->shnum)
+    return;
+  const elf_shdr *strsec = &r->shdrs[symtab->sh_link];
+  if (strsec->sh_type != SHT_STRTAB || strsec->sh_size == 0)
+    return;
+  uint64_t count = symtab->sh_size / sizeof(elf_sym);
+  elf_sym *syms = (elf_sym *)reader_read_alloc(r, symtab->sh_offset,
+                                               count * sizeof(elf_sym));
+  char *strtab = reader_read_alloc(r, strsec->sh_offset, strsec->sh_size);
+  if (!syms || !strtab) { /* out of bounds, or too big: skip the table */
+    free(syms);
+    free(strtab);
+    return;
+  }
+  char **strtabs =
+      grow_array(b->strtabs, &b->strtabs_cap, b->nstrtabs + 1, sizeof *strtabs);
+  if (!strtabs) {
+    b->failed = 1;
+    free(syms);
+    free(strtab);
+    return;
+  }
+  b->strtabs = strtabs;
+  b->strtabs[b->nstrtabs++] = strtab;
+  for (uint64_t i = 0; i < count; i++) {
+    const elf_sym *s = &syms[i];
+    int type = SYM_TYPE(s->st_info);
+    if ((type != STT_FUNC && type != STT_GNU_IFUNC) || s->st_value == 0 ||
+        s->st_shndx == SHN_UNDEF || s->st_name == 0 ||
+        s->st_name >= strsec->sh_size)
+      continue;
+    /* strtab is NUL-terminated at sh_size, so every name ends. */
+    const char *name = strtab + s->st_name;
+    if (name[0] == '\0')
+      continue;
+    sym_candidate *v = grow_array(b->v, &b->cap, b->n + 1, sizeof *v);
+    if (!v) {
+      b->failed = 1;
+      break;
+    }
+    b->v = v;
+    b->v[b->n++] = (sym_candidate){.start = s->st_value,
+                                   .size = s->st_size,
+                                   .bound = symbol_bound(r, s),
+                                   .name = name,
+                                   .rank = symbol_rank(s, name)};
+  }
+  free(syms);
+}
+
+/* Adds the symbols of every section of type `type`; returns how many such
+ * sections hold data. */
+static int collect_tables(const elf_reader *r, uint32_t type, sym_builder *b) {
+  int found = 0;
+  for (size_t i = 0; i < r->shnum; i++) {
+    if (r->shdrs[i].sh_type == type && r->shdrs[i].sh_size > 0) {
+      found++;
+      collect_symbols(r, &r->shdrs[i], b);
+    }
+  }
+  return found;
+}
+
+static int candidate_cmp(const void *pa, const void *pb) {
+  const sym_candidate *a = pa, *b = pb;
+  if (a->start != b->start)
+    return a->start < b->start ? -1 : 1;
+  if (a->rank != b->rank)
+    return a->rank > b->rank ? -1 : 1;
+  return strcmp(a->name, b->name);
+}
+
+/* Sorts and dedupes the candidates into f->syms with names in one arena.
+ * Size-0 symbols cover up to the next symbol (or their section's end); those
+ * inside a sized function are labels within it and are dropped. */
+static int build_table(sym_builder *b, elf_file *f) {
+  if (b->n == 0)
+    return 0;
+  qsort(b->v, b->n, sizeof *b->v, candidate_cmp);
+  size_t kept = 0;
+  for (size_t i = 0; i < b->n; i++) /* first of each start is the best */
+    if (i == 0 || b->v[i].start != b->v[i - 1].start)
+      b->v[kept++] = b->v[i];
+
+  size_t arena_bytes = 0, out = 0;
+  uint64_t sized_end = 0;
+  for (size_t i = 0; i < kept; i++) {
+    sym_candidate *c = &b->v[i];
+    uint64_t end;
+    if (c->size > 0) {
+      end = c->start + c->size < c->start ? UINT64_MAX : c->start + c->size;
+    } else {
+      end = c->bound > c->start ? c->bound : 0;
+      if (i + 1 < kept && (end == 0 || b->v[i + 1].start < end))
+        end = b->v[i + 1].start;
+      if (end <= c->start || c->start < sized_end)
+        continue;
+    }
+    if (c->size > 0 && end > sized_end)
+      sized_end = end;
+    c->size = end - c->start > UINT32_MAX ? UINT32_MAX : end - c->start;
+    arena_bytes += strlen(c->name) + 1;
+    b->v[out++] = *c;
+  }
+  if (out == 0)
+    return 0;
+
+  f->syms = malloc(out * sizeof *f->syms);
+  f->arena = malloc(arena_bytes ? arena_bytes : 1);
+  if (!f->syms || !f->arena)
+    return -1;
+  char *p = f->arena;
+  for (size_t i = 0; i < out; i++) {
+    size_t len = strlen(b->v[i].name) + 1;
+    memcpy(p, b->v[i].name, len);
+    f->syms[i] =
+        (sym_entry){.start = b->v[i].start,
+                    .name = p,
+                    .size = (uint32_t)b->v[i].size,
+                    .flags = (p[0] == '_' && p[1] == 'Z') ? SYM_MANGLED : 0};
+    p += len;
+  }
+  f->nsyms = out;
+  return 0;
+}
+
+/* ---- Separate debug files ------------------------------------------------ */
+
+/* Opens a regular file read-only; fills *st. -1 for anything else: a device
+ * or FIFO must not be opened (side effects, blocking). */
+static int open_regular(const char *path, struct stat *st) {
+  if (stat(path, st) != 0 || !S_ISREG(st->st_mode))
+    return -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Adds the .symtab of the debug file at path if it belongs to the file with
+ * build_id ("" when unknown). Returns 1 when symbols were added. */
+static int collect_debug_file(const char *path, const char *build_id,
+                              sym_builder *b) {
+  struct stat st;
+  int fd = open_regular(path, &st);
+  if (fd < 0)
+    return 0;
+  elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
+  int added = 0;
+  if (reader_open(&r) == 0) {
+    char debug_id[MAX_BUILD_ID_BYTES * 2 + 1];
+    read_build_id(&r, debug_id);
+    if (build_id[0] == '\0' || debug_id[0] == '\0' ||
+        strcmp(build_id, debug_id) == 0)
+      added = collect_tables(&r, SHT_SYMTAB, b) > 0;
+  }
+  reader_close(&r);
+  close(fd);
+  if (added)
+    cp_debug("symbols: using debug file %s", path);
+  return added;
+}
+
+/* The .gnu_debuglink file name, malloc'd, or NULL. */
+static char *read_debuglink(const elf_reader *r) {
+  for (size_t i = 0; i < r->shnum; i++) {
+    const elf_shdr *s = &r->shdrs[i];
+    if (s->sh_type != SHT_PROGBITS ||
+        strcmp(section_name(r, s), ".gnu_debuglink") != 0 ||
+        s->sh_size > PATH_MAX)
+      continue;
+    char *link = reader_read_alloc(r, s->sh_offset, s->sh_size);
+    if (link && link[0] != '\0' && !strchr(link, '/'))
+      return link; /* read_alloc NUL-terminates */
+    free(link);
+  }
+  return NULL;
+}
+
+/* gdb's search: the build-id tree, then the debuglink next to the file, in
+ * .debug/ beside it, and under /usr/lib/debug. */
+static void collect_separate_debug(const elf_reader *r, const char *path,
+                                   const char *build_id, sym_builder *b) {
+  char candidate[PATH_MAX];
+  if (strlen(build_id) > 2) {
+    snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug",
+             DEBUG_DIR, build_id, build_id + 2);
+    if (collect_debug_file(candidate, build_id, b))
+      return;
+  }
+  char *link = path ? read_debuglink(r) : NULL;
+  if (!link)
+    return;
+  const char *slash = strrchr(path, '/');
+  int dir_len = slash ? (int)(slash - path) : 0;
+  const char *formats[] = {"%.*s/%s", "%.*s/.debug/%s", DEBUG_DIR "%.*s/%s"};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(formats); i++) {
+    int n =
+        snprintf(candidate, sizeof candidate, formats[i], dir_len, path, link);
+    if (n > 0 && (size_t)n < sizeof candidate && strcmp(candidate, path) != 0 &&
+        collect_debug_file(candidate, build_id, b))
+      break;
+  }
+  free(link);
+}
+
+/* ---- Symbol tables ------------------------------------------------------- */
+
+static void file_free(elf_file *f) {
+  for (size_t i = 0; i < f->nsyms; i++)
+    if (f->syms[i].flags & SYM_OWNED)
+      free((char *)f->syms[i].name);
+  free(f->syms);
+  free(f->arena);
+  free(f->loads);
+  free(f);
+}
+
+/* Parses an ELF image. path (NULL for memory images) locates debug files.
+ * Returns a file with refs == 1, or NULL when the image is not usable ELF. */
+static elf_file *file_parse(elf_reader *r, const char *path) {
+  if (reader_open(r) != 0) {
+    reader_close(r);
+    return NULL;
+  }
+  elf_file *f = calloc(1, sizeof *f);
+  sym_builder b = {0};
+  if (!f)
+    goto fail;
+  f->refs = 1;
+  read_build_id(r, f->build_id);
+
+  f->loads = calloc(r->phnum ? r->phnum : 1, sizeof *f->loads);
+  if (!f->loads)
+    goto fail;
+  for (size_t i = 0; i < r->phnum; i++) {
+    const elf_phdr *ph = &r->phdrs[i];
+    if (ph->p_type == PT_LOAD)
+      f->loads[f->nloads++] = (load_segment){
+          ph->p_offset, ph->p_vaddr, ph->p_filesz, ph->p_memsz, ph->p_flags};
+  }
+
+  if (collect_tables(r, SHT_SYMTAB, &b) == 0)
+    collect_separate_debug(r, path, f->build_id, &b);
+  collect_tables(r, SHT_DYNSYM, &b);
+  if (b.failed || build_table(&b, f) != 0)
+    goto fail;
+  builder_free(&b);
+  reader_close(r);
+  return f;
+
+fail:
+  builder_free(&b);
+  reader_close(r);
+  if (f)
+    file_free(f);
+  return NULL;
+}
+
+static void file_unref(elf_file *f) {
+  if (!f || --f->refs > 0)
+    return;
+  if (f->cached) {
+    elf_file **p = &symbols.files;
+    while (*p && *p != f)
+      p = &(*p)->next;
+    if (*p)
+      *p = f->next;
+  }
+  file_free(f);
+}
+
+/* The symbol table of the file at path (open_path is what to open, which may
+ * be a /proc/self/map_files link), from the cache or freshly parsed. Takes a
+ * reference. NULL when unreadable or not ELF. */
+static elf_file *file_get(const char *open_path, const char *path) {
+  struct stat st;
+  int fd = open_regular(open_path, &st);
+  if (fd < 0) {
+    cp_debug("symbols: cannot open %s: %s", open_path, strerror(errno));
+    return NULL;
+  }
+  for (elf_file *f = symbols.files; f; f = f->next) {
+    if (f->dev == st.st_dev && f->ino == st.st_ino && f->size == st.st_size &&
+        f->mtime.tv_sec == st.st_mtim.tv_sec &&
+        f->mtime.tv_nsec == st.st_mtim.tv_nsec) {
+      close(fd);
+      f->refs++;
+      return f;
+    }
+  }
+  elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
+  elf_file *f = file_parse(&r, path);
+  close(fd);
+  if (!f) {
+    cp_debug("symbols: %s is not a usable ELF file", path);
+    return NULL;
+  }
+  f->dev = st.st_dev;
+  f->ino = st.st_ino;
+  f->size = st.st_size;
+  f->mtime = st.st_mtim;
+  f->cached = 1;
+  f->next = symbols.files;
+  symbols.files = f;
+  return f;
+}
+
+/* The symbol covering elf_address, or NULL. */
+static sym_entry *file_find(const elf_file *f, uint64_t elf_address) {
+  size_t lo = 0, hi = f->nsyms; /* first symbol starting after the address */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (f->syms[mid].start <= elf_address)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (size_t i = lo, seen = 0; i > 0 && seen < NESTED_LOOKBACK; i--, seen++) {
+    sym_entry *s = &f->syms[i - 1];
+    if (elf_address - s->start < s->size)
+      return s;
+  }
+  return NULL;
+}
+
+/* ---- Mappings ------------------------------------------------------------ */
+
+static const char deleted_suffix[] = " (deleted)";
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* elf_address = pc - start + file_offset - p_offset + p_vaddr, with the
+ * PT_LOAD segment holding the mapping's file offset (an executable one when
+ * page rounding makes two candidates). Without one, the file offset. */
+static void map_compute_delta(map_rec *m) {
+  const load_segment *best = NULL;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t off = m->pub.file_offset;
+  for (size_t i = 0; m->file && i < m->file->nloads; i++) {
+    const load_segment *s = &m->file->loads[i];
+    uint64_t first = s->offset & ~(page - 1);
+    if (off >= first && off - first < s->filesz + (s->offset - first) &&
+        (!best || ((s->flags & PF_X) && !(best->flags & PF_X))))
+      best = s;
+  }
+  uint64_t delta = off - m->pub.start;
+  if (best)
+    delta += best->vaddr - best->offset;
+  m->elf_delta = delta;
+}
+
+static elf_file *map_load_file(const map_rec *m) {
+  if (strcmp(m->path, "[vdso]") == 0) {
+    /* The kernel's image lives only in memory, mapped readable here. */
+    elf_reader r = {.fd = -1,
+                    .memory = (const unsigned char *)(uintptr_t)m->pub.start,
+                    .size = m->pub.limit - m->pub.start};
+    return file_parse(&r, NULL);
+  }
+  if (m->path[0] != '/')
+    return NULL;
+  if (ends_with(m->path, deleted_suffix)) {
+    /* Still readable through map_files where we are privileged enough. */
+    char link[64], *path = strdup(m->path);
+    if (!path)
+      return NULL;
+    path[strlen(path) - strlen(deleted_suffix)] = '\0';
+    snprintf(link, sizeof link, "/proc/self/map_files/%llx-%llx",
+             (unsigned long long)m->pub.start,
+             (unsigned long long)m->pub.limit);
+    elf_file *f = file_get(link, path);
+    free(path);
+    return f;
+  }
+  return file_get(m->path, m->path);
+}
+
+static void map_free(map_rec *m) {
+  file_unref(m->file);
+  free(m->path);
+  free(m);
+}
+
+/* One /proc/self/maps line; path is malloc'd. */
+typedef struct maps_line {
+  uint64_t start, limit, offset, dev, inode;
+  char *path;
+} maps_line;
+
+/* Parses "start-limit perms offset major:minor inode   path". Returns 1 for
+ * an executable mapping of a file or of the vdso, else 0. */
+static int parse_maps_line(char *line, maps_line *out) {
+  char perms[5];
+  unsigned major, minor;
+  unsigned long long start, limit, offset, inode;
+  int path_at = 0;
+  if (sscanf(line, "%llx-%llx %4s %llx %x:%x %llu %n", &start, &limit, perms,
+             &offset, &major, &minor, &inode, &path_at) < 7 ||
+      path_at == 0 || perms[2] != 'x' || perms[0] != 'r' || limit <= start)
+    return 0;
+  char *path = line + path_at;
+  path[strcspn(path, "\n")] = '\0';
+  if (path[0] != '/' && strcmp(path, "[vdso]") != 0)
+    return 0; /* anonymous (JIT) code, [vsyscall] */
+  *out = (maps_line){start, limit, offset, makedev(major, minor), inode, NULL};
+  out->path = strdup(path);
+  return out->path != NULL;
+}
+
+static int maps_line_cmp(const void *pa, const void *pb) {
+  const maps_line *a = pa, *b = pb;
+  return a->start < b->start ? -1 : a->start > b->start;
+}
+
+static size_t find_map_index(uint64_t pc) {
+  size_t lo = 0, hi = symbols.nmaps; /* first mapping starting after pc */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (symbols.maps[mid]->pub.start <= pc)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo; /* the candidate is lo - 1 */
+}
+
+static map_rec *find_map(uint64_t pc) {
+  size_t i = find_map_index(pc);
+  if (i == 0 || pc >= symbols.maps[i - 1]->pub.limit)
+    return NULL;
+  return symbols.maps[i - 1];
+}
+
+static map_rec *map_create(maps_line *l) {
+  map_rec *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  m->pub.start = l->start;
+  m->pub.limit = l->limit;
+  m->pub.file_offset = l->offset;
+  m->pub.path = m->path = l->path;
+  l->path = NULL;
+  m->dev = l->dev;
+  m->inode = l->inode;
+  m->file = map_load_file(m);
+  m->pub.build_id = m->file ? m->file->build_id : "";
+  map_compute_delta(m);
+  return m;
+}
+
+/* Re-reads /proc/self/maps: keeps records of unchanged mappings, creates
+ * records for new ones and retires the vanished ones (sets
+ * removal_pending). Returns 0 or -1. */
+static int read_maps_locked(void) {
+  FILE *fp = fopen("/proc/self/maps", "re");
+  if (!fp) {
+    if (!symbols.maps_warned++)
+      cp_warn("symbols: cannot read /proc/self/maps: %s", strerror(errno));
+    return -1;
+  }
+  maps_line *lines = NULL;
+  size_t nlines = 0, cap = 0;
+  char *buf = NULL;
+  size_t buf_size = 0;
+  int rc = 0;
+  while (getline(&buf, &buf_size, fp) > 0) {
+    maps_line l;
+    if (!parse_maps_line(buf, &l))
+      continue;
+    maps_line *grown = grow_array(lines, &cap, nlines + 1, sizeof *lines);
+    if (!grown) {
+      free(l.path);
+      rc = -1;
+      break;
+    }
+    lines = grown;
+    lines[nlines++] = l;
+  }
+  free(buf);
+  fclose(fp);
+
+  map_rec **maps = rc == 0 ? calloc(nlines ? nlines : 1, sizeof *maps) : NULL;
+  unsigned char *kept = calloc(symbols.nmaps ? symbols.nmaps : 1, 1);
+  if (!maps || !kept) {
+    rc = -1;
+    goto out;
+  }
+  qsort(lines, nlines, sizeof *lines, maps_line_cmp);
+  size_t nmaps = 0;
+  for (size_t i = 0; i < nlines; i++) {
+    maps_line *l = &lines[i];
+    size_t j = find_map_index(l->start);
+    map_rec *old = j > 0 ? symbols.maps[j - 1] : NULL;
+    if (old && !kept[j - 1] && old->pub.start == l->start &&
+        old->pub.limit == l->limit && old->pub.file_offset == l->offset &&
+        old->dev == l->dev && old->inode == l->inode &&
+        strcmp(old->path, l->path) == 0) {
+      kept[j - 1] = 1;
+      maps[nmaps++] = old;
+    } else if ((maps[nmaps] = map_create(l)) != NULL) {
+      nmaps++;
+    }
+  }
+  for (size_t i = 0; i < symbols.nmaps; i++) {
+    if (kept[i])
+      continue;
+    map_rec *gone = symbols.maps[i];
+    cp_debug("symbols: %s unmapped", gone->path);
+    gone->next_retired = symbols.retired;
+    symbols.retired = gone;
+    symbols.removal_pending = 1;
+  }
+  free(symbols.maps);
+  symbols.maps = maps;
+  symbols.nmaps = nmaps;
+  maps = NULL;
+
+out:
+  for (size_t i = 0; i < nlines; i++)
+    free(lines[i].path);
+  free(lines);
+  free(maps);
+  free(kept);
+  return rc;
+}
+
+/* ---- Change detection ---------------------------------------------------- */
+
+static int dl_state_callback(struct dl_phdr_info *info, size_t size,
+                             void *data) {
+  dl_state *s = data;
+  if (size >=
+      offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+    s->has_counters = 1;
+    s->adds = info->dlpi_adds;
+    s->subs = info->dlpi_subs;
+    return 1; /* the counters are global: the first object suffices */
+  }
+  /* Older C libraries: fingerprint the list of loaded objects. */
+  s->fingerprint =
+      (s->fingerprint ^ (uint64_t)info->dlpi_addr) * 1099511628211u;
+  s->fingerprint =
+      (s->fingerprint ^ (uint64_t)(uintptr_t)info->dlpi_phdr) * 1099511628211u;
+  s->count++;
+  return 0;
+}
+
+/* Re-reads the mappings when the loaded objects changed, or when force.
+ * Returns 1 when they were re-read, 0 when not needed, -1 on error. */
+static int refresh_locked(int force) {
+  dl_state now = {0};
+  /* Sampled before reading the maps: a load in between shows next time. */
+  dl_iterate_phdr(dl_state_callback, &now);
+  int changed = !symbols.have_dl_state ||
+                now.has_counters != symbols.dl.has_counters ||
+                now.adds != symbols.dl.adds || now.subs != symbols.dl.subs ||
+                now.fingerprint != symbols.dl.fingerprint ||
+                now.count != symbols.dl.count;
+  if (!changed && !force)
+    return 0;
+  if (read_maps_locked() != 0)
+    return -1;
+  symbols.have_dl_state = 1;
+  symbols.dl = now;
+  return 1;
+}
+
+static int init_locked(void) {
+  if (symbols.initialized)
+    return 0;
+  if (refresh_locked(1) < 0)
+    return -1;
+  symbols.initialized = 1;
+  return 0;
+}
+
+/* A pc in no mapping: maybe a library was loaded since. */
+static map_rec *refresh_for_miss_locked(uint64_t pc) {
+  int r = refresh_locked(0);
+  if (r == 0) {
+    uint64_t now = cp_monotonic_ns();
+    if (now - symbols.last_forced_read_ns < FORCED_MAPS_READ_INTERVAL_NS)
+      return NULL;
+    symbols.last_forced_read_ns = now;
+    r = refresh_locked(1);
+  }
+  return r > 0 ? find_map(pc) : NULL;
+}
+
+/* ---- Public API ---------------------------------------------------------- */
+
+static void symbols_lock_acquire(void) {
+  pthread_mutex_lock(&symbols_lock);
+  if (!__atomic_load_n(&symbols_lock_pid, __ATOMIC_RELAXED))
+    __atomic_store_n(&symbols_lock_pid, getpid(), __ATOMIC_RELAXED);
+}
+
+int cp_symbols_init(void) {
+  symbols_lock_acquire();
+  int rc = init_locked();
+  pthread_mutex_unlock(&symbols_lock);
+  return rc;
+}
+
+int cp_symbols_refresh(void) {
+  symbols_lock_acquire();
+  if (symbols.initialized)
+    refresh_locked(0);
+  else
+    init_locked();
+  int removed = symbols.removal_pending;
+  symbols.removal_pending = 0;
+  pthread_mutex_unlock(&symbols_lock);
+  return removed;
+}
+
+int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
+  for (;;) {
+    *out = (cp_symbol){.mapping = NULL, .function = NULL, .elf_address = pc};
+    symbols_lock_acquire();
+    init_locked();
+    map_rec *m = find_map(pc);
+    if (!m)
+      m = refresh_for_miss_locked(pc);
+    if (!m) {
+      pthread_mutex_unlock(&symbols_lock);
+      return -1;
+    }
+    out->mapping = &m->pub;
+    out->elf_address = pc + m->elf_delta;
+    sym_entry *s = m->file ? file_find(m->file, out->elf_address) : NULL;
+    if (s && sym_needs_demangling(s) && !demangler_is_resolved()) {
+      pthread_mutex_unlock(&symbols_lock);
+      demangler_resolve();
+      continue; /* the tables may have changed meanwhile */
+    }
+    if (s) {
+      sym_demangle(s);
+      out->function = s->name;
+    }
+    pthread_mutex_unlock(&symbols_lock);
+    return s ? 0 : -1;
+  }
+}
+
+void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen) {
+  if (!m)
+    return;
+  symbols_lock_acquire();
+  map_rec *rec = (map_rec *)((char *)m - offsetof(map_rec, pub));
+  if (gen > rec->pub.last_used_generation)
+    rec->pub.last_used_generation = gen;
+  pthread_mutex_unlock(&symbols_lock);
+}
+
+void cp_symbols_collect(uint64_t oldest_gen) {
+  symbols_lock_acquire();
+  map_rec **p = &symbols.retired;
+  while (*p) {
+    map_rec *m = *p;
+    if (m->pub.last_used_generation < oldest_gen) {
+      *p = m->next_retired;
+      map_free(m);
+    } else {
+      p = &m->next_retired;
+    }
+  }
+  pthread_mutex_unlock(&symbols_lock);
+}
+
+static void free_all_locked(void) {
+  for (size_t i = 0; i < symbols.nmaps; i++)
+    map_free(symbols.maps[i]);
+  free(symbols.maps);
+  while (symbols.retired) {
+    map_rec *m = symbols.retired;
+    symbols.retired = m->next_retired;
+    map_free(m);
+  }
+}
+
+void cp_symbols_reset(void) {
+  if (pthread_mutex_trylock(&symbols_lock) != 0) {
+    pid_t owner = __atomic_load_n(&symbols_lock_pid, __ATOMIC_RELAXED);
+    if (owner == 0 || owner == getpid()) {
+      pthread_mutex_lock(&symbols_lock); /* a live thread of ours has it */
+    } else {
+      /* The child of a fork that happened while another thread held the
+       * lock: that thread does not exist here and the tables may be
+       * half-updated, so they are leaked rather than freed and the lock is
+       * made anew. */
+      memset(&symbols, 0, sizeof symbols);
+      pthread_mutex_init(&symbols_lock, NULL);
+      __atomic_store_n(&symbols_lock_pid, 0, __ATOMIC_RELAXED);
+      return;
+    }
+  }
+  free_all_locked();
+  memset(&symbols, 0, sizeof symbols);
+  __atomic_store_n(&symbols_lock_pid, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&symbols_lock);
+}
+
+int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
+                            char *function, size_t function_size,
+                            char *build_id, size_t build_id_size) {
+  demangler_resolve();
+  if (function_size)
+    function[0] = '\0';
+  if (build_id_size)
+    build_id[0] = '\0';
+  symbols_lock_acquire();
+  elf_file *f = file_get(path, path);
+  sym_entry *s = f ? file_find(f, elf_address) : NULL;
+  if (s)
+    sym_demangle(s);
+  if (s && function_size)
+    snprintf(function, function_size, "%s", s->name);
+  if (f && build_id_size)
+    snprintf(build_id, build_id_size, "%s", f->build_id);
+  file_unref(f);
+  pthread_mutex_unlock(&symbols_lock);
+  return s ? 0 : -1;
+}

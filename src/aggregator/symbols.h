@@ -1,0 +1,65 @@
+/* Symbolization of native program counters, off the hot path.
+ *
+ * The module keeps the process's executable mappings (from /proc/self/maps)
+ * and, per ELF file, a sorted table of its function symbols from .symtab
+ * (static functions included) and .dynsym, C++ names demangled. Symbol tables
+ * are cached per file (device, inode, size, mtime) and shared by every load of
+ * that file; mapping records describe one load at one address. When libraries
+ * are loaded or unloaded (dl_iterate_phdr's adds/subs counters move) the
+ * mappings are re-read; records of unloaded mappings stay valid until
+ * cp_symbols_collect says no generation uses them any more.
+ *
+ * Thread-safe (one internal mutex); never called from signal handlers. */
+#ifndef CP_SYMBOLS_H
+#define CP_SYMBOLS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cp_mapping {
+  uint64_t start;        /* first address of the executable range */
+  uint64_t limit;        /* one past its last address */
+  uint64_t file_offset;  /* file offset mapped at start */
+  const char *path;      /* "/usr/lib/x86_64-linux-gnu/libc.so.6", "[vdso]" */
+  const char *build_id;  /* GNU build id as lowercase hex, "" if none */
+  uint64_t last_used_generation; /* set by cp_symbols_mark_used */
+} cp_mapping;
+
+typedef struct cp_symbol {
+  const cp_mapping *mapping; /* NULL when pc is in no known mapping */
+  const char *function;      /* demangled name, NULL when no symbol covers pc */
+  uint64_t elf_address;      /* pc translated to the ELF file's vaddr space */
+} cp_symbol;
+
+/* Reads the current mappings. Idempotent. Returns 0 or -1 (logged). */
+int cp_symbols_init(void);
+
+/* Re-reads the mappings if a library was loaded or unloaded since the last
+ * call. Returns 1 if some mapping disappeared (callers that cache pc ->
+ * symbol must drop those caches), else 0. Cheap when nothing changed. */
+int cp_symbols_refresh(void);
+
+/* Resolves pc (the exact pc: callers pass return address - 1). Always fills
+ * *out; returns 0 when a function was found, -1 otherwise. */
+int cp_symbols_lookup(uint64_t pc, cp_symbol *out);
+
+/* Records that generation `gen` references mapping m. */
+void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen);
+
+/* Frees records of unloaded mappings whose last_used_generation < oldest_gen. */
+void cp_symbols_collect(uint64_t oldest_gen);
+
+/* Drops everything (for tests and the child after fork). */
+void cp_symbols_reset(void);
+
+/* Resolves elf_address (an address in the file's own vaddr space) in the ELF
+ * file at path, without any mapping: for tools and for tests that feed
+ * arbitrary (corrupt) files. Uses the same loader and per-file cache as
+ * lookups, including separate debug files. Copies the demangled function name
+ * and the build id (lowercase hex) into the caller's buffers, "" when
+ * unknown. Returns 0 when a function was found, -1 otherwise. */
+int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
+                            char *function, size_t function_size,
+                            char *build_id, size_t build_id_size);
+
+#endif

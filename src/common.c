@@ -1,0 +1,69 @@
+/* Shared helpers: the `contprof:` logger, clocks and cached thread ids. */
+#include "common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile int log_level = CP_LOG_WARN;
+static CP_TLS pid_t cached_tid;
+
+void cp_log_set_level(cp_log_level level) { log_level = level; }
+cp_log_level cp_log_get_level(void) { return (cp_log_level)log_level; }
+
+void cp_log(cp_log_level level, const char *fmt, ...) {
+  if ((int)level > log_level)
+    return;
+  int saved_errno = errno;
+  char line[1024];
+  int n = snprintf(line, sizeof line, "contprof: ");
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+  if (len > sizeof line - 2)
+    len = sizeof line - 2;
+  line[len++] = '\n';
+  /* One write so that lines of several threads never interleave. */
+  ssize_t w = write(STDERR_FILENO, line, len);
+  (void)w;
+  errno = saved_errno;
+}
+
+uint64_t cp_realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t cp_monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Async-signal-safe: a TLS load, else one raw syscall. */
+pid_t cp_gettid(void) {
+  pid_t tid = cached_tid;
+  if (tid == 0) {
+    tid = (pid_t)syscall(SYS_gettid);
+    cached_tid = tid;
+  }
+  return tid;
+}
+
+void cp_gettid_reset(void) { cached_tid = 0; }
+
+void cp_sleep_ns(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000ull),
+                        (long)(ns % 1000000000ull)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+char *cp_strdup(const char *s) { return strdup(s ? s : ""); }

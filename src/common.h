@@ -1,0 +1,46 @@
+/* Small shared helpers: logging with the `contprof:` prefix, clocks, tids. */
+#ifndef CP_COMMON_H
+#define CP_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum cp_log_level {
+  CP_LOG_ERROR = 0,
+  CP_LOG_WARN = 1,
+  CP_LOG_INFO = 2,
+  CP_LOG_DEBUG = 3
+} cp_log_level;
+
+void cp_log_set_level(cp_log_level level);
+cp_log_level cp_log_get_level(void);
+/* One line "contprof: ..." on stderr, written with a single write(2). Not
+ * async-signal-safe. Never pass secrets. */
+void cp_log(cp_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define cp_error(...) cp_log(CP_LOG_ERROR, __VA_ARGS__)
+#define cp_warn(...) cp_log(CP_LOG_WARN, __VA_ARGS__)
+#define cp_info(...) cp_log(CP_LOG_INFO, __VA_ARGS__)
+#define cp_debug(...) cp_log(CP_LOG_DEBUG, __VA_ARGS__)
+
+/* Clocks, in nanoseconds. Async-signal-safe. */
+uint64_t cp_realtime_ns(void);
+uint64_t cp_monotonic_ns(void);
+/* The calling thread's kernel id. Async-signal-safe (cached per thread). */
+pid_t cp_gettid(void);
+/* Forget the cached tid (the child of fork calls it). */
+void cp_gettid_reset(void);
+
+/* Sleeps ns nanoseconds (restarting after signals). */
+void cp_sleep_ns(uint64_t ns);
+
+/* strdup that treats NULL as "". Returns NULL only when out of memory. */
+char *cp_strdup(const char *s);
+
+#define CP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define CP_TLS __thread __attribute__((tls_model("initial-exec")))
+#define CP_UNUSED __attribute__((unused))
+
+#endif

@@ -1,0 +1,189 @@
+/* Generation -> pprof: sample types of the enabled profiles, locations with
+ * mappings and build ids, functions (module+offset when no symbol), labels
+ * (`thread id`, `thread name`, the user's labels, trace ids) and metadata
+ * comments. The wire format is pprof.c's business. */
+#include "export.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aggregator/frames.h"
+#include "contprof/profiler.h"
+#include "labels.h"
+#include "pprof.h"
+
+typedef struct value_type {
+  int value;
+  const char *type;
+  const char *unit;
+  unsigned profile;
+} value_type;
+
+static const value_type datadog_types[] = {
+    {CP_V_CPU_SAMPLES, "cpu-samples", "count", CP_PROFILE_CPU},
+    {CP_V_CPU_TIME, "cpu-time", "nanoseconds", CP_PROFILE_CPU},
+    {CP_V_WALL_SAMPLES, "wall-samples", "count", CP_PROFILE_WALL},
+    {CP_V_WALL_TIME, "wall-time", "nanoseconds", CP_PROFILE_WALL},
+    {CP_V_ALLOC_SAMPLES, "alloc-samples", "count", CP_PROFILE_ALLOC},
+    {CP_V_ALLOC_SPACE, "alloc-space", "bytes", CP_PROFILE_ALLOC},
+    {CP_V_INUSE_OBJECTS, "inuse-objects", "count", CP_PROFILE_HEAP},
+    {CP_V_INUSE_SPACE, "inuse-space", "bytes", CP_PROFILE_HEAP},
+    {CP_V_LOCK_ACQUIRE, "lock-acquire", "count", CP_PROFILE_LOCK},
+    {CP_V_LOCK_WAIT, "lock-acquire-wait", "nanoseconds", CP_PROFILE_LOCK},
+};
+
+#define MAX_LABELS 48
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* The pprof location id of generation location i (made on first use). */
+static uint64_t location_id(pprof_builder *b, const cp_generation *g,
+                            uint64_t *ids, size_t i) {
+  if (ids[i])
+    return ids[i];
+  const cp_location *l = cp_gen_location(g, i);
+  uint64_t mapping = 0;
+  char fallback[320];
+  const char *name = l->function;
+  if (l->mapping) {
+    const cp_mapping *m = l->mapping;
+    mapping = pprof_add_mapping(b, m->start, m->limit, m->file_offset, m->path,
+                                m->build_id, 1);
+    if (!name) {
+      snprintf(fallback, sizeof fallback, "%s+0x%" PRIx64, base_name(m->path),
+               l->address - m->start + m->file_offset);
+      name = fallback;
+    }
+  } else if (!name) {
+    snprintf(fallback, sizeof fallback, "[unknown]");
+    name = fallback;
+  }
+  uint64_t function =
+      pprof_add_function(b, name, name, l->file ? l->file : "", 0);
+  if (!function)
+    return 0;
+  ids[i] = pprof_add_location(b, mapping, l->address, function, l->line);
+  return ids[i];
+}
+
+static void add_comment(pprof_builder *b, const char *key, const char *value) {
+  char line[512];
+  snprintf(line, sizeof line, "%s=%s", key, value ? value : "");
+  pprof_add_comment(b, line);
+}
+
+static void add_comment_u64(pprof_builder *b, const char *key, uint64_t v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%" PRIu64, v);
+  add_comment(b, key, buf);
+}
+
+static void add_metadata(pprof_builder *b, const cp_generation *g,
+                         const cp_export_meta *m) {
+  const cp_config *cfg = m->cfg;
+  add_comment(b, "service", cfg->service);
+  add_comment(b, "env", cfg->env);
+  add_comment(b, "version", cfg->version);
+  add_comment(b, "host", m->host);
+  add_comment_u64(b, "process_id", (uint64_t)m->pid);
+  add_comment(b, "runtime-id", m->runtime_id);
+  add_comment(b, "runtime", m->runtime);
+  add_comment(b, "runtime_version", m->runtime_version);
+  add_comment(b, "profiler_version", CONTPROF_VERSION_STRING);
+  char profiles[64];
+  add_comment(b, "profiles",
+              cp_profiles_string(cfg->profiles, profiles, sizeof profiles));
+  for (size_t i = 0; i < cfg->ntags; i++) {
+    char key[300];
+    snprintf(key, sizeof key, "tag.%s", cfg->tags[i].key);
+    add_comment(b, key, cfg->tags[i].value);
+  }
+  add_comment_u64(b, "profile_seq", m->seq);
+  add_comment_u64(b, "samples", cp_gen_samples_added(g));
+  add_comment_u64(b, "samples_dropped", m->drops);
+  add_comment_u64(b, "samples_overflowed", cp_gen_samples_overflowed(g));
+}
+
+int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
+                    cp_dialect dialect, uint8_t **out, size_t *out_len) {
+  (void)dialect;
+  const value_type *types[CP_NVALUES];
+  size_t ntypes = 0;
+  for (size_t i = 0; i < CP_ARRAY_SIZE(datadog_types); i++)
+    if (m->cfg->profiles & datadog_types[i].profile)
+      types[ntypes++] = &datadog_types[i];
+
+  pprof_builder *b = pprof_builder_create();
+  uint64_t *loc_ids = calloc(cp_gen_location_count(g) + 1, sizeof *loc_ids);
+  size_t max_depth = cp_gen_node_count(g);
+  uint64_t *stack = calloc(max_depth + 1, sizeof *stack);
+  int rc = -1;
+  if (!b || !loc_ids || !stack)
+    goto done;
+
+  for (size_t i = 0; i < ntypes; i++)
+    pprof_add_sample_type(b, types[i]->type, types[i]->unit);
+  if (m->cfg->profiles & CP_PROFILE_CPU) {
+    pprof_set_period(b, "cpu", "nanoseconds", m->cpu_period_ns);
+    pprof_set_default_sample_type(b, "cpu-time");
+  }
+  pprof_set_time(b, (int64_t)m->start_ns, (int64_t)(m->end_ns - m->start_ns));
+  add_metadata(b, g, m);
+
+  for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
+    const cp_sample *s = cp_gen_sample(g, i);
+    int64_t values[CP_NVALUES];
+    int nonzero = 0;
+    for (size_t t = 0; t < ntypes; t++) {
+      values[t] = s->values[types[t]->value];
+      nonzero |= values[t] != 0;
+    }
+    if (!nonzero)
+      continue;
+    size_t depth = 0;
+    for (uint32_t n = s->key.node; n != 0 && depth < max_depth;
+         n = cp_gen_node(g, n)->parent) {
+      uint64_t id = location_id(b, g, loc_ids, cp_gen_node(g, n)->location);
+      if (!id)
+        goto done;
+      stack[depth++] = id;
+    }
+    pprof_label labels[MAX_LABELS];
+    size_t nl = 0;
+    if (s->key.tid > 0) {
+      labels[nl++] = (pprof_label){"thread id", NULL, s->key.tid, NULL};
+      const char *name = cp_gen_thread_name(g, s->key.tid);
+      if (name && *name)
+        labels[nl++] = (pprof_label){"thread name", name, 0, NULL};
+    }
+    if (s->key.span_id)
+      labels[nl++] =
+          (pprof_label){"span id", NULL, (int64_t)s->key.span_id, NULL};
+    if (s->key.local_root_span_id)
+      labels[nl++] = (pprof_label){"local root span id", NULL,
+                                   (int64_t)s->key.local_root_span_id, NULL};
+    const cp_label *user;
+    size_t nuser = cp_labelset_get(s->key.labels, &user);
+    for (size_t u = 0; u < nuser && nl < MAX_LABELS; u++)
+      labels[nl++] = (pprof_label){user[u].key, user[u].value, 0, NULL};
+    if (pprof_add_sample(b, stack, depth, values, ntypes, labels, nl) != 0)
+      goto done;
+  }
+
+  uint8_t *raw = NULL;
+  size_t raw_len = 0;
+  if (pprof_encode(b, &raw, &raw_len) == 0) {
+    rc = pprof_gzip(raw, raw_len, out, out_len);
+    free(raw);
+  }
+done:
+  free(stack);
+  free(loc_ids);
+  pprof_builder_destroy(b);
+  return rc;
+}

@@ -1,0 +1,27 @@
+/* The interface every sampler implements. A sampler is one file (cpu.c,
+ * wall.c, alloc.c, lock.c); nothing outside it knows its internals. The thread
+ * registry (threads.h) tells running samplers about application threads. */
+#ifndef CP_SAMPLER_H
+#define CP_SAMPLER_H
+
+#include <sys/types.h>
+
+#include "config.h"
+
+typedef struct cp_sampler {
+  const char *name;
+  unsigned profile; /* the CP_PROFILE_* bit that enables it */
+  /* Starts sampling; threads that already exist are announced afterwards
+   * through thread_started. Returns 0 or a contprof_status. */
+  int (*start)(const cp_config *cfg);
+  /* Stops sampling; after it returns no new sample is produced. */
+  void (*stop)(void);
+  /* An application thread appeared or ended (may be called from that thread
+   * or from the profiler's thread). Either may be NULL. */
+  void (*thread_started)(pid_t tid);
+  void (*thread_exited)(pid_t tid);
+} cp_sampler;
+
+extern const cp_sampler cp_cpu_sampler;
+
+#endif

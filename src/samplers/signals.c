@@ -1,0 +1,66 @@
+/* Signal choice, installation and chaining (see signals.h). */
+#include "signals.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "common.h"
+
+static struct sigaction previous[_NSIG];
+static cp_signal_handler installed[_NSIG];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int is_free(int sig) {
+  struct sigaction sa;
+  if (sigaction(sig, NULL, &sa) != 0)
+    return 0;
+  return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL;
+}
+
+static int install(int sig, cp_signal_handler handler) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = handler;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(sig, &sa, &previous[sig]) != 0)
+    return -1;
+  installed[sig] = handler;
+  return sig;
+}
+
+int cp_signal_install(int preferred, cp_signal_handler handler) {
+  int sig = -1;
+  pthread_mutex_lock(&lock);
+  /* Already ours (a restart): keep it. */
+  for (int s = 1; s < _NSIG && sig < 0; s++)
+    if (installed[s] == handler)
+      sig = s;
+  if (sig < 0 && is_free(preferred))
+    sig = install(preferred, handler);
+  for (int s = SIGRTMIN + 4; sig < 0 && s <= SIGRTMAX; s++)
+    if (!installed[s] && is_free(s)) {
+      sig = install(s, handler);
+      if (sig > 0)
+        cp_info("signal %d is in use by the application; sampling with "
+                "signal %d",
+                preferred, sig);
+    }
+  pthread_mutex_unlock(&lock);
+  if (sig < 0)
+    cp_error("no free signal for sampling");
+  return sig;
+}
+
+/* Async-signal-safe. */
+void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
+  const struct sigaction *old = &previous[sig];
+  if (old->sa_flags & SA_SIGINFO) {
+    if (old->sa_sigaction)
+      old->sa_sigaction(sig, info, ucontext);
+  } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
+             old->sa_handler) {
+    old->sa_handler(sig);
+  }
+  /* SIG_DFL or SIG_IGN: a stray signal of ours is simply ignored. */
+}

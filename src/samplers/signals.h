@@ -1,0 +1,21 @@
+/* Signal plumbing shared by the signal-driven samplers: choosing a signal the
+ * application does not use, installing a handler with SA_RESTART, and
+ * chaining to the application's own handler for signals that are not ours. */
+#ifndef CP_SIGNALS_H
+#define CP_SIGNALS_H
+
+#include <signal.h>
+
+typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
+
+/* Installs handler for `preferred` if the application has no handler for it,
+ * else for the first free real-time signal. Returns the signal, or -1. The
+ * previous disposition is kept for cp_signal_chain. Handlers stay installed
+ * for the life of the process: a late timer signal must never meet SIG_DFL. */
+int cp_signal_install(int preferred, cp_signal_handler handler);
+
+/* Calls the disposition that `sig` had before cp_signal_install. For signals
+ * that were not ours. Async-signal-safe. */
+void cp_signal_chain(int sig, siginfo_t *info, void *ucontext);
+
+#endif

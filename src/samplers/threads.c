@@ -1,0 +1,224 @@
+/* Thread registry and the pthread_create hook (see threads.h).
+ *
+ * The hook wraps every thread's start routine: the new thread warms up the
+ * unwinder, registers itself, runs, and unregisters in a cleanup handler that
+ * also runs on pthread_exit and cancellation. Threads made without
+ * pthread_create, and threads that existed before the profiler started, are
+ * found by scanning /proc/self/task. */
+#include "threads.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "unwind.h"
+
+#define MAX_EXCLUDED 16
+
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *,
+                                 void *(*)(void *), void *);
+
+static struct {
+  pthread_mutex_t lock;
+  const cp_sampler *const *samplers;
+  size_t nsamplers;
+  int active;
+  pid_t *tids; /* known application threads, unsorted */
+  size_t ntids, cap;
+  pid_t excluded[MAX_EXCLUDED];
+  size_t nexcluded;
+  _Atomic int sampling_signal;
+} reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_create_fn real_pthread_create;
+
+static int find(pid_t tid) {
+  for (size_t i = 0; i < reg.ntids; i++)
+    if (reg.tids[i] == tid)
+      return (int)i;
+  return -1;
+}
+
+static int excluded(pid_t tid) {
+  for (size_t i = 0; i < reg.nexcluded; i++)
+    if (reg.excluded[i] == tid)
+      return 1;
+  return 0;
+}
+
+/* Caller holds reg.lock. */
+static void announce_start(pid_t tid) {
+  if (!reg.active || excluded(tid) || find(tid) >= 0)
+    return;
+  if (reg.ntids == reg.cap) {
+    size_t cap = reg.cap ? reg.cap * 2 : 64;
+    pid_t *grown = realloc(reg.tids, cap * sizeof *grown);
+    if (!grown)
+      return;
+    reg.tids = grown;
+    reg.cap = cap;
+  }
+  reg.tids[reg.ntids++] = tid;
+  for (size_t i = 0; i < reg.nsamplers; i++)
+    if (reg.samplers[i]->thread_started)
+      reg.samplers[i]->thread_started(tid);
+}
+
+/* Caller holds reg.lock. */
+static void announce_exit(pid_t tid) {
+  int i = find(tid);
+  if (i < 0)
+    return;
+  reg.tids[i] = reg.tids[--reg.ntids];
+  for (size_t s = 0; s < reg.nsamplers; s++)
+    if (reg.samplers[s]->thread_exited)
+      reg.samplers[s]->thread_exited(tid);
+}
+
+static int compare_tid(const void *a, const void *b) {
+  pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+  return (x > y) - (x < y);
+}
+
+void cp_threads_rescan(void) {
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir)
+    return;
+  pid_t *seen = NULL;
+  size_t nseen = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(dir)) != NULL) {
+    pid_t tid = (pid_t)atoi(e->d_name);
+    if (tid <= 0)
+      continue;
+    if (nseen == cap) {
+      cap = cap ? cap * 2 : 64;
+      pid_t *grown = realloc(seen, cap * sizeof *grown);
+      if (!grown)
+        break;
+      seen = grown;
+    }
+    seen[nseen++] = tid;
+  }
+  closedir(dir);
+  if (seen)
+    qsort(seen, nseen, sizeof *seen, compare_tid);
+  pthread_mutex_lock(&reg.lock);
+  for (size_t i = 0; i < nseen; i++)
+    announce_start(seen[i]);
+  for (size_t i = reg.ntids; i-- > 0;)
+    if (!seen || !bsearch(&reg.tids[i], seen, nseen, sizeof *seen, compare_tid))
+      announce_exit(reg.tids[i]);
+  pthread_mutex_unlock(&reg.lock);
+  free(seen);
+}
+
+int cp_threads_start(const cp_sampler *const *samplers, size_t nsamplers) {
+  pthread_mutex_lock(&reg.lock);
+  reg.samplers = samplers;
+  reg.nsamplers = nsamplers;
+  reg.active = 1;
+  reg.ntids = 0;
+  pthread_mutex_unlock(&reg.lock);
+  /* The hook is live before the scan, so no thread falls between them. */
+  cp_threads_rescan();
+  return 0;
+}
+
+void cp_threads_stop(void) {
+  pthread_mutex_lock(&reg.lock);
+  while (reg.ntids)
+    announce_exit(reg.tids[reg.ntids - 1]);
+  reg.active = 0;
+  reg.samplers = NULL;
+  reg.nsamplers = 0;
+  pthread_mutex_unlock(&reg.lock);
+}
+
+void cp_threads_exclude_self(void) {
+  pid_t tid = cp_gettid();
+  pthread_mutex_lock(&reg.lock);
+  if (reg.nexcluded < MAX_EXCLUDED && !excluded(tid))
+    reg.excluded[reg.nexcluded++] = tid;
+  announce_exit(tid);
+  pthread_mutex_unlock(&reg.lock);
+}
+
+void cp_threads_set_sampling_signal(int sig) {
+  atomic_store(&reg.sampling_signal, sig);
+}
+
+/* --- the pthread_create hook ------------------------------------------- */
+
+typedef struct start_args {
+  void *(*routine)(void *);
+  void *arg;
+  sigset_t mask; /* the creator's mask, restored once registered */
+} start_args;
+
+static void thread_ended(void *unused) {
+  (void)unused;
+  pid_t tid = cp_gettid();
+  pthread_mutex_lock(&reg.lock);
+  announce_exit(tid);
+  pthread_mutex_unlock(&reg.lock);
+}
+
+static void *thread_trampoline(void *p) {
+  start_args args = *(start_args *)p;
+  free(p);
+  cp_unwind_warm_up();
+  pthread_mutex_lock(&reg.lock);
+  announce_start(cp_gettid());
+  pthread_mutex_unlock(&reg.lock);
+  pthread_sigmask(SIG_SETMASK, &args.mask, NULL);
+  void *ret;
+  pthread_cleanup_push(thread_ended, NULL);
+  ret = args.routine(args.arg);
+  pthread_cleanup_pop(1);
+  return ret;
+}
+
+static pthread_create_fn resolve_real(void) {
+  pthread_create_fn fn = __atomic_load_n(&real_pthread_create, __ATOMIC_ACQUIRE);
+  if (!fn) {
+    fn = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+    if (!fn || fn == pthread_create) {
+      /* Linked statically into the executable: ask libc directly. */
+      void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+      fn = libc ? (pthread_create_fn)dlsym(libc, "pthread_create") : NULL;
+    }
+    __atomic_store_n(&real_pthread_create, fn, __ATOMIC_RELEASE);
+  }
+  return fn;
+}
+
+int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                   void *(*routine)(void *), void *arg) {
+  pthread_create_fn real = resolve_real();
+  if (!real)
+    return EAGAIN;
+  start_args *args = malloc(sizeof *args);
+  if (!args)
+    return real(thread, attr, routine, arg);
+  args->routine = routine;
+  args->arg = arg;
+  sigset_t block, old;
+  sigemptyset(&block);
+  int sig = atomic_load(&reg.sampling_signal);
+  if (sig > 0)
+    sigaddset(&block, sig);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  args->mask = old;
+  int rc = real(thread, attr, thread_trampoline, args);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0)
+    free(args);
+  return rc;
+}

@@ -1,0 +1,33 @@
+/* The registry of application threads: those that exist at start (from
+ * /proc/self/task), those created later (a pthread_create hook, and a rescan
+ * for threads made by other means), and their ends. It announces them to the
+ * running samplers. The profiler's own threads are never announced. */
+#ifndef CP_THREADS_H
+#define CP_THREADS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "sampler.h"
+
+/* Starts announcing threads to `samplers` (an array the caller keeps alive
+ * until cp_threads_stop), beginning with every thread that exists now. */
+int cp_threads_start(const cp_sampler *const *samplers, size_t nsamplers);
+
+/* Rescans /proc/self/task: announces new threads and the end of vanished
+ * ones. Runs on the profiler's thread about once a second. */
+void cp_threads_rescan(void);
+
+/* Announces the end of every known thread and stops announcing. */
+void cp_threads_stop(void);
+
+/* Marks the calling thread as the profiler's own: never sampled. */
+void cp_threads_exclude_self(void);
+
+/* Signals that sampling handlers use; the pthread_create hook blocks them
+ * while the new thread is made (an unwinder interrupting the loader there
+ * could deadlock) and the new thread starts with them blocked until it is
+ * registered. */
+void cp_threads_set_sampling_signal(int sig);
+
+#endif

@@ -1,0 +1,77 @@
+/* Stack capture in signal handlers. The fast path is unw_backtrace from the
+ * handler (libunwind's per-thread trace cache makes each step a table
+ * lookup); the frames of the handler and of the kernel's signal trampoline
+ * are then cut off at the interrupted pc. If the interrupted pc is not found
+ * (the trace stopped at the trampoline), the slow path steps from the signal's
+ * ucontext with unw_init_local2. */
+#define UNW_LOCAL_ONLY
+#include "unwind.h"
+
+#include <libunwind.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "common.h"
+
+static CP_TLS int warmed_up;
+
+void cp_unwind_init(void) {
+  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  cp_unwind_warm_up();
+}
+
+void cp_unwind_warm_up(void) {
+  if (warmed_up)
+    return;
+  void *frames[8];
+  unw_backtrace(frames, 8);
+  warmed_up = 1;
+}
+
+/* Async-signal-safe. */
+static size_t unwind_from_context(ucontext_t *uc, uint64_t *frames,
+                                  size_t max_frames, int *truncated) {
+  unw_cursor_t cursor;
+  size_t n = 0;
+  if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) !=
+      0) {
+    frames[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    return 1;
+  }
+  do {
+    unw_word_t ip;
+    if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0)
+      break;
+    if (n == max_frames) {
+      *truncated = 1;
+      break;
+    }
+    frames[n++] = ip;
+  } while (unw_step(&cursor) > 0);
+  if (n == 0)
+    frames[n++] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+  return n;
+}
+
+/* Async-signal-safe. */
+size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
+                        int *truncated) {
+  ucontext_t *uc = ucontext;
+  uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+  size_t capacity = max_frames + CP_UNWIND_SLACK;
+  *truncated = 0;
+  int got = unw_backtrace((void **)frames, (int)capacity);
+  size_t skip = 0;
+  while ((int)skip < got && frames[skip] != pc)
+    skip++;
+  if ((int)skip >= got || skip >= CP_UNWIND_SLACK)
+    return unwind_from_context(uc, frames, max_frames, truncated);
+  size_t n = (size_t)got - skip;
+  if (n > max_frames || (size_t)got == capacity) {
+    *truncated = 1;
+    if (n > max_frames)
+      n = max_frames;
+  }
+  memmove(frames, frames + skip, n * sizeof *frames);
+  return n;
+}

@@ -1,0 +1,23 @@
+/* A sink receives every finished period: it encodes the generation in its own
+ * dialect and delivers it (a file, an HTTP backend). Sinks are independent:
+ * one failing never stops another. They run on the uploader thread only. */
+#ifndef CP_SINK_H
+#define CP_SINK_H
+
+#include "aggregator/calltree.h"
+#include "config.h"
+#include "exporter/export.h"
+
+typedef struct cp_sink cp_sink;
+struct cp_sink {
+  const char *name;
+  /* Returns 0 when delivered (or safely kept for later), -1 otherwise. */
+  int (*send)(cp_sink *self, const cp_generation *g,
+              const cp_export_meta *meta);
+  void (*destroy)(cp_sink *self);
+};
+
+/* Profiles as gzip pprof files in cfg->output_dir. */
+cp_sink *cp_file_sink_create(const cp_config *cfg);
+
+#endif

@@ -1,0 +1,487 @@
+/* Tests for src/aggregator/symbols.c: real lookups in this test binary, libc,
+ * the vdso, C++ code and a library loaded and unloaded at run time, plus
+ * corrupt ELF files that must not crash the loader. */
+#include "aggregator/symbols.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "test.h"
+
+/* From symbols_fixture.cpp. */
+uintptr_t fixture_method_pc(void);
+uintptr_t fixture_function_template_pc(void);
+uintptr_t fixture_class_template_pc(void);
+
+/* A file-local function: only .symtab names it. */
+static __attribute__((noinline)) int local_helper(int x) { return x * 7 + 1; }
+
+/* A global function of the test binary. */
+__attribute__((noinline)) int symbols_test_exported(int x) { return x * x - 3; }
+
+static int some_data[16]; /* in a writable, non-executable mapping */
+
+static uint64_t pc_of(void (*fn)(void)) { return (uint64_t)(uintptr_t)fn; }
+#define PC(fn) pc_of((void (*)(void))(fn))
+
+/* What the dynamic loader says: elf address = pc - load bias. */
+static uint64_t expected_elf_address(uint64_t pc) {
+  Dl_info info;
+  struct link_map *map = NULL;
+  if (!dladdr1((void *)(uintptr_t)pc, &info, (void **)&map, RTLD_DL_LINKMAP) ||
+      !map)
+    return UINT64_MAX;
+  return pc - (uint64_t)map->l_addr;
+}
+
+static char exe_path[4096];
+
+static const char *test_exe(void) {
+  if (!exe_path[0]) {
+    ssize_t n = readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
+    exe_path[n > 0 ? n : 0] = '\0';
+  }
+  return exe_path;
+}
+
+static void test_init_is_idempotent(void) {
+  CHECK_EQ_INT(cp_symbols_init(), 0);
+  CHECK_EQ_INT(cp_symbols_init(), 0);
+  CHECK_EQ_INT(cp_symbols_refresh(), 0); /* nothing changed */
+}
+
+static void test_static_and_exported_functions(void) {
+  int (*volatile fn)(int) = local_helper;
+  CHECK_EQ_INT(fn(2), 15);
+  CHECK_EQ_INT(symbols_test_exported(3), 6);
+
+  cp_symbol s;
+  uint64_t pc = PC(local_helper);
+  CHECK_EQ_INT(cp_symbols_lookup(pc, &s), 0);
+  CHECK_EQ_STR(s.function, "local_helper");
+  CHECK(s.mapping != NULL);
+  if (s.mapping) {
+    CHECK_EQ_STR(s.mapping->path, test_exe());
+    CHECK(pc >= s.mapping->start && pc < s.mapping->limit);
+  }
+  CHECK_EQ_INT(s.elf_address, expected_elf_address(pc));
+
+  /* A pc inside the function, not just its first byte. */
+  CHECK_EQ_INT(cp_symbols_lookup(pc + 1, &s), 0);
+  CHECK_EQ_STR(s.function, "local_helper");
+
+  pc = PC(symbols_test_exported);
+  CHECK_EQ_INT(cp_symbols_lookup(pc, &s), 0);
+  CHECK_EQ_STR(s.function, "symbols_test_exported");
+  CHECK_EQ_INT(s.elf_address, expected_elf_address(pc));
+}
+
+static void test_cxx_names_are_demangled(void) {
+  cp_symbol s;
+  CHECK_EQ_INT(cp_symbols_lookup(fixture_method_pc(), &s), 0);
+  CHECK_EQ_STR(s.function, "fixture::Widget::spin(int)");
+  CHECK_EQ_INT(cp_symbols_lookup(fixture_function_template_pc(), &s), 0);
+  CHECK_EQ_STR(s.function, "int fixture::twice<int>(int)");
+  CHECK_EQ_INT(cp_symbols_lookup(fixture_class_template_pc(), &s), 0);
+  CHECK_EQ_STR(s.function, "fixture::Box<long>::get() const");
+  /* The cached demangled name is handed out again. */
+  const char *first = s.function;
+  CHECK_EQ_INT(cp_symbols_lookup(fixture_class_template_pc(), &s), 0);
+  CHECK(s.function == first);
+}
+
+static void test_libc_function(void) {
+  uint64_t pc = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "getpid");
+  CHECK(pc != 0);
+  cp_symbol s;
+  CHECK_EQ_INT(cp_symbols_lookup(pc, &s), 0);
+  CHECK(s.function && strstr(s.function, "getpid"));
+  CHECK(s.mapping && strstr(s.mapping->path, "libc"));
+  CHECK(s.mapping && strlen(s.mapping->build_id) >= 16);
+  CHECK_EQ_INT(s.elf_address, expected_elf_address(pc));
+}
+
+static void test_pc_in_no_mapping(void) {
+  cp_symbol s;
+  CHECK_EQ_INT(cp_symbols_lookup(16, &s), -1);
+  CHECK(s.mapping == NULL);
+  CHECK(s.function == NULL);
+  CHECK_EQ_INT(cp_symbols_lookup((uint64_t)(uintptr_t)&some_data[3], &s), -1);
+  CHECK(s.mapping == NULL);
+  CHECK_EQ_INT(cp_symbols_lookup(UINT64_MAX - 4096, &s), -1);
+  CHECK(s.mapping == NULL);
+}
+
+/* The build id readelf reports for the test binary. */
+static int readelf_build_id(char *out, size_t size) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "readelf -n '%s' 2>/dev/null", test_exe());
+  FILE *p = popen(cmd, "r");
+  if (!p)
+    return -1;
+  char line[512];
+  int found = -1;
+  while (fgets(line, sizeof line, p)) {
+    const char *at = strstr(line, "Build ID: ");
+    if (at && found != 0) {
+      snprintf(out, size, "%s", at + strlen("Build ID: "));
+      out[strcspn(out, " \r\n")] = '\0';
+      found = 0;
+    }
+  }
+  pclose(p);
+  return found;
+}
+
+static void test_build_id_matches_readelf(void) {
+  char expected[256];
+  if (readelf_build_id(expected, sizeof expected) != 0) {
+    fprintf(stderr, "skip: readelf -n gives no build id for %s\n", test_exe());
+    return;
+  }
+  cp_symbol s;
+  cp_symbols_lookup(PC(local_helper), &s);
+  CHECK(s.mapping != NULL);
+  if (s.mapping)
+    CHECK_EQ_STR(s.mapping->build_id, expected);
+}
+
+static void test_vdso(void) {
+  uint64_t base = getauxval(AT_SYSINFO_EHDR);
+  if (!base) {
+    fprintf(stderr, "skip: no vdso\n");
+    return;
+  }
+  cp_symbol s;
+  cp_symbols_lookup(base, &s);
+  CHECK(s.mapping != NULL);
+  if (!s.mapping)
+    return;
+  CHECK_EQ_STR(s.mapping->path, "[vdso]");
+  /* Some pc of the image must be its clock_gettime or gettimeofday. */
+  int found = 0;
+  const cp_mapping *m = s.mapping;
+  for (uint64_t pc = m->start; pc < m->limit && !found; pc += 4) {
+    if (cp_symbols_lookup(pc, &s) == 0)
+      found = strstr(s.function, "clock_gettime") ||
+              strstr(s.function, "gettimeofday");
+  }
+  CHECK(found);
+}
+
+/* A library this process has not loaded yet, and one of its functions. */
+static void *load_fresh_library(const char **name, const char **function) {
+  static const char *const candidates[][2] = {
+      {"libz.so.1", "zlibVersion"},
+      {"libbz2.so.1.0", "BZ2_bzlibVersion"},
+      {"liblzma.so.5", "lzma_version_string"},
+      {"libexpat.so.1", "XML_ExpatVersion"},
+      {"libm.so.6", "cos"},
+  };
+  for (size_t i = 0; i < CP_ARRAY_SIZE(candidates); i++) {
+    void *h = dlopen(candidates[i][0], RTLD_NOW | RTLD_NOLOAD);
+    if (h) {
+      dlclose(h);
+      continue;
+    }
+    h = dlopen(candidates[i][0], RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      *name = candidates[i][0];
+      *function = candidates[i][1];
+      return h;
+    }
+  }
+  return NULL;
+}
+
+static void test_dlopen_and_dlclose(void) {
+  CHECK_EQ_INT(cp_symbols_init(), 0);
+  cp_symbols_refresh();
+  const char *lib, *function;
+  void *h = load_fresh_library(&lib, &function);
+  if (!h) {
+    fprintf(stderr, "skip: no library left to load\n");
+    return;
+  }
+  uint64_t pc = (uint64_t)(uintptr_t)dlsym(h, function);
+  CHECK(pc != 0);
+
+  /* Not yet known: the lookup itself notices the new library. */
+  cp_symbol s;
+  CHECK_EQ_INT(cp_symbols_lookup(pc, &s), 0);
+  CHECK_EQ_STR(s.function, function);
+  CHECK(s.mapping && strstr(s.mapping->path, lib));
+  CHECK_EQ_INT(s.elf_address, expected_elf_address(pc));
+  CHECK_EQ_INT(cp_symbols_refresh(), 0); /* loading removed nothing */
+  if (!s.mapping)
+    return;
+  const cp_mapping *m = s.mapping;
+  const char *name = s.function;
+  char path[4096];
+  snprintf(path, sizeof path, "%s", m->path);
+  cp_symbols_mark_used(m, 7);
+  CHECK_EQ_INT(m->last_used_generation, 7);
+  cp_symbols_mark_used(m, 5); /* never goes back */
+  CHECK_EQ_INT(m->last_used_generation, 7);
+
+  dlclose(h);
+  if ((h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD)) != NULL) {
+    dlclose(h);
+    fprintf(stderr, "skip: %s stayed loaded after dlclose\n", lib);
+    return;
+  }
+  CHECK_EQ_INT(cp_symbols_refresh(), 1);
+  CHECK_EQ_INT(cp_symbols_refresh(), 0);
+  /* The unloaded mapping's record stays readable until collected. */
+  CHECK_EQ_STR(m->path, path);
+  CHECK_EQ_STR(name, function);
+  CHECK_EQ_INT(cp_symbols_lookup(pc, &s), -1);
+  CHECK(s.mapping == NULL);
+  cp_symbols_collect(7); /* generation 7 still uses it */
+  CHECK_EQ_STR(m->path, path);
+  CHECK_EQ_STR(name, function);
+  cp_symbols_collect(8); /* frees it: m and name are dangling from here */
+}
+
+static void test_lookups_after_reset_and_in_forked_child(void) {
+  cp_symbols_reset();
+  cp_symbol s;
+  CHECK_EQ_INT(cp_symbols_lookup(PC(local_helper), &s), 0); /* lazy init */
+  CHECK_EQ_STR(s.function, "local_helper");
+
+  pid_t child = fork();
+  if (child == 0) {
+    cp_symbols_reset();
+    int ok = cp_symbols_lookup(PC(symbols_test_exported), &s) == 0 &&
+             strcmp(s.function, "symbols_test_exported") == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  CHECK(child > 0 && waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static uint64_t thread_pcs[4]; /* filled before the threads start */
+
+static void *lookup_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 2000; i++) {
+    cp_symbol s;
+    cp_symbols_lookup(thread_pcs[i % CP_ARRAY_SIZE(thread_pcs)], &s);
+    if (i % 4 == 0 && (!s.function || strcmp(s.function, "local_helper")))
+      return (void *)1;
+  }
+  return NULL;
+}
+
+static void test_concurrent_lookups(void) {
+  thread_pcs[0] = PC(local_helper);
+  thread_pcs[1] = fixture_method_pc();
+  thread_pcs[2] = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "getpid");
+  thread_pcs[3] = 16;
+  pthread_t threads[4];
+  for (size_t i = 0; i < CP_ARRAY_SIZE(threads); i++)
+    CHECK_EQ_INT(pthread_create(&threads[i], NULL, lookup_thread, NULL), 0);
+  for (int i = 0; i < 200; i++) {
+    cp_symbols_refresh();
+    cp_symbols_collect((uint64_t)i);
+  }
+  for (size_t i = 0; i < CP_ARRAY_SIZE(threads); i++) {
+    void *result = (void *)1;
+    pthread_join(threads[i], &result);
+    CHECK(result == NULL);
+  }
+}
+
+/* ---- Corrupt files ------------------------------------------------------- */
+
+static unsigned char *read_whole(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *buf = n > 0 ? malloc((size_t)n) : NULL;
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *size = buf ? (size_t)n : 0;
+  return buf;
+}
+
+static void write_whole(const char *path, const void *data, size_t size) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  CHECK(fd >= 0);
+  if (fd < 0)
+    return;
+  CHECK_EQ_INT(write(fd, data, size), (long long)size);
+  close(fd);
+}
+
+/* Resolves in a damaged copy; only surviving matters. Returns the result. */
+static int resolve_damaged(const char *path, const void *data, size_t size,
+                           uint64_t elf_address) {
+  char function[256], build_id[256];
+  write_whole(path, data, size);
+  int rc = cp_symbols_resolve_file(path, elf_address, function, sizeof function,
+                                   build_id, sizeof build_id);
+  CHECK(rc == 0 || function[0] == '\0');
+  CHECK(strlen(build_id) <= 128);
+  return rc;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng(void) { /* xorshift64: a fixed, reproducible sequence */
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static void test_corrupt_elf_files(void) {
+  char dir[] = "/tmp/contprof_symbols_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[256];
+  snprintf(path, sizeof path, "%s/corrupt.so", dir);
+  char function[256], build_id[256];
+
+  CHECK_EQ_INT(cp_symbols_resolve_file("/nonexistent/lib.so", 0x1000, function,
+                                       sizeof function, build_id,
+                                       sizeof build_id),
+               -1);
+  CHECK_EQ_INT(cp_symbols_resolve_file("/dev/null", 0x1000, function,
+                                       sizeof function, build_id,
+                                       sizeof build_id),
+               -1);
+  CHECK_EQ_INT(cp_symbols_resolve_file(dir, 0x1000, function, sizeof function,
+                                       build_id, sizeof build_id),
+               -1);
+
+  unsigned char garbage[4096];
+  for (size_t i = 0; i < sizeof garbage; i++)
+    garbage[i] = (unsigned char)rng();
+  CHECK_EQ_INT(resolve_damaged(path, garbage, 0, 0x1000), -1);
+  CHECK_EQ_INT(resolve_damaged(path, garbage, sizeof garbage, 0x1000), -1);
+  memcpy(garbage, ELFMAG, SELFMAG);
+  CHECK_EQ_INT(resolve_damaged(path, garbage, 7, 0x1000), -1);
+  CHECK_EQ_INT(resolve_damaged(path, garbage, sizeof garbage, 0x1000), -1);
+
+  size_t size;
+  unsigned char *pristine = read_whole(test_exe(), &size);
+  CHECK(pristine != NULL && size > sizeof(ElfW(Ehdr)));
+  if (!pristine)
+    return;
+  cp_symbol s;
+  cp_symbols_lookup(PC(local_helper), &s);
+  uint64_t addr = s.elf_address;
+  /* The intact copy resolves, so the damaged ones test something. */
+  CHECK_EQ_INT(resolve_damaged(path, pristine, size, addr), 0);
+  CHECK_EQ_INT(cp_symbols_resolve_file(path, addr, function, sizeof function,
+                                       build_id, sizeof build_id),
+               0);
+  CHECK_EQ_STR(function, "local_helper");
+  CHECK(s.mapping && strcmp(build_id, s.mapping->build_id) == 0);
+
+  size_t cuts[] = {16, 64, 65, 200, 4096, size / 2, size - 64, size - 1};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(cuts); i++)
+    if (cuts[i] < size)
+      resolve_damaged(path, pristine, cuts[i], addr);
+
+  unsigned char *copy = malloc(size);
+  ElfW(Ehdr) eh;
+  memcpy(&eh, pristine, sizeof eh);
+  uint64_t shdrs_at = eh.e_shoff,
+           shdrs_len = (uint64_t)eh.e_shnum * sizeof(ElfW(Shdr));
+  /* Targeted damage: every field of every section header set to hostile
+   * values, one field at a time. */
+  static const uint64_t hostile[] = {0,           1,          0xffff,
+                                     0xffffffffu, UINT64_MAX, UINT64_MAX / 2};
+  for (uint64_t at = shdrs_at; at + 8 <= shdrs_at + shdrs_len && at + 8 <= size;
+       at += 4) {
+    memcpy(copy, pristine, size);
+    uint64_t v = hostile[rng() % CP_ARRAY_SIZE(hostile)];
+    memcpy(copy + at, &v, sizeof v);
+    resolve_damaged(path, copy, size, addr);
+  }
+  /* Random damage to the headers, the section table and anywhere. */
+  for (int iter = 0; iter < 300; iter++) {
+    memcpy(copy, pristine, size);
+    int flips = 1 + (int)(rng() % 8);
+    for (int f = 0; f < flips; f++) {
+      uint64_t at;
+      switch (rng() % 3) {
+      case 0: /* ELF and program headers */
+        at = rng() % (sizeof eh + (uint64_t)eh.e_phnum * sizeof(ElfW(Phdr)));
+        break;
+      case 1:
+        at = shdrs_len ? shdrs_at + rng() % shdrs_len : 0;
+        break;
+      default:
+        at = rng() % size;
+      }
+      if (at < size)
+        copy[at] = (unsigned char)rng();
+    }
+    resolve_damaged(path, copy, size, addr);
+  }
+  free(copy);
+  free(pristine);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* A stripped copy with a .gnu_debuglink finds its symbols in the debug file. */
+static void test_debuglink(void) {
+  char dir[] = "/tmp/contprof_debuglink_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char cmd[16384], stripped[256], debug[256];
+  snprintf(stripped, sizeof stripped, "%s/stripped", dir);
+  snprintf(debug, sizeof debug, "%s/stripped.debug", dir);
+  snprintf(cmd, sizeof cmd,
+           "objcopy --only-keep-debug '%s' '%s' 2>/dev/null && "
+           "objcopy --strip-all --add-gnu-debuglink='%s' '%s' '%s' "
+           "2>/dev/null",
+           test_exe(), debug, debug, test_exe(), stripped);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "skip: objcopy failed or is missing\n");
+  } else {
+    cp_symbol s;
+    cp_symbols_lookup(PC(local_helper), &s);
+    char function[256], build_id[256];
+    CHECK_EQ_INT(cp_symbols_resolve_file(stripped, s.elf_address, function,
+                                         sizeof function, build_id,
+                                         sizeof build_id),
+                 0);
+    CHECK_EQ_STR(function, "local_helper");
+    unlink(debug); /* without it the static function is unknown */
+    CHECK_EQ_INT(cp_symbols_resolve_file(stripped, s.elf_address, function,
+                                         sizeof function, build_id,
+                                         sizeof build_id),
+                 -1);
+  }
+  unlink(stripped);
+  unlink(debug);
+  rmdir(dir);
+}
+
+static void test_reset_frees_everything(void) { cp_symbols_reset(); }
+
+TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
+          T(test_cxx_names_are_demangled), T(test_libc_function),
+          T(test_pc_in_no_mapping), T(test_build_id_matches_readelf),
+          T(test_vdso), T(test_dlopen_and_dlclose),
+          T(test_lookups_after_reset_and_in_forked_child),
+          T(test_concurrent_lookups), T(test_corrupt_elf_files),
+          T(test_debuglink), T(test_reset_frees_everything))

@@ -1,0 +1,6 @@
+# Aggregator tests (src/aggregator). One cp_unit_test per module; sources are
+# relative to tests/.
+cp_unit_test(test_symbols
+  ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/test_symbols.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/symbols_fixture.cpp)
+cp_unit_test(test_calltree ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/test_calltree.c)

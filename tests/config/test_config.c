@@ -1,0 +1,219 @@
+/* Config parsing: defaults, fallbacks between CONTPROF_*, DD_* and PYROSCOPE_*
+ * variables, option precedence, and one clear message plus a safe fallback for
+ * every bad value. */
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "test.h"
+
+typedef struct fake_env {
+  const char *pairs[32][2];
+} fake_env;
+
+static const char *fake_get(const char *name, void *ctx) {
+  fake_env *e = ctx;
+  for (int i = 0; i < 32 && e->pairs[i][0]; i++)
+    if (strcmp(e->pairs[i][0], name) == 0)
+      return e->pairs[i][1];
+  return NULL;
+}
+
+/* Loads cfg from env while capturing what went to stderr. */
+static int load(cp_config *cfg, const contprof_options *opts, fake_env *env,
+                char *err, size_t errlen) {
+  fflush(stderr);
+  int saved = dup(2);
+  char path[] = "/tmp/cp_config_XXXXXX";
+  int fd = mkstemp(path);
+  dup2(fd, 2);
+  int rc = cp_config_load(cfg, opts, fake_get, env);
+  dup2(saved, 2);
+  close(saved);
+  lseek(fd, 0, SEEK_SET);
+  ssize_t n = read(fd, err, errlen - 1);
+  err[n > 0 ? n : 0] = 0;
+  close(fd);
+  unlink(path);
+  return rc;
+}
+
+static int count_lines(const char *s) {
+  int n = 0;
+  for (; *s; s++)
+    n += *s == '\n';
+  return n;
+}
+
+static void test_defaults(void) {
+  fake_env env = {{{0}}};
+  cp_config cfg;
+  char err[4096];
+  CHECK_EQ_INT(load(&cfg, NULL, &env, err, sizeof err), 0);
+  CHECK_EQ_STR(err, "");
+  CHECK(cfg.enabled);
+  CHECK_EQ_STR(cfg.service, program_invocation_short_name);
+  CHECK_EQ_STR(cfg.env, "");
+  CHECK_EQ_STR(cfg.version, "");
+  CHECK_EQ_INT(cfg.ntags, 0);
+  CHECK_EQ_INT(cfg.profiles, CP_PROFILE_CPU);
+  CHECK_EQ_INT(cfg.cpu_hz, 100);
+  CHECK_EQ_INT(cfg.max_frames, 128);
+  CHECK_EQ_INT(cfg.upload_period_s, 60);
+  CHECK_EQ_STR(cfg.output_dir, "./profiles");
+  CHECK_EQ_INT(cfg.log_level, CP_LOG_WARN);
+  CHECK_EQ_INT(cfg.max_memory_bytes, 64u << 20);
+  cp_config_free(&cfg);
+}
+
+static void test_all_variables(void) {
+  fake_env env = {{{"CONTPROF_SERVICE", "checkout"},
+                   {"CONTPROF_ENV", "prod"},
+                   {"CONTPROF_VERSION", "1.2.3"},
+                   {"CONTPROF_TAGS", "team:payments,region:eu-west-1"},
+                   {"CONTPROF_PROFILES", "cpu, wall,heap"},
+                   {"CONTPROF_CPU_HZ", "250"},
+                   {"CONTPROF_MAX_FRAMES", "64"},
+                   {"CONTPROF_UPLOAD_PERIOD", "10"},
+                   {"CONTPROF_OUTPUT_DIR", "/var/tmp/p"},
+                   {"CONTPROF_LOG_LEVEL", "error"},
+                   {"CONTPROF_MAX_MEMORY_MB", "8"},
+                   {"CONTPROF_ENABLED", "true"}}};
+  cp_config cfg;
+  char err[4096];
+  CHECK_EQ_INT(load(&cfg, NULL, &env, err, sizeof err), 0);
+  CHECK_EQ_STR(err, "");
+  CHECK_EQ_STR(cfg.service, "checkout");
+  CHECK_EQ_STR(cfg.env, "prod");
+  CHECK_EQ_STR(cfg.version, "1.2.3");
+  CHECK_EQ_INT(cfg.ntags, 2);
+  if (cfg.ntags == 2) {
+    CHECK_EQ_STR(cfg.tags[0].key, "team");
+    CHECK_EQ_STR(cfg.tags[0].value, "payments");
+    CHECK_EQ_STR(cfg.tags[1].key, "region");
+    CHECK_EQ_STR(cfg.tags[1].value, "eu-west-1");
+  }
+  CHECK_EQ_INT(cfg.profiles, CP_PROFILE_CPU | CP_PROFILE_WALL | CP_PROFILE_HEAP);
+  CHECK_EQ_INT(cfg.cpu_hz, 250);
+  CHECK_EQ_INT(cfg.max_frames, 64);
+  CHECK_EQ_INT(cfg.upload_period_s, 10);
+  CHECK_EQ_STR(cfg.output_dir, "/var/tmp/p");
+  CHECK_EQ_INT(cfg.log_level, CP_LOG_ERROR);
+  CHECK_EQ_INT(cfg.max_memory_bytes, 8u << 20);
+  cp_config_free(&cfg);
+  cp_log_set_level(CP_LOG_WARN);
+}
+
+static void test_datadog_and_pyroscope_fallbacks(void) {
+  fake_env env = {{{"DD_SERVICE", "dd-svc"},
+                   {"PYROSCOPE_APPLICATION_NAME", "pyro-app"},
+                   {"DD_ENV", "staging"},
+                   {"DD_VERSION", "9"},
+                   {"DD_TAGS", "a:1 b:2"}}};
+  cp_config cfg;
+  char err[4096];
+  CHECK_EQ_INT(load(&cfg, NULL, &env, err, sizeof err), 0);
+  CHECK_EQ_STR(cfg.service, "dd-svc");
+  CHECK_EQ_STR(cfg.env, "staging");
+  CHECK_EQ_STR(cfg.version, "9");
+  CHECK_EQ_INT(cfg.ntags, 2);
+  cp_config_free(&cfg);
+
+  fake_env pyro = {{{"PYROSCOPE_APPLICATION_NAME", "pyro-app"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &pyro, err, sizeof err), 0);
+  CHECK_EQ_STR(cfg.service, "pyro-app");
+  cp_config_free(&cfg);
+
+  /* CONTPROF_* wins over DD_*. */
+  fake_env both = {{{"CONTPROF_SERVICE", "mine"}, {"DD_SERVICE", "theirs"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &both, err, sizeof err), 0);
+  CHECK_EQ_STR(cfg.service, "mine");
+  cp_config_free(&cfg);
+}
+
+/* Each bad value: exactly one line, naming variable, value and fallback. */
+static void check_bad(const char *var, const char *value, const char *fallback,
+                      size_t offset, int expected) {
+  fake_env env = {{{var, value}}};
+  cp_config cfg;
+  char err[4096];
+  CHECK_EQ_INT(load(&cfg, NULL, &env, err, sizeof err), 0);
+  CHECK_EQ_INT(count_lines(err), 1);
+  CHECK(strncmp(err, "contprof: ", 10) == 0);
+  CHECK(strstr(err, var) != NULL);
+  CHECK(strstr(err, value) != NULL);
+  if (fallback && !strstr(err, fallback))
+    fprintf(stderr, "message lacks fallback '%s': %s", fallback, err);
+  CHECK(!fallback || strstr(err, fallback) != NULL);
+  CHECK_EQ_INT(*(int *)((char *)&cfg + offset), expected);
+  cp_config_free(&cfg);
+}
+
+static void test_bad_values(void) {
+  check_bad("CONTPROF_CPU_HZ", "abc", "100", offsetof(cp_config, cpu_hz), 100);
+  check_bad("CONTPROF_CPU_HZ", "0", "100", offsetof(cp_config, cpu_hz), 100);
+  check_bad("CONTPROF_CPU_HZ", "1001", "100", offsetof(cp_config, cpu_hz), 100);
+  check_bad("CONTPROF_CPU_HZ", "50x", "100", offsetof(cp_config, cpu_hz), 100);
+  check_bad("CONTPROF_CPU_HZ", "99999999999999999999", "100",
+            offsetof(cp_config, cpu_hz), 100);
+  check_bad("CONTPROF_MAX_FRAMES", "-5", "128",
+            offsetof(cp_config, max_frames), 128);
+  check_bad("CONTPROF_UPLOAD_PERIOD", "1m", "60",
+            offsetof(cp_config, upload_period_s), 60);
+  check_bad("CONTPROF_ENABLED", "maybe", "true", offsetof(cp_config, enabled),
+            1);
+  check_bad("CONTPROF_PROFILES", "cpu,gpu", "using cpu",
+            offsetof(cp_config, profiles), CP_PROFILE_CPU);
+  check_bad("CONTPROF_PROFILES", "bogus", "cpu", offsetof(cp_config, profiles),
+            CP_PROFILE_CPU);
+  check_bad("CONTPROF_LOG_LEVEL", "loud", "warn",
+            offsetof(cp_config, log_level), CP_LOG_WARN);
+  cp_log_set_level(CP_LOG_WARN);
+
+  fake_env tags = {{{"CONTPROF_TAGS", "good:1,bad,:novalue,ok:2"}}};
+  cp_config cfg;
+  char err[4096];
+  CHECK_EQ_INT(load(&cfg, NULL, &tags, err, sizeof err), 0);
+  CHECK_EQ_INT(count_lines(err), 1);
+  CHECK(strstr(err, "CONTPROF_TAGS") != NULL);
+  CHECK_EQ_INT(cfg.ntags, 2);
+  cp_config_free(&cfg);
+}
+
+static void test_disabled(void) {
+  fake_env env = {{{"CONTPROF_ENABLED", "0"}}};
+  cp_config cfg;
+  char err[4096];
+  CHECK_EQ_INT(load(&cfg, NULL, &env, err, sizeof err), 0);
+  CHECK_EQ_INT(cfg.enabled, 0);
+  cp_config_free(&cfg);
+  fake_env dd = {{{"DD_PROFILING_ENABLED", "false"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &dd, err, sizeof err), 0);
+  CHECK_EQ_INT(cfg.enabled, 0);
+  cp_config_free(&cfg);
+}
+
+static void test_options_win(void) {
+  fake_env env = {{{"CONTPROF_SERVICE", "env-svc"}, {"CONTPROF_CPU_HZ", "50"}}};
+  contprof_options opts = {.service = "opt-svc", .cpu_hz = 200,
+                           .profiles = "cpu,lock"};
+  cp_config cfg;
+  char err[4096];
+  CHECK_EQ_INT(load(&cfg, &opts, &env, err, sizeof err), 0);
+  CHECK_EQ_STR(cfg.service, "opt-svc");
+  CHECK_EQ_INT(cfg.cpu_hz, 200);
+  CHECK_EQ_INT(cfg.profiles, CP_PROFILE_CPU | CP_PROFILE_LOCK);
+  cp_config_free(&cfg);
+
+  /* A bad explicit option is the programmer's error: it is refused. */
+  contprof_options bad = {.cpu_hz = 5000};
+  CHECK_EQ_INT(load(&cfg, &bad, &env, err, sizeof err), CONTPROF_ERR_INVALID);
+  contprof_options bad_profiles = {.profiles = "cpu,nope"};
+  CHECK_EQ_INT(load(&cfg, &bad_profiles, &env, err, sizeof err),
+               CONTPROF_ERR_INVALID);
+}
+
+TEST_MAIN(T(test_defaults), T(test_all_variables),
+          T(test_datadog_and_pyroscope_fallbacks), T(test_bad_values),
+          T(test_disabled), T(test_options_win))

@@ -1,0 +1,125 @@
+/* Helpers for integration tests: run a command (capturing stdout, getting its
+ * status and rusage), list and decode the profiles it wrote. */
+#ifndef CP_HARNESS_H
+#define CP_HARNESS_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exporter/pprof_read.h"
+
+typedef struct run_result {
+  int status;
+  struct rusage usage;
+  char out[65536];
+} run_result;
+
+/* Runs argv (argv[0] a path) with stdout captured; extra env "K=V" strings
+ * (NULL-terminated, may be NULL) are set in the child. */
+static inline int run_command(char *const argv[], const char *const *env,
+                       run_result *r) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0)
+    return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipefd[1], 1);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    for (; env && *env; env++)
+      putenv((char *)*env);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(pipefd[1]);
+  size_t used = 0;
+  ssize_t n;
+  while ((n = read(pipefd[0], r->out + used, sizeof r->out - 1 - used)) > 0)
+    used += (size_t)n;
+  r->out[used] = 0;
+  close(pipefd[0]);
+  return wait4(pid, &r->status, 0, &r->usage) == pid ? 0 : -1;
+}
+
+static inline double rusage_cpu_seconds(const struct rusage *u) {
+  return (double)u->ru_utime.tv_sec + (double)u->ru_utime.tv_usec / 1e6 +
+         (double)u->ru_stime.tv_sec + (double)u->ru_stime.tv_usec / 1e6;
+}
+
+/* A fresh directory under /tmp. */
+static char *make_temp_dir(const char *tag) {
+  static char path[4][128];
+  static int next;
+  char *p = path[next++ % 4];
+  snprintf(p, 128, "/tmp/contprof-%s-XXXXXX", tag);
+  return mkdtemp(p);
+}
+
+/* Decodes every *.pb.gz in dir into profiles[]; returns the count. */
+static inline size_t read_profiles(const char *dir, pprof_profile **profiles,
+                            size_t max, char names[][512]) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < max) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 6, ".pb.gz") != 0)
+      continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    char err[256];
+    if (pprof_read_file(path, &profiles[n], err, sizeof err) != 0) {
+      fprintf(stderr, "cannot read %s: %s\n", path, err);
+      continue;
+    }
+    if (names)
+      snprintf(names[n], 512, "%.500s", path);
+    n++;
+  }
+  closedir(d);
+  return n;
+}
+
+static inline void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' &&
+        (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0)))
+      continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* The flat value of function `name` in a top table, 0 if absent. */
+static inline int64_t top_flat(const pprof_top *top, const char *name) {
+  for (size_t i = 0; i < top->nentries; i++)
+    if (strcmp(top->entries[i].name, name) == 0)
+      return top->entries[i].flat;
+  return 0;
+}
+
+static inline int64_t top_cum(const pprof_top *top, const char *name) {
+  for (size_t i = 0; i < top->nentries; i++)
+    if (strcmp(top->entries[i].name, name) == 0)
+      return top->entries[i].cum;
+  return 0;
+}
+
+#endif

@@ -1,0 +1,170 @@
+/* An unmodified program under `contprof run`: measured CPU shares and total
+ * CPU time match the truth, the files are valid pprof for go tool pprof, exit
+ * statuses pass through, and short-lived threads neither break sampling nor
+ * leak timers. */
+#include <inttypes.h>
+#include <signal.h>
+
+#include "harness.h"
+#include "test.h"
+
+#define CONTPROF CP_BUILD_DIR "/contprof"
+#define WORKLOAD CP_BUILD_DIR "/tests/workload"
+
+static int64_t total_of(const pprof_profile *const *p, size_t n,
+                        const char *type) {
+  pprof_top top;
+  char err[256];
+  if (pprof_top_compute(p, n, type, &top, err, sizeof err) != 0)
+    return -1;
+  int64_t total = top.total;
+  pprof_top_free(&top);
+  return total;
+}
+
+static void check_shares_at(const char *hz, int threads, const char *seconds) {
+  char *dir = make_temp_dir("shares");
+  char *argv[] = {CONTPROF, "run",   "--hz",   (char *)hz,
+                  "--output", dir,   "--period", "3600",
+                  "--",     WORKLOAD, "shares", (char *)"2",
+                  (char *)seconds, NULL};
+  char nthreads[8];
+  snprintf(nthreads, sizeof nthreads, "%d", threads);
+  argv[11] = nthreads;
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  unsigned long long truth[3] = {0, 0, 0};
+  CHECK_EQ_INT(sscanf(r->out, "work_alpha=%llu work_beta=%llu work_gamma=%llu",
+                      &truth[0], &truth[1], &truth[2]),
+               3);
+  pprof_profile *profiles[16];
+  char names[16][512];
+  size_t n = read_profiles(dir, profiles, 16, names);
+  CHECK(n >= 1);
+  if (n == 0)
+    goto out;
+
+  pprof_top top;
+  char err[256];
+  CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)profiles, n,
+                                 "cpu-time", &top, err, sizeof err),
+               0);
+  const char *fn[3] = {"work_alpha", "work_beta", "work_gamma"};
+  double truth_sum = (double)(truth[0] + truth[1] + truth[2]);
+  double measured_sum = 0;
+  for (int i = 0; i < 3; i++)
+    measured_sum += (double)top_cum(&top, fn[i]);
+  printf("hz=%s threads=%d: %" PRId64 " ns sampled, rusage %.3f s\n", hz,
+         threads, top.total, rusage_cpu_seconds(&r->usage));
+  for (int i = 0; i < 3; i++) {
+    double want = 100.0 * (double)truth[i] / truth_sum;
+    double got = 100.0 * (double)top_cum(&top, fn[i]) / measured_sum;
+    printf("  %-10s truth %5.1f%%  profile %5.1f%%\n", fn[i], want, got);
+    CHECK_NEAR(got, want, 3.0);
+  }
+  /* Total CPU time within 5% of what the kernel accounted to the process. */
+  double cpu = rusage_cpu_seconds(&r->usage);
+  double sampled = (double)top.total / 1e9;
+  CHECK_NEAR(sampled / cpu, 1.0, 0.05);
+  CHECK_EQ_INT(top.total, total_of((const pprof_profile *const *)profiles, n,
+                                   "cpu-time"));
+  pprof_top_free(&top);
+
+  /* go tool pprof (an independent reader) accepts the file. */
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd,
+           "HOME=/tmp GOCACHE=/tmp/contprof-gocache go tool pprof -top %s "
+           "2>&1",
+           names[0]);
+  FILE *p = popen(cmd, "r");
+  char buf[8192];
+  size_t got = fread(buf, 1, sizeof buf - 1, p);
+  buf[got] = 0;
+  int rc = pclose(p);
+  CHECK_EQ_INT(rc, 0);
+  CHECK(strstr(buf, "work_alpha") != NULL);
+  if (rc != 0 || !strstr(buf, "work_alpha"))
+    fprintf(stderr, "go tool pprof said:\n%s\n", buf);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+out:
+  free(r);
+  remove_dir(dir);
+}
+
+static void test_shares_and_total_100hz(void) { check_shares_at("100", 2, "6"); }
+
+static void test_shares_and_total_1000hz(void) {
+  check_shares_at("1000", 4, "2");
+}
+
+static void test_exit_status_passes_through(void) {
+  char *dir = make_temp_dir("exit3");
+  char *argv[] = {CONTPROF, "run", "--output", dir, "--", WORKLOAD, "exit3",
+                  NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status));
+  CHECK_EQ_INT(WEXITSTATUS(r->status), 3);
+  /* The last profile is written at exit. */
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  free(r);
+  remove_dir(dir);
+}
+
+static void test_killed_by_signal(void) {
+  char *dir = make_temp_dir("sigterm");
+  char *argv[] = {CONTPROF, "run", "--output", dir, "--", WORKLOAD, "sigterm",
+                  NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFSIGNALED(r->status));
+  CHECK_EQ_INT(WTERMSIG(r->status), SIGTERM);
+  free(r);
+  remove_dir(dir);
+}
+
+static void test_two_hundred_short_threads(void) {
+  char *dir = make_temp_dir("threads");
+  char *argv[] = {CONTPROF, "run", "--hz", "1000", "--output", dir, "--",
+                  WORKLOAD, "threads200", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  int timers = -1;
+  sscanf(r->out, "timers=%d", &timers);
+  /* Only the main thread's timer is left once the 200 threads are gone. */
+  CHECK(timers >= 0 && timers <= 1);
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    /* 200 threads x 10 ms: 2 s of CPU in work_alpha. A CPU timer is only
+     * checked at kernel ticks (4 ms at HZ=250), so each thread loses the
+     * unticked tail of its life (half a tick on average, 20% of a 10 ms
+     * thread): most, not all, of it is seen. */
+    pprof_top top;
+    char err[256];
+    CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)profiles, 1,
+                                   "cpu-time", &top, err, sizeof err),
+                 0);
+    double cpu = rusage_cpu_seconds(&r->usage);
+    printf("threads200: sampled %.3f s of %.3f s\n",
+           (double)top.total / 1e9, cpu);
+    double alpha = (double)top_cum(&top, "work_alpha") / 1e9;
+    CHECK(alpha > 1.0 && alpha < 2.2);
+    pprof_top_free(&top);
+    pprof_profile_free(profiles[0]);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
+TEST_MAIN(T(test_shares_and_total_100hz), T(test_shares_and_total_1000hz),
+          T(test_exit_status_passes_through), T(test_killed_by_signal),
+          T(test_two_hundred_short_threads))

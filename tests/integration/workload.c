@@ -1,0 +1,129 @@
+/* Programs with known behaviour, run unmodified under `contprof run` by the
+ * integration tests:
+ *   shares THREADS SECONDS  threads split CPU time 50/30/20 across three
+ *                           functions; prints the true CPU ns of each
+ *   exit3                   works briefly, exits with status 3
+ *   sigterm                 works briefly, dies of SIGTERM
+ *   threads200              200 short-lived threads; prints the POSIX timers
+ *                           left once they are gone
+ */
+#include <dirent.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static volatile double sink;
+
+/* Burns ns of this thread's CPU time; returns what it really burnt. */
+static uint64_t burn(uint64_t ns) {
+  uint64_t start = thread_cpu_ns(), now;
+  double x = 1.0;
+  while ((now = thread_cpu_ns()) - start < ns)
+    for (int i = 0; i < 200; i++)
+      x = sin(x) + 1.0;
+  sink += x;
+  return now - start;
+}
+
+__attribute__((noinline)) uint64_t work_alpha(uint64_t ns) { return burn(ns); }
+__attribute__((noinline)) uint64_t work_beta(uint64_t ns) { return burn(ns); }
+__attribute__((noinline)) uint64_t work_gamma(uint64_t ns) { return burn(ns); }
+
+static _Atomic uint64_t truth[3];
+static uint64_t seconds_ns;
+
+/* A cycle of 0.37 ms units: alpha 5, beta 3, gamma 2 (50/30/20). The cycle
+ * (3.7 ms) is incommensurate with every sampling period the tests use, so
+ * samples fall on all its phases evenly instead of beating with it. */
+#define UNIT_NS 370000ull
+
+static void *shares_thread(void *arg) {
+  (void)arg;
+  uint64_t local[3] = {0, 0, 0}, start = thread_cpu_ns();
+  while (thread_cpu_ns() - start < seconds_ns) {
+    local[0] += work_alpha(5 * UNIT_NS);
+    local[1] += work_beta(3 * UNIT_NS);
+    local[2] += work_gamma(2 * UNIT_NS);
+  }
+  for (int i = 0; i < 3; i++)
+    atomic_fetch_add(&truth[i], local[i]);
+  return NULL;
+}
+
+static int shares(int threads, double seconds) {
+  seconds_ns = (uint64_t)(seconds * 1e9);
+  pthread_t t[64];
+  for (int i = 0; i < threads; i++)
+    pthread_create(&t[i], NULL, shares_thread, (void *)(uintptr_t)(i + 1));
+  for (int i = 0; i < threads; i++)
+    pthread_join(t[i], NULL);
+  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 " work_gamma=%" PRIu64
+         "\n",
+         atomic_load(&truth[0]), atomic_load(&truth[1]),
+         atomic_load(&truth[2]));
+  return 0;
+}
+
+static void *short_thread(void *arg) {
+  (void)arg;
+  work_alpha(10000000);
+  return NULL;
+}
+
+static int count_timers(void) {
+  FILE *f = fopen("/proc/self/timers", "r");
+  if (!f)
+    return -1;
+  int n = 0;
+  char line[256];
+  while (fgets(line, sizeof line, f))
+    n += strncmp(line, "ID:", 3) == 0;
+  fclose(f);
+  return n;
+}
+
+static int threads200(void) {
+  for (int batch = 0; batch < 10; batch++) {
+    pthread_t t[20];
+    for (int i = 0; i < 20; i++)
+      if (pthread_create(&t[i], NULL, short_thread, NULL) != 0)
+        return 1;
+    for (int i = 0; i < 20; i++)
+      pthread_join(t[i], NULL);
+  }
+  printf("timers=%d\n", count_timers());
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    return 2;
+  if (strcmp(argv[1], "shares") == 0 && argc == 4)
+    return shares(atoi(argv[2]), atof(argv[3]));
+  if (strcmp(argv[1], "exit3") == 0) {
+    work_alpha(300000000);
+    exit(3);
+  }
+  if (strcmp(argv[1], "sigterm") == 0) {
+    work_alpha(300000000);
+    raise(SIGTERM);
+    return 0;
+  }
+  if (strcmp(argv[1], "threads200") == 0)
+    return threads200();
+  return 2;
+}

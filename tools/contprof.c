@@ -1,0 +1,44 @@
+/* contprof: the command line. `contprof run` profiles an unmodified program,
+ * `contprof top` prints the hottest functions of profiles. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "contprof/profiler.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: contprof run [--hz N] [--output DIR] [--period S]\n"
+          "                    [--profiles LIST] [--service NAME] -- PROGRAM "
+          "ARGS...\n"
+          "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
+          "       contprof version\n"
+          "\n"
+          "run  runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
+          "its status.\n"
+          "top  prints flat and cumulative top functions of pprof files.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *verb = argv[1];
+  if (strcmp(verb, "run") == 0)
+    return cp_cmd_run(argc - 1, argv + 1);
+  if (strcmp(verb, "top") == 0)
+    return cp_cmd_top(argc - 1, argv + 1);
+  if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
+    printf("contprof %s\n", CONTPROF_VERSION_STRING);
+    return 0;
+  }
+  if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 ||
+      strcmp(verb, "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "contprof: unknown command '%s'\n", verb);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,311 @@
+/* `contprof top`: the flat/cumulative table of one or more pprof files,
+ * printed the way `go tool pprof -top` does (same columns, same units). */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "exporter/pprof_read.h"
+
+#define EXIT_INPUT 1
+#define EXIT_USAGE 2
+
+static void top_usage(FILE *out) {
+  fprintf(out,
+          "usage: contprof top FILE... [-n N] [--type TYPE]\n"
+          "       contprof top --list-types FILE...\n"
+          "Prints the functions with the most samples in the pprof FILEs\n"
+          "(merged), like `go tool pprof -top`.\n"
+          "  -n N          show only the first N functions (default: all)\n"
+          "  --type TYPE   sample type to show (default: the first file's\n"
+          "                default sample type, else its last one)\n"
+          "  --list-types  list the sample types of each file\n");
+}
+
+/* ---- units, as go tool pprof scales them --------------------------------- */
+
+typedef struct unit_def {
+  const char *name;    /* as printed */
+  const char *aliases; /* space-separated, lower case, singular */
+  double factor;       /* in the family's base unit */
+} unit_def;
+
+static const unit_def byte_units[] = {
+    {"B", "b byte", 1},
+    {"kB", "kb kbyte kilobyte", 1024.0},
+    {"MB", "mb mbyte megabyte", 1024.0 * 1024},
+    {"GB", "gb gbyte gigabyte", 1024.0 * 1024 * 1024},
+    {"TB", "tb tbyte terabyte", 1024.0 * 1024 * 1024 * 1024},
+    {"PB", "pb pbyte petabyte", 1024.0 * 1024 * 1024 * 1024 * 1024},
+};
+static const unit_def time_units[] = {
+    {"ns", "ns nanosecond", 1},
+    {"us", "us microsecond", 1e3},
+    {"ms", "ms millisecond", 1e6},
+    {"s", "s sec second", 1e9},
+    {"hrs", "hour hr", 3600e9},
+};
+
+typedef struct unit_family {
+  const unit_def *units;
+  size_t n;
+  const unit_def *fallback; /* for values below the smallest unit */
+} unit_family;
+
+static const unit_family families[] = {
+    {byte_units, sizeof byte_units / sizeof byte_units[0], &byte_units[0]},
+    {time_units, sizeof time_units / sizeof time_units[0], &time_units[3]},
+};
+
+static int has_alias(const char *aliases, const char *word) {
+  size_t n = strlen(word);
+  for (const char *a = aliases; *a;) {
+    size_t len = strcspn(a, " ");
+    if (len == n && strncmp(a, word, n) == 0)
+      return 1;
+    a += len;
+    a += *a == ' ';
+  }
+  return 0;
+}
+
+/* The unit named by a sample type's unit string ("nanoseconds", "bytes"),
+ * and its family; NULL for counts and unknown units (printed bare). */
+static const unit_def *sniff_unit(const char *unit, const unit_family **fam) {
+  char word[32];
+  size_t n = strlen(unit);
+  if (n == 0 || n >= sizeof word)
+    return NULL;
+  for (size_t i = 0; i <= n; i++)
+    word[i] = (char)(unit[i] >= 'A' && unit[i] <= 'Z' ? unit[i] + 32 : unit[i]);
+  if (n > 2 && word[n - 1] == 's')
+    word[n - 1] = '\0';
+  for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+    for (size_t i = 0; i < families[f].n; i++)
+      if (has_alias(families[f].units[i].aliases, word)) {
+        *fam = &families[f];
+        return &families[f].units[i];
+      }
+  return NULL;
+}
+
+/* The largest unit in which value (in from's unit) is at least 1. */
+static const unit_def *auto_unit(const unit_family *fam, const unit_def *from,
+                                 double value) {
+  double base = fabs(value) * from->factor;
+  const unit_def *best = NULL;
+  for (size_t i = 0; i < fam->n; i++)
+    if (base / fam->units[i].factor >= 1.0)
+      best = &fam->units[i];
+  return best ? best : fam->fallback;
+}
+
+typedef struct value_format {
+  const unit_def *from, *to; /* NULL: print the number bare */
+} value_format;
+
+/* go tool pprof's selectOutputUnit: the unit of the smallest shown value,
+ * moved up one when that would print the total with too many digits. */
+static value_format choose_format(const pprof_top *top, size_t shown) {
+  value_format vf = {NULL, NULL};
+  const unit_family *fam = NULL;
+  vf.from = sniff_unit(top->unit, &fam);
+  if (!vf.from)
+    return vf;
+  double min = 0, max = (double)top->total;
+  for (size_t i = 0; i < shown; i++) {
+    double v = fabs((double)top->entries[i].flat);
+    if (v == 0)
+      v = fabs((double)top->entries[i].cum);
+    if (v > 0 && (min == 0 || v < min))
+      min = v;
+  }
+  if (min == 0)
+    min = max;
+  const unit_def *min_unit = auto_unit(fam, vf.from, min);
+  const unit_def *max_unit = auto_unit(fam, vf.from, max);
+  vf.to = min_unit;
+  if (min_unit != max_unit && min * 100 < max)
+    vf.to = auto_unit(fam, vf.from, min * 100);
+  return vf;
+}
+
+/* Like go's measurement.ScaledLabel: two decimals, ".00" dropped. */
+static void format_value(char *buf, size_t len, int64_t value,
+                         const value_format *vf) {
+  if (!vf->to) {
+    snprintf(buf, len, "%" PRId64, value);
+    return;
+  }
+  double v = (double)value * vf->from->factor / vf->to->factor;
+  snprintf(buf, len, "%.2f", v);
+  size_t n = strlen(buf);
+  if (n > 3 && strcmp(buf + n - 3, ".00") == 0)
+    buf[n - 3] = '\0';
+  if (strcmp(buf, "0") == 0 || strcmp(buf, "-0") == 0)
+    return;
+  snprintf(buf + strlen(buf), len - strlen(buf), "%s", vf->to->name);
+}
+
+/* Like go's measurement.Percentage: always 6 characters wide. */
+static void format_percent(char *buf, size_t len, int64_t value,
+                           int64_t total) {
+  double ratio = total ? fabs((double)value / (double)total) * 100 : 0;
+  if (ratio >= 99.95 && ratio <= 100.05)
+    snprintf(buf, len, "  100%%");
+  else if (ratio >= 1.0)
+    snprintf(buf, len, "%5.2f%%", ratio);
+  else
+    snprintf(buf, len, "%5.2g%%", ratio);
+}
+
+/* ---- the command --------------------------------------------------------- */
+
+static void list_types(char **paths, pprof_profile **profiles, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const pprof_profile *p = profiles[i];
+    int def = pprof_default_sample_type_index(p);
+    printf("%s:\n", paths[i]);
+    for (size_t t = 0; t < p->n_sample_type; t++)
+      printf("  %s/%s%s\n", pprof_str(p, p->sample_type[t]->type),
+             pprof_str(p, p->sample_type[t]->unit),
+             (int)t == def ? "  (default)" : "");
+  }
+}
+
+static void print_top(const pprof_top *top, size_t shown) {
+  value_format vf = choose_format(top, shown);
+  char total[64], flat[64], cum[64], flat_pc[32], sum_pc[32], cum_pc[32];
+  format_value(total, sizeof total, top->total, &vf);
+  printf("Type: %s\n", top->type);
+  printf("Showing top %zu of %zu functions, total %s\n", shown, top->nentries,
+         total);
+  printf("%10s %5s%% %5s%% %10s %5s%%\n", "flat", "flat", "sum", "cum",
+         "cum");
+  int64_t sum = 0;
+  for (size_t i = 0; i < shown; i++) {
+    const pprof_top_entry *e = &top->entries[i];
+    if (__builtin_add_overflow(sum, e->flat, &sum))
+      sum = e->flat > 0 ? INT64_MAX : INT64_MIN;
+    format_value(flat, sizeof flat, e->flat, &vf);
+    format_value(cum, sizeof cum, e->cum, &vf);
+    format_percent(flat_pc, sizeof flat_pc, e->flat, top->total);
+    format_percent(sum_pc, sizeof sum_pc, sum, top->total);
+    format_percent(cum_pc, sizeof cum_pc, e->cum, top->total);
+    printf("%10s %s %s %10s %s  %s\n", flat, flat_pc, sum_pc, cum, cum_pc,
+           e->name);
+  }
+}
+
+/* Parses -n's argument: a positive integer. */
+static int parse_count(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || *end || v == 0 || *s == '-' || v > SIZE_MAX)
+    return -1;
+  *out = (size_t)v;
+  return 0;
+}
+
+int cp_cmd_top(int argc, char **argv) {
+  size_t limit = SIZE_MAX, npaths = 0;
+  const char *type = NULL;
+  int want_types = 0, status = 0;
+  char **paths = calloc(argc > 0 ? (size_t)argc : 1, sizeof *paths);
+  pprof_profile **profiles =
+      calloc(argc > 0 ? (size_t)argc : 1, sizeof *profiles);
+  if (!paths || !profiles) {
+    fprintf(stderr, "contprof: out of memory\n");
+    free(paths);
+    free(profiles);
+    return EXIT_INPUT;
+  }
+
+  int options_done = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (options_done || a[0] != '-' || strcmp(a, "-") == 0) {
+      paths[npaths++] = argv[i];
+    } else if (strcmp(a, "--") == 0) {
+      options_done = 1;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      top_usage(stdout);
+      goto out;
+    } else if (strcmp(a, "-n") == 0 || strncmp(a, "-n=", 3) == 0) {
+      const char *v = a[2] == '=' ? a + 3 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!v || parse_count(v, &limit) != 0) {
+        fprintf(stderr, "contprof: top: -n needs a positive integer\n");
+        status = EXIT_USAGE;
+        goto out;
+      }
+    } else if (strcmp(a, "--type") == 0 || strncmp(a, "--type=", 7) == 0) {
+      type = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!type || !*type) {
+        fprintf(stderr, "contprof: top: --type needs a sample type name\n");
+        status = EXIT_USAGE;
+        goto out;
+      }
+    } else if (strcmp(a, "--list-types") == 0) {
+      want_types = 1;
+    } else {
+      fprintf(stderr, "contprof: top: unknown option %s\n", a);
+      top_usage(stderr);
+      status = EXIT_USAGE;
+      goto out;
+    }
+  }
+  if (npaths == 0) {
+    top_usage(stderr);
+    status = EXIT_USAGE;
+    goto out;
+  }
+
+  for (size_t i = 0; i < npaths; i++) {
+    char err[256];
+    const char *path = strcmp(paths[i], "-") == 0 ? "/dev/stdin" : paths[i];
+    if (pprof_read_file(path, &profiles[i], err, sizeof err) != 0) {
+      fprintf(stderr, "contprof: %s: %s\n", paths[i], err);
+      status = EXIT_INPUT;
+    }
+  }
+  if (status)
+    goto out;
+
+  if (want_types) {
+    list_types(paths, profiles, npaths);
+    goto out;
+  }
+
+  pprof_top top;
+  char err[256];
+  if (pprof_top_compute((const pprof_profile *const *)profiles, npaths, type,
+                        &top, err, sizeof err) != 0) {
+    fprintf(stderr, "contprof: top: %s%s\n", err,
+            type ? " (see --list-types)" : "");
+    status = EXIT_INPUT;
+    goto out;
+  }
+  for (size_t i = 0; i < npaths; i++)
+    if (pprof_sample_type_index(profiles[i], top.type) < 0)
+      fprintf(stderr, "contprof: %s: no sample type %s, contributes nothing\n",
+              paths[i], top.type);
+  print_top(&top, limit < top.nentries ? limit : top.nentries);
+  pprof_top_free(&top);
+  if (fflush(stdout) != 0) {
+    fprintf(stderr, "contprof: top: cannot write the output: %s\n",
+            strerror(errno));
+    status = EXIT_INPUT;
+  }
+
+out:
+  for (size_t i = 0; i < npaths; i++)
+    pprof_profile_free(profiles[i]);
+  free(profiles);
+  free(paths);
+  return status;
+}
