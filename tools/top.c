@@ -43,10 +43,8 @@ static const unit_def byte_units[] = {
     {"PB", "pb pbyte petabyte", 1024.0 * 1024 * 1024 * 1024 * 1024},
 };
 static const unit_def time_units[] = {
-    {"ns", "ns nanosecond", 1},
-    {"us", "us microsecond", 1e3},
-    {"ms", "ms millisecond", 1e6},
-    {"s", "s sec second", 1e9},
+    {"ns", "ns nanosecond", 1},    {"us", "us microsecond", 1e3},
+    {"ms", "ms millisecond", 1e6}, {"s", "s sec second", 1e9},
     {"hrs", "hour hr", 3600e9},
 };
 
@@ -184,8 +182,7 @@ static void print_top(const pprof_top *top, size_t shown) {
   printf("Type: %s\n", top->type);
   printf("Showing top %zu of %zu functions, total %s\n", shown, top->nentries,
          total);
-  printf("%10s %5s%% %5s%% %10s %5s%%\n", "flat", "flat", "sum", "cum",
-         "cum");
+  printf("%10s %5s%% %5s%% %10s %5s%%\n", "flat", "flat", "sum", "cum", "cum");
   int64_t sum = 0;
   for (size_t i = 0; i < shown; i++) {
     const pprof_top_entry *e = &top->entries[i];

@@ -449,8 +449,7 @@ static uint64_t symbol_bound(const elf_reader *r, const elf_sym *s) {
 /* Adds the functions of one SHT_SYMTAB or SHT_DYNSYM section. */
 static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
                             sym_builder *b) {
-  if (symtab->sh_type == SHT_NOBITS ||
-      (symtab->sh_entsize != 0 && symtab->sh_entsize != sizeof(elf_sym)) ||
+  if ((symtab->sh_entsize != 0 && symtab->sh_entsize != sizeof(elf_sym)) ||
       symtab->sh_link == SHN_UNDEF || symtab->sh_link >= r->shnum)
     return;
   const elf_shdr *strsec = &r->shdrs[symtab->sh_link];
@@ -800,7 +799,8 @@ static void map_compute_delta(map_rec *m) {
   for (size_t i = 0; m->file && i < m->file->nloads; i++) {
     const load_segment *s = &m->file->loads[i];
     uint64_t first = s->offset & ~(page - 1);
-    if (off >= first && off - first < s->filesz + (s->offset - first) &&
+    if (s->filesz > 0 && off >= first &&
+        off - first < s->filesz + (s->offset - first) &&
         (!best || ((s->flags & PF_X) && !(best->flags & PF_X))))
       best = s;
   }
@@ -849,7 +849,7 @@ typedef struct maps_line {
 } maps_line;
 
 /* Parses "start-limit perms offset major:minor inode   path". Returns 1 for
- * an executable mapping of a file or of the vdso, else 0. */
+ * an executable mapping of a file or of the vdso (filling *out), else 0. */
 static int parse_maps_line(char *line, maps_line *out) {
   char perms[5];
   unsigned major, minor;
@@ -857,12 +857,15 @@ static int parse_maps_line(char *line, maps_line *out) {
   int path_at = 0;
   if (sscanf(line, "%llx-%llx %4s %llx %x:%x %llu %n", &start, &limit, perms,
              &offset, &major, &minor, &inode, &path_at) < 7 ||
-      path_at == 0 || perms[2] != 'x' || perms[0] != 'r' || limit <= start)
+      path_at == 0 || perms[2] != 'x' || limit <= start)
     return 0;
   char *path = line + path_at;
   path[strcspn(path, "\n")] = '\0';
-  if (path[0] != '/' && strcmp(path, "[vdso]") != 0)
-    return 0; /* anonymous (JIT) code, [vsyscall] */
+  /* Files are read from disk, so execute-only mappings of them count; the
+   * vdso is read from its mapping. Anonymous (JIT) code and [vsyscall] have
+   * no symbols to offer. */
+  if (path[0] != '/' && (strcmp(path, "[vdso]") != 0 || perms[0] != 'r'))
+    return 0;
   *out = (maps_line){start, limit, offset, makedev(major, minor), inode, NULL};
   out->path = strdup(path);
   return out->path != NULL;
@@ -915,8 +918,9 @@ static map_rec *map_create(maps_line *l) {
 static int read_maps_locked(void) {
   FILE *fp = fopen("/proc/self/maps", "re");
   if (!fp) {
-    if (!symbols.maps_warned++)
+    if (!symbols.maps_warned)
       cp_warn("symbols: cannot read /proc/self/maps: %s", strerror(errno));
+    symbols.maps_warned = 1;
     return -1;
   }
   maps_line *lines = NULL;
@@ -1140,6 +1144,8 @@ static void free_all_locked(void) {
   }
 }
 
+/* In the child of a fork, call it before other threads use the module: it
+ * tells a lock held by a thread lost in the fork by the lock's process. */
 void cp_symbols_reset(void) {
   if (pthread_mutex_trylock(&symbols_lock) != 0) {
     pid_t owner = __atomic_load_n(&symbols_lock_pid, __ATOMIC_RELAXED);

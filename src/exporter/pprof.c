@@ -170,8 +170,7 @@ static int index_map_reserve(index_map *m) {
   return 0;
 }
 
-typedef bool (*entry_eq)(const pprof_builder *b, size_t entry,
-                         const void *key);
+typedef bool (*entry_eq)(const pprof_builder *b, size_t entry, const void *key);
 
 /* Returns the slot holding the entry equal to key, or the empty slot where it
  * belongs. The map must have capacity (index_map_reserve). */
@@ -186,8 +185,7 @@ static size_t index_map_probe(const index_map *m, const pprof_builder *b,
   return j;
 }
 
-static void index_map_set(index_map *m, size_t slot, uint64_t h,
-                          size_t entry) {
+static void index_map_set(index_map *m, size_t slot, uint64_t h, size_t entry) {
   m->slots[slot] = entry + 1;
   m->hashes[slot] = h;
   m->count++;
@@ -294,8 +292,8 @@ void pprof_set_time(pprof_builder *b, int64_t time_nanos,
 
 void pprof_add_comment(pprof_builder *b, const char *comment) {
   int64_t c = pprof_string(b, comment);
-  if (c < 0 || grow((void **)&b->comments, &b->comments_cap,
-                    b->ncomments + 1, sizeof *b->comments) != 0)
+  if (c < 0 || grow((void **)&b->comments, &b->comments_cap, b->ncomments + 1,
+                    sizeof *b->comments) != 0)
     return; /* a lost comment is not worth failing the profile */
   b->comments[b->ncomments++] = c;
 }
@@ -324,8 +322,7 @@ uint64_t pprof_add_mapping(pprof_builder *b, uint64_t start, uint64_t limit,
   return ++b->nmappings;
 }
 
-static bool function_eq(const pprof_builder *b, size_t entry,
-                        const void *key) {
+static bool function_eq(const pprof_builder *b, size_t entry, const void *key) {
   const pp_function *f = &b->functions[entry], *k = key;
   return f->name == k->name && f->system_name == k->system_name &&
          f->filename == k->filename;
@@ -353,8 +350,7 @@ uint64_t pprof_add_function(pprof_builder *b, const char *name,
   return ++b->nfunctions;
 }
 
-static bool location_eq(const pprof_builder *b, size_t entry,
-                        const void *key) {
+static bool location_eq(const pprof_builder *b, size_t entry, const void *key) {
   const pp_location *l = &b->locations[entry], *k = key;
   return l->mapping_id == k->mapping_id && l->address == k->address &&
          l->function_id == k->function_id && l->line == k->line;

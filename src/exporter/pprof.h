@@ -26,8 +26,7 @@ int64_t pprof_string(pprof_builder *b, const char *s);
 
 /* Appends a sample type; returns its index or -1 (ENOMEM, or samples were
  * already added: they would lack a value for it). */
-int pprof_add_sample_type(pprof_builder *b, const char *type,
-                          const char *unit);
+int pprof_add_sample_type(pprof_builder *b, const char *type, const char *unit);
 void pprof_set_default_sample_type(pprof_builder *b, const char *type);
 void pprof_set_period(pprof_builder *b, const char *type, const char *unit,
                       int64_t period);

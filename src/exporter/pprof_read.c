@@ -154,7 +154,8 @@ int pprof_decode(const uint8_t *data, size_t len, size_t max_memory,
   *out = NULL;
   alloc_budget budget = {0, max_memory, false};
   ProtobufCAllocator allocator = {budget_alloc, budget_free, &budget};
-  pprof_profile *p = perftools__profiles__profile__unpack(&allocator, len, data);
+  pprof_profile *p =
+      perftools__profiles__profile__unpack(&allocator, len, data);
   if (!p && budget.exceeded)
     return fail(err, errlen, "decoding needs more than %zu bytes of memory",
                 max_memory);
@@ -481,13 +482,13 @@ const Perftools__Profiles__Mapping *pprof_find_mapping(const pprof_profile *p,
   FIND_BY_ID(p->mapping, p->n_mapping, id);
 }
 
-const Perftools__Profiles__Function *
-pprof_find_function(const pprof_profile *p, uint64_t id) {
+const Perftools__Profiles__Function *pprof_find_function(const pprof_profile *p,
+                                                         uint64_t id) {
   FIND_BY_ID(p->function, p->n_function, id);
 }
 
-const Perftools__Profiles__Location *
-pprof_find_location(const pprof_profile *p, uint64_t id) {
+const Perftools__Profiles__Location *pprof_find_location(const pprof_profile *p,
+                                                         uint64_t id) {
   FIND_BY_ID(p->location, p->n_location, id);
 }
 
@@ -523,7 +524,7 @@ typedef struct top_state {
   pprof_top *top;
   size_t entries_cap;
   size_t *slots;
-  size_t nslots; /* power of two */
+  size_t nslots;   /* power of two */
   uint64_t *stamp; /* per entry: the last sample that added to its cum */
 } top_state;
 
@@ -630,8 +631,8 @@ static int top_add_profile(top_state *st, const pprof_profile *p, int vi,
     nframes += p->location[i]->n_line ? p->location[i]->n_line : 1;
   size_t *first = malloc((p->n_location + 1) * sizeof *first);
   size_t *frames = malloc((nframes ? nframes : 1) * sizeof *frames);
-  size_t *func_entry = malloc((p->n_function ? p->n_function : 1) *
-                              sizeof *func_entry);
+  size_t *func_entry =
+      malloc((p->n_function ? p->n_function : 1) * sizeof *func_entry);
   id_pos *funcs = id_index_build(p->function, p->n_function, function_id);
   id_pos *locs = id_index_build(p->location, p->n_location, location_id);
   if (!first || !frames || !func_entry || !funcs || !locs)
@@ -730,8 +731,10 @@ int pprof_top_compute(const pprof_profile *const *profiles, size_t nprofiles,
       continue;
     const char *u = pprof_str(profiles[i], profiles[i]->sample_type[vi]->unit);
     if (unit && strcmp(unit, u) != 0)
-      return fail(err, errlen, "sample type %s is in %s in one profile, %s in "
-                  "another", type, unit, u);
+      return fail(err, errlen,
+                  "sample type %s is in %s in one profile, %s in "
+                  "another",
+                  type, unit, u);
     unit = u;
     out->profiles_with_type++;
   }

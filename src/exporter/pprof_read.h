@@ -1,8 +1,8 @@
 /* Reading pprof files back (for `contprof top` and the tests): gunzip with a
  * size bound, decode with protobuf-c, validate the references a reader relies
  * on, small lookups, and the flat/cumulative "top" table of go tool pprof.
- * Hostile input yields -1 and a message, never a crash. Not thread-safe per
- * profile; never used from signal handlers. */
+ * Hostile input yields -1 and a message, never a crash. A decoded profile is
+ * only read, so threads may share it. Never used from signal handlers. */
 #ifndef CP_PPROF_READ_H
 #define CP_PPROF_READ_H
 
@@ -29,8 +29,9 @@ int pprof_read_buffer(const uint8_t *data, size_t len, size_t max_bytes,
 /* Decodes an uncompressed profile and validates it, failing when protobuf-c
  * would need more than max_memory bytes (hostile inputs amplify: an empty
  * Sample is 2 bytes encoded, 80 decoded). pprof_read_buffer allows
- * PPROF_DECODE_MEMORY_FLOOR + PPROF_DECODE_MEMORY_RATIO * size; real profiles
- * measured 8 to 17 times their size, tiny ones up to 26. */
+ * PPROF_DECODE_MEMORY_FLOOR + PPROF_DECODE_MEMORY_RATIO * size: the profiles
+ * of the tests decode to 8 to 17 times their size (tiny ones to 26, which
+ * the floor covers). */
 #define PPROF_DECODE_MEMORY_FLOOR ((size_t)64 << 20)
 #define PPROF_DECODE_MEMORY_RATIO 32
 int pprof_decode(const uint8_t *data, size_t len, size_t max_memory,
@@ -62,10 +63,10 @@ int pprof_default_sample_type_index(const pprof_profile *p);
  * order (as written by pprof.c and Go), linear otherwise. */
 const Perftools__Profiles__Mapping *pprof_find_mapping(const pprof_profile *p,
                                                        uint64_t id);
-const Perftools__Profiles__Function *
-pprof_find_function(const pprof_profile *p, uint64_t id);
-const Perftools__Profiles__Location *
-pprof_find_location(const pprof_profile *p, uint64_t id);
+const Perftools__Profiles__Function *pprof_find_function(const pprof_profile *p,
+                                                         uint64_t id);
+const Perftools__Profiles__Location *pprof_find_location(const pprof_profile *p,
+                                                         uint64_t id);
 
 /* The function names of a location, innermost (leaf) inline frame first:
  * stores up to max of them in names ("" for a line without a function) and

@@ -258,6 +258,7 @@ static void test_lookups_after_reset_and_in_forked_child(void) {
   CHECK_EQ_INT(cp_symbols_lookup(PC(local_helper), &s), 0); /* lazy init */
   CHECK_EQ_STR(s.function, "local_helper");
 
+  fflush(NULL); /* the child must not repeat buffered output */
   pid_t child = fork();
   if (child == 0) {
     cp_symbols_reset();

@@ -82,8 +82,7 @@ typedef struct exp_mapping {
 
 static const exp_mapping mappings[] = {
     {0x400000, 0x500000, 0, "/usr/bin/app", "abc123", 1},
-    {0x7f0000000000, 0x7f0000100000, 0x1000, "/usr/lib/libc.so.6",
-     "deadbeef00", 1},
+    {0x7f0000000000, 0x7f0000100000, 0x1000, "/usr/lib/libc.so", "beef", 1},
     {0x7f0000200000, 0x7f0000202000, 0, "[vdso]", NULL, 0},
 };
 
@@ -100,7 +99,7 @@ static const exp_function functions[] = {
 };
 
 typedef struct exp_location {
-  int mapping;  /* index in mappings */
+  int mapping; /* index in mappings */
   uint64_t address;
   int function; /* index in functions, -1 for none */
   int64_t line;
@@ -108,43 +107,47 @@ typedef struct exp_location {
 
 enum { L_MAIN, L_WORK, L_MEMCPY, L_VDSO, L_HELPER, NLOC };
 static const exp_location locations[NLOC] = {
-    {0, 0x401000, 0, 12},       {0, 0x401100, 1, 25},
-    {1, 0x7f0000001234, 2, 0},  {2, 0x7f0000200100, -1, 0},
-    {0, 0x401200, 3, 31},
+    [L_MAIN] = {0, 0x401000, 0, 12},
+    [L_WORK] = {0, 0x401100, 1, 25},
+    [L_MEMCPY] = {1, 0x7f0000001234, 2, 0},
+    [L_VDSO] = {2, 0x7f0000200100, -1, 0},
+    [L_HELPER] = {0, 0x401200, 3, 31},
 };
 
 typedef struct exp_sample {
   int locs[4];
   size_t nlocs;
   int64_t values[2];
-  pprof_label labels[3];
+  const pprof_label *labels;
   size_t nlabels;
 } exp_sample;
 
-#define NUM(k, v) {k, NULL, v, NULL}
-#define NUMU(k, v, u) {k, NULL, v, u}
-#define STR(k, s) {k, s, 0, NULL}
+static const pprof_label main_thread[] = {{"thread id", NULL, 1, NULL},
+                                          {"thread name", "main", 0, NULL}};
+static const pprof_label main_thread_reordered[] = {
+    {"thread name", "main", 0, NULL}, {"thread id", NULL, 1, NULL}};
+static const pprof_label worker_thread[] = {{"thread id", NULL, 2, NULL},
+                                            {"thread name", "worker", 0, NULL}};
+static const pprof_label span_42[] = {
+    {"span id", NULL, 42, NULL},
+    {"end_timestamp_ns", NULL, 123, "nanoseconds"},
+    {"trace endpoint", "GET /", 0, NULL}};
+static const pprof_label span_43[] = {
+    {"span id", NULL, 43, NULL},
+    {"end_timestamp_ns", NULL, 123, "nanoseconds"},
+    {"trace endpoint", "GET /", 0, NULL}};
 
 /* Added in this order; the duplicates (same stack, same label set in another
  * order) must merge into the first. */
 static const exp_sample added[] = {
-    {{L_MEMCPY, L_WORK, L_MAIN}, 3, {1, 10000000},
-     {NUM("thread id", 1), STR("thread name", "main")}, 2},
-    {{L_MEMCPY, L_WORK, L_MAIN}, 3, {2, 20000000},
-     {STR("thread name", "main"), NUM("thread id", 1)}, 2},
-    {{L_MEMCPY, L_WORK, L_MAIN}, 3, {4, 40000000},
-     {NUM("thread id", 2), STR("thread name", "worker")}, 2},
-    {{L_VDSO, L_WORK, L_MAIN}, 3, {1, 5}, {{0}}, 0},
-    {{L_VDSO, L_WORK, L_MAIN}, 3, {1, 5}, {{0}}, 0},
-    {{L_HELPER, L_MAIN}, 2, {1, 1},
-     {NUM("span id", 42), NUMU("end_timestamp_ns", 123, "nanoseconds"),
-      STR("trace endpoint", "GET /")},
-     3},
-    {{L_HELPER, L_MAIN}, 2, {1, 1},
-     {NUM("span id", 43), NUMU("end_timestamp_ns", 123, "nanoseconds"),
-      STR("trace endpoint", "GET /")},
-     3},
-    {{0}, 0, {7, 70}, {{0}}, 0},
+    {{L_MEMCPY, L_WORK, L_MAIN}, 3, {1, 10000000}, main_thread, 2},
+    {{L_MEMCPY, L_WORK, L_MAIN}, 3, {2, 20000000}, main_thread_reordered, 2},
+    {{L_MEMCPY, L_WORK, L_MAIN}, 3, {4, 40000000}, worker_thread, 2},
+    {{L_VDSO, L_WORK, L_MAIN}, 3, {1, 5}, NULL, 0},
+    {{L_VDSO, L_WORK, L_MAIN}, 3, {1, 5}, NULL, 0},
+    {{L_HELPER, L_MAIN}, 2, {1, 1}, span_42, 3},
+    {{L_HELPER, L_MAIN}, 2, {1, 1}, span_43, 3},
+    {{0}, 0, {7, 70}, NULL, 0},
 };
 
 /* What must come out: index into added[] of the first of a merged group, and
@@ -179,8 +182,8 @@ static pprof_builder *build_reference(void) {
   }
   for (size_t i = 0; i < 4; i++) {
     const exp_function *f = &functions[i];
-    function_ids[i] = pprof_add_function(b, f->name, f->system_name, f->file,
-                                         f->start_line);
+    function_ids[i] =
+        pprof_add_function(b, f->name, f->system_name, f->file, f->start_line);
     CHECK_EQ_INT(function_ids[i], i + 1);
   }
   for (size_t i = 0; i < NLOC; i++) {
@@ -191,22 +194,22 @@ static pprof_builder *build_reference(void) {
     CHECK_EQ_INT(location_ids[i], i + 1);
   }
   /* Deduplication hands back the first ids. */
-  CHECK_EQ_INT(pprof_add_mapping(b, 0x400000, 0x500000, 0, "/usr/bin/app",
-                                 "abc123", 1),
-               mapping_ids[0]);
+  CHECK_EQ_INT(
+      pprof_add_mapping(b, 0x400000, 0x500000, 0, "/usr/bin/app", "abc123", 1),
+      mapping_ids[0]);
   CHECK_EQ_INT(pprof_add_function(b, "work", "_Z4workv", "work.cc", 20),
                function_ids[1]);
-  CHECK_EQ_INT(pprof_add_location(b, mapping_ids[1], 0x7f0000001234,
-                                  function_ids[2], 0),
-               location_ids[L_MEMCPY]);
+  CHECK_EQ_INT(
+      pprof_add_location(b, mapping_ids[1], 0x7f0000001234, function_ids[2], 0),
+      location_ids[L_MEMCPY]);
   for (size_t i = 0; i < CP_ARRAY_SIZE(added); i++) {
     const exp_sample *s = &added[i];
     uint64_t ids[4];
     for (size_t j = 0; j < s->nlocs; j++)
       ids[j] = location_ids[s->locs[j]];
-    CHECK_EQ_INT(pprof_add_sample(b, ids, s->nlocs, s->values, 2, s->labels,
-                                  s->nlabels),
-                 0);
+    CHECK_EQ_INT(
+        pprof_add_sample(b, ids, s->nlocs, s->values, 2, s->labels, s->nlabels),
+        0);
   }
   CHECK_EQ_INT(pprof_sample_count(b), CP_ARRAY_SIZE(merged));
   return b;
@@ -512,8 +515,8 @@ static void test_gzip_roundtrip(void) {
   uint8_t *two = malloc(2 * gz_len);
   memcpy(two, gz, gz_len);
   memcpy(two + gz_len, gz, gz_len);
-  CHECK_EQ_INT(pprof_gunzip(two, 2 * gz_len, 2 * sizeof data, &back,
-                            &back_len, err, sizeof err),
+  CHECK_EQ_INT(pprof_gunzip(two, 2 * gz_len, 2 * sizeof data, &back, &back_len,
+                            err, sizeof err),
                0);
   CHECK_EQ_INT(back_len, 2 * sizeof data);
   if (back_len == 2 * sizeof data)
@@ -873,8 +876,8 @@ static uint8_t *build_top_profile(size_t *len, int with_default) {
   pprof_add_sample_type(b, "cpu", "nanoseconds");
   if (with_default)
     pprof_set_default_sample_type(b, "samples");
-  uint64_t m = pprof_add_mapping(b, 0x1000, 0x2000, 0, "/usr/lib/libx.so",
-                                 "", 0);
+  uint64_t m =
+      pprof_add_mapping(b, 0x1000, 0x2000, 0, "/usr/lib/libx.so", "", 0);
   uint64_t fmain = pprof_add_function(b, "main", "", "", 0);
   uint64_t fa = pprof_add_function(b, "a", "", "", 0);
   uint64_t fleaf = pprof_add_function(b, "leaf", "", "", 0);
@@ -892,8 +895,10 @@ static uint8_t *build_top_profile(size_t *len, int with_default) {
     size_t n;
     int64_t v;
   } s[] = {
-      {{lleaf, la, lmain}, 3, 10}, {{lrec1, lrec2, lrec1, lmain}, 4, 5},
-      {{lb, lrec1, la, lmain}, 4, 3}, {{lx, lmain}, 2, 1},
+      {{lleaf, la, lmain}, 3, 10},
+      {{lrec1, lrec2, lrec1, lmain}, 4, 5},
+      {{lb, lrec1, la, lmain}, 4, 3},
+      {{lx, lmain}, 2, 1},
       {{la, lmain}, 2, 0},
   };
   for (size_t i = 0; i < CP_ARRAY_SIZE(s); i++) {

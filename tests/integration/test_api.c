@@ -1,0 +1,221 @@
+/* The public API in explicit-link mode: lifecycle calls are defined in every
+ * order and from several threads, labels land on exactly the samples taken
+ * while they are set, flush writes a profile, and an unwritable directory
+ * costs one message while the program runs on. */
+#include <pthread.h>
+#include <time.h>
+
+#include "contprof/profiler.h"
+#include "harness.h"
+#include "test.h"
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static volatile double sink;
+static void burn(uint64_t ns) {
+  uint64_t end = thread_cpu_ns() + ns;
+  double x = 1;
+  while (thread_cpu_ns() < end)
+    for (int i = 0; i < 300; i++)
+      x = x * 1.0000001 + 0.5;
+  sink += x;
+}
+
+/* The empty asm after each call keeps it from becoming a tail call, which
+ * would take the function's frame off the stack. */
+#define KEEP_FRAME() __asm__ volatile("" ::: "memory")
+__attribute__((noinline)) void labeled_work(void) {
+  burn(7000000);
+  KEEP_FRAME();
+}
+__attribute__((noinline)) void nested_work(void) {
+  burn(5000000);
+  KEEP_FRAME();
+}
+__attribute__((noinline)) void unlabeled_work(void) {
+  burn(7000000);
+  KEEP_FRAME();
+}
+
+static void test_lifecycle_errors(void) {
+  CHECK_EQ_INT(contprof_stop(), CONTPROF_ERR_NOT_STARTED);
+  CHECK_EQ_INT(contprof_flush(), CONTPROF_ERR_NOT_STARTED);
+  CHECK_EQ_INT(contprof_is_running(), 0);
+  char *dir = make_temp_dir("api");
+  contprof_options o = {.output_dir = dir, .upload_period_s = 3600};
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  CHECK_EQ_INT(contprof_start(&o), CONTPROF_ERR_ALREADY_STARTED);
+  CHECK_EQ_INT(contprof_is_running(), 1);
+  CHECK_EQ_INT(contprof_stop(), 0);
+  CHECK_EQ_INT(contprof_stop(), CONTPROF_ERR_NOT_STARTED);
+  contprof_options bad = {.output_dir = dir, .cpu_hz = 100000};
+  CHECK_EQ_INT(contprof_start(&bad), CONTPROF_ERR_INVALID);
+  CHECK_EQ_INT(contprof_is_running(), 0);
+  for (int s = 0; s >= -9; s--)
+    CHECK(contprof_strerror(s) != NULL && *contprof_strerror(s));
+  remove_dir(dir);
+}
+
+static void *start_stop_loop(void *arg) {
+  contprof_options *o = arg;
+  for (int i = 0; i < 20; i++) {
+    int rc = contprof_start(o);
+    CHECK(rc == 0 || rc == CONTPROF_ERR_ALREADY_STARTED);
+    burn(200000);
+    rc = contprof_flush();
+    CHECK(rc == 0 || rc == CONTPROF_ERR_NOT_STARTED);
+    rc = contprof_stop();
+    CHECK(rc == 0 || rc == CONTPROF_ERR_NOT_STARTED);
+  }
+  return NULL;
+}
+
+static void test_concurrent_lifecycle(void) {
+  char *dir = make_temp_dir("race");
+  contprof_options o = {.output_dir = dir, .upload_period_s = 3600,
+                        .log_level = "error"};
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++)
+    pthread_create(&t[i], NULL, start_stop_loop, &o);
+  for (int i = 0; i < 4; i++)
+    pthread_join(t[i], NULL);
+  CHECK_EQ_INT(contprof_is_running(), 0);
+  remove_dir(dir);
+}
+
+static int has_label(const pprof_profile *p, const Perftools__Profiles__Sample *s,
+                     const char *key, const char *value) {
+  const Perftools__Profiles__Label *l = pprof_sample_label(p, s, key);
+  const char *str = l ? pprof_label_str(p, l) : NULL;
+  return str && strcmp(str, value) == 0;
+}
+
+/* Whether function name appears on the sample's stack. */
+static int on_stack(const pprof_profile *p, const Perftools__Profiles__Sample *s,
+                    const char *name) {
+  for (size_t i = 0; i < s->n_location_id; i++) {
+    const char *names[8];
+    const Perftools__Profiles__Location *loc =
+        pprof_find_location(p, s->location_id[i]);
+    size_t n = loc ? pprof_location_functions(p, loc, names, 8) : 0;
+    for (size_t k = 0; k < n && k < 8; k++)
+      if (strcmp(names[k], name) == 0)
+        return 1;
+  }
+  return 0;
+}
+
+static void *worker_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 60; i++) {
+    contprof_label_scope outer;
+    CHECK_EQ_INT(contprof_label_push("endpoint", "/checkout", &outer), 0);
+    labeled_work();
+    {
+      CONTPROF_LABEL_SCOPE("customer", "acme");
+      nested_work();
+    }
+    labeled_work();
+    contprof_label_pop(&outer);
+    unlabeled_work();
+  }
+  return NULL;
+}
+
+static void test_labels_on_the_right_samples(void) {
+  char *dir = make_temp_dir("labels");
+  contprof_options o = {.output_dir = dir, .upload_period_s = 3600,
+                        .cpu_hz = 250};
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, worker_thread, NULL);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  CHECK_EQ_INT(contprof_flush(), 0);
+  CHECK_EQ_INT(contprof_stop(), 0);
+
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK(n >= 1);
+  int64_t labeled = 0, nested = 0, unlabeled = 0, wrong = 0;
+  for (size_t f = 0; f < n; f++) {
+    pprof_profile *p = profiles[f];
+    int count = pprof_sample_type_index(p, "cpu-samples");
+    CHECK(count >= 0);
+    for (size_t i = 0; count >= 0 && i < p->n_sample; i++) {
+      const Perftools__Profiles__Sample *s = p->sample[i];
+      int64_t v = s->value[count];
+      int ep = has_label(p, s, "endpoint", "/checkout");
+      int cust = has_label(p, s, "customer", "acme");
+      if (on_stack(p, s, "nested_work")) {
+        nested += v;
+        wrong += !(ep && cust) ? v : 0;
+      } else if (on_stack(p, s, "labeled_work")) {
+        labeled += v;
+        wrong += !ep || cust ? v : 0;
+      } else if (on_stack(p, s, "unlabeled_work")) {
+        unlabeled += v;
+        wrong += ep || cust ? v : 0;
+      }
+      if (on_stack(p, s, "worker_thread"))
+        CHECK(pprof_sample_label(p, s, "thread id") != NULL);
+    }
+    pprof_profile_free(p);
+  }
+  printf("labeled %lld nested %lld unlabeled %lld wrong %lld\n",
+         (long long)labeled, (long long)nested, (long long)unlabeled,
+         (long long)wrong);
+    /* 2 threads x 60 x (14 + 5 + 7 ms) at 250 Hz: about 390 + 150 + 210. */
+  CHECK(labeled > 200 && nested > 75 && unlabeled > 100);
+  CHECK_EQ_INT(wrong, 0);
+  remove_dir(dir);
+}
+
+static void test_unwritable_directory(void) {
+  /* A regular file where the directory should be: writes must fail. */
+  char path[] = "/tmp/contprof-notadir-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/profiles", path);
+  fflush(stderr);
+  int saved = dup(2);
+  char log[] = "/tmp/contprof-log-XXXXXX";
+  int logfd = mkstemp(log);
+  dup2(logfd, 2);
+  contprof_options o = {.output_dir = dir, .upload_period_s = 3600};
+  int rc = contprof_start(&o);
+  burn(20000000);
+  int f1 = contprof_flush();
+  burn(20000000);
+  int f2 = contprof_flush();
+  int st = contprof_stop();
+  dup2(saved, 2);
+  close(saved);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_EQ_INT(f1, 0);
+  CHECK_EQ_INT(f2, 0);
+  CHECK_EQ_INT(st, 0);
+  char buf[4096];
+  lseek(logfd, 0, SEEK_SET);
+  ssize_t len = read(logfd, buf, sizeof buf - 1);
+  buf[len > 0 ? len : 0] = 0;
+  close(logfd);
+  unlink(log);
+  unlink(path);
+  int lines = 0;
+  for (char *c = buf; *c; c++)
+    lines += *c == '\n';
+  /* Three failed periods, one message. */
+  CHECK_EQ_INT(lines, 1);
+  CHECK(strncmp(buf, "contprof: ", 10) == 0);
+  CHECK(strstr(buf, dir) != NULL || strstr(buf, path) != NULL);
+}
+
+TEST_MAIN(T(test_lifecycle_errors), T(test_concurrent_lifecycle),
+          T(test_labels_on_the_right_samples), T(test_unwritable_directory))
