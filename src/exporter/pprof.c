@@ -90,24 +90,23 @@ struct pprof_builder {
 
 /* ---- helpers ------------------------------------------------------------- */
 
-/* Makes room for need elements of size elem in *p. Returns 0 or -1. */
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+/* Returns the array p with room for need elements of size elem (moved if it
+ * had to grow; *cap updated), or NULL on ENOMEM with p untouched. */
+static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap)
-    return 0;
+    return p;
   size_t ncap = *cap ? *cap : 16;
   while (ncap < need) {
     if (ncap > SIZE_MAX / 2)
-      return -1;
+      return NULL;
     ncap *= 2;
   }
   if (ncap > SIZE_MAX / elem)
-    return -1;
-  void *np = realloc(*p, ncap * elem);
-  if (!np)
-    return -1;
-  *p = np;
-  *cap = ncap;
-  return 0;
+    return NULL;
+  void *np = realloc(p, ncap * elem);
+  if (np)
+    *cap = ncap;
+  return np;
 }
 
 static uint64_t hash_bytes(uint64_t h, const void *data, size_t len) {
@@ -245,9 +244,11 @@ int64_t pprof_string(pprof_builder *b, const char *s) {
   size_t slot = index_map_probe(&b->string_index, b, h, string_eq, s);
   if (b->string_index.slots[slot])
     return (int64_t)(b->string_index.slots[slot] - 1);
-  if (grow((void **)&b->strings, &b->strings_cap, b->nstrings + 1,
-           sizeof *b->strings) != 0)
+  char **strings =
+      grow(b->strings, &b->strings_cap, b->nstrings + 1, sizeof *strings);
+  if (!strings)
     return -1;
+  b->strings = strings;
   char *copy = malloc(len + 1);
   if (!copy)
     return -1;
@@ -265,9 +266,11 @@ int pprof_add_sample_type(pprof_builder *b, const char *type,
   int64_t t = pprof_string(b, type), u = pprof_string(b, unit);
   if (t < 0 || u < 0)
     return -1;
-  if (grow((void **)&b->sample_types, &b->sample_types_cap,
-           b->nsample_types + 1, sizeof *b->sample_types) != 0)
+  pp_value_type *types = grow(b->sample_types, &b->sample_types_cap,
+                              b->nsample_types + 1, sizeof *types);
+  if (!types)
     return -1;
+  b->sample_types = types;
   b->sample_types[b->nsample_types] = (pp_value_type){t, u};
   return (int)b->nsample_types++;
 }
@@ -292,9 +295,13 @@ void pprof_set_time(pprof_builder *b, int64_t time_nanos,
 
 void pprof_add_comment(pprof_builder *b, const char *comment) {
   int64_t c = pprof_string(b, comment);
-  if (c < 0 || grow((void **)&b->comments, &b->comments_cap, b->ncomments + 1,
-                    sizeof *b->comments) != 0)
+  if (c < 0)
     return; /* a lost comment is not worth failing the profile */
+  int64_t *comments =
+      grow(b->comments, &b->comments_cap, b->ncomments + 1, sizeof *comments);
+  if (!comments)
+    return;
+  b->comments = comments;
   b->comments[b->ncomments++] = c;
 }
 
@@ -314,9 +321,11 @@ uint64_t pprof_add_mapping(pprof_builder *b, uint64_t start, uint64_t limit,
   size_t slot = index_map_probe(&b->mapping_index, b, h, mapping_eq, &m);
   if (b->mapping_index.slots[slot])
     return b->mapping_index.slots[slot];
-  if (grow((void **)&b->mappings, &b->mappings_cap, b->nmappings + 1,
-           sizeof *b->mappings) != 0)
+  pp_mapping *mappings =
+      grow(b->mappings, &b->mappings_cap, b->nmappings + 1, sizeof *mappings);
+  if (!mappings)
     return 0;
+  b->mappings = mappings;
   b->mappings[b->nmappings] = m;
   index_map_set(&b->mapping_index, slot, h, b->nmappings);
   return ++b->nmappings;
@@ -342,9 +351,11 @@ uint64_t pprof_add_function(pprof_builder *b, const char *name,
   size_t slot = index_map_probe(&b->function_index, b, h, function_eq, &fn);
   if (b->function_index.slots[slot])
     return b->function_index.slots[slot];
-  if (grow((void **)&b->functions, &b->functions_cap, b->nfunctions + 1,
-           sizeof *b->functions) != 0)
+  pp_function *functions = grow(b->functions, &b->functions_cap,
+                                b->nfunctions + 1, sizeof *functions);
+  if (!functions)
     return 0;
+  b->functions = functions;
   b->functions[b->nfunctions] = fn;
   index_map_set(&b->function_index, slot, h, b->nfunctions);
   return ++b->nfunctions;
@@ -370,9 +381,11 @@ uint64_t pprof_add_location(pprof_builder *b, uint64_t mapping_id,
   size_t slot = index_map_probe(&b->location_index, b, h, location_eq, &loc);
   if (b->location_index.slots[slot])
     return b->location_index.slots[slot];
-  if (grow((void **)&b->locations, &b->locations_cap, b->nlocations + 1,
-           sizeof *b->locations) != 0)
+  pp_location *locations = grow(b->locations, &b->locations_cap,
+                                b->nlocations + 1, sizeof *locations);
+  if (!locations)
     return 0;
+  b->locations = locations;
   b->locations[b->nlocations] = loc;
   index_map_set(&b->location_index, slot, h, b->nlocations);
   return ++b->nlocations;
@@ -466,9 +479,11 @@ int pprof_add_sample(pprof_builder *b, const uint64_t *location_ids,
     free(s.values);
     return 0;
   }
-  if (grow((void **)&b->samples, &b->samples_cap, b->nsamples + 1,
-           sizeof *b->samples) != 0)
+  pp_sample *samples =
+      grow(b->samples, &b->samples_cap, b->nsamples + 1, sizeof *samples);
+  if (!samples)
     goto fail;
+  b->samples = samples;
   b->samples[b->nsamples] = s;
   index_map_set(&b->sample_index, slot, h, b->nsamples);
   b->nsamples++;

@@ -1083,6 +1083,13 @@ static void test_go_tool_pprof(void) {
   CHECK(out && strstr(out, "Samples:") && strstr(out, "work") &&
         strstr(out, "thread name") && strstr(out, "cpu-time/nanoseconds"));
   free(out);
+  snprintf(cmd, sizeof cmd, "go tool pprof -top '%s'", path);
+  out = run(cmd, &status);
+  CHECK_EQ_INT(status, 0);
+  if (status != 0)
+    show_stderr();
+  CHECK(out && strstr(out, "Type: cpu-time") && strstr(out, "memcpy"));
+  free(out);
 
   /* go tool pprof -top and our top must agree, value for value. */
   size_t len;

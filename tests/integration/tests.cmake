@@ -17,3 +17,6 @@ target_include_directories(test_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
   ${CMAKE_SOURCE_DIR}/src ${PROTO_OUT})
 target_compile_definitions(test_api PRIVATE _GNU_SOURCE)
 add_test(NAME test_api COMMAND test_api)
+
+add_test(NAME test_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_install.sh
+  ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
