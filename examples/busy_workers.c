@@ -26,9 +26,7 @@ static double burn(double seconds) {
 }
 
 __attribute__((noinline)) double parse_request(void) { return burn(0.006); }
-__attribute__((noinline)) double compress_response(void) {
-  return burn(0.003);
-}
+__attribute__((noinline)) double compress_response(void) { return burn(0.003); }
 __attribute__((noinline)) double write_log(void) { return burn(0.001); }
 
 static void *worker(void *arg) {

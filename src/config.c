@@ -12,7 +12,6 @@
 #include <string.h>
 #include <strings.h>
 
-
 typedef struct source {
   cp_getenv_fn get;
   void *ctx;
@@ -54,8 +53,8 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 /* An integer option: explicit option value if nonzero, else the variable. */
-static int int_setting(const source *src, const char *name, int option,
-                       long lo, long hi, long def, int *out) {
+static int int_setting(const source *src, const char *name, int option, long lo,
+                       long hi, long def, int *out) {
   if (option != 0) {
     if (option < lo || option > hi) {
       cp_error("option for %s=%d is out of range %ld..%ld", name, option, lo,
@@ -68,8 +67,8 @@ static int int_setting(const source *src, const char *name, int option,
   const char *v = env_get(src, name);
   long parsed;
   if (v && parse_int(v, lo, hi, &parsed) != 0) {
-    cp_warn("%s='%s' is not an integer in %ld..%ld; using %ld", name, v, lo,
-            hi, def);
+    cp_warn("%s='%s' is not an integer in %ld..%ld; using %ld", name, v, lo, hi,
+            def);
     v = NULL;
   }
   *out = (int)(v ? parsed : def);
@@ -187,8 +186,8 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
 
   /* Logging first, so that the other messages obey it. */
   cfg->log_level = CP_LOG_WARN;
-  const char *lvl = opts->log_level ? opts->log_level
-                                    : env_get(&src, "CONTPROF_LOG_LEVEL");
+  const char *lvl =
+      opts->log_level ? opts->log_level : env_get(&src, "CONTPROF_LOG_LEVEL");
   if (lvl) {
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     int found = -1;
@@ -220,16 +219,17 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
 
   static const char *const service_vars[] = {
       "CONTPROF_SERVICE", "DD_SERVICE", "PYROSCOPE_APPLICATION_NAME", NULL};
-  const char *service = opts->service ? opts->service
-                                      : env_first(&src, service_vars, NULL);
+  const char *service =
+      opts->service ? opts->service : env_first(&src, service_vars, NULL);
   if (!service)
     service = program_invocation_short_name;
   static const char *const env_vars[] = {"CONTPROF_ENV", "DD_ENV", NULL};
   static const char *const version_vars[] = {"CONTPROF_VERSION", "DD_VERSION",
                                              NULL};
   if ((rc = set_string(&cfg->service, service)) ||
-      (rc = set_string(&cfg->env, opts->env ? opts->env
-                                            : env_first(&src, env_vars, NULL))) ||
+      (rc = set_string(&cfg->env, opts->env
+                                      ? opts->env
+                                      : env_first(&src, env_vars, NULL))) ||
       (rc = set_string(&cfg->version,
                        opts->version ? opts->version
                                      : env_first(&src, version_vars, NULL))))
@@ -237,7 +237,8 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
 
   static const char *const tag_vars[] = {"CONTPROF_TAGS", "DD_TAGS", NULL};
   which = "tags option";
-  const char *tags = opts->tags ? opts->tags : env_first(&src, tag_vars, &which);
+  const char *tags =
+      opts->tags ? opts->tags : env_first(&src, tag_vars, &which);
   if (tags && (rc = parse_tags(cfg, which, tags)))
     goto fail;
 
@@ -275,8 +276,8 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
     goto fail;
   cfg->max_memory_bytes = (size_t)memory_mb << 20;
 
-  const char *dir =
-      opts->output_dir ? opts->output_dir : env_get(&src, "CONTPROF_OUTPUT_DIR");
+  const char *dir = opts->output_dir ? opts->output_dir
+                                     : env_get(&src, "CONTPROF_OUTPUT_DIR");
   if ((rc = set_string(&cfg->output_dir, dir ? dir : "./profiles")))
     goto fail;
   return 0;

@@ -165,3 +165,12 @@ void contprof_label_pop(contprof_label_scope *scope) {
 }
 
 void contprof_labels_clear(void) { current_set = 0; }
+
+/* A thread that held the lock at fork is gone in the child: hold it across
+ * fork so the child's copy is always free. It guards only short, non-nesting
+ * critical sections, so taking it before fork cannot deadlock. */
+static void fork_prepare(void) { pthread_mutex_lock(&intern_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&intern_lock); }
+__attribute__((constructor)) static void register_fork_handlers(void) {
+  pthread_atfork(fork_prepare, fork_release, fork_release);
+}

@@ -61,6 +61,27 @@ static void stop_at_exit(void) {
 
 static void tick(void) { cp_threads_rescan(); }
 
+/* The child of fork has only the forking thread: the profiler's threads and
+ * timers are gone. It forgets the parent's state (without taking locks that a
+ * lost thread may hold) and is not profiled; the parent's profile is not
+ * affected. */
+static void after_fork_child(void) {
+  pthread_mutex_init(&prof.lock, NULL);
+  cp_gettid_reset();
+  if (!atomic_load(&prof.running))
+    return;
+  atomic_store(&prof.running, 0);
+  for (size_t i = 0; i < prof.nactive; i++)
+    if (prof.active[i]->after_fork_child)
+      prof.active[i]->after_fork_child();
+  prof.nactive = 0;
+  cp_threads_after_fork_child();
+  cp_uploader_after_fork_child();
+  cp_agg_after_fork_child();
+  cp_symbols_reset();
+  cp_config_free(&prof.cfg);
+}
+
 /* Stops what start_locked started, in reverse order. */
 static void teardown_locked(void) {
   for (size_t i = prof.nactive; i-- > 0;)
@@ -145,6 +166,7 @@ int contprof_start(const contprof_options *opts) {
     atomic_store(&prof.running, 1);
     if (!prof.atexit_registered) {
       atexit(stop_at_exit);
+      pthread_atfork(NULL, NULL, after_fork_child);
       prof.atexit_registered = 1;
     }
   }
@@ -207,8 +229,8 @@ int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
   if (!atomic_load(&prof.running))
     return CONTPROF_ERR_NOT_STARTED;
   cp_sample_key key = {
-      .labels = labels == CONTPROF_LABELS_OF_CALLER ? cp_labels_current()
-                                                    : labels,
+      .labels =
+          labels == CONTPROF_LABELS_OF_CALLER ? cp_labels_current() : labels,
       .tid = tid ? tid : cp_gettid(),
   };
   return cp_agg_record(frames, nframes, &key, kind, count, quantity);

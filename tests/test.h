@@ -11,43 +11,43 @@
 
 static int test_failures;
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      test_failures++;                                                        \
-    }                                                                         \
+      test_failures++;                                                         \
+    }                                                                          \
   } while (0)
 
-#define CHECK_EQ_INT(a, b)                                                    \
-  do {                                                                        \
-    long long a_ = (long long)(a), b_ = (long long)(b);                       \
-    if (a_ != b_) {                                                           \
-      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n",      \
-              __FILE__, __LINE__, #a, #b, a_, b_);                            \
-      test_failures++;                                                        \
-    }                                                                         \
+#define CHECK_EQ_INT(a, b)                                                     \
+  do {                                                                         \
+    long long a_ = (long long)(a), b_ = (long long)(b);                        \
+    if (a_ != b_) {                                                            \
+      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld vs %lld)\n",        \
+              __FILE__, __LINE__, #a, #b, a_, b_);                             \
+      test_failures++;                                                         \
+    }                                                                          \
   } while (0)
 
-#define CHECK_EQ_STR(a, b)                                                    \
-  do {                                                                        \
-    const char *a_ = (a), *b_ = (b);                                          \
-    if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                  \
-      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (\"%s\" vs \"%s\")\n",  \
-              __FILE__, __LINE__, #a, #b, a_ ? a_ : "(null)",                 \
-              b_ ? b_ : "(null)");                                            \
-      test_failures++;                                                        \
-    }                                                                         \
+#define CHECK_EQ_STR(a, b)                                                     \
+  do {                                                                         \
+    const char *a_ = (a), *b_ = (b);                                           \
+    if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                   \
+      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (\"%s\" vs \"%s\")\n",    \
+              __FILE__, __LINE__, #a, #b, a_ ? a_ : "(null)",                  \
+              b_ ? b_ : "(null)");                                             \
+      test_failures++;                                                         \
+    }                                                                          \
   } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                 \
-  do {                                                                        \
-    double a_ = (double)(a), b_ = (double)(b);                                \
-    if (fabs(a_ - b_) > (tol)) {                                              \
-      fprintf(stderr, "%s:%d: CHECK failed: %s ~ %s (%g vs %g, tol %g)\n",   \
-              __FILE__, __LINE__, #a, #b, a_, b_, (double)(tol));             \
-      test_failures++;                                                        \
-    }                                                                         \
+#define CHECK_NEAR(a, b, tol)                                                  \
+  do {                                                                         \
+    double a_ = (double)(a), b_ = (double)(b);                                 \
+    if (fabs(a_ - b_) > (tol)) {                                               \
+      fprintf(stderr, "%s:%d: CHECK failed: %s ~ %s (%g vs %g, tol %g)\n",     \
+              __FILE__, __LINE__, #a, #b, a_, b_, (double)(tol));              \
+      test_failures++;                                                         \
+    }                                                                          \
   } while (0)
 
 typedef struct test_case {
@@ -55,19 +55,20 @@ typedef struct test_case {
   void (*fn)(void);
 } test_case;
 
-#define TEST_MAIN(...)                                                        \
-  int main(void) {                                                            \
-    test_case tests_[] = {__VA_ARGS__};                                       \
-    int failed_tests = 0;                                                     \
-    for (size_t i = 0; i < sizeof(tests_) / sizeof(tests_[0]); i++) {         \
-      int before = test_failures;                                             \
-      tests_[i].fn();                                                         \
-      int ok = test_failures == before;                                       \
-      failed_tests += !ok;                                                    \
-      printf("%s %s\n", ok ? "PASS" : "FAIL", tests_[i].name);                \
-    }                                                                         \
-    return failed_tests ? 1 : 0;                                              \
+#define TEST_MAIN(...)                                                         \
+  int main(void) {                                                             \
+    test_case tests_[] = {__VA_ARGS__};                                        \
+    int failed_tests = 0;                                                      \
+    for (size_t i = 0; i < sizeof(tests_) / sizeof(tests_[0]); i++) {          \
+      int before = test_failures;                                              \
+      tests_[i].fn();                                                          \
+      int ok = test_failures == before;                                        \
+      failed_tests += !ok;                                                     \
+      printf("%s %s\n", ok ? "PASS" : "FAIL", tests_[i].name);                 \
+    }                                                                          \
+    return failed_tests ? 1 : 0;                                               \
   }
-#define T(fn) {#fn, fn}
+#define T(fn)                                                                  \
+  { #fn, fn }
 
 #endif

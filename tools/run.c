@@ -67,9 +67,11 @@ int cp_cmd_run(int argc, char **argv) {
     const char *flag;
     const char *var;
   } flags[] = {
-      {"--hz", "CONTPROF_CPU_HZ"},         {"--output", "CONTPROF_OUTPUT_DIR"},
+      {"--hz", "CONTPROF_CPU_HZ"},
+      {"--output", "CONTPROF_OUTPUT_DIR"},
       {"--period", "CONTPROF_UPLOAD_PERIOD"},
-      {"--profiles", "CONTPROF_PROFILES"}, {"--service", "CONTPROF_SERVICE"},
+      {"--profiles", "CONTPROF_PROFILES"},
+      {"--service", "CONTPROF_SERVICE"},
   };
   int i = 1;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
@@ -97,9 +99,10 @@ int cp_cmd_run(int argc, char **argv) {
 
   char lib[PATH_MAX];
   if (find_preload(lib, sizeof lib) != 0) {
-    fprintf(stderr, "contprof run: cannot find %s (set "
-                    "CONTPROF_PRELOAD_LIBRARY); running the program "
-                    "unprofiled\n",
+    fprintf(stderr,
+            "contprof run: cannot find %s (set "
+            "CONTPROF_PRELOAD_LIBRARY); running the program "
+            "unprofiled\n",
             PRELOAD_NAME);
   } else {
     const char *old = getenv("LD_PRELOAD");

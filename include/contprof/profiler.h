@@ -94,10 +94,11 @@ static inline void contprof__label_scope_end(contprof_label_scope *s) {
 #define CONTPROF__CAT(a, b) CONTPROF__CAT2(a, b)
 /* CONTPROF_LABEL_SCOPE("endpoint", "/checkout"); labels the rest of the
  * enclosing block and restores the previous labels when it is left. */
-#define CONTPROF_LABEL_SCOPE(key, value)                                      \
-  contprof_label_scope CONTPROF__CAT(contprof__scope_, __LINE__)              \
-      __attribute__((cleanup(contprof__label_scope_end)));                    \
-  contprof_label_push((key), (value), &CONTPROF__CAT(contprof__scope_, __LINE__))
+#define CONTPROF_LABEL_SCOPE(key, value)                                       \
+  contprof_label_scope CONTPROF__CAT(contprof__scope_, __LINE__)               \
+      __attribute__((cleanup(contprof__label_scope_end)));                     \
+  contprof_label_push((key), (value),                                          \
+                      &CONTPROF__CAT(contprof__scope_, __LINE__))
 #endif
 
 #ifdef __cplusplus

@@ -196,6 +196,15 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
   return 0;
 }
 
+void cp_agg_after_fork_child(void) {
+  pthread_mutex_init(&agg.lock, NULL);
+  atomic_store_explicit(&agg.ring, NULL, memory_order_release);
+  agg.thread_running = 0;
+  /* Freeing is safe: glibc's malloc is consistent in the child. */
+  cp_gen_destroy(agg.gen);
+  agg.gen = NULL;
+}
+
 uint64_t cp_agg_oldest_live_generation(void) {
   pthread_mutex_lock(&agg.lock);
   uint64_t id = agg.gen ? cp_gen_id(agg.gen) : agg.next_gen_id + 1;

@@ -28,8 +28,13 @@ cp_ring *cp_agg_ring(void);
 cp_generation *cp_agg_swap(uint64_t *drops);
 
 /* Inserts one sample directly (bindings). Thread-safe, not signal-safe. */
-int cp_agg_record(const uint64_t *frames, size_t nframes, const cp_sample_key *key,
-                  contprof_sample_kind kind, int64_t count, int64_t quantity);
+int cp_agg_record(const uint64_t *frames, size_t nframes,
+                  const cp_sample_key *key, contprof_sample_kind kind,
+                  int64_t count, int64_t quantity);
+
+/* In the child of fork: the drain thread is gone; forget it and the
+ * parent's samples, keep the ring for a later start. */
+void cp_agg_after_fork_child(void);
 
 /* The id of the oldest generation that may still be referenced. */
 uint64_t cp_agg_oldest_live_generation(void);

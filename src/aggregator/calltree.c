@@ -260,8 +260,8 @@ cp_generation *cp_gen_create(uint64_t id, size_t memory_limit) {
   /* The overflow stack is made up front so that it always fits. */
   g->memory_limit = (size_t)-1;
   int64_t root = -1, loc = -1, node = -1, sample = -1;
-  if (array_reserve(g, (void **)&g->nodes, &g->nodes_cap, 0, sizeof *g->nodes) ==
-      0) {
+  if (array_reserve(g, (void **)&g->nodes, &g->nodes_cap, 0,
+                    sizeof *g->nodes) == 0) {
     g->nodes[0] = (cp_node){0, 0};
     g->nnodes = 1;
     root = 0;

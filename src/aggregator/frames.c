@@ -93,8 +93,7 @@ const cp_runtime_frame *cp_frame_runtime_get(uint64_t word) {
   if (!cp_frame_is_runtime(word))
     return NULL;
   uint64_t id = word & ~CONTPROF_FRAME_RUNTIME;
-  if (id == 0 ||
-      id >= atomic_load_explicit(&frame_count, memory_order_acquire))
+  if (id == 0 || id >= atomic_load_explicit(&frame_count, memory_order_acquire))
     return NULL;
   return &entry_at((uint32_t)id)->frame;
 }
@@ -113,4 +112,13 @@ uint64_t cp_frame_overflow(void) {
   if (!w)
     atomic_store(&word, w = contprof_frame_intern("[overflow]", "", 0));
   return w;
+}
+
+/* A thread that held the lock at fork is gone in the child: hold it across
+ * fork so the child's copy is always free. It guards only short, non-nesting
+ * critical sections, so taking it before fork cannot deadlock. */
+static void fork_prepare(void) { pthread_mutex_lock(&lock); }
+static void fork_release(void) { pthread_mutex_unlock(&lock); }
+__attribute__((constructor)) static void register_fork_handlers(void) {
+  pthread_atfork(fork_prepare, fork_release, fork_release);
 }

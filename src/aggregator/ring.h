@@ -13,7 +13,7 @@ typedef struct cp_raw_sample {
   uint32_t kind;    /* contprof_sample_kind */
   uint32_t nframes; /* frames used, leaf first */
   pid_t tid;
-  uint32_t labels; /* label set id */
+  uint32_t labels;    /* label set id */
   uint32_t truncated; /* 1 when the stack was deeper than the frames kept */
   uint32_t reserved;
   uint64_t timestamp_ns; /* CLOCK_REALTIME */

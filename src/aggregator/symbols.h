@@ -17,11 +17,11 @@
 #include <stdint.h>
 
 typedef struct cp_mapping {
-  uint64_t start;        /* first address of the executable range */
-  uint64_t limit;        /* one past its last address */
-  uint64_t file_offset;  /* file offset mapped at start */
-  const char *path;      /* "/usr/lib/x86_64-linux-gnu/libc.so.6", "[vdso]" */
-  const char *build_id;  /* GNU build id as lowercase hex, "" if none */
+  uint64_t start;       /* first address of the executable range */
+  uint64_t limit;       /* one past its last address */
+  uint64_t file_offset; /* file offset mapped at start */
+  const char *path;     /* "/usr/lib/x86_64-linux-gnu/libc.so.6", "[vdso]" */
+  const char *build_id; /* GNU build id as lowercase hex, "" if none */
   uint64_t last_used_generation; /* set by cp_symbols_mark_used */
 } cp_mapping;
 
@@ -46,7 +46,8 @@ int cp_symbols_lookup(uint64_t pc, cp_symbol *out);
 /* Records that generation `gen` references mapping m. */
 void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen);
 
-/* Frees records of unloaded mappings whose last_used_generation < oldest_gen. */
+/* Frees records of unloaded mappings whose last_used_generation < oldest_gen.
+ */
 void cp_symbols_collect(uint64_t oldest_gen);
 
 /* Drops everything (for tests and the child after fork). */

@@ -23,8 +23,8 @@ typedef struct cp_export_meta {
   const char *runtime_version;
   uint64_t start_ns; /* period covered, CLOCK_REALTIME */
   uint64_t end_ns;
-  uint64_t seq;       /* 0, 1, 2... per process */
-  uint64_t drops;     /* samples producers had to drop in the period */
+  uint64_t seq;   /* 0, 1, 2... per process */
+  uint64_t drops; /* samples producers had to drop in the period */
   int64_t cpu_period_ns;
 } cp_export_meta;
 

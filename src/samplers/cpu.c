@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "aggregator/ring.h"
 #include "aggregator/aggregator.h"
+#include "aggregator/ring.h"
 #include "common.h"
 #include "labels.h"
 #include "sampler.h"
@@ -85,9 +85,8 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     s->local_root_span_id = 0;
     s->count = weight;
     s->quantity = weight * (int64_t)cpu.period_ns;
-    s->nframes =
-        (uint32_t)cp_unwind_signal(ucontext, s->frames, cpu.max_frames,
-                                   &truncated);
+    s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, cpu.max_frames,
+                                            &truncated);
     s->truncated = (uint32_t)truncated;
     cp_ring_commit(ring, ticket);
   }
@@ -96,8 +95,8 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
 }
 
 static int timer_create_for(pid_t tid, int *timer_id) {
-  clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | CPUCLOCK_SCHED |
-                                CPUCLOCK_PERTHREAD);
+  clockid_t clock =
+      (clockid_t)((~(unsigned)tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD);
   struct sigevent sev;
   memset(&sev, 0, sizeof sev);
   sev.sigev_notify = SIGEV_THREAD_ID;
@@ -183,6 +182,16 @@ static void cpu_thread_exited(pid_t tid) {
   pthread_mutex_unlock(&cpu.lock);
 }
 
+static void cpu_after_fork_child(void) {
+  /* POSIX timers are not inherited; the table describes the parent's. */
+  pthread_mutex_init(&cpu.lock, NULL);
+  cpu.ntimers = 0;
+  atomic_store(&cpu.active, 0);
+  atomic_store(&cpu.itimer_fallback, 0);
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_PROF, &off, NULL);
+}
+
 static int cpu_start(const cp_config *cfg) {
   cpu.period_ns = 1000000000ull / (uint64_t)cfg->cpu_hz;
   cpu.max_frames = (size_t)cfg->max_frames;
@@ -218,4 +227,5 @@ const cp_sampler cp_cpu_sampler = {
     .stop = cpu_stop,
     .thread_started = cpu_thread_started,
     .thread_exited = cpu_thread_exited,
+    .after_fork_child = cpu_after_fork_child,
 };

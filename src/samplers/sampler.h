@@ -20,6 +20,10 @@ typedef struct cp_sampler {
    * or from the profiler's thread). Either may be NULL. */
   void (*thread_started)(pid_t tid);
   void (*thread_exited)(pid_t tid);
+  /* In the child of fork (only the forking thread exists): forget every
+   * thread and timer of the parent and stop sampling, without taking locks
+   * another thread may have held. May be NULL. */
+  void (*after_fork_child)(void);
 } cp_sampler;
 
 extern const cp_sampler cp_cpu_sampler;

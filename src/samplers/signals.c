@@ -1,18 +1,41 @@
 /* Signal choice, installation and chaining (see signals.h). */
 #include "signals.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "common.h"
 
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
+/* previous[sig]: the application's disposition of one of our signals, which
+ * cp_signal_chain calls. Written under `lock`, read by handlers. */
 static struct sigaction previous[_NSIG];
 static cp_signal_handler installed[_NSIG];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+static int real_sigaction(int sig, const struct sigaction *act,
+                          struct sigaction *old) {
+  static sigaction_fn real;
+  sigaction_fn fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  if (!fn) {
+    fn = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    if (!fn || fn == sigaction) {
+      void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+      fn = libc ? (sigaction_fn)dlsym(libc, "sigaction") : NULL;
+    }
+    if (!fn)
+      return errno = ENOSYS, -1;
+    __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+  }
+  return fn(sig, act, old);
+}
+
 static int is_free(int sig) {
   struct sigaction sa;
-  if (sigaction(sig, NULL, &sa) != 0)
+  if (real_sigaction(sig, NULL, &sa) != 0)
     return 0;
   return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL;
 }
@@ -23,7 +46,7 @@ static int install(int sig, cp_signal_handler handler) {
   sa.sa_sigaction = handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(sig, &sa, &previous[sig]) != 0)
+  if (real_sigaction(sig, &sa, &previous[sig]) != 0)
     return -1;
   installed[sig] = handler;
   return sig;
@@ -63,4 +86,33 @@ void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
     old->sa_handler(sig);
   }
   /* SIG_DFL or SIG_IGN: a stray signal of ours is simply ignored. */
+}
+
+/* --- interposed sigaction and signal ------------------------------------ */
+
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  if (sig <= 0 || sig >= _NSIG ||
+      !__atomic_load_n(&installed[sig], __ATOMIC_ACQUIRE))
+    return real_sigaction(sig, act, old);
+  /* One of ours: the application's handler becomes the chain target. */
+  pthread_mutex_lock(&lock);
+  if (old)
+    *old = previous[sig];
+  if (act)
+    previous[sig] = *act;
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+sighandler_t signal(int sig, sighandler_t handler) {
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_RESTART; /* BSD semantics, as glibc's signal() */
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(sig, &sa, &old) != 0)
+    return SIG_ERR;
+  return (old.sa_flags & SA_SIGINFO)
+             ? (sighandler_t)(void (*)(void))old.sa_sigaction
+             : old.sa_handler;
 }

@@ -141,6 +141,15 @@ void cp_threads_stop(void) {
   pthread_mutex_unlock(&reg.lock);
 }
 
+void cp_threads_after_fork_child(void) {
+  pthread_mutex_init(&reg.lock, NULL);
+  reg.ntids = 0;
+  reg.nexcluded = 0;
+  reg.active = 0;
+  reg.samplers = NULL;
+  reg.nsamplers = 0;
+}
+
 void cp_threads_exclude_self(void) {
   pid_t tid = cp_gettid();
   pthread_mutex_lock(&reg.lock);
@@ -186,7 +195,8 @@ static void *thread_trampoline(void *p) {
 }
 
 static pthread_create_fn resolve_real(void) {
-  pthread_create_fn fn = __atomic_load_n(&real_pthread_create, __ATOMIC_ACQUIRE);
+  pthread_create_fn fn =
+      __atomic_load_n(&real_pthread_create, __ATOMIC_ACQUIRE);
   if (!fn) {
     fn = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
     if (!fn || fn == pthread_create) {

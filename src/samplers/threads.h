@@ -21,6 +21,9 @@ void cp_threads_rescan(void);
 /* Announces the end of every known thread and stops announcing. */
 void cp_threads_stop(void);
 
+/* In the child of fork: forget the parent's threads, stop announcing. */
+void cp_threads_after_fork_child(void);
+
 /* Marks the calling thread as the profiler's own: never sampled. */
 void cp_threads_exclude_self(void);
 

@@ -22,8 +22,7 @@ typedef struct file_sink {
   int last_errno; /* the failure already reported, 0 after a success */
 } file_sink;
 
-static void report(file_sink *fs, const char *what, const char *path,
-                   int err) {
+static void report(file_sink *fs, const char *what, const char *path, int err) {
   if (fs->last_errno == err)
     return;
   fs->last_errno = err;

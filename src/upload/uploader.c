@@ -12,8 +12,8 @@
 #include "aggregator/aggregator.h"
 #include "aggregator/symbols.h"
 #include "common.h"
-#include "samplers/threads.h"
 #include "contprof/profiler.h"
+#include "samplers/threads.h"
 
 static struct {
   pthread_mutex_t lock;
@@ -141,6 +141,18 @@ int cp_uploader_flush(void) {
     pthread_cond_wait(&up.done, &up.lock);
   pthread_mutex_unlock(&up.lock);
   return 0;
+}
+
+void cp_uploader_after_fork_child(void) {
+  pthread_mutex_init(&up.lock, NULL);
+  if (!up.running)
+    return;
+  up.running = 0;
+  for (size_t i = 0; i < up.nsinks; i++)
+    up.sinks[i]->destroy(up.sinks[i]);
+  free(up.sinks);
+  up.sinks = NULL;
+  up.nsinks = 0;
 }
 
 void cp_uploader_stop(void) {

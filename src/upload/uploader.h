@@ -19,6 +19,10 @@ int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
  * sinks. Returns 0, or CONTPROF_ERR_NOT_STARTED. */
 int cp_uploader_flush(void);
 
+/* In the child of fork: the thread is gone; drop the sinks unflushed (the
+ * parent delivers its own data). */
+void cp_uploader_after_fork_child(void);
+
 /* Exports the last period, stops the thread and destroys the sinks. */
 void cp_uploader_stop(void);
 

@@ -34,8 +34,7 @@ static void test_merge_identical(void) {
   uint64_t stack[] = {a, b};
   cp_sample_key key = {.labels = 0, .tid = 7};
   for (int i = 0; i < 100; i++)
-    CHECK_EQ_INT(cp_gen_add(g, stack, 2, 0, &key, CONTPROF_KIND_CPU, 1, 10),
-                 0);
+    CHECK_EQ_INT(cp_gen_add(g, stack, 2, 0, &key, CONTPROF_KIND_CPU, 1, 10), 0);
   CHECK_EQ_INT(nonzero_samples(g), 1);
   CHECK_EQ_INT(total_value(g, CP_V_CPU_SAMPLES), 100);
   CHECK_EQ_INT(total_value(g, CP_V_CPU_TIME), 1000);

@@ -94,7 +94,8 @@ static void test_all_variables(void) {
     CHECK_EQ_STR(cfg.tags[1].key, "region");
     CHECK_EQ_STR(cfg.tags[1].value, "eu-west-1");
   }
-  CHECK_EQ_INT(cfg.profiles, CP_PROFILE_CPU | CP_PROFILE_WALL | CP_PROFILE_HEAP);
+  CHECK_EQ_INT(cfg.profiles,
+               CP_PROFILE_CPU | CP_PROFILE_WALL | CP_PROFILE_HEAP);
   CHECK_EQ_INT(cfg.cpu_hz, 250);
   CHECK_EQ_INT(cfg.max_frames, 64);
   CHECK_EQ_INT(cfg.upload_period_s, 10);
@@ -157,8 +158,8 @@ static void test_bad_values(void) {
   check_bad("CONTPROF_CPU_HZ", "50x", "100", offsetof(cp_config, cpu_hz), 100);
   check_bad("CONTPROF_CPU_HZ", "99999999999999999999", "100",
             offsetof(cp_config, cpu_hz), 100);
-  check_bad("CONTPROF_MAX_FRAMES", "-5", "128",
-            offsetof(cp_config, max_frames), 128);
+  check_bad("CONTPROF_MAX_FRAMES", "-5", "128", offsetof(cp_config, max_frames),
+            128);
   check_bad("CONTPROF_UPLOAD_PERIOD", "1m", "60",
             offsetof(cp_config, upload_period_s), 60);
   check_bad("CONTPROF_ENABLED", "maybe", "true", offsetof(cp_config, enabled),
@@ -196,8 +197,8 @@ static void test_disabled(void) {
 
 static void test_options_win(void) {
   fake_env env = {{{"CONTPROF_SERVICE", "env-svc"}, {"CONTPROF_CPU_HZ", "50"}}};
-  contprof_options opts = {.service = "opt-svc", .cpu_hz = 200,
-                           .profiles = "cpu,lock"};
+  contprof_options opts = {
+      .service = "opt-svc", .cpu_hz = 200, .profiles = "cpu,lock"};
   cp_config cfg;
   char err[4096];
   CHECK_EQ_INT(load(&cfg, &opts, &env, err, sizeof err), 0);

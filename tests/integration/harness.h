@@ -25,7 +25,7 @@ typedef struct run_result {
 /* Runs argv (argv[0] a path) with stdout captured; extra env "K=V" strings
  * (NULL-terminated, may be NULL) are set in the child. */
 static inline int run_command(char *const argv[], const char *const *env,
-                       run_result *r) {
+                              run_result *r) {
   int pipefd[2];
   if (pipe(pipefd) != 0)
     return -1;
@@ -65,7 +65,7 @@ static char *make_temp_dir(const char *tag) {
 
 /* Decodes every *.pb.gz in dir into profiles[]; returns the count. */
 static inline size_t read_profiles(const char *dir, pprof_profile **profiles,
-                            size_t max, char names[][512]) {
+                                   size_t max, char names[][512]) {
   DIR *d = opendir(dir);
   if (!d)
     return 0;

@@ -76,8 +76,8 @@ static void *start_stop_loop(void *arg) {
 
 static void test_concurrent_lifecycle(void) {
   char *dir = make_temp_dir("race");
-  contprof_options o = {.output_dir = dir, .upload_period_s = 3600,
-                        .log_level = "error"};
+  contprof_options o = {
+      .output_dir = dir, .upload_period_s = 3600, .log_level = "error"};
   pthread_t t[4];
   for (int i = 0; i < 4; i++)
     pthread_create(&t[i], NULL, start_stop_loop, &o);
@@ -87,16 +87,17 @@ static void test_concurrent_lifecycle(void) {
   remove_dir(dir);
 }
 
-static int has_label(const pprof_profile *p, const Perftools__Profiles__Sample *s,
-                     const char *key, const char *value) {
+static int has_label(const pprof_profile *p,
+                     const Perftools__Profiles__Sample *s, const char *key,
+                     const char *value) {
   const Perftools__Profiles__Label *l = pprof_sample_label(p, s, key);
   const char *str = l ? pprof_label_str(p, l) : NULL;
   return str && strcmp(str, value) == 0;
 }
 
 /* Whether function name appears on the sample's stack. */
-static int on_stack(const pprof_profile *p, const Perftools__Profiles__Sample *s,
-                    const char *name) {
+static int on_stack(const pprof_profile *p,
+                    const Perftools__Profiles__Sample *s, const char *name) {
   for (size_t i = 0; i < s->n_location_id; i++) {
     const char *names[8];
     const Perftools__Profiles__Location *loc =
@@ -128,8 +129,8 @@ static void *worker_thread(void *arg) {
 
 static void test_labels_on_the_right_samples(void) {
   char *dir = make_temp_dir("labels");
-  contprof_options o = {.output_dir = dir, .upload_period_s = 3600,
-                        .cpu_hz = 250};
+  contprof_options o = {
+      .output_dir = dir, .upload_period_s = 3600, .cpu_hz = 250};
   CHECK_EQ_INT(contprof_start(&o), 0);
   pthread_t t[2];
   for (int i = 0; i < 2; i++)
@@ -170,7 +171,7 @@ static void test_labels_on_the_right_samples(void) {
   printf("labeled %lld nested %lld unlabeled %lld wrong %lld\n",
          (long long)labeled, (long long)nested, (long long)unlabeled,
          (long long)wrong);
-    /* 2 threads x 60 x (14 + 5 + 7 ms) at 250 Hz: about 390 + 150 + 210. */
+  /* 2 threads x 60 x (14 + 5 + 7 ms) at 250 Hz: about 390 + 150 + 210. */
   CHECK(labeled > 200 && nested > 75 && unlabeled > 100);
   CHECK_EQ_INT(wrong, 0);
   remove_dir(dir);

@@ -24,10 +24,10 @@ static int64_t total_of(const pprof_profile *const *p, size_t n,
 
 static void check_shares_at(const char *hz, int threads, const char *seconds) {
   char *dir = make_temp_dir("shares");
-  char *argv[] = {CONTPROF, "run",   "--hz",   (char *)hz,
-                  "--output", dir,   "--period", "3600",
-                  "--",     WORKLOAD, "shares", (char *)"2",
-                  (char *)seconds, NULL};
+  char *argv[] = {
+      CONTPROF, "run",       "--hz",          (char *)hz, "--output",
+      dir,      "--period",  "3600",          "--",       WORKLOAD,
+      "shares", (char *)"2", (char *)seconds, NULL};
   char nthreads[8];
   snprintf(nthreads, sizeof nthreads, "%d", threads);
   argv[11] = nthreads;
@@ -67,8 +67,8 @@ static void check_shares_at(const char *hz, int threads, const char *seconds) {
   double cpu = rusage_cpu_seconds(&r->usage);
   double sampled = (double)top.total / 1e9;
   CHECK_NEAR(sampled / cpu, 1.0, 0.05);
-  CHECK_EQ_INT(top.total, total_of((const pprof_profile *const *)profiles, n,
-                                   "cpu-time"));
+  CHECK_EQ_INT(top.total,
+               total_of((const pprof_profile *const *)profiles, n, "cpu-time"));
   pprof_top_free(&top);
 
   /* go tool pprof (an independent reader) accepts the file. */
@@ -93,7 +93,9 @@ out:
   remove_dir(dir);
 }
 
-static void test_shares_and_total_100hz(void) { check_shares_at("100", 2, "6"); }
+static void test_shares_and_total_100hz(void) {
+  check_shares_at("100", 2, "6");
+}
 
 static void test_shares_and_total_1000hz(void) {
   check_shares_at("1000", 4, "2");
@@ -101,8 +103,8 @@ static void test_shares_and_total_1000hz(void) {
 
 static void test_exit_status_passes_through(void) {
   char *dir = make_temp_dir("exit3");
-  char *argv[] = {CONTPROF, "run", "--output", dir, "--", WORKLOAD, "exit3",
-                  NULL};
+  char *argv[] = {CONTPROF, "run",    "--output", dir,
+                  "--",     WORKLOAD, "exit3",    NULL};
   run_result *r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, NULL, r), 0);
   CHECK(WIFEXITED(r->status));
@@ -119,8 +121,8 @@ static void test_exit_status_passes_through(void) {
 
 static void test_killed_by_signal(void) {
   char *dir = make_temp_dir("sigterm");
-  char *argv[] = {CONTPROF, "run", "--output", dir, "--", WORKLOAD, "sigterm",
-                  NULL};
+  char *argv[] = {CONTPROF, "run",    "--output", dir,
+                  "--",     WORKLOAD, "sigterm",  NULL};
   run_result *r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, NULL, r), 0);
   CHECK(WIFSIGNALED(r->status));
@@ -131,8 +133,8 @@ static void test_killed_by_signal(void) {
 
 static void test_two_hundred_short_threads(void) {
   char *dir = make_temp_dir("threads");
-  char *argv[] = {CONTPROF, "run", "--hz", "1000", "--output", dir, "--",
-                  WORKLOAD, "threads200", NULL};
+  char *argv[] = {CONTPROF, "run", "--hz",   "1000",       "--output",
+                  dir,      "--",  WORKLOAD, "threads200", NULL};
   run_result *r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, NULL, r), 0);
   CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
@@ -154,8 +156,8 @@ static void test_two_hundred_short_threads(void) {
                                    "cpu-time", &top, err, sizeof err),
                  0);
     double cpu = rusage_cpu_seconds(&r->usage);
-    printf("threads200: sampled %.3f s of %.3f s\n",
-           (double)top.total / 1e9, cpu);
+    printf("threads200: sampled %.3f s of %.3f s\n", (double)top.total / 1e9,
+           cpu);
     double alpha = (double)top_cum(&top, "work_alpha") / 1e9;
     CHECK(alpha > 1.0 && alpha < 2.2);
     pprof_top_free(&top);
@@ -165,6 +167,70 @@ static void test_two_hundred_short_threads(void) {
   remove_dir(dir);
 }
 
+static void test_fork_children_exit_cleanly(void) {
+  char *dir = make_temp_dir("fork");
+  char *argv[] = {CONTPROF, "run", "--hz",   "1000", "--output",
+                  dir,      "--",  WORKLOAD, "fork", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  int child = -1, thread_child = -1;
+  CHECK_EQ_INT(
+      sscanf(r->out, "child=%d thread_child=%d", &child, &thread_child), 2);
+  CHECK_EQ_INT(child, 4);
+  CHECK_EQ_INT(thread_child, 5);
+  /* Children are not profiled (yet): only the parent's profile, with the
+   * parent's own work and none of the children's. */
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    pprof_top top;
+    char err[256];
+    CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)profiles, 1,
+                                   "cpu-time", &top, err, sizeof err),
+                 0);
+    CHECK_NEAR((double)top_cum(&top, "work_alpha") / 1e9, 0.4, 0.08);
+    CHECK_EQ_INT(top_cum(&top, "work_beta"), 0);
+    CHECK_EQ_INT(top_cum(&top, "work_gamma"), 0);
+    pprof_top_free(&top);
+    pprof_profile_free(profiles[0]);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
+static void test_application_sigprof_keeps_working(void) {
+  char *dir = make_temp_dir("ownprof");
+  char *argv[] = {CONTPROF, "run", "--hz",   "250",         "--output",
+                  dir,      "--",  WORKLOAD, "own-sigprof", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  int ticks = -1;
+  sscanf(r->out, "own_ticks=%d", &ticks);
+  /* 1 s of CPU with its own 10 ms ITIMER_PROF: about 100 of its ticks
+   * (the kernel delivers them at 4 ms ticks), none of ours. */
+  printf("application's own SIGPROF ticks: %d\n", ticks);
+  CHECK(ticks >= 70 && ticks <= 130);
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    pprof_top top;
+    char err[256];
+    CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)profiles, 1,
+                                   "cpu-time", &top, err, sizeof err),
+                 0);
+    CHECK_NEAR((double)top_cum(&top, "work_alpha") / 1e9, 1.0, 0.1);
+    pprof_top_free(&top);
+    pprof_profile_free(profiles[0]);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_shares_and_total_100hz), T(test_shares_and_total_1000hz),
           T(test_exit_status_passes_through), T(test_killed_by_signal),
-          T(test_two_hundred_short_threads))
+          T(test_two_hundred_short_threads), T(test_fork_children_exit_cleanly),
+          T(test_application_sigprof_keeps_working))

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,10 +73,9 @@ static int shares(int threads, double seconds) {
     pthread_create(&t[i], NULL, shares_thread, (void *)(uintptr_t)(i + 1));
   for (int i = 0; i < threads; i++)
     pthread_join(t[i], NULL);
-  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 " work_gamma=%" PRIu64
-         "\n",
-         atomic_load(&truth[0]), atomic_load(&truth[1]),
-         atomic_load(&truth[2]));
+  printf(
+      "work_alpha=%" PRIu64 " work_beta=%" PRIu64 " work_gamma=%" PRIu64 "\n",
+      atomic_load(&truth[0]), atomic_load(&truth[1]), atomic_load(&truth[2]));
   return 0;
 }
 
@@ -109,6 +110,63 @@ static int threads200(void) {
   return 0;
 }
 
+/* Forks children (one from a second thread) that work and exit(): they must
+ * not hang or crash at exit, and the parent's exit status is its own. */
+static void *fork_from_thread(void *arg) {
+  (void)arg;
+  pid_t pid = fork();
+  if (pid == 0) {
+    work_beta(100000000);
+    exit(5);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return (void *)(intptr_t)(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+static int forking(void) {
+  work_alpha(200000000);
+  pid_t pid = fork();
+  if (pid == 0) {
+    work_gamma(100000000);
+    exit(4);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  pthread_t t;
+  void *from_thread;
+  pthread_create(&t, NULL, fork_from_thread, NULL);
+  pthread_join(t, &from_thread);
+  printf("child=%d thread_child=%d\n",
+         WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+         (int)(intptr_t)from_thread);
+  work_alpha(200000000);
+  return 0;
+}
+
+/* The application uses SIGPROF with setitimer itself: its handler must keep
+ * receiving its ticks while the profiler samples with another signal. */
+static volatile sig_atomic_t own_ticks;
+static void own_handler(int sig) {
+  (void)sig;
+  own_ticks++;
+}
+
+static int own_sigprof(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = own_handler;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGPROF, &sa, NULL);
+  struct itimerval itv = {{0, 10000}, {0, 10000}};
+  setitimer(ITIMER_PROF, &itv, NULL);
+  work_alpha(1000000000);
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_PROF, &off, NULL);
+  printf("own_ticks=%d\n", (int)own_ticks);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2)
     return 2;
@@ -125,5 +183,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "threads200") == 0)
     return threads200();
+  if (strcmp(argv[1], "fork") == 0)
+    return forking();
+  if (strcmp(argv[1], "own-sigprof") == 0)
+    return own_sigprof();
   return 2;
 }
