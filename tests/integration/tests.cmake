@@ -9,12 +9,10 @@ add_dependencies(test_cpu_profile workload contprof_cli contprof_preload)
 set_tests_properties(test_cpu_profile PROPERTIES TIMEOUT 300)
 
 # Explicit-link mode: the test links libcontprof.so like a C service would.
-add_executable(test_api integration/test_api.c
-  ${CMAKE_SOURCE_DIR}/src/exporter/pprof_read.c ${PROTO_OUT}/profile.pb-c.c)
-target_link_libraries(test_api PRIVATE contprof PkgConfig::PROTOBUFC
-  ZLIB::ZLIB Threads::Threads)
-target_include_directories(test_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-  ${CMAKE_SOURCE_DIR}/src ${PROTO_OUT})
+add_executable(test_api integration/test_api.c)
+target_link_libraries(test_api PRIVATE contprof contprof_pprof_reader
+  Threads::Threads)
+target_include_directories(test_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(test_api PRIVATE _GNU_SOURCE)
 add_test(NAME test_api COMMAND test_api)
 
