@@ -1,6 +1,6 @@
 /* Programs with known behaviour, run unmodified under `contprof run` by the
  * integration tests:
- *   shares THREADS SECONDS  threads split CPU time 50/30/20 across three
+ *   shares THREADS SECONDS  threads split CPU time about 50/30/20 across three
  *                           functions; prints the true CPU ns of each
  *   exit3                   works briefly, exits with status 3
  *   sigterm                 works briefly, dies of SIGTERM
@@ -48,18 +48,21 @@ __attribute__((noinline)) uint64_t work_gamma(uint64_t ns) { return burn(ns); }
 static _Atomic uint64_t truth[3];
 static uint64_t seconds_ns;
 
-/* A cycle of 0.37 ms units: alpha 5, beta 3, gamma 2 (50/30/20). The cycle
- * (3.7 ms) is incommensurate with every sampling period the tests use, so
- * samples fall on all its phases evenly instead of beating with it. */
-#define UNIT_NS 370000ull
-
+/* Chunks of random length (0.2-1.0 ms) in a function drawn 50/30/20: the
+ * work never beats in step with the sampling period or the kernel tick, so
+ * each sample is an independent draw and the share's error is binomial. */
 static void *shares_thread(void *arg) {
-  (void)arg;
+  unsigned seed = (unsigned)(uintptr_t)arg * 7919u + (unsigned)time(NULL);
   uint64_t local[3] = {0, 0, 0}, start = thread_cpu_ns();
   while (thread_cpu_ns() - start < seconds_ns) {
-    local[0] += work_alpha(5 * UNIT_NS);
-    local[1] += work_beta(3 * UNIT_NS);
-    local[2] += work_gamma(2 * UNIT_NS);
+    uint64_t ns = 200000 + (uint64_t)(rand_r(&seed) % 800000);
+    int pick = rand_r(&seed) % 10;
+    if (pick < 5)
+      local[0] += work_alpha(ns);
+    else if (pick < 8)
+      local[1] += work_beta(ns);
+    else
+      local[2] += work_gamma(ns);
   }
   for (int i = 0; i < 3; i++)
     atomic_fetch_add(&truth[i], local[i]);
