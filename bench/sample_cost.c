@@ -1,32 +1,37 @@
 /* sample_cost: the cost of one CPU sample (signal to ring) at stack depth 32,
  * measured on the real libcontprof.so.
  *
- *   sample_cost [PHASE_SECONDS [PAIRS [HZ]]]      (defaults: 1 5 1000)
- *
- * A thread recurses until its stack is 32 frames deep and spins there in a
- * loop that reads the TSC and stores it in a global (`last_seen`); any gap
- * between two reads longer than GAP_NS is an interruption, recorded with its
- * start and end. The thread alternates PAIRS times between a phase without
- * the profiler and a phase with contprof_start({cpu_hz = HZ, profiles =
- * "cpu"}) ... contprof_stop(), each PHASE_SECONDS of spinning.
+ *   sample_cost [PHASE_SECONDS [ROUNDS [HZ]]]      (defaults: 1 5 1000)
  *
  * The program defines sigaction(), which wins over libc's for the library's
- * calls (an executable's symbols come first), so the handler contprof
- * installs is wrapped in a trampoline that reads the TSC before and after it.
- * That gives, for every signal:
- *   handler   trampoline entry to return: the library's whole handler (checks,
- *             ring reserve, the unwind of the 32-frame stack, commit);
- *   entry     last_seen to handler entry: the kernel's part before the handler
- *             (the tick interrupt, timer expiry, signal frame set-up);
- *   interrupt last_seen to the first TSC read after the return: everything
- *             the interrupted code lost (the above plus sigreturn).
- * The phases without the profiler give the interruptions the thread suffers
- * anyway (the scheduler tick: CPU timers are checked at ticks). The cost of
- * one sample is the median interruption with a signal minus the median
- * interruption without the profiler.
+ * calls (an executable's symbols come first): the handler contprof installs
+ * (cpu.c's cpu_signal_handler) is wrapped in a trampoline that reads the TSC
+ * before and after calling it. A thread recurses until its stack is 32
+ * frames deep and spins there in a loop that reads the TSC and stores it in
+ * a global (`last_seen`); two reads further apart than GAP_NS mean the loop
+ * was interrupted, and the interruption is recorded.
  *
- * The trampoline's own cost (two TSC reads, an indirect call) is included
- * in the handler figure: it overstates it by some tens of ns. */
+ * 1. Timer-driven, as in production. ROUNDS rounds, each of three phases of
+ *    PHASE_SECONDS, in rotating order: "off" (no profiler), "null" (a timer on
+ *    the thread's CPU clock at HZ, as cpu.c makes, with an empty handler) and
+ *    "contprof" (contprof_start with cpu_hz = HZ ... contprof_stop). For each
+ *    signal:
+ *      handler       trampoline entry to return: contprof's whole handler
+ *                    (checks, ring reserve, the unwind of the 32-frame stack,
+ *                    commit) -- "signal to ring";
+ *      kernel entry  last loop iteration to handler entry (the tick, timer
+ *                    expiry, signal frame set-up: the kernel's part, the same
+ *                    for any signal-based profiler);
+ *    and for each interruption of the loop its length, with and without a
+ *    signal in it, per phase.
+ * 2. Direct, back to back: the thread sends itself the signal contprof
+ *    listens on with rt_tgsigqueueinfo, the siginfo forged as cpu.c's timers
+ *    make it (SI_TIMER, its cookie), every DIRECT_GAP_US of spinning, and
+ *    times the send-to-return round trip; the same with an empty handler.
+ *    Warm caches, no tick: the handler's cost alone.
+ *
+ * The trampoline's own cost (two TSC reads, an indirect call) is included in
+ * the handler figures: a few tens of ns (compare the null handler's). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -37,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -44,52 +50,60 @@
 #include "contprof/profiler.h"
 
 #define TARGET_DEPTH 32
-#define GAP_NS 150 /* a loop iteration takes ~10 ns */
+#define GAP_NS 150 /* one loop iteration takes ~10 ns */
 #define MAX_EVENTS (1 << 20)
+#define DIRECT_PER_ROUND 4000
+#define DIRECT_GAP_US 50
+/* src/samplers/cpu.c's TIMER_COOKIE: how its handler knows its timers. */
+#define CONTPROF_TIMER_COOKIE 0x63707531
 
 typedef void (*sa_fn)(int, siginfo_t *, void *);
 
-/* ---- the interposed sigaction and the trampoline ------------------------ */
-
-static int (*real_sigaction)(int, const struct sigaction *, struct sigaction *);
-static sa_fn lib_handler;
+enum { K_TIMER_CP, K_TIMER_NULL, K_DIRECT_CP, K_DIRECT_NULL, NKINDS };
 
 typedef struct handler_rec {
   uint64_t seen; /* last_seen at entry */
   uint64_t entry, exit;
-  int null; /* the empty handler of the null phase */
+  int kind;
 } handler_rec;
 
 static handler_rec *hrecs;
 static _Atomic size_t nhrecs;
 static volatile uint64_t last_seen;
-static __thread int measured; /* the spinning thread */
+static volatile int direct_mode; /* a direct send is in flight */
+static __thread int measured;    /* the spinning thread */
 static _Atomic uint64_t other_signals;
+
+static void record(uint64_t seen, uint64_t entry, uint64_t exit, int kind) {
+  size_t i = atomic_fetch_add(&nhrecs, 1);
+  if (i < MAX_EVENTS)
+    hrecs[i] = (handler_rec){seen, entry, exit, kind};
+}
+
+/* ---- the interposed sigaction and the trampoline ------------------------ */
+
+static int (*real_sigaction)(int, const struct sigaction *, struct sigaction *);
+static sa_fn lib_handler;
+static int lib_signal;
 
 static void trampoline(int sig, siginfo_t *info, void *uc) {
   uint64_t entry = __rdtsc();
   uint64_t seen = last_seen;
   lib_handler(sig, info, uc);
   uint64_t exit = __rdtsc();
-  if (!measured) {
+  if (!measured)
     atomic_fetch_add(&other_signals, 1);
-    return;
-  }
-  size_t i = atomic_fetch_add(&nhrecs, 1);
-  if (i < MAX_EVENTS)
-    hrecs[i] = (handler_rec){seen, entry, exit, 0};
+  else
+    record(seen, entry, exit, direct_mode ? K_DIRECT_CP : K_TIMER_CP);
 }
 
-/* The null phase: the same per-thread CPU-time timer, with an empty handler. */
 static void null_handler(int sig, siginfo_t *info, void *uc) {
   (void)sig, (void)info, (void)uc;
   uint64_t entry = __rdtsc();
   uint64_t seen = last_seen;
   __asm__ volatile("" ::: "memory");
   uint64_t exit = __rdtsc();
-  size_t i = atomic_fetch_add(&nhrecs, 1);
-  if (i < MAX_EVENTS)
-    hrecs[i] = (handler_rec){seen, entry, exit, 1};
+  record(seen, entry, exit, direct_mode ? K_DIRECT_NULL : K_TIMER_NULL);
 }
 
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
@@ -103,6 +117,7 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
       abort();
     }
     lib_handler = act->sa_sigaction;
+    lib_signal = sig;
     struct sigaction copy = *act;
     copy.sa_sigaction = trampoline;
     return real_sigaction(sig, &copy, old);
@@ -125,10 +140,25 @@ static size_t ngaps;
 static uint64_t gap_ticks;
 static double tsc_per_ns;
 static double phase_s = 1.0;
-static int pairs = 5, hz = 1000;
+static int rounds = 5, hz = 1000;
 static int depth_at_leaf;
 static char outdir[] = "/tmp/contprof-sample-cost.XXXXXX";
+static double *roundtrip[2]; /* direct sends: [0] contprof, [1] null */
+static size_t nroundtrip[2];
 
+/* rt_tgsigqueueinfo inline: no libc frame above the interrupted pc. */
+static inline long sigqueue_self(long pid, long tid, int sig, siginfo_t *si) {
+  long ret;
+  register long r10 __asm__("r10") = (long)si;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"((long)SYS_rt_tgsigqueueinfo), "D"(pid), "S"(tid),
+                     "d"((long)sig), "r"(r10)
+                   : "rcx", "r11", "memory");
+  return ret;
+}
+
+/* Spins for `ticks`, recording the interruptions. */
 __attribute__((noinline)) static void spin(uint64_t ticks, int phase) {
   if (!depth_at_leaf) {
     void *frames[128];
@@ -144,19 +174,62 @@ __attribute__((noinline)) static void spin(uint64_t ticks, int phase) {
   }
 }
 
-__attribute__((noinline)) static void descend(int n, uint64_t ticks,
-                                              int phase) {
-  if (n <= 0)
+__attribute__((noinline)) static void spin_direct(int sig, int which) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  si.si_signo = sig;
+  si.si_code = which == 0 ? SI_TIMER : SI_QUEUE;
+  si.si_value.sival_int = which == 0 ? CONTPROF_TIMER_COOKIE : 0;
+  uint64_t pause = (uint64_t)(DIRECT_GAP_US * 1000.0 * tsc_per_ns);
+  long pid = getpid(), tid = gettid();
+  for (int i = 0; i < DIRECT_PER_ROUND; i++) {
+    uint64_t until = __rdtsc() + pause;
+    while (__rdtsc() < until)
+      last_seen = __rdtsc();
+    direct_mode = 1;
+    uint64_t t0 = __rdtsc();
+    long rc = sigqueue_self(pid, tid, sig, &si);
+    uint64_t t1 = __rdtsc();
+    if (rc != 0) {
+      fprintf(stderr, "sample_cost: rt_tgsigqueueinfo: %ld\n", rc);
+      exit(1);
+    }
+    direct_mode = 0;
+    if (nroundtrip[which] < MAX_EVENTS)
+      roundtrip[which][nroundtrip[which]++] = (double)(t1 - t0) / tsc_per_ns;
+  }
+}
+
+/* Recurses n frames, then runs the leaf: spin (phase >= 0) or spin_direct
+ * (phase = -1 - which). */
+__attribute__((noinline)) static void descend(int n, uint64_t ticks, int phase,
+                                              int sig) {
+  if (n > 0)
+    descend(n - 1, ticks, phase, sig);
+  else if (phase >= 0)
     spin(ticks, phase);
   else
-    descend(n - 1, ticks, phase);
+    spin_direct(sig, -1 - phase);
   __asm__ volatile("" ::: "memory"); /* no tail call: a real frame each */
 }
 
-static void run_phase(int phase, int n, uint64_t ticks,
-                      const contprof_options *opts) {
+static void start_contprof(int cpu_hz) {
+  contprof_options opts;
+  memset(&opts, 0, sizeof opts);
+  opts.cpu_hz = cpu_hz;
+  opts.profiles = "cpu";
+  opts.output_dir = outdir;
+  opts.upload_period_s = 3600;
+  int rc = contprof_start(&opts);
+  if (rc != 0) {
+    fprintf(stderr, "sample_cost: contprof_start: %s\n", contprof_strerror(rc));
+    exit(1);
+  }
+}
+
+static void run_phase(int phase, int n, uint64_t ticks) {
   if (phase == PHASE_OFF) {
-    descend(n, ticks, phase);
+    descend(n, ticks, phase, 0);
   } else if (phase == PHASE_NULL) {
     /* What cpu.c does, with an empty handler: a timer on this thread's CPU
      * clock, delivered to this thread. */
@@ -174,16 +247,11 @@ static void run_phase(int phase, int n, uint64_t ticks,
     struct itimerspec its = {{period / 1000000000L, period % 1000000000L},
                              {period / 1000000000L, period % 1000000000L}};
     timer_settime(timer, 0, &its, NULL);
-    descend(n, ticks, phase);
+    descend(n, ticks, phase, 0);
     timer_delete(timer);
   } else {
-    int rc = contprof_start(opts);
-    if (rc != 0) {
-      fprintf(stderr, "sample_cost: contprof_start: %s\n",
-              contprof_strerror(rc));
-      exit(1);
-    }
-    descend(n, ticks, phase);
+    start_contprof(hz);
+    descend(n, ticks, phase, 0);
     contprof_stop();
   }
 }
@@ -192,21 +260,28 @@ static void *bench_thread(void *arg) {
   (void)arg;
   measured = 1;
   void *frames[128];
-  /* Frames here: bench_thread, start_thread, clone3. spin adds descend(n)
-   * ... descend(0) and itself: base + n + 2. */
+  /* Frames here: bench_thread, start_thread, clone3. The leaf adds
+   * descend(n) ... descend(0) and itself: base + n + 2. */
   int base = backtrace(frames, 128);
   int n = TARGET_DEPTH - base - 2;
   uint64_t ticks = (uint64_t)(phase_s * 1e9 * tsc_per_ns);
-  contprof_options opts;
-  memset(&opts, 0, sizeof opts);
-  opts.cpu_hz = hz;
-  opts.profiles = "cpu";
-  opts.output_dir = outdir;
-  opts.upload_period_s = 3600;
-  /* Interleaved, the order rotating from one round to the next. */
-  for (int p = 0; p < pairs; p++)
+  /* 1. Timer-driven; the order of the phases rotates from round to round. */
+  for (int r = 0; r < rounds; r++)
     for (int k = 0; k < NPHASES; k++)
-      run_phase((p + k) % NPHASES, n, ticks, &opts);
+      run_phase((r + k) % NPHASES, n, ticks);
+  /* 2. Direct. contprof runs at 1 Hz so that its own timers stay out of the
+   * way; its signal is the one it installed. */
+  for (int r = 0; r < rounds; r++) {
+    for (int k = 0; k < 2; k++) {
+      if ((r + k) % 2 == 0) {
+        start_contprof(1);
+        descend(n, 0, -1, lib_signal);
+        contprof_stop();
+      } else {
+        descend(n, 0, -2, SIGUSR2);
+      }
+    }
+  }
   return NULL;
 }
 
@@ -227,10 +302,8 @@ static double quantile(double *v, size_t n, double p) {
 }
 
 static void report(const char *name, double *v, size_t n) {
-  double med = quantile(v, n, 0.5), p90 = quantile(v, n, 0.9),
-         p99 = quantile(v, n, 0.99);
-  printf("%-34s n=%-6zu median=%8.0f p90=%8.0f p99=%8.0f ns\n", name, n, med,
-         p90, p99);
+  printf("  %-40s n=%-6zu median=%7.0f p90=%7.0f p99=%8.0f ns\n", name, n,
+         quantile(v, n, 0.5), quantile(v, n, 0.9), quantile(v, n, 0.99));
 }
 
 static double calibrate_tsc(void) {
@@ -241,18 +314,28 @@ static double calibrate_tsc(void) {
   nanosleep(&d, NULL);
   clock_gettime(CLOCK_MONOTONIC_RAW, &b);
   uint64_t t1 = __rdtsc();
-  double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+  double ns =
+      (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
   return (double)(t1 - t0) / ns;
+}
+
+static double *new_array(size_t n) {
+  double *v = calloc(n + 1, sizeof *v);
+  if (!v) {
+    perror("calloc");
+    exit(1);
+  }
+  return v;
 }
 
 int main(int argc, char **argv) {
   if (argc > 1)
     phase_s = atof(argv[1]);
   if (argc > 2)
-    pairs = atoi(argv[2]);
+    rounds = atoi(argv[2]);
   if (argc > 3)
     hz = atoi(argv[3]);
-  if (phase_s <= 0 || pairs < 1 || hz < 1 || hz > 1000) {
+  if (phase_s <= 0 || rounds < 1 || hz < 1 || hz > 1000) {
     fprintf(stderr, "usage: sample_cost [PHASE_SECONDS [ROUNDS [HZ]]]\n");
     return 2;
   }
@@ -262,6 +345,8 @@ int main(int argc, char **argv) {
   }
   hrecs = calloc(MAX_EVENTS, sizeof *hrecs);
   gaps = calloc(MAX_EVENTS, sizeof *gaps);
+  roundtrip[0] = new_array(MAX_EVENTS);
+  roundtrip[1] = new_array(MAX_EVENTS);
   if (!hrecs || !gaps)
     return 1;
   tsc_per_ns = calibrate_tsc();
@@ -280,33 +365,33 @@ int main(int argc, char **argv) {
   size_t nh = atomic_load(&nhrecs);
   if (nh > MAX_EVENTS)
     nh = MAX_EVENTS;
-  /* Per kind of handler (0: contprof, 1: null): its run time, the time from
-   * the last loop iteration to its entry. Per phase: interruptions with a
-   * handler run in them, and without. */
-  double *handler[2], *entry[2], *with_sig[NPHASES], *no_sig[NPHASES];
-  size_t nhandler[2] = {0, 0}, nwith[NPHASES] = {0}, nno[NPHASES] = {0};
-  for (int k = 0; k < 2; k++) {
-    handler[k] = calloc(nh + 1, sizeof(double));
-    entry[k] = calloc(nh + 1, sizeof(double));
+  double *handler[NKINDS], *entry[NKINDS], *with_sig[NPHASES],
+      *no_sig[NPHASES];
+  size_t nk[NKINDS] = {0}, nwith[NPHASES] = {0}, nno[NPHASES] = {0};
+  for (int k = 0; k < NKINDS; k++) {
+    handler[k] = new_array(nh);
+    entry[k] = new_array(nh);
   }
   for (int k = 0; k < NPHASES; k++) {
-    with_sig[k] = calloc(ngaps + 1, sizeof(double));
-    no_sig[k] = calloc(ngaps + 1, sizeof(double));
+    with_sig[k] = new_array(ngaps);
+    no_sig[k] = new_array(ngaps);
   }
   for (size_t i = 0; i < nh; i++) {
-    int k = hrecs[i].null;
-    entry[k][nhandler[k]] =
-        (double)(hrecs[i].entry - hrecs[i].seen) / tsc_per_ns;
-    handler[k][nhandler[k]++] =
+    int k = hrecs[i].kind;
+    entry[k][nk[k]] = (double)(hrecs[i].entry - hrecs[i].seen) / tsc_per_ns;
+    handler[k][nk[k]++] =
         (double)(hrecs[i].exit - hrecs[i].entry) / tsc_per_ns;
   }
-  /* Match interruptions and handler runs, both in time order: a handler ran
-   * in an interruption when it began and ended within it. */
+  /* Match interruptions and timer-driven handler runs, both in time order: a
+   * run belongs to the interruption it began and ended in. */
   size_t h = 0, unmatched = 0;
   for (size_t g = 0; g < ngaps; g++) {
     double len = (double)(gaps[g].end - gaps[g].start) / tsc_per_ns;
-    while (h < nh && hrecs[h].entry < gaps[g].start) {
-      unmatched++;
+    while (h < nh && (hrecs[h].kind == K_DIRECT_CP ||
+                      hrecs[h].kind == K_DIRECT_NULL ||
+                      hrecs[h].entry < gaps[g].start)) {
+      unmatched += hrecs[h].kind != K_DIRECT_CP &&
+                   hrecs[h].kind != K_DIRECT_NULL;
       h++;
     }
     int has_signal = 0;
@@ -320,43 +405,65 @@ int main(int argc, char **argv) {
     else
       no_sig[ph][nno[ph]++] = len;
   }
-  unmatched += nh - h;
 
-  double secs = phase_s * pairs;
-  printf("stack depth at the sample: %d frames (target %d)\n", depth_at_leaf,
-         TARGET_DEPTH);
-  printf("timers at %d Hz; %d rounds of %.2f s per phase (off, null, "
-         "contprof); TSC %.3f GHz\n",
-         hz, pairs, phase_s, tsc_per_ns);
-  printf("signals: contprof %zu (%.0f/s), null %zu (%.0f/s), on other "
-         "threads %" PRIu64 ", not matched to an interruption %zu\n",
-         nhandler[0], (double)nhandler[0] / secs, nhandler[1],
-         (double)nhandler[1] / secs, atomic_load(&other_signals), unmatched);
-  report("contprof handler (signal to ring)", handler[0], nhandler[0]);
-  report("null handler", handler[1], nhandler[1]);
-  report("kernel entry, contprof", entry[0], nhandler[0]);
-  report("kernel entry, null", entry[1], nhandler[1]);
-  char name[64];
-  for (int k = 0; k < NPHASES; k++) {
-    if (k != PHASE_OFF) {
-      snprintf(name, sizeof name, "interruption with signal, %s",
-               phase_names[k]);
-      report(name, with_sig[k], nwith[k]);
-    }
-    snprintf(name, sizeof name, "interruption no signal, %s", phase_names[k]);
-    report(name, no_sig[k], nno[k]);
-  }
-  double h_med = quantile(handler[0], nhandler[0], 0.5);
-  double h_p99 = quantile(handler[0], nhandler[0], 0.99);
-  double n_med = quantile(handler[1], nhandler[1], 0.5);
+  double secs = phase_s * rounds;
+  printf("stack depth at the sample: %d frames (target %d); TSC %.3f GHz\n",
+         depth_at_leaf, TARGET_DEPTH, tsc_per_ns);
+  printf("1. timer-driven at %d Hz: %d rounds of %.2f s per phase (off, null, "
+         "contprof)\n",
+         hz, rounds, phase_s);
+  printf("  signals: contprof %zu (%.0f/s), null %zu (%.0f/s), on other "
+         "threads %" PRIu64 ", outside any interruption %zu\n",
+         nk[K_TIMER_CP], (double)nk[K_TIMER_CP] / secs, nk[K_TIMER_NULL],
+         (double)nk[K_TIMER_NULL] / secs, atomic_load(&other_signals),
+         unmatched);
+  /* Kept before report() sorts the arrays (quantile sorts in place). */
+  double t_h_med = quantile(handler[K_TIMER_CP], nk[K_TIMER_CP], 0.5);
+  double t_h_p99 = quantile(handler[K_TIMER_CP], nk[K_TIMER_CP], 0.99);
+  double t_e_null = quantile(entry[K_TIMER_NULL], nk[K_TIMER_NULL], 0.5);
   double i_cp = quantile(with_sig[PHASE_ON], nwith[PHASE_ON], 0.5);
   double i_null = quantile(with_sig[PHASE_NULL], nwith[PHASE_NULL], 0.5);
   double i_off = quantile(no_sig[PHASE_OFF], nno[PHASE_OFF], 0.5);
-  printf("RESULT depth=%d hz=%d signals=%zu handler_median_ns=%.0f "
-         "handler_p99_ns=%.0f null_handler_median_ns=%.0f "
-         "interrupt_contprof_median_ns=%.0f interrupt_null_median_ns=%.0f "
-         "interrupt_off_median_ns=%.0f outdir=%s\n",
-         depth_at_leaf, hz, nhandler[0], h_med, h_p99, n_med, i_cp, i_null,
-         i_off, outdir);
+  report("contprof handler (signal to ring)", handler[K_TIMER_CP],
+         nk[K_TIMER_CP]);
+  report("null handler", handler[K_TIMER_NULL], nk[K_TIMER_NULL]);
+  report("kernel entry before contprof's handler", entry[K_TIMER_CP],
+         nk[K_TIMER_CP]);
+  report("kernel entry before the null handler", entry[K_TIMER_NULL],
+         nk[K_TIMER_NULL]);
+  char name[64];
+  for (int k = 0; k < NPHASES; k++) {
+    if (k != PHASE_OFF) {
+      snprintf(name, sizeof name, "interruption with a signal, %s",
+               phase_names[k]);
+      report(name, with_sig[k], nwith[k]);
+    }
+    snprintf(name, sizeof name, "interruption without, %s", phase_names[k]);
+    report(name, no_sig[k], nno[k]);
+  }
+
+  printf("2. direct: %d rounds of %d sends, one per %d us of spinning\n",
+         rounds, DIRECT_PER_ROUND, DIRECT_GAP_US);
+  double d_h_med = quantile(handler[K_DIRECT_CP], nk[K_DIRECT_CP], 0.5);
+  double d_h_p99 = quantile(handler[K_DIRECT_CP], nk[K_DIRECT_CP], 0.99);
+  double d_rt_cp = quantile(roundtrip[0], nroundtrip[0], 0.5);
+  double d_rt_null = quantile(roundtrip[1], nroundtrip[1], 0.5);
+  report("contprof handler (signal to ring)", handler[K_DIRECT_CP],
+         nk[K_DIRECT_CP]);
+  report("null handler", handler[K_DIRECT_NULL], nk[K_DIRECT_NULL]);
+  report("send to return, contprof", roundtrip[0], nroundtrip[0]);
+  report("send to return, null", roundtrip[1], nroundtrip[1]);
+  if (nk[K_DIRECT_CP] < nroundtrip[0] || d_h_med < 100)
+    printf("WARNING: contprof's handler did not take the direct signals as "
+           "its own (has cpu.c's timer cookie changed?)\n");
+
+  printf("RESULT depth=%d hz=%d signals=%zu timer_handler_median_ns=%.0f "
+         "timer_handler_p99_ns=%.0f direct_handler_median_ns=%.0f "
+         "direct_handler_p99_ns=%.0f direct_roundtrip_extra_ns=%.0f "
+         "kernel_entry_null_median_ns=%.0f interrupt_off_median_ns=%.0f "
+         "interrupt_null_median_ns=%.0f interrupt_contprof_median_ns=%.0f "
+         "outdir=%s\n",
+         depth_at_leaf, hz, nk[K_TIMER_CP], t_h_med, t_h_p99, d_h_med,
+         d_h_p99, d_rt_cp - d_rt_null, t_e_null, i_off, i_null, i_cp, outdir);
   return 0;
 }

@@ -72,6 +72,7 @@ static void drain_locked(void) {
   const cp_raw_sample *s = cp_ring_peek(ring);
   if (!s)
     return;
+  /* A library came or went: the same address may now be other code. */
   if (cp_symbols_refresh() == 1)
     cp_gen_forget_addresses(agg.gen);
   for (; s; s = cp_ring_peek(ring)) {

@@ -123,7 +123,7 @@ static struct {
   elf_file *files;  /* symbol tables by file identity */
   int have_dl_state;
   dl_state dl;
-  int removal_pending; /* a mapping disappeared since cp_symbols_refresh */
+  int change_pending; /* a mapping came or went since cp_symbols_refresh */
   uint64_t last_forced_read_ns;
   int maps_warned;
 } symbols;
@@ -914,7 +914,7 @@ static map_rec *map_create(maps_line *l) {
 
 /* Re-reads /proc/self/maps: keeps records of unchanged mappings, creates
  * records for new ones and retires the vanished ones (sets
- * removal_pending). Returns 0 or -1. */
+ * change_pending). Returns 0 or -1. */
 static int read_maps_locked(void) {
   FILE *fp = fopen("/proc/self/maps", "re");
   if (!fp) {
@@ -964,6 +964,7 @@ static int read_maps_locked(void) {
       maps[nmaps++] = old;
     } else if ((maps[nmaps] = map_create(l)) != NULL) {
       nmaps++;
+      symbols.change_pending = 1;
     }
   }
   for (size_t i = 0; i < symbols.nmaps; i++) {
@@ -973,7 +974,7 @@ static int read_maps_locked(void) {
     cp_debug("symbols: %s unmapped", gone->path);
     gone->next_retired = symbols.retired;
     symbols.retired = gone;
-    symbols.removal_pending = 1;
+    symbols.change_pending = 1;
   }
   free(symbols.maps);
   symbols.maps = maps;
@@ -1036,6 +1037,7 @@ static int init_locked(void) {
   if (refresh_locked(1) < 0)
     return -1;
   symbols.initialized = 1;
+  symbols.change_pending = 0; /* the first reading is no change */
   return 0;
 }
 
@@ -1073,10 +1075,10 @@ int cp_symbols_refresh(void) {
     refresh_locked(0);
   else
     init_locked();
-  int removed = symbols.removal_pending;
-  symbols.removal_pending = 0;
+  int changed = symbols.change_pending;
+  symbols.change_pending = 0;
   pthread_mutex_unlock(&symbols_lock);
-  return removed;
+  return changed;
 }
 
 int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
@@ -1087,6 +1089,12 @@ int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
     map_rec *m = find_map(pc);
     if (!m)
       m = refresh_for_miss_locked(pc);
+    /* A sample taken just before its library was unloaded: the retired
+     * record (our own copy of the symbols) still names it. Most recently
+     * retired first. */
+    for (map_rec *r = symbols.retired; !m && r; r = r->next_retired)
+      if (pc >= r->pub.start && pc < r->pub.limit)
+        m = r;
     if (!m) {
       pthread_mutex_unlock(&symbols_lock);
       return -1;

@@ -35,12 +35,15 @@ typedef struct cp_symbol {
 int cp_symbols_init(void);
 
 /* Re-reads the mappings if a library was loaded or unloaded since the last
- * call. Returns 1 if some mapping disappeared (callers that cache pc ->
- * symbol must drop those caches), else 0. Cheap when nothing changed. */
+ * call. Returns 1 if some mapping appeared or disappeared since the previous
+ * call (callers that cache pc -> symbol must drop those caches), else 0.
+ * Cheap when nothing changed. */
 int cp_symbols_refresh(void);
 
 /* Resolves pc (the exact pc: callers pass return address - 1). Always fills
- * *out; returns 0 when a function was found, -1 otherwise. */
+ * *out; returns 0 when a function was found, -1 otherwise. A pc in no
+ * current mapping but in an unloaded one that is not yet collected resolves
+ * to that one (a sample taken just before dlclose). */
 int cp_symbols_lookup(uint64_t pc, cp_symbol *out);
 
 /* Records that generation `gen` references mapping m. */

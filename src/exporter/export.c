@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "aggregator/frames.h"
 #include "contprof/profiler.h"
@@ -69,6 +70,24 @@ static uint64_t location_id(pprof_builder *b, const cp_generation *g,
     return 0;
   ids[i] = pprof_add_location(b, mapping, l->address, function, l->line);
   return ids[i];
+}
+
+/* pprof readers take the first mapping for the main binary: put the
+ * executable's first. */
+static void add_main_mapping_first(pprof_builder *b, const cp_generation *g,
+                                   uint64_t *ids) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0)
+    return;
+  exe[n] = 0;
+  for (size_t i = 0; i < cp_gen_location_count(g); i++) {
+    const cp_mapping *m = cp_gen_location(g, i)->mapping;
+    if (m && strcmp(m->path, exe) == 0) {
+      location_id(b, g, ids, i);
+      return;
+    }
+  }
 }
 
 static void add_comment(pprof_builder *b, const char *key, const char *value) {
@@ -134,6 +153,7 @@ int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
   }
   pprof_set_time(b, (int64_t)m->start_ns, (int64_t)(m->end_ns - m->start_ns));
   add_metadata(b, g, m);
+  add_main_mapping_first(b, g, loc_ids);
 
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
     const cp_sample *s = cp_gen_sample(g, i);

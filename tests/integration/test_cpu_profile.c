@@ -237,8 +237,76 @@ static void test_application_sigprof_keeps_working(void) {
   remove_dir(dir);
 }
 
+/* The names of the functions on the stacks of a profile, with their
+ * cpu-time (cum), into top. */
+static int profile_top(const char *dir, pprof_top *top, pprof_profile **p) {
+  char err[256];
+  if (read_profiles(dir, p, 1, NULL) != 1)
+    return -1;
+  return pprof_top_compute((const pprof_profile *const *)p, 1, "cpu-time", top,
+                           err, sizeof err);
+}
+
+static void test_deep_stack_is_marked_truncated(void) {
+  char *dir = make_temp_dir("deep");
+  char *argv[] = {CONTPROF, "run",    "--output", dir,
+                  "--",     WORKLOAD, "deep",     NULL};
+  const char *env[] = {"CONTPROF_MAX_FRAMES=32", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    /* Every sample of the 300-deep work is cut at 32 frames and marked. */
+    CHECK(top_cum(&top, "[truncated]") >=
+          top_cum(&top, "work_alpha") * 95 / 100);
+    CHECK(top_cum(&top, "work_alpha") > 400000000);
+    CHECK_EQ_INT(top_cum(&top, "main"), 0);
+    for (size_t i = 0; i < p->n_sample; i++)
+      CHECK(p->sample[i]->n_location_id <= 33);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
+static void test_dlopened_library_is_symbolized(void) {
+  char *dir = make_temp_dir("dlopen");
+  char *argv[] = {CONTPROF,   "run",
+                  "--hz",     "250",
+                  "--output", dir,
+                  "--",       WORKLOAD,
+                  "dlopen",   CP_BUILD_DIR "/tests/libcp_test_plugin.so",
+                  NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    /* Two loads of 0.3 s each, the static function included. */
+    CHECK_NEAR((double)top_cum(&top, "plugin_work") / 1e9, 0.6, 0.1);
+    CHECK_NEAR((double)top_cum(&top, "plugin_static_spin") / 1e9, 0.6, 0.1);
+    int mapped = 0;
+    for (size_t i = 0; i < p->n_mapping; i++)
+      mapped |= strstr(pprof_str(p, p->mapping[i]->filename),
+                       "libcp_test_plugin.so") != NULL;
+    CHECK(mapped);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_total_1000hz_4_threads), T(test_exit_status_passes_through),
           T(test_killed_by_signal), T(test_two_hundred_short_threads),
           T(test_fork_children_exit_cleanly),
-          T(test_application_sigprof_keeps_working))
+          T(test_application_sigprof_keeps_working),
+          T(test_deep_stack_is_marked_truncated),
+          T(test_dlopened_library_is_symbolized))

@@ -4,8 +4,14 @@ target_compile_options(workload PRIVATE -O1)
 set_target_properties(workload PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
+target_link_libraries(workload PRIVATE ${CMAKE_DL_LIBS})
+add_library(cp_test_plugin SHARED integration/plugin.c)
+set_target_properties(cp_test_plugin PROPERTIES
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
 cp_unit_test(test_cpu_profile integration/test_cpu_profile.c)
-add_dependencies(test_cpu_profile workload contprof_cli contprof_preload)
+add_dependencies(test_cpu_profile workload cp_test_plugin contprof_cli
+  contprof_preload)
 set_tests_properties(test_cpu_profile PROPERTIES TIMEOUT 300)
 
 # Explicit-link mode: the test links libcontprof.so like a C service would.

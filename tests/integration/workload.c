@@ -6,8 +6,13 @@
  *   sigterm                 works briefly, dies of SIGTERM
  *   threads200              200 short-lived threads; prints the POSIX timers
  *                           left once they are gone
+ *   fork                    forks children that work and exit()
+ *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
+ *   deep                    works 300 frames deep
+ *   dlopen LIB              dlopens LIB twice and works in it
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -170,6 +175,35 @@ static int own_sigprof(void) {
   return 0;
 }
 
+/* Recurses `depth` frames, then works: a stack deeper than
+ * CONTPROF_MAX_FRAMES. */
+__attribute__((noinline)) static uint64_t deep(int depth) {
+  if (depth <= 0)
+    return work_alpha(500000000);
+  uint64_t r = deep(depth - 1);
+  __asm__ volatile("" ::: "memory");
+  return r;
+}
+
+/* dlopens a library while profiled, works in it, closes it, and does it
+ * again: its code is symbolized each time. */
+static int dlopen_work(const char *path) {
+  for (int round = 0; round < 2; round++) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+      return 1;
+    }
+    void (*work)(uint64_t) = (void (*)(uint64_t))dlsym(h, "plugin_work");
+    if (!work)
+      return 1;
+    work(300000000);
+    dlclose(h);
+    work_beta(50000000);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2)
     return 2;
@@ -186,6 +220,10 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "threads200") == 0)
     return threads200();
+  if (strcmp(argv[1], "deep") == 0)
+    return deep(300) > 0 ? 0 : 1;
+  if (strcmp(argv[1], "dlopen") == 0 && argc == 3)
+    return dlopen_work(argv[2]);
   if (strcmp(argv[1], "fork") == 0)
     return forking();
   if (strcmp(argv[1], "own-sigprof") == 0)

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Overhead of CPU profiling at 100 Hz. bench/cpu_work (2 threads, a fixed
+# amount of work, ~30-frame stacks) runs plain, under contprof
+# (LD_PRELOAD=libcontprof_preload.so CONTPROF_CPU_HZ=100) and under
+# gperftools (LD_PRELOAD=libprofiler.so CPUPROFILE_FREQUENCY=100), in
+# interleaved rounds whose order rotates; each round also has a second plain
+# run (an A/A control: the noise floor) and, for each of the three, a run with
+# no work at all (start-up and exit: the cost per process, paid once).
+#
+# Each profiled run is divided by the plain run of its round. The table has,
+# per variant, the median of those ratios and their interquartile range:
+#   wall        wall time, fork to exit;
+#   CPU         user + system time of the whole process (the profiler's own
+#               threads included);
+#   CPU steady  the same with each run's start-up/exit cost taken out (the
+#               no-work run of its round subtracted from both sides): the
+#               overhead while the program runs, which is what a long-lived
+#               service pays.
+#
+#   bench/overhead.sh   environment: ROUNDS (21), REQUESTS (30000, ~2.3 s of
+#                       CPU), THREADS (2), HZ (100), BENCH_BUILD_DIR,
+#                       BENCH_RAW=1 to print every run
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+ROUNDS=${ROUNDS:-21}
+REQUESTS=${REQUESTS:-30000}
+THREADS=${THREADS:-2}
+HZ=${HZ:-100}
+
+bench_build
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-overhead.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+variants=(plain contprof gperftools plain-again)
+
+# run VARIANT REQUESTS LOG: one run, appending "wall user sys status" to LOG.
+run() {
+  local v=$1 n=$2 log=$3 cmd=("$BENCH_BIN/cpu_work" "$THREADS" "$2")
+  rm -rf "$tmp/prof" "$tmp/g.prof"
+  mkdir -p "$tmp/prof"
+  case $v in
+  plain*)
+    "$BENCH_BIN/cpurun" "$log" "${cmd[@]}" >"$tmp/out" ;;
+  contprof)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+      CONTPROF_CPU_HZ="$HZ" CONTPROF_OUTPUT_DIR="$tmp/prof" \
+      "${cmd[@]}" >"$tmp/out" ;;
+  gperftools)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$GPERFTOOLS_LIB" \
+      CPUPROFILE="$tmp/g.prof" CPUPROFILE_FREQUENCY="$HZ" \
+      "${cmd[@]}" >"$tmp/out" 2>"$tmp/err" ;;
+  esac
+  ((n > 0)) || return 0
+  # A profiler that silently did nothing would look free: check its output.
+  local samples=0
+  case $v in
+  contprof) samples=$("$BENCH_BIN/proftotal" "$tmp"/prof/*.pb.gz | awk '{print $2}') ;;
+  gperftools) samples=$("$BENCH_BIN/proftotal" "$tmp/g.prof" | awk '{print $2}') ;;
+  esac
+  if [[ $v != plain* && $samples -lt 10 ]]; then
+    bench_die "overhead: $v wrote $samples samples"
+  fi
+  echo "$samples" >>"$tmp/$v.samples"
+}
+
+bench_machine
+echo "overhead: cpu_work $THREADS threads x $REQUESTS requests, $HZ Hz, $ROUNDS rounds (+1 warm-up)"
+for v in "${variants[@]}"; do run "$v" "$REQUESTS" "$tmp/warm-up"; done
+for v in "${variants[@]}"; do : >"$tmp/$v"; : >"$tmp/$v.empty"; : >"$tmp/$v.samples"; done
+for ((r = 0; r < ROUNDS; r++)); do
+  for ((k = 0; k < ${#variants[@]}; k++)); do
+    v=${variants[(r + k) % ${#variants[@]}]}
+    run "$v" "$REQUESTS" "$tmp/$v"
+    run "$v" 0 "$tmp/$v.empty"
+  done
+  printf '.' >&2
+done
+echo >&2
+
+# ratio_stats FILE COLUMNS-EXPR: median [p25, p75] of an awk expression over
+# the joined lines "variant(4 fields) plain(4) variant-empty(4) plain-empty(4)".
+ratio_stats() {
+  paste -d' ' "$tmp/$1" "$tmp/plain" "$tmp/$1.empty" "$tmp/plain.empty" |
+    awk "{ print $2 }" | bench_quantiles |
+    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
+}
+
+printf '\n| variant | median wall s | median CPU s | start+exit CPU s | wall / plain | CPU / plain | CPU steady / plain |\n'
+printf '|---|---|---|---|---|---|---|\n'
+for v in "${variants[@]}"; do
+  wall=$(awk '{print $1}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
+  cpu=$(awk '{print $2 + $3}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
+  fixed=$(awk '{print $2 + $3}' "$tmp/$v.empty" | bench_quantiles | awk '{printf "%.3f", $1}')
+  if [[ $v == plain ]]; then
+    wr="1 (baseline)" cr="1 (baseline)" sr="1 (baseline)"
+  else
+    wr=$(ratio_stats "$v" '$1 / $5')
+    cr=$(ratio_stats "$v" '($2 + $3) / ($6 + $7)')
+    sr=$(ratio_stats "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)')
+  fi
+  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr"
+done
+echo
+echo "Ratios: median [interquartile range] over $ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
+if [[ -n ${BENCH_RAW:-} ]]; then
+  for v in "${variants[@]}"; do
+    echo "raw $v (wall user sys status), then its no-work runs:"
+    cat "$tmp/$v" "$tmp/$v.empty"
+  done
+fi
