@@ -213,12 +213,15 @@ __attribute__((noinline)) static void descend(int n, uint64_t ticks, int phase,
   __asm__ volatile("" ::: "memory"); /* no tail call: a real frame each */
 }
 
-static void start_contprof(int cpu_hz) {
+/* Profiles go to OUTDIR/timer and OUTDIR/direct. */
+static void start_contprof(int cpu_hz, const char *sub) {
+  char dir[sizeof outdir + 16];
+  snprintf(dir, sizeof dir, "%s/%s", outdir, sub);
   contprof_options opts;
   memset(&opts, 0, sizeof opts);
   opts.cpu_hz = cpu_hz;
   opts.profiles = "cpu";
-  opts.output_dir = outdir;
+  opts.output_dir = dir;
   opts.upload_period_s = 3600;
   int rc = contprof_start(&opts);
   if (rc != 0) {
@@ -250,7 +253,7 @@ static void run_phase(int phase, int n, uint64_t ticks) {
     descend(n, ticks, phase, 0);
     timer_delete(timer);
   } else {
-    start_contprof(hz);
+    start_contprof(hz, "timer");
     descend(n, ticks, phase, 0);
     contprof_stop();
   }
@@ -274,7 +277,7 @@ static void *bench_thread(void *arg) {
   for (int r = 0; r < rounds; r++) {
     for (int k = 0; k < 2; k++) {
       if ((r + k) % 2 == 0) {
-        start_contprof(1);
+        start_contprof(1, "direct");
         descend(n, 0, -1, lib_signal);
         contprof_stop();
       } else {

@@ -303,10 +303,40 @@ static void test_dlopened_library_is_symbolized(void) {
   remove_dir(dir);
 }
 
+/* Without room for POSIX timers (RLIMIT_SIGPENDING 0) the sampler says so
+ * once and falls back to setitimer; profiles are still written. */
+static void test_setitimer_fallback(void) {
+  char *dir = make_temp_dir("itimer");
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "ulimit -i 0; exec %s run --output %s -- %s shares 2 1 2>&1",
+           CONTPROF, dir, WORKLOAD);
+  char *argv[] = {"/bin/bash", "-c", cmd, NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  const char *msg = strstr(r->out, "contprof: per-thread CPU timers "
+                                   "unavailable");
+  CHECK(msg != NULL);
+  CHECK(msg && strstr(msg, "setitimer(ITIMER_PROF)") != NULL);
+  CHECK(msg && strstr(msg + 1, "contprof: per-thread") == NULL);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    /* Two threads on two cores at 100 Hz: setitimer still keeps up. */
+    CHECK_NEAR((double)top.total / 1e9, 2.0, 0.3);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_total_1000hz_4_threads), T(test_exit_status_passes_through),
           T(test_killed_by_signal), T(test_two_hundred_short_threads),
           T(test_fork_children_exit_cleanly),
           T(test_application_sigprof_keeps_working),
           T(test_deep_stack_is_marked_truncated),
-          T(test_dlopened_library_is_symbolized))
+          T(test_dlopened_library_is_symbolized), T(test_setitimer_fallback))
