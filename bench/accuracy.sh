@@ -7,19 +7,20 @@
 # measured for the process (user + system from wait4, every thread
 # included), and with the CPU time the workload's threads measured for
 # themselves (CLOCK_THREAD_CPUTIME_ID, printed by the workload). Errors are
-# reported minus measured; each cell is the median over REPS runs, with the
-# range of the errors.
+# reported minus measured; each cell is the run with the median error of
+# ACCURACY_REPS runs, with the range of the errors.
 #
-#   bench/accuracy.sh   environment: SECONDS_PER_THREAD (2), REPS (3),
-#                       HZS ("100 250 1000"), THREAD_COUNTS ("2 8"),
-#                       BENCH_BUILD_DIR, BENCH_RAW=1 to print every run
+#   bench/accuracy.sh
+# Environment: ACCURACY_SECONDS (2: CPU seconds per thread), ACCURACY_REPS
+# (3), ACCURACY_HZS ("100 250 1000"), ACCURACY_THREADS ("2 8"),
+# BENCH_BUILD_DIR, BENCH_RAW=1 to print every run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-SECONDS_PER_THREAD=${SECONDS_PER_THREAD:-2}
-REPS=${REPS:-3}
-HZS=${HZS:-100 250 1000}
-THREAD_COUNTS=${THREAD_COUNTS:-2 8}
+ACCURACY_SECONDS=${ACCURACY_SECONDS:-2}
+ACCURACY_REPS=${ACCURACY_REPS:-3}
+ACCURACY_HZS=${ACCURACY_HZS:-100 250 1000}
+ACCURACY_THREADS=${ACCURACY_THREADS:-2 8}
 
 bench_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-accuracy.XXXXXX")
@@ -29,7 +30,7 @@ trap 'rm -rf "$tmp"' EXIT
 # line "measured_s reported_s truth_s samples".
 run() {
   local p=$1 hz=$2 t=$3 log=$tmp/$1-$2-$3
-  local cmd=("$BENCH_BIN/workload" shares "$t" "$SECONDS_PER_THREAD")
+  local cmd=("$BENCH_BIN/workload" shares "$t" "$ACCURACY_SECONDS")
   rm -rf "$tmp/prof" "$tmp/g.prof" "$tmp/m"
   mkdir -p "$tmp/prof"
   if [[ $p == contprof ]]; then
@@ -52,11 +53,11 @@ run() {
 }
 
 bench_machine
-echo "accuracy: workload shares THREADS $SECONDS_PER_THREAD, Hz: $HZS, threads: $THREAD_COUNTS, $REPS runs each"
+echo "accuracy: workload shares THREADS $ACCURACY_SECONDS, Hz: $ACCURACY_HZS, threads: $ACCURACY_THREADS, $ACCURACY_REPS runs each"
 i=0
-for ((rep = 0; rep < REPS; rep++)); do
-  for hz in $HZS; do
-    for t in $THREAD_COUNTS; do
+for ((rep = 0; rep < ACCURACY_REPS; rep++)); do
+  for hz in $ACCURACY_HZS; do
+    for t in $ACCURACY_THREADS; do
       if ((i++ % 2 == 0)); then
         run contprof "$hz" "$t"; run gperftools "$hz" "$t"
       else
@@ -86,13 +87,13 @@ cell() {
 
 printf '\n| Hz | threads | contprof: measured CPU s | reported s | error vs measured [range] | error vs threads | gperftools: measured CPU s | reported s | error vs measured [range] | error vs threads |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|\n'
-for hz in $HZS; do
-  for t in $THREAD_COUNTS; do
+for hz in $ACCURACY_HZS; do
+  for t in $ACCURACY_THREADS; do
     printf '| %s | %s %s%s|\n' "$hz" "$t" "$(cell "$tmp/contprof-$hz-$t")" "$(cell "$tmp/gperftools-$hz-$t")"
   done
 done
 echo
-echo "measured: user + system CPU of the process (wait4); threads: the CPU time the workload's threads measured for themselves; each cell is the run with the median error of $REPS."
+echo "measured: user + system CPU of the process (wait4); threads: the CPU time the workload's threads measured for themselves; each cell is the run with the median error of $ACCURACY_REPS."
 if [[ -n ${BENCH_RAW:-} ]]; then
   for f in "$tmp"/contprof-* "$tmp"/gperftools-*; do
     echo "raw ${f##*/} (measured reported threads samples):"

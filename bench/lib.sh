@@ -30,18 +30,17 @@ bench_build() {
   local src=$bench_root/bench cc=${CC:-gcc}
   # The same flags as the workload target in tests/integration/tests.cmake.
   $cc -O1 -g -pthread -o "$BENCH_BIN/workload" \
-    "$bench_root/tests/integration/workload.c" -lm
+    "$bench_root/tests/integration/workload.c" -ldl -lm
   $cc -O2 -g -pthread -o "$BENCH_BIN/cpu_work" "$src/cpu_work.c" -lm
   $cc -O2 -Wall -o "$BENCH_BIN/cpurun" "$src/cpurun.c"
   $cc -O2 -Wall -I"$bench_root/src" -I"$BENCH_BUILD_DIR/proto" \
     -o "$BENCH_BIN/proftotal" "$src/proftotal.c" \
     "$BENCH_BUILD_DIR/libcontprof.a" -lprotobuf-c -lz -lunwind -lpthread \
     -ldl -lm
-  # Links the shared library like an application; sigaction is interposed
-  # (see the file), so the executable exports its symbols.
-  $cc -O2 -g -Wall -pthread -I"$bench_root/include" -rdynamic \
+  # Links the shared library like an application would.
+  $cc -O2 -g -Wall -pthread -I"$bench_root/include" \
     -o "$BENCH_BIN/sample_cost" "$src/sample_cost.c" \
-    -L"$BENCH_BUILD_DIR" -lcontprof -Wl,-rpath,"$BENCH_BUILD_DIR" -ldl -lm
+    -L"$BENCH_BUILD_DIR" -lcontprof -Wl,-rpath,"$BENCH_BUILD_DIR" -lm
   export BENCH_BUILT=$BENCH_BUILD_DIR
 }
 

@@ -17,16 +17,17 @@
 #               overhead while the program runs, which is what a long-lived
 #               service pays.
 #
-#   bench/overhead.sh   environment: ROUNDS (21), REQUESTS (30000, ~2.3 s of
-#                       CPU), THREADS (2), HZ (100), BENCH_BUILD_DIR,
-#                       BENCH_RAW=1 to print every run
+#   bench/overhead.sh
+# Environment: OVERHEAD_ROUNDS (21), OVERHEAD_REQUESTS (30000: ~2.3 s of
+# CPU), OVERHEAD_THREADS (2), OVERHEAD_HZ (100), BENCH_BUILD_DIR, BENCH_RAW=1
+# to print every run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-ROUNDS=${ROUNDS:-21}
-REQUESTS=${REQUESTS:-30000}
-THREADS=${THREADS:-2}
-HZ=${HZ:-100}
+OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-21}
+OVERHEAD_REQUESTS=${OVERHEAD_REQUESTS:-30000}
+OVERHEAD_THREADS=${OVERHEAD_THREADS:-2}
+OVERHEAD_HZ=${OVERHEAD_HZ:-100}
 
 bench_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-overhead.XXXXXX")
@@ -36,7 +37,7 @@ variants=(plain contprof gperftools plain-again)
 
 # run VARIANT REQUESTS LOG: one run, appending "wall user sys status" to LOG.
 run() {
-  local v=$1 n=$2 log=$3 cmd=("$BENCH_BIN/cpu_work" "$THREADS" "$2")
+  local v=$1 n=$2 log=$3 cmd=("$BENCH_BIN/cpu_work" "$OVERHEAD_THREADS" "$2")
   rm -rf "$tmp/prof" "$tmp/g.prof"
   mkdir -p "$tmp/prof"
   case $v in
@@ -44,11 +45,11 @@ run() {
     "$BENCH_BIN/cpurun" "$log" "${cmd[@]}" >"$tmp/out" ;;
   contprof)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
-      CONTPROF_CPU_HZ="$HZ" CONTPROF_OUTPUT_DIR="$tmp/prof" \
+      CONTPROF_CPU_HZ="$OVERHEAD_HZ" CONTPROF_OUTPUT_DIR="$tmp/prof" \
       "${cmd[@]}" >"$tmp/out" ;;
   gperftools)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$GPERFTOOLS_LIB" \
-      CPUPROFILE="$tmp/g.prof" CPUPROFILE_FREQUENCY="$HZ" \
+      CPUPROFILE="$tmp/g.prof" CPUPROFILE_FREQUENCY="$OVERHEAD_HZ" \
       "${cmd[@]}" >"$tmp/out" 2>"$tmp/err" ;;
   esac
   ((n > 0)) || return 0
@@ -65,13 +66,13 @@ run() {
 }
 
 bench_machine
-echo "overhead: cpu_work $THREADS threads x $REQUESTS requests, $HZ Hz, $ROUNDS rounds (+1 warm-up)"
-for v in "${variants[@]}"; do run "$v" "$REQUESTS" "$tmp/warm-up"; done
+echo "overhead: cpu_work $OVERHEAD_THREADS threads x $OVERHEAD_REQUESTS requests, $OVERHEAD_HZ Hz, $OVERHEAD_ROUNDS rounds (+1 warm-up)"
+for v in "${variants[@]}"; do run "$v" "$OVERHEAD_REQUESTS" "$tmp/warm-up"; done
 for v in "${variants[@]}"; do : >"$tmp/$v"; : >"$tmp/$v.empty"; : >"$tmp/$v.samples"; done
-for ((r = 0; r < ROUNDS; r++)); do
+for ((r = 0; r < OVERHEAD_ROUNDS; r++)); do
   for ((k = 0; k < ${#variants[@]}; k++)); do
     v=${variants[(r + k) % ${#variants[@]}]}
-    run "$v" "$REQUESTS" "$tmp/$v"
+    run "$v" "$OVERHEAD_REQUESTS" "$tmp/$v"
     run "$v" 0 "$tmp/$v.empty"
   done
   printf '.' >&2
@@ -102,7 +103,7 @@ for v in "${variants[@]}"; do
   printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr"
 done
 echo
-echo "Ratios: median [interquartile range] over $ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
+echo "Ratios: median [interquartile range] over $OVERHEAD_ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
 if [[ -n ${BENCH_RAW:-} ]]; then
   for v in "${variants[@]}"; do
     echo "raw $v (wall user sys status), then its no-work runs:"

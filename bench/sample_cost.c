@@ -3,10 +3,9 @@
  *
  *   sample_cost [PHASE_SECONDS [ROUNDS [HZ]]]      (defaults: 1 5 1000)
  *
- * The program defines sigaction(), which wins over libc's for the library's
- * calls (an executable's symbols come first): the handler contprof installs
- * (cpu.c's cpu_signal_handler) is wrapped in a trampoline that reads the TSC
- * before and after calling it. A thread recurses until its stack is 32
+ * After each contprof_start, the handler contprof installed (cpu.c's
+ * cpu_signal_handler) is wrapped, with the raw rt_sigaction system call, in
+ * a trampoline that reads the TSC before and after calling it. A thread recurses until its stack is 32
  * frames deep and spins there in a loop that reads the TSC and stores it in
  * a global (`last_seen`); two reads further apart than GAP_NS mean the loop
  * was interrupted, and the interruption is recorded.
@@ -33,7 +32,6 @@
  * The trampoline's own cost (two TSC reads, an indirect call) is included in
  * the handler figures: a few tens of ns (compare the null handler's). */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <execinfo.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -80,9 +78,23 @@ static void record(uint64_t seen, uint64_t entry, uint64_t exit, int kind) {
     hrecs[i] = (handler_rec){seen, entry, exit, kind};
 }
 
-/* ---- the interposed sigaction and the trampoline ------------------------ */
+/* ---- the trampoline around contprof's handler ---------------------------- */
 
-static int (*real_sigaction)(int, const struct sigaction *, struct sigaction *);
+/* The kernel's struct sigaction on x86-64 (rt_sigaction with an 8-byte
+ * mask). Read and written with the raw system call, so that nothing between
+ * the program and the kernel (contprof interposes sigaction) sees it. */
+typedef struct kernel_sigaction {
+  void *handler;
+  unsigned long flags;
+  void *restorer;
+  unsigned long mask;
+} kernel_sigaction;
+
+static int raw_sigaction(int sig, const kernel_sigaction *act,
+                         kernel_sigaction *old) {
+  return (int)syscall(SYS_rt_sigaction, sig, act, old, sizeof(unsigned long));
+}
+
 static sa_fn lib_handler;
 static int lib_signal;
 
@@ -106,23 +118,33 @@ static void null_handler(int sig, siginfo_t *info, void *uc) {
   record(seen, entry, exit, direct_mode ? K_DIRECT_NULL : K_TIMER_NULL);
 }
 
-int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
-  if (!real_sigaction)
-    real_sigaction = (int (*)(int, const struct sigaction *,
-                              struct sigaction *))dlsym(RTLD_NEXT, "sigaction");
-  if (act && (act->sa_flags & SA_SIGINFO) && act->sa_sigaction &&
-      act->sa_sigaction != trampoline && act->sa_sigaction != null_handler) {
-    if (lib_handler && lib_handler != act->sa_sigaction) {
-      fprintf(stderr, "sample_cost: a second SA_SIGINFO handler\n");
-      abort();
+/* After contprof_start: finds the signal contprof samples with (SIGPROF, else
+ * a real-time one: an SA_SIGINFO handler that is not ours) and puts the
+ * trampoline in front of its handler, unless it is there already. */
+static void wrap_contprof_handler(void) {
+  int candidates[_NSIG], n = 0;
+  candidates[n++] = SIGPROF;
+  for (int s = SIGRTMIN; s <= SIGRTMAX; s++)
+    candidates[n++] = s;
+  for (int i = 0; i < n; i++) {
+    kernel_sigaction ka;
+    if (raw_sigaction(candidates[i], NULL, &ka) != 0 ||
+        !(ka.flags & SA_SIGINFO) || ka.handler == (void *)null_handler ||
+        ka.handler == NULL || ka.handler == (void *)SIG_IGN)
+      continue;
+    if (ka.handler == (void *)trampoline)
+      return; /* still wrapped */
+    lib_handler = (sa_fn)ka.handler;
+    lib_signal = candidates[i];
+    ka.handler = (void *)trampoline;
+    if (raw_sigaction(lib_signal, &ka, NULL) != 0) {
+      perror("sample_cost: rt_sigaction");
+      exit(1);
     }
-    lib_handler = act->sa_sigaction;
-    lib_signal = sig;
-    struct sigaction copy = *act;
-    copy.sa_sigaction = trampoline;
-    return real_sigaction(sig, &copy, old);
+    return;
   }
-  return real_sigaction(sig, act, old);
+  fprintf(stderr, "sample_cost: contprof's signal handler not found\n");
+  exit(1);
 }
 
 /* ---- the spinning thread ------------------------------------------------- */
@@ -228,6 +250,7 @@ static void start_contprof(int cpu_hz, const char *sub) {
     fprintf(stderr, "sample_cost: contprof_start: %s\n", contprof_strerror(rc));
     exit(1);
   }
+  wrap_contprof_handler();
 }
 
 static void run_phase(int phase, int n, uint64_t ticks) {

@@ -276,6 +276,26 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
     goto fail;
   cfg->max_memory_bytes = (size_t)memory_mb << 20;
 
+  int alloc_bytes, lock_ns;
+  if ((rc = int_setting(&src, "CONTPROF_WALL_INTERVAL_MS", 0, 1, 1000, 10,
+                        &cfg->wall_interval_ms)) ||
+      (rc = int_setting(&src, "CONTPROF_WALL_THREADS_PER_TICK", 0, 1, 4096, 16,
+                        &cfg->wall_threads_per_tick)) ||
+      (rc = int_setting(&src, "CONTPROF_ALLOC_SAMPLE_BYTES", 0, 1, 1 << 30,
+                        524288, &alloc_bytes)) ||
+      (rc = int_setting(&src, "CONTPROF_LOCK_SAMPLE_NS", 0, 1, 1000000000,
+                        100000, &lock_ns)))
+    goto fail;
+  cfg->alloc_sample_bytes = alloc_bytes;
+  cfg->lock_sample_ns = lock_ns;
+  const char *timeline = env_get(&src, "CONTPROF_TIMELINE");
+  if (timeline && parse_bool(timeline, &cfg->timeline) != 0) {
+    cp_warn("CONTPROF_TIMELINE='%s' is not a boolean (1/0, true/false); "
+            "using false",
+            timeline);
+    cfg->timeline = 0;
+  }
+
   const char *dir = opts->output_dir ? opts->output_dir
                                      : env_get(&src, "CONTPROF_OUTPUT_DIR");
   if ((rc = set_string(&cfg->output_dir, dir ? dir : "./profiles")))

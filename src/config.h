@@ -35,6 +35,13 @@ typedef struct cp_config {
   char *output_dir;
   cp_log_level log_level;
   size_t max_memory_bytes; /* bound of one generation of the call tree */
+
+  /* Samplers other than cpu. */
+  int wall_interval_ms;      /* CONTPROF_WALL_INTERVAL_MS */
+  int wall_threads_per_tick; /* CONTPROF_WALL_THREADS_PER_TICK */
+  int timeline;              /* CONTPROF_TIMELINE: end_timestamp_ns labels */
+  long alloc_sample_bytes;   /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
+  long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */
 } cp_config;
 
 /* Where values come from; tests pass their own. NULL means getenv. */

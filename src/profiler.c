@@ -61,6 +61,14 @@ static void stop_at_exit(void) {
 
 static void tick(void) { cp_threads_rescan(); }
 
+/* On the uploader thread: samplers add snapshot samples (the live heap). The
+ * active list only changes under prof.lock while the uploader is stopped. */
+static void before_export(cp_generation *g) {
+  for (size_t i = 0; i < prof.nactive; i++)
+    if (prof.active[i]->before_export)
+      prof.active[i]->before_export(g);
+}
+
 /* The child of fork has only the forking thread: the profiler's threads and
  * timers are gone. It forgets the parent's state (without taking locks that a
  * lost thread may hold) and is not profiled; the parent's profile is not
@@ -127,7 +135,7 @@ static int start_locked(const contprof_options *opts) {
       .runtime_version = gnu_get_libc_version(),
       .cpu_period_ns = 1000000000 / prof.cfg.cpu_hz,
   };
-  if ((rc = cp_uploader_start(&prof.cfg, sinks, 1, &meta))) {
+  if ((rc = cp_uploader_start(&prof.cfg, sinks, 1, &meta, before_export))) {
     sinks[0]->destroy(sinks[0]);
     free(sinks);
     cp_agg_stop();

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include "aggregator/calltree.h"
 #include "config.h"
 
 typedef struct cp_sampler {
@@ -24,6 +25,10 @@ typedef struct cp_sampler {
    * thread and timer of the parent and stop sampling, without taking locks
    * another thread may have held. May be NULL. */
   void (*after_fork_child)(void);
+  /* On the uploader thread, with the finished generation before it is
+   * encoded: a snapshot sampler (the live heap) adds its samples here. May
+   * be NULL. */
+  void (*before_export)(cp_generation *g);
 } cp_sampler;
 
 extern const cp_sampler cp_cpu_sampler;

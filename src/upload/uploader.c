@@ -25,6 +25,7 @@ static struct {
   uint64_t flush_requested, flush_completed;
   cp_sink **sinks;
   size_t nsinks;
+  void (*before_export)(cp_generation *g);
   cp_export_meta meta;
   uint64_t period_ns;
   uint64_t period_start_ns;
@@ -55,6 +56,8 @@ static void export_period(void) {
     cp_warn("%" PRIu64 " samples folded into [overflow] in period %" PRIu64
             " (CONTPROF_MAX_MEMORY_MB reached)",
             cp_gen_samples_overflowed(g), meta.seq);
+  if (up.before_export)
+    up.before_export(g);
   for (size_t i = 0; i < up.nsinks; i++)
     up.sinks[i]->send(up.sinks[i], g, &meta);
   cp_gen_destroy(g);
@@ -101,7 +104,8 @@ static void *uploader_thread(void *arg) {
 }
 
 int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
-                      const cp_export_meta *meta) {
+                      const cp_export_meta *meta,
+                      void (*before_export)(cp_generation *g)) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -110,6 +114,7 @@ int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   pthread_cond_init(&up.done, NULL);
   up.sinks = sinks;
   up.nsinks = nsinks;
+  up.before_export = before_export;
   up.meta = *meta;
   up.period_ns = (uint64_t)cfg->upload_period_s * 1000000000ull;
   up.period_start_ns = cp_realtime_ns();

@@ -11,9 +11,11 @@
 #include "sink.h"
 
 /* Takes ownership of the sinks. meta carries the fixed metadata (host, pid,
- * runtime id...); the uploader fills in the period, sequence and drops. */
+ * runtime id...); the uploader fills in the period, sequence and drops.
+ * before_export (may be NULL) sees each finished generation first. */
 int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
-                      const cp_export_meta *meta);
+                      const cp_export_meta *meta,
+                      void (*before_export)(cp_generation *g));
 
 /* Ends the current period now and waits until its profile was handed to the
  * sinks. Returns 0, or CONTPROF_ERR_NOT_STARTED. */
