@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,306 @@ static int set_string(char **dst, const char *value) {
   return *dst ? 0 : CONTPROF_ERR_NOMEM;
 }
 
+/* ---- upload settings ------------------------------------------------------ */
+
+/* Go-style durations ("15s", "1m30s", "500ms", "2h") or plain seconds
+ * ("10", "0.5"), into milliseconds. */
+static int parse_duration_ms(const char *s, long *out) {
+  while (isspace((unsigned char)*s))
+    s++;
+  if (!*s)
+    return -1;
+  double total = 0;
+  int parts = 0;
+  while (*s) {
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0)
+      return -1;
+    s = end;
+    double unit = 1000; /* bare number: seconds */
+    if (strncmp(s, "ms", 2) == 0)
+      unit = 1, s += 2;
+    else if (strncmp(s, "us", 2) == 0)
+      unit = 0.001, s += 2;
+    else if (strncmp(s, "ns", 2) == 0)
+      unit = 0.000001, s += 2;
+    else if (*s == 's')
+      unit = 1000, s++;
+    else if (*s == 'm')
+      unit = 60000, s++;
+    else if (*s == 'h')
+      unit = 3600000, s++;
+    else if (*s && !isspace((unsigned char)*s))
+      return -1;
+    else if (parts > 0)
+      return -1; /* "1m30" */
+    total += v * unit;
+    parts++;
+    while (isspace((unsigned char)*s))
+      s++;
+  }
+  if (total > 86400000.0 * 365)
+    return -1;
+  *out = (long)(total + 0.5);
+  return 0;
+}
+
+static long duration_setting(const source *src, const char *name, long lo_ms,
+                             long hi_ms, long def_ms) {
+  const char *v = env_get(src, name);
+  long ms;
+  if (!v)
+    return def_ms;
+  if (parse_duration_ms(v, &ms) != 0 || ms < lo_ms || ms > hi_ms) {
+    cp_warn("%s='%s' is not a duration in %ldms..%lds (like 10s, 500ms); "
+            "using %ldms",
+            name, v, lo_ms, hi_ms / 1000, def_ms);
+    return def_ms;
+  }
+  return ms;
+}
+
+/* "k=v,k2=v2" (PYROSCOPE_LABELS). */
+static int parse_pyroscope_labels(cp_config *cfg, const char *s) {
+  char *copy = strdup(s);
+  if (!copy)
+    return CONTPROF_ERR_NOMEM;
+  int bad = 0, rc = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    while (isspace((unsigned char)*tok))
+      tok++;
+    char *eq = strchr(tok, '=');
+    if (!eq || eq == tok) {
+      bad = 1;
+      continue;
+    }
+    *eq = 0;
+    cp_tag *grown = realloc(cfg->pyroscope_labels,
+                            (cfg->npyroscope_labels + 1) * sizeof *grown);
+    if (!grown) {
+      rc = CONTPROF_ERR_NOMEM;
+      break;
+    }
+    cfg->pyroscope_labels = grown;
+    cp_tag *t = &cfg->pyroscope_labels[cfg->npyroscope_labels];
+    t->key = strdup(tok);
+    t->value = strdup(eq + 1);
+    if (!t->key || !t->value) {
+      free(t->key);
+      free(t->value);
+      rc = CONTPROF_ERR_NOMEM;
+      break;
+    }
+    cfg->npyroscope_labels++;
+  }
+  if (bad)
+    cp_warn("PYROSCOPE_LABELS='%s': entries that are not key=value were "
+            "ignored",
+            s);
+  free(copy);
+  return rc;
+}
+
+/* "100" profiles, or bytes with a unit: "64MiB", "64M", "500KB", "1000B". */
+static int parse_spool_max(const char *s, size_t *profiles, size_t *bytes) {
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || errno || v == 0 || *s == '-')
+    return -1;
+  while (isspace((unsigned char)*end))
+    end++;
+  if (!*end) {
+    *profiles = (size_t)v;
+    return 0;
+  }
+  unsigned long long mult = 0;
+  char c = (char)toupper((unsigned char)*end);
+  if (c == 'B')
+    mult = 1, end++;
+  else if (c == 'K')
+    mult = 1ull << 10, end++;
+  else if (c == 'M')
+    mult = 1ull << 20, end++;
+  else if (c == 'G')
+    mult = 1ull << 30, end++;
+  else
+    return -1;
+  if (mult > 1) {
+    if (*end == 'i' || *end == 'I')
+      end++;
+    if (*end == 'b' || *end == 'B')
+      end++;
+  }
+  if (*end || v > (unsigned long long)SIZE_MAX / mult)
+    return -1;
+  *bytes = (size_t)(v * mult);
+  *profiles = SIZE_MAX;
+  return 0;
+}
+
+static int load_upload(cp_config *cfg, const source *src,
+                       const contprof_options *opts) {
+  int rc;
+  /* The period: CONTPROF_UPLOAD_PERIOD (read above), else the variables of
+   * the Datadog and Pyroscope clients. */
+  static const char *const period_vars[] = {
+      "DD_PROFILING_UPLOAD_PERIOD", "PYROSCOPE_UPLOAD_INTERVAL", NULL};
+  const char *which = NULL;
+  const char *period = env_first(src, period_vars, &which);
+  if (!opts->upload_period_s && !env_get(src, "CONTPROF_UPLOAD_PERIOD") &&
+      period) {
+    long ms;
+    if (parse_duration_ms(period, &ms) != 0 || ms < 1000 ||
+        ms > 86400000L)
+      cp_warn("%s='%s' is not a duration of 1s..86400s; using %d s", which,
+              period, cfg->upload_period_s);
+    else
+      cfg->upload_period_s = (int)((ms + 500) / 1000);
+  }
+
+  const char *agent_url = env_get(src, "DD_TRACE_AGENT_URL");
+  const char *agent_host = env_get(src, "DD_AGENT_HOST");
+  if (agent_url) {
+    rc = set_string(&cfg->dd_agent_url, agent_url);
+  } else {
+    long port = 8126;
+    const char *p = env_get(src, "DD_TRACE_AGENT_PORT");
+    if (p && parse_int(p, 1, 65535, &port) != 0) {
+      cp_warn("DD_TRACE_AGENT_PORT='%s' is not a port (1..65535); using 8126",
+              p);
+      port = 8126;
+    }
+    const char *host = agent_host ? agent_host : "localhost";
+    int v6 = strchr(host, ':') != NULL && host[0] != '[';
+    char url[512];
+    snprintf(url, sizeof url, "http://%s%s%s:%ld", v6 ? "[" : "", host,
+             v6 ? "]" : "", port);
+    rc = set_string(&cfg->dd_agent_url, url);
+  }
+  if (rc)
+    return rc;
+
+  const char *key = env_get(src, "DD_API_KEY");
+  if (key && (rc = set_string(&cfg->dd_api_key, key)))
+    return rc;
+  const char *agentless = env_get(src, "DD_PROFILING_AGENTLESS");
+  int agentless_on = 0;
+  if (agentless && parse_bool(agentless, &agentless_on) != 0) {
+    cp_warn("DD_PROFILING_AGENTLESS='%s' is not a boolean; using false",
+            agentless);
+    agentless_on = 0;
+  }
+  if (agentless_on && !key)
+    cp_warn("DD_PROFILING_AGENTLESS is set but DD_API_KEY is not; profiles "
+            "go to the agent");
+  cfg->dd_agentless = agentless_on && key;
+  const char *intake = env_get(src, "CONTPROF_DATADOG_INTAKE_URL");
+  char intake_buf[512];
+  if (!intake) {
+    const char *site = env_get(src, "DD_SITE");
+    snprintf(intake_buf, sizeof intake_buf,
+             "https://intake.profile.%s/api/v2/profile",
+             site ? site : "datadoghq.com");
+    intake = intake_buf;
+  }
+  if ((rc = set_string(&cfg->dd_intake_url, intake)))
+    return rc;
+
+  const char *pyro = env_get(src, "PYROSCOPE_SERVER_ADDRESS");
+  if ((rc = set_string(&cfg->pyroscope_url,
+                       pyro ? pyro : "http://localhost:4040")))
+    return rc;
+  size_t len = strlen(cfg->pyroscope_url);
+  while (len > 0 && cfg->pyroscope_url[len - 1] == '/')
+    cfg->pyroscope_url[--len] = 0;
+  static const struct {
+    const char *name;
+    size_t offset;
+  } pyro_strings[] = {
+      {"PYROSCOPE_AUTH_TOKEN", offsetof(cp_config, pyroscope_token)},
+      {"PYROSCOPE_BASIC_AUTH_USER", offsetof(cp_config, pyroscope_user)},
+      {"PYROSCOPE_BASIC_AUTH_PASSWORD",
+       offsetof(cp_config, pyroscope_password)},
+      {"PYROSCOPE_TENANT_ID", offsetof(cp_config, pyroscope_tenant)},
+      {"CONTPROF_SPOOL_DIR", offsetof(cp_config, spool_dir)},
+  };
+  for (size_t i = 0; i < CP_ARRAY_SIZE(pyro_strings); i++) {
+    const char *v = env_get(src, pyro_strings[i].name);
+    char **dst = (char **)((char *)cfg + pyro_strings[i].offset);
+    if (v && (rc = set_string(dst, v)))
+      return rc;
+  }
+  const char *labels = env_get(src, "PYROSCOPE_LABELS");
+  if (labels && (rc = parse_pyroscope_labels(cfg, labels)))
+    return rc;
+
+  const char *exports = env_get(src, "CONTPROF_EXPORT");
+  if (exports) {
+    static const struct {
+      const char *name;
+      unsigned bit;
+    } export_names[] = {{"file", CP_EXPORT_FILE},
+                        {"datadog", CP_EXPORT_DATADOG},
+                        {"pyroscope", CP_EXPORT_PYROSCOPE}};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", exports);
+    int bad = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ", \t", &save); tok;
+         tok = strtok_r(NULL, ", \t", &save)) {
+      unsigned bit = 0;
+      for (size_t i = 0; i < CP_ARRAY_SIZE(export_names); i++)
+        if (strcasecmp(tok, export_names[i].name) == 0)
+          bit = export_names[i].bit;
+      bad += !bit;
+      cfg->exports |= bit;
+    }
+    if (bad || !cfg->exports)
+      cp_warn("CONTPROF_EXPORT='%s' names unknown sinks (known: file, "
+              "datadog, pyroscope)%s",
+              exports, cfg->exports ? "; they were ignored" : "");
+  }
+  if (!cfg->exports) {
+    if (agent_url || agent_host || cfg->dd_agentless)
+      cfg->exports |= CP_EXPORT_DATADOG;
+    if (pyro)
+      cfg->exports |= CP_EXPORT_PYROSCOPE;
+    if (!cfg->exports)
+      cfg->exports = CP_EXPORT_FILE;
+  }
+
+  long total = duration_setting(src, "CONTPROF_UPLOAD_TIMEOUT", 1, 3600000,
+                                10000);
+  cfg->upload_timeout_ms = total;
+  cfg->connect_timeout_ms = duration_setting(src, "CONTPROF_CONNECT_TIMEOUT",
+                                             1, 3600000, total);
+  cfg->exit_timeout_ms =
+      duration_setting(src, "CONTPROF_EXIT_TIMEOUT", 0, 3600000, 5000);
+  cfg->retry_initial_ms =
+      duration_setting(src, "CONTPROF_RETRY_INITIAL", 1, 3600000, 1000);
+  cfg->retry_max_ms =
+      duration_setting(src, "CONTPROF_RETRY_MAX", 1, 86400000, 60000);
+  if (cfg->retry_max_ms < cfg->retry_initial_ms)
+    cfg->retry_max_ms = cfg->retry_initial_ms;
+  cfg->spool_max_profiles = 32;
+  cfg->spool_max_bytes = (size_t)64 << 20;
+  const char *spool_max = env_get(src, "CONTPROF_SPOOL_MAX");
+  if (spool_max && parse_spool_max(spool_max, &cfg->spool_max_profiles,
+                                   &cfg->spool_max_bytes) != 0) {
+    cp_warn("CONTPROF_SPOOL_MAX='%s' is neither a count of profiles nor a "
+            "size (like 64MiB); using 32 profiles",
+            spool_max);
+    cfg->spool_max_profiles = 32;
+    cfg->spool_max_bytes = (size_t)64 << 20;
+  }
+  return 0;
+}
+
 int cp_config_load(cp_config *cfg, const contprof_options *opts,
                    cp_getenv_fn get, void *ctx) {
   static const contprof_options no_options;
@@ -284,9 +585,14 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
       (rc = int_setting(&src, "CONTPROF_ALLOC_SAMPLE_BYTES", 0, 1, 1 << 30,
                         524288, &alloc_bytes)) ||
       (rc = int_setting(&src, "CONTPROF_LOCK_SAMPLE_NS", 0, 1, 1000000000,
-                        100000, &lock_ns)))
+                        1000000, &lock_ns)))
     goto fail;
   cfg->alloc_sample_bytes = alloc_bytes;
+  int heap_tracked;
+  if ((rc = int_setting(&src, "CONTPROF_HEAP_MAX_TRACKED", 0, 1024, 1000000,
+                        65536, &heap_tracked)))
+    goto fail;
+  cfg->heap_max_tracked = heap_tracked;
   cfg->lock_sample_ns = lock_ns;
   const char *timeline = env_get(&src, "CONTPROF_TIMELINE");
   if (timeline && parse_bool(timeline, &cfg->timeline) != 0) {
@@ -299,6 +605,8 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
   const char *dir = opts->output_dir ? opts->output_dir
                                      : env_get(&src, "CONTPROF_OUTPUT_DIR");
   if ((rc = set_string(&cfg->output_dir, dir ? dir : "./profiles")))
+    goto fail;
+  if ((rc = load_upload(cfg, &src, opts)))
     goto fail;
   return 0;
 
@@ -317,5 +625,25 @@ void cp_config_free(cp_config *cfg) {
   }
   free(cfg->tags);
   free(cfg->output_dir);
+  free(cfg->dd_agent_url);
+  free(cfg->dd_intake_url);
+  /* Secrets: not left in freed memory. */
+  char *secrets[] = {cfg->dd_api_key, cfg->pyroscope_token,
+                     cfg->pyroscope_password};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(secrets); i++)
+    if (secrets[i])
+      explicit_bzero(secrets[i], strlen(secrets[i]));
+  free(cfg->dd_api_key);
+  free(cfg->pyroscope_url);
+  free(cfg->pyroscope_token);
+  free(cfg->pyroscope_user);
+  free(cfg->pyroscope_password);
+  free(cfg->pyroscope_tenant);
+  for (size_t i = 0; i < cfg->npyroscope_labels; i++) {
+    free(cfg->pyroscope_labels[i].key);
+    free(cfg->pyroscope_labels[i].value);
+  }
+  free(cfg->pyroscope_labels);
+  free(cfg->spool_dir);
   memset(cfg, 0, sizeof *cfg);
 }

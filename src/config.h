@@ -41,8 +41,37 @@ typedef struct cp_config {
   int wall_threads_per_tick; /* CONTPROF_WALL_THREADS_PER_TICK */
   int timeline;              /* CONTPROF_TIMELINE: end_timestamp_ns labels */
   long alloc_sample_bytes;   /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
+  long heap_max_tracked;     /* CONTPROF_HEAP_MAX_TRACKED: live-table size */
   long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */
+
+  /* Upload (src/upload). Secrets are kept here only: never log them. */
+  unsigned exports;          /* CP_EXPORT_* bits (CONTPROF_EXPORT or guessed) */
+  char *dd_agent_url;        /* http://host:port or unix:///path */
+  char *dd_intake_url;       /* agentless intake (from DD_SITE) */
+  char *dd_api_key;          /* secret; NULL when unset */
+  int dd_agentless;          /* DD_PROFILING_AGENTLESS and DD_API_KEY set */
+  char *pyroscope_url;       /* PYROSCOPE_SERVER_ADDRESS */
+  char *pyroscope_token;     /* secret: PYROSCOPE_AUTH_TOKEN */
+  char *pyroscope_user;      /* PYROSCOPE_BASIC_AUTH_USER */
+  char *pyroscope_password;  /* secret: PYROSCOPE_BASIC_AUTH_PASSWORD */
+  char *pyroscope_tenant;    /* PYROSCOPE_TENANT_ID */
+  cp_tag *pyroscope_labels;  /* PYROSCOPE_LABELS k=v pairs */
+  size_t npyroscope_labels;
+  long connect_timeout_ms;   /* CONTPROF_CONNECT_TIMEOUT */
+  long upload_timeout_ms;    /* CONTPROF_UPLOAD_TIMEOUT */
+  long exit_timeout_ms;      /* CONTPROF_EXIT_TIMEOUT */
+  long retry_initial_ms;     /* CONTPROF_RETRY_INITIAL: first backoff */
+  long retry_max_ms;         /* CONTPROF_RETRY_MAX: backoff cap */
+  char *spool_dir;           /* CONTPROF_SPOOL_DIR; NULL: memory only */
+  size_t spool_max_profiles; /* CONTPROF_SPOOL_MAX as a count */
+  size_t spool_max_bytes;    /* CONTPROF_SPOOL_MAX as bytes */
 } cp_config;
+
+enum {
+  CP_EXPORT_FILE = 1u << 0,
+  CP_EXPORT_DATADOG = 1u << 1,
+  CP_EXPORT_PYROSCOPE = 1u << 2,
+};
 
 /* Where values come from; tests pass their own. NULL means getenv. */
 typedef const char *(*cp_getenv_fn)(const char *name, void *ctx);

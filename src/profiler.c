@@ -23,7 +23,8 @@
 #include "upload/sink.h"
 #include "upload/uploader.h"
 
-static const cp_sampler *const all_samplers[] = {&cp_cpu_sampler};
+static const cp_sampler *const all_samplers[] = {
+    &cp_cpu_sampler, &cp_lock_sampler, &cp_wall_sampler, &cp_alloc_sampler};
 
 static struct {
   pthread_mutex_t lock;
@@ -95,8 +96,10 @@ static void teardown_locked(void) {
   for (size_t i = prof.nactive; i-- > 0;)
     prof.active[i]->stop();
   cp_threads_stop();
-  prof.nactive = 0;
+  /* The last profile still gets the snapshot samplers' samples (the live
+   * heap as it is at stop): the active list is cleared after it is made. */
   cp_uploader_stop();
+  prof.nactive = 0;
   cp_agg_stop();
   cp_config_free(&prof.cfg);
 }
@@ -116,9 +119,9 @@ static int start_locked(const contprof_options *opts) {
     return rc;
   }
 
-  cp_sink **sinks = calloc(1, sizeof *sinks);
-  if (!sinks || !(sinks[0] = cp_file_sink_create(&prof.cfg))) {
-    free(sinks);
+  size_t nsinks = 0;
+  cp_sink **sinks = cp_sinks_create(&prof.cfg, &nsinks);
+  if (!sinks) {
     cp_agg_stop();
     cp_config_free(&prof.cfg);
     return CONTPROF_ERR_NOMEM;
@@ -135,9 +138,9 @@ static int start_locked(const contprof_options *opts) {
       .runtime_version = gnu_get_libc_version(),
       .cpu_period_ns = 1000000000 / prof.cfg.cpu_hz,
   };
-  if ((rc = cp_uploader_start(&prof.cfg, sinks, 1, &meta, before_export))) {
-    sinks[0]->destroy(sinks[0]);
-    free(sinks);
+  if ((rc = cp_uploader_start(&prof.cfg, sinks, nsinks, &meta,
+                              before_export))) {
+    cp_sinks_destroy(sinks, nsinks);
     cp_agg_stop();
     cp_config_free(&prof.cfg);
     return rc;

@@ -101,6 +101,24 @@ static inline void contprof__label_scope_end(contprof_label_scope *s) {
                       &CONTPROF__CAT(contprof__scope_, __LINE__))
 #endif
 
+/* Trace correlation (for tracers and instrumented services).
+ *
+ * contprof_set_span sets the calling thread's current span id and local root
+ * span id (the id of the request's first span in this process); every sample
+ * taken on the thread carries them as the `span id` and `local root span id`
+ * labels until the next call. contprof_set_span(0, 0) clears them. Cheap (two
+ * thread-local stores); may be called from a signal handler.
+ *
+ * contprof_set_endpoint names the endpoint (resource) of a local root span,
+ * typically when that span finishes. Samples of that local root span get a
+ * `trace endpoint` label at export, and the request counts once in the
+ * period's endpoint_counts (Datadog). A second call for the same id renames
+ * it without counting again. The most recent 32768 or more local root spans
+ * are remembered. Returns CONTPROF_ERR_INVALID for id 0 or an empty or
+ * over-1024-byte name, CONTPROF_ERR_LABELS_FULL past 4096 distinct names. */
+void contprof_set_span(uint64_t span_id, uint64_t local_root_span_id);
+int contprof_set_endpoint(uint64_t local_root_span_id, const char *endpoint);
+
 #ifdef __cplusplus
 }
 #endif

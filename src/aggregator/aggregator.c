@@ -20,6 +20,10 @@
 #define DRAIN_INTERVAL_NS 10000000ull /* 10 ms */
 #define TICK_INTERVAL_NS 1000000000ull
 #define RING_SLOTS 4096
+/* Timeline mode: samples merge only within one 10 ms bucket of their
+ * timestamp (the default wall interval), so a timeline view sees when each
+ * happened; the key holds the bucket's end, exported as end_timestamp_ns. */
+#define TIMELINE_BUCKET_NS 10000000ull
 
 static struct {
   pthread_mutex_t lock; /* guards gen and the consumer side of the ring */
@@ -32,6 +36,7 @@ static struct {
   uint64_t next_gen_id;
   uint64_t drops_reported;
   size_t memory_limit;
+  int timeline; /* CONTPROF_TIMELINE */
   void (*tick)(void);
 } agg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -64,6 +69,12 @@ static void note_thread(cp_generation *g, pid_t tid) {
   cp_gen_set_thread_name(g, tid, name);
 }
 
+static uint64_t timeline_bucket_end(uint64_t timestamp_ns) {
+  if (!agg.timeline)
+    return 0;
+  return (timestamp_ns / TIMELINE_BUCKET_NS + 1) * TIMELINE_BUCKET_NS;
+}
+
 /* Caller holds agg.lock. */
 static void drain_locked(void) {
   cp_ring *ring = agg.owned_ring;
@@ -81,6 +92,7 @@ static void drain_locked(void) {
         .tid = s->tid,
         .span_id = s->span_id,
         .local_root_span_id = s->local_root_span_id,
+        .time_bucket_ns = timeline_bucket_end(s->timestamp_ns),
     };
     note_thread(agg.gen, s->tid);
     cp_gen_add(agg.gen, s->frames, s->nframes, (int)s->truncated, &key,
@@ -109,6 +121,7 @@ static void *drain_thread(void *arg) {
 int cp_agg_start(const cp_config *cfg, void (*tick)(void)) {
   pthread_mutex_lock(&agg.lock);
   agg.memory_limit = cfg->max_memory_bytes;
+  agg.timeline = cfg->timeline;
   /* Room for the handler's own frames above the kept ones (see unwind.c).
    * The ring outlives stop (a late producer may still hold it), so a restart
    * reuses it when it is large enough; a smaller one is abandoned, never
@@ -192,7 +205,10 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
     return CONTPROF_ERR_NOT_STARTED;
   }
   note_thread(agg.gen, key->tid);
-  cp_gen_add(agg.gen, frames, nframes, 0, key, kind, count, quantity);
+  cp_sample_key timed = *key;
+  if (!timed.time_bucket_ns)
+    timed.time_bucket_ns = timeline_bucket_end(cp_realtime_ns());
+  cp_gen_add(agg.gen, frames, nframes, 0, &timed, kind, count, quantity);
   pthread_mutex_unlock(&agg.lock);
   return 0;
 }

@@ -35,7 +35,8 @@ typedef struct cp_sample_key {
   pid_t tid;
   uint64_t span_id;
   uint64_t local_root_span_id;
-  uint64_t time_bucket_ns; /* 0 unless timeline mode */
+  uint64_t time_bucket_ns; /* timeline mode: end of the sample's time
+                            * bucket (CLOCK_REALTIME ns), else 0 */
 } cp_sample_key;
 
 typedef struct cp_sample {

@@ -14,6 +14,7 @@
 #include "contprof/profiler.h"
 #include "labels.h"
 #include "pprof.h"
+#include "trace.h"
 
 typedef struct value_type {
   int value;
@@ -33,6 +34,21 @@ static const value_type datadog_types[] = {
     {CP_V_INUSE_SPACE, "inuse-space", "bytes", CP_PROFILE_HEAP},
     {CP_V_LOCK_ACQUIRE, "lock-acquire", "count", CP_PROFILE_LOCK},
     {CP_V_LOCK_WAIT, "lock-acquire-wait", "nanoseconds", CP_PROFILE_LOCK},
+};
+
+/* Pyroscope's names (FORMATS.md: no '-'); "samples" repeats across
+ * families, which is why a Pyroscope profile holds one family. */
+static const value_type pyroscope_types[] = {
+    {CP_V_CPU_SAMPLES, "samples", "count", CP_PROFILE_CPU},
+    {CP_V_CPU_TIME, "cpu", "nanoseconds", CP_PROFILE_CPU},
+    {CP_V_WALL_SAMPLES, "samples", "count", CP_PROFILE_WALL},
+    {CP_V_WALL_TIME, "wall", "nanoseconds", CP_PROFILE_WALL},
+    {CP_V_ALLOC_SAMPLES, "alloc_objects", "count", CP_PROFILE_ALLOC},
+    {CP_V_ALLOC_SPACE, "alloc_space", "bytes", CP_PROFILE_ALLOC},
+    {CP_V_INUSE_OBJECTS, "inuse_objects", "count", CP_PROFILE_HEAP},
+    {CP_V_INUSE_SPACE, "inuse_space", "bytes", CP_PROFILE_HEAP},
+    {CP_V_LOCK_ACQUIRE, "contentions", "count", CP_PROFILE_LOCK},
+    {CP_V_LOCK_WAIT, "delay", "nanoseconds", CP_PROFILE_LOCK},
 };
 
 #define MAX_LABELS 48
@@ -128,14 +144,146 @@ static void add_metadata(pprof_builder *b, const cp_generation *g,
   add_comment_u64(b, "samples_overflowed", cp_gen_samples_overflowed(g));
 }
 
+/* ---- dialects ------------------------------------------------------------ */
+
+/* How the Pyroscope dialect treats the labels the exporter adds (named here
+ * in Datadog's spelling): a new name, or NULL to drop it. Per-thread and
+ * per-request labels would become Pyroscope series. Other (user) labels keep
+ * their name, reduced to [a-zA-Z0-9_]. */
+static const struct {
+  const char *datadog, *pyroscope;
+} pyroscope_label_names[] = {
+    {"thread id", NULL},
+    {"thread native id", NULL},
+    {"thread name", NULL},
+    {"span id", "span_id"},
+    {"local root span id", NULL},
+    {CP_LABEL_TRACE_ENDPOINT, NULL},
+    {CP_LABEL_END_TIMESTAMP, NULL},
+};
+
+typedef struct label_scratch {
+  char names[MAX_LABELS][64];
+  char span_hex[24];
+} label_scratch;
+
+/* Rewrites labels[0..n) for the dialect in place; returns the new count. */
+static size_t dialect_labels(const cp_export_options *o, pprof_label *labels,
+                             size_t n, label_scratch *scratch) {
+  if (o->dialect != CP_DIALECT_PYROSCOPE)
+    return o->max_labels && n > o->max_labels ? o->max_labels : n;
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    pprof_label l = labels[i];
+    int known = 0;
+    for (size_t k = 0; k < CP_ARRAY_SIZE(pyroscope_label_names); k++)
+      if (strcmp(l.key, pyroscope_label_names[k].datadog) == 0) {
+        known = 1;
+        l.key = pyroscope_label_names[k].pyroscope;
+        break;
+      }
+    if (!l.key)
+      continue;
+    if (known && strcmp(l.key, "span_id") == 0 && !l.str) {
+      snprintf(scratch->span_hex, sizeof scratch->span_hex, "%016" PRIx64,
+               (uint64_t)l.num);
+      l.str = scratch->span_hex;
+    } else if (!known) {
+      char *name = scratch->names[kept];
+      size_t j = 0;
+      if (!((l.key[0] >= 'a' && l.key[0] <= 'z') ||
+            (l.key[0] >= 'A' && l.key[0] <= 'Z') || l.key[0] == '_'))
+        name[j++] = '_';
+      for (const char *c = l.key; *c && j < 63; c++)
+        name[j++] = ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                     (*c >= '0' && *c <= '9'))
+                        ? *c
+                        : '_';
+      name[j] = 0;
+      if (name[0] == '_' && name[1] == '_')
+        name[0] = 'x'; /* "__" names are Pyroscope's own */
+      l.key = name;
+    }
+    if (o->max_labels && kept >= o->max_labels)
+      break;
+    labels[kept++] = l;
+  }
+  return kept;
+}
+
+/* Period type and default sample type of a Pyroscope family. */
+static void pyroscope_period(pprof_builder *b, const cp_export_meta *m,
+                             unsigned profiles) {
+  const cp_config *cfg = m->cfg;
+  if (profiles & CP_PROFILE_CPU) {
+    pprof_set_period(b, "cpu", "nanoseconds", m->cpu_period_ns);
+    pprof_set_default_sample_type(b, "cpu");
+  } else if (profiles & CP_PROFILE_WALL) {
+    pprof_set_period(b, "wall", "nanoseconds",
+                     (int64_t)cfg->wall_interval_ms * 1000000);
+    pprof_set_default_sample_type(b, "wall");
+  } else if (profiles & (CP_PROFILE_ALLOC | CP_PROFILE_HEAP)) {
+    pprof_set_period(b, "space", "bytes", cfg->alloc_sample_bytes);
+    pprof_set_default_sample_type(
+        b, (profiles & CP_PROFILE_HEAP) ? "inuse_space" : "alloc_space");
+  } else if (profiles & CP_PROFILE_LOCK) {
+    pprof_set_period(b, "contentions", "count", 1);
+    pprof_set_default_sample_type(b, "delay");
+  }
+}
+
+/* Encodes b, folding its lightest samples into "[other]" until the options'
+ * bounds hold. */
+static int encode_bounded(pprof_builder *b, const cp_export_options *o,
+                          uint8_t **raw, size_t *raw_len, size_t *folded) {
+  size_t n = pprof_sample_count(b);
+  size_t keep = n;
+  if (o->max_samples && n > o->max_samples)
+    keep = o->max_samples - 1; /* and the [other] sample */
+  for (int round = 0; round < 16; round++) {
+    pprof_builder *use = b;
+    if (keep < n && !(use = pprof_fold(b, keep, "[other]")))
+      return -1;
+    int rc = pprof_encode(use, raw, raw_len);
+    if (use != b)
+      pprof_builder_destroy(use);
+    if (rc != 0)
+      return -1;
+    *folded = n - keep;
+    if (!o->max_bytes || *raw_len <= o->max_bytes || keep == 0)
+      return 0;
+    /* Shrink in proportion, with a margin: the tables shrink more slowly
+     * than the samples. */
+    size_t next =
+        (size_t)((double)keep * (double)o->max_bytes / (double)*raw_len * 0.9);
+    keep = next < keep ? next : keep - 1;
+    free(*raw);
+    *raw = NULL;
+  }
+  return -1;
+}
+
 int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
                     cp_dialect dialect, uint8_t **out, size_t *out_len) {
-  (void)dialect;
+  cp_export_options o = {.dialect = dialect};
+  return cp_export_pprof_with(g, m, &o, out, out_len, NULL);
+}
+
+int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
+                         const cp_export_options *o, uint8_t **out,
+                         size_t *out_len, size_t *samples_folded) {
   const value_type *types[CP_NVALUES];
   size_t ntypes = 0;
-  for (size_t i = 0; i < CP_ARRAY_SIZE(datadog_types); i++)
-    if (m->cfg->profiles & datadog_types[i].profile)
-      types[ntypes++] = &datadog_types[i];
+  unsigned profiles = m->cfg->profiles & (o->profiles ? o->profiles : ~0u);
+  int pyro = o->dialect == CP_DIALECT_PYROSCOPE;
+  const value_type *table = pyro ? pyroscope_types : datadog_types;
+  size_t ntable =
+      pyro ? CP_ARRAY_SIZE(pyroscope_types) : CP_ARRAY_SIZE(datadog_types);
+  for (size_t i = 0; i < ntable && ntypes < CP_NVALUES; i++)
+    if (profiles & table[i].profile)
+      types[ntypes++] = &table[i];
+  if (samples_folded)
+    *samples_folded = 0;
 
   pprof_builder *b = pprof_builder_create();
   uint64_t *loc_ids = calloc(cp_gen_location_count(g) + 1, sizeof *loc_ids);
@@ -147,9 +295,15 @@ int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
 
   for (size_t i = 0; i < ntypes; i++)
     pprof_add_sample_type(b, types[i]->type, types[i]->unit);
-  if (m->cfg->profiles & CP_PROFILE_CPU) {
+  if (o->dialect == CP_DIALECT_PYROSCOPE) {
+    pyroscope_period(b, m, profiles);
+  } else if (m->cfg->profiles & CP_PROFILE_CPU) {
     pprof_set_period(b, "cpu", "nanoseconds", m->cpu_period_ns);
     pprof_set_default_sample_type(b, "cpu-time");
+  } else if (m->cfg->profiles & CP_PROFILE_WALL) {
+    pprof_set_period(b, "wall", "nanoseconds",
+                     (int64_t)m->cfg->wall_interval_ms * 1000000);
+    pprof_set_default_sample_type(b, "wall-time");
   }
   pprof_set_time(b, (int64_t)m->start_ns, (int64_t)(m->end_ns - m->start_ns));
   add_metadata(b, g, m);
@@ -187,19 +341,29 @@ int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
     if (s->key.local_root_span_id)
       labels[nl++] = (pprof_label){"local root span id", NULL,
                                    (int64_t)s->key.local_root_span_id, NULL};
+    const char *endpoint = cp_trace_endpoint_of(s->key.local_root_span_id);
+    if (endpoint)
+      labels[nl++] = (pprof_label){CP_LABEL_TRACE_ENDPOINT, endpoint, 0, NULL};
+    if (s->key.time_bucket_ns)
+      labels[nl++] = (pprof_label){CP_LABEL_END_TIMESTAMP, NULL,
+                                   (int64_t)s->key.time_bucket_ns, NULL};
     const cp_label *user;
     size_t nuser = cp_labelset_get(s->key.labels, &user);
     for (size_t u = 0; u < nuser && nl < MAX_LABELS; u++)
       labels[nl++] = (pprof_label){user[u].key, user[u].value, 0, NULL};
+    label_scratch scratch;
+    nl = dialect_labels(o, labels, nl, &scratch);
     if (pprof_add_sample(b, stack, depth, values, ntypes, labels, nl) != 0)
       goto done;
   }
 
   uint8_t *raw = NULL;
-  size_t raw_len = 0;
-  if (pprof_encode(b, &raw, &raw_len) == 0) {
+  size_t raw_len = 0, folded = 0;
+  if (encode_bounded(b, o, &raw, &raw_len, &folded) == 0) {
     rc = pprof_gzip(raw, raw_len, out, out_len);
     free(raw);
+    if (samples_folded)
+      *samples_folded = folded;
   }
 done:
   free(stack);

@@ -4,6 +4,7 @@
 #include "exporter/pprof.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -730,4 +731,141 @@ fail:
   deflateEnd(&zs);
   free(buf);
   return -1;
+}
+
+/* ---- folding light samples (backends with sample or size limits) -------- */
+
+typedef struct fold_weight {
+  double weight;
+  size_t index;
+} fold_weight;
+
+static int fold_weight_cmp(const void *a, const void *b) {
+  const fold_weight *x = a, *y = b;
+  if (x->weight != y->weight)
+    return x->weight > y->weight ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static const char *str_of(const pprof_builder *b, int64_t i) {
+  return (i >= 0 && (size_t)i < b->nstrings) ? b->strings[i] : "";
+}
+
+static uint64_t fold_copy_location(pprof_builder *nb, const pprof_builder *b,
+                                   uint64_t id, uint64_t *loc_map) {
+  if (loc_map[id])
+    return loc_map[id];
+  const pp_location *l = &b->locations[id - 1];
+  uint64_t mapping = 0, function = 0;
+  if (l->mapping_id) {
+    const pp_mapping *m = &b->mappings[l->mapping_id - 1];
+    mapping = pprof_add_mapping(nb, m->start, m->limit, m->file_offset,
+                                str_of(b, m->filename), str_of(b, m->build_id),
+                                m->has_functions);
+    if (!mapping)
+      return 0;
+  }
+  if (l->function_id) {
+    const pp_function *f = &b->functions[l->function_id - 1];
+    function = pprof_add_function(nb, str_of(b, f->name),
+                                  str_of(b, f->system_name),
+                                  str_of(b, f->filename), f->start_line);
+    if (!function)
+      return 0;
+  }
+  loc_map[id] = pprof_add_location(nb, mapping, l->address, function, l->line);
+  return loc_map[id];
+}
+
+pprof_builder *pprof_fold(const pprof_builder *b, size_t keep,
+                          const char *other_name) {
+  pprof_builder *nb = pprof_builder_create();
+  fold_weight *w = calloc(b->nsamples + 1, sizeof *w);
+  uint64_t *loc_map = calloc(b->nlocations + 1, sizeof *loc_map);
+  double *totals = calloc(b->nsample_types + 1, sizeof *totals);
+  int64_t *other = calloc(b->nsample_types + 1, sizeof *other);
+  uint64_t *stack = NULL;
+  pprof_label *labels = NULL;
+  size_t max_depth = 0, max_labels = 0;
+  for (size_t i = 0; i < b->nsamples; i++) {
+    if (b->samples[i].nlocations > max_depth)
+      max_depth = b->samples[i].nlocations;
+    if (b->samples[i].nlabels > max_labels)
+      max_labels = b->samples[i].nlabels;
+  }
+  stack = calloc(max_depth + 1, sizeof *stack);
+  labels = calloc(max_labels + 1, sizeof *labels);
+  if (!nb || !w || !loc_map || !totals || !other || !stack || !labels)
+    goto fail;
+
+  for (size_t t = 0; t < b->nsample_types; t++)
+    if (pprof_add_sample_type(nb, str_of(b, b->sample_types[t].type),
+                              str_of(b, b->sample_types[t].unit)) < 0)
+      goto fail;
+  if (b->default_sample_type)
+    pprof_set_default_sample_type(nb, str_of(b, b->default_sample_type));
+  if (b->period_type.type || b->period)
+    pprof_set_period(nb, str_of(b, b->period_type.type),
+                     str_of(b, b->period_type.unit), b->period);
+  pprof_set_time(nb, b->time_nanos, b->duration_nanos);
+  for (size_t i = 0; i < b->ncomments; i++)
+    pprof_add_comment(nb, str_of(b, b->comments[i]));
+
+  /* A sample's weight: its share of each type's total, summed, so that a
+   * stack heavy in any one type is kept. */
+  for (size_t i = 0; i < b->nsamples; i++)
+    for (size_t t = 0; t < b->nsample_types; t++)
+      totals[t] += fabs((double)b->samples[i].values[t]);
+  for (size_t i = 0; i < b->nsamples; i++) {
+    w[i].index = i;
+    for (size_t t = 0; t < b->nsample_types; t++)
+      if (totals[t] > 0)
+        w[i].weight += fabs((double)b->samples[i].values[t]) / totals[t];
+  }
+  qsort(w, b->nsamples, sizeof *w, fold_weight_cmp);
+
+  int folded = 0;
+  for (size_t k = 0; k < b->nsamples; k++) {
+    const pp_sample *s = &b->samples[w[k].index];
+    if (k >= keep) {
+      for (size_t t = 0; t < b->nsample_types; t++)
+        other[t] = add_saturating(other[t], s->values[t]);
+      folded = 1;
+      continue;
+    }
+    for (size_t d = 0; d < s->nlocations; d++)
+      if (!(stack[d] = fold_copy_location(nb, b, s->locations[d], loc_map)))
+        goto fail;
+    for (size_t l = 0; l < s->nlabels; l++) {
+      const pp_label *pl = &s->labels[l];
+      labels[l] = (pprof_label){str_of(b, pl->key),
+                                pl->str ? str_of(b, pl->str) : NULL, pl->num,
+                                pl->num_unit ? str_of(b, pl->num_unit) : NULL};
+    }
+    if (pprof_add_sample(nb, stack, s->nlocations, s->values,
+                         b->nsample_types, labels, s->nlabels) != 0)
+      goto fail;
+  }
+  if (folded) {
+    uint64_t f = pprof_add_function(nb, other_name, other_name, "", 0);
+    uint64_t l = f ? pprof_add_location(nb, 0, 0, f, 0) : 0;
+    if (!l || pprof_add_sample(nb, &l, 1, other, b->nsample_types, NULL, 0))
+      goto fail;
+  }
+  free(w);
+  free(loc_map);
+  free(totals);
+  free(other);
+  free(stack);
+  free(labels);
+  return nb;
+fail:
+  pprof_builder_destroy(nb);
+  free(w);
+  free(loc_map);
+  free(totals);
+  free(other);
+  free(stack);
+  free(labels);
+  return NULL;
 }

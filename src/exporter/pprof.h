@@ -61,6 +61,14 @@ int pprof_add_sample(pprof_builder *b, const uint64_t *location_ids,
 
 size_t pprof_sample_count(const pprof_builder *b);
 
+/* A copy of b with at most keep + 1 samples: the keep heaviest (by their
+ * share of each sample type's total) as they are, the others summed into one
+ * sample whose only frame is a function named other_name, without labels, so
+ * that every total stays exact. Only the mappings, functions and locations
+ * the kept samples use are copied. b is not changed; NULL on ENOMEM. */
+pprof_builder *pprof_fold(const pprof_builder *b, size_t keep,
+                          const char *other_name);
+
 /* Serialises to the protobuf wire format (uncompressed), into a malloc'd
  * buffer. Returns 0 or -1. */
 int pprof_encode(const pprof_builder *b, uint8_t **out, size_t *len);

@@ -22,6 +22,7 @@
 #include "sampler.h"
 #include "signals.h"
 #include "threads.h"
+#include "trace.h"
 #include "unwind.h"
 
 #define TIMER_COOKIE 0x63707531 /* "cpu1": marks our timer signals */
@@ -45,8 +46,6 @@ static struct {
   unsigned seed;
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static CP_TLS int in_handler;
-
 /* Async-signal-safe: runs in the sampling signal handler. Reads the label
  * set and the clock, unwinds into a preallocated ring slot, publishes it. */
 static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
@@ -67,12 +66,12 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
-  if (in_handler) {
+  if (cp_in_sampling_handler) {
     cp_ring_count_drop(ring);
     errno = saved_errno;
     return;
   }
-  in_handler = 1;
+  cp_in_sampling_handler = 1;
   uint64_t ticket;
   cp_raw_sample *s = cp_ring_reserve(ring, &ticket);
   if (s) {
@@ -81,8 +80,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     s->tid = cp_gettid();
     s->labels = cp_labels_current();
     s->timestamp_ns = cp_realtime_ns();
-    s->span_id = 0;
-    s->local_root_span_id = 0;
+    cp_trace_current(&s->span_id, &s->local_root_span_id);
     s->count = weight;
     s->quantity = weight * (int64_t)cpu.period_ns;
     s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, cpu.max_frames,
@@ -90,7 +88,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     s->truncated = (uint32_t)truncated;
     cp_ring_commit(ring, ticket);
   }
-  in_handler = 0;
+  cp_in_sampling_handler = 0;
   errno = saved_errno;
 }
 

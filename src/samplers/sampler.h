@@ -32,5 +32,13 @@ typedef struct cp_sampler {
 } cp_sampler;
 
 extern const cp_sampler cp_cpu_sampler;
+extern const cp_sampler cp_wall_sampler;
+extern const cp_sampler cp_lock_sampler;
+/* Allocation and live heap (alloc.c): profile bits CP_PROFILE_ALLOC and
+ * CP_PROFILE_HEAP. */
+extern const cp_sampler cp_alloc_sampler;
+/* Marks the calling thread as the profiler's own: its allocations are never
+ * sampled (cp_threads_exclude_self calls it). */
+void cp_alloc_exclude_self(void);
 
 #endif

@@ -40,15 +40,32 @@ static int is_free(int sig) {
   return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL;
 }
 
+/* Our handlers block each other's signals: two sampling signals pending at
+ * once are then handled one after the other, instead of the second landing
+ * on the first instruction of the first handler (and being sampled there). */
+static void sampling_mask(sigset_t *mask) {
+  sigemptyset(mask);
+  for (int s = 1; s < _NSIG; s++)
+    if (installed[s])
+      sigaddset(mask, s);
+}
+
 static int install(int sig, cp_signal_handler handler) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
+  sampling_mask(&sa.sa_mask);
   if (real_sigaction(sig, &sa, &previous[sig]) != 0)
     return -1;
   installed[sig] = handler;
+  for (int s = 1; s < _NSIG; s++) {
+    if (!installed[s])
+      continue;
+    sa.sa_sigaction = installed[s];
+    sampling_mask(&sa.sa_mask);
+    real_sigaction(s, &sa, NULL);
+  }
   return sig;
 }
 

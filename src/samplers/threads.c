@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "lock.h"
 #include "unwind.h"
 
 #define MAX_EXCLUDED 16
@@ -33,7 +34,7 @@ static struct {
   size_t ntids, cap;
   pid_t excluded[MAX_EXCLUDED];
   size_t nexcluded;
-  _Atomic int sampling_signal;
+  _Atomic unsigned long long sampling_signals; /* bit sig - 1 */
 } reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_create_fn real_pthread_create;
@@ -151,6 +152,8 @@ void cp_threads_after_fork_child(void) {
 }
 
 void cp_threads_exclude_self(void) {
+  cp_lock_exclude_thread();
+  cp_alloc_exclude_self();
   pid_t tid = cp_gettid();
   pthread_mutex_lock(&reg.lock);
   if (reg.nexcluded < MAX_EXCLUDED && !excluded(tid))
@@ -160,7 +163,8 @@ void cp_threads_exclude_self(void) {
 }
 
 void cp_threads_set_sampling_signal(int sig) {
-  atomic_store(&reg.sampling_signal, sig);
+  if (sig > 0 && sig <= 64)
+    atomic_fetch_or(&reg.sampling_signals, 1ull << (sig - 1));
 }
 
 /* --- the pthread_create hook ------------------------------------------- */
@@ -221,9 +225,10 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
   args->arg = arg;
   sigset_t block, old;
   sigemptyset(&block);
-  int sig = atomic_load(&reg.sampling_signal);
-  if (sig > 0)
-    sigaddset(&block, sig);
+  unsigned long long sigs = atomic_load(&reg.sampling_signals);
+  for (int sig = 1; sig <= 64; sig++)
+    if (sigs & (1ull << (sig - 1)))
+      sigaddset(&block, sig);
   pthread_sigmask(SIG_BLOCK, &block, &old);
   args->mask = old;
   int rc = real(thread, attr, thread_trampoline, args);

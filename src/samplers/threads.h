@@ -27,10 +27,10 @@ void cp_threads_after_fork_child(void);
 /* Marks the calling thread as the profiler's own: never sampled. */
 void cp_threads_exclude_self(void);
 
-/* Signals that sampling handlers use; the pthread_create hook blocks them
- * while the new thread is made (an unwinder interrupting the loader there
- * could deadlock) and the new thread starts with them blocked until it is
- * registered. */
+/* Adds a signal that a sampling handler uses (each sampler adds its own);
+ * the pthread_create hook blocks them while the new thread is made (an
+ * unwinder interrupting the loader there could deadlock) and the new thread
+ * starts with them blocked until it is registered. */
 void cp_threads_set_sampling_signal(int sig);
 
 #endif

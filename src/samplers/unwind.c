@@ -14,6 +14,7 @@
 #include "common.h"
 
 static CP_TLS int warmed_up;
+CP_TLS int cp_in_sampling_handler;
 
 void cp_unwind_init(void) {
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
@@ -73,5 +74,35 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
       n = max_frames;
   }
   memmove(frames, frames + skip, n * sizeof *frames);
+  return n;
+}
+
+/* Bounded and lock-free once the thread is warmed up (see unwind.h). */
+size_t cp_unwind_here(uint64_t *frames, size_t max_frames, uint64_t caller_ra,
+                      int *truncated) {
+  size_t capacity = max_frames + CP_UNWIND_SLACK;
+  *truncated = 0;
+  cp_unwind_warm_up();
+  /* A sampling signal arriving meanwhile must not unwind on top of this
+   * unwind (libunwind's per-thread cache): its handler drops its sample. */
+  cp_in_sampling_handler = 1;
+  int got = unw_backtrace((void **)frames, (int)capacity);
+  cp_in_sampling_handler = 0;
+  size_t skip = 0;
+  while ((int)skip < got && skip < CP_UNWIND_SLACK && frames[skip] != caller_ra)
+    skip++;
+  if ((int)skip >= got || skip >= CP_UNWIND_SLACK) {
+    /* The hook's caller is not where the trace went: keep just the caller. */
+    frames[0] = caller_ra - 1;
+    return 1;
+  }
+  size_t n = (size_t)got - skip;
+  if (n > max_frames || (size_t)got == capacity) {
+    *truncated = 1;
+    if (n > max_frames)
+      n = max_frames;
+  }
+  memmove(frames, frames + skip, n * sizeof *frames);
+  frames[0] = caller_ra - 1;
   return n;
 }

@@ -22,4 +22,22 @@ void cp_unwind_warm_up(void);
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int *truncated);
 
+/* Set while one of the samplers' signal handlers runs on this thread. Every
+ * handler that unwinds checks it first: a handler that interrupted another
+ * (the CPU and wall signals may nest) drops its sample, because libunwind's
+ * per-thread cache is not re-entrant. Async-signal-safe (a TLS word). */
+extern __thread int cp_in_sampling_handler
+    __attribute__((tls_model("initial-exec")));
+
+/* Captures the calling thread's stack outside a signal handler (lock hooks),
+ * leaf first, starting at the frame of caller_ra: the return address into the
+ * code being profiled, which becomes the leaf, stepped back into its call
+ * instruction (leaves are taken as exact pcs). The frames of the hook itself
+ * are dropped. `frames` must have room for max_frames + CP_UNWIND_SLACK
+ * entries. Sets *truncated as cp_unwind_signal does; returns the frame count
+ * (>= 1). Bounded, no locks; the thread's first call warms libunwind up
+ * (which may allocate once). */
+size_t cp_unwind_here(uint64_t *frames, size_t max_frames, uint64_t caller_ra,
+                      int *truncated);
+
 #endif

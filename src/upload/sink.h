@@ -14,10 +14,19 @@ struct cp_sink {
   /* Returns 0 when delivered (or safely kept for later), -1 otherwise. */
   int (*send)(cp_sink *self, const cp_generation *g,
               const cp_export_meta *meta);
+  /* Optional (NULL for sinks that never wait): at stop, deliver what is
+   * queued until deadline_ns (CLOCK_MONOTONIC) without blocking the caller;
+   * destroy then returns by the deadline. */
+  void (*finish)(cp_sink *self, uint64_t deadline_ns);
   void (*destroy)(cp_sink *self);
 };
 
 /* Profiles as gzip pprof files in cfg->output_dir. */
 cp_sink *cp_file_sink_create(const cp_config *cfg);
+
+/* The sinks cfg->exports selects (falling back to files when none can be
+ * made), in a malloc'd array; NULL on ENOMEM. */
+cp_sink **cp_sinks_create(const cp_config *cfg, size_t *count);
+void cp_sinks_destroy(cp_sink **sinks, size_t count);
 
 #endif

@@ -30,6 +30,7 @@ static struct {
   uint64_t period_ns;
   uint64_t period_start_ns;
   uint64_t seq;
+  uint64_t exit_timeout_ns; /* CONTPROF_EXIT_TIMEOUT: the whole of stop */
 } up = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Swaps generations and sends the finished one to every sink. Runs on the
@@ -47,6 +48,9 @@ static void export_period(void) {
   meta.end_ns = end;
   meta.seq = up.seq++;
   meta.drops = drops;
+  cp_endpoint_count *endpoints = NULL;
+  meta.nendpoint_counts = cp_trace_endpoint_counts_take(&endpoints);
+  meta.endpoint_counts = endpoints;
   up.period_start_ns = end;
   if (drops)
     cp_warn("%" PRIu64 " samples dropped in period %" PRIu64
@@ -60,6 +64,7 @@ static void export_period(void) {
     up.before_export(g);
   for (size_t i = 0; i < up.nsinks; i++)
     up.sinks[i]->send(up.sinks[i], g, &meta);
+  free(endpoints);
   cp_gen_destroy(g);
   cp_symbols_collect(cp_agg_oldest_live_generation());
 }
@@ -117,6 +122,7 @@ int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   up.before_export = before_export;
   up.meta = *meta;
   up.period_ns = (uint64_t)cfg->upload_period_s * 1000000000ull;
+  up.exit_timeout_ns = (uint64_t)cfg->exit_timeout_ms * 1000000ull;
   up.period_start_ns = cp_realtime_ns();
   up.stop = 0;
   up.flush_requested = up.flush_completed = 0;
@@ -161,6 +167,7 @@ void cp_uploader_after_fork_child(void) {
 }
 
 void cp_uploader_stop(void) {
+  uint64_t deadline = cp_monotonic_ns() + up.exit_timeout_ns;
   pthread_mutex_lock(&up.lock);
   if (!up.running) {
     pthread_mutex_unlock(&up.lock);
@@ -174,6 +181,10 @@ void cp_uploader_stop(void) {
   up.running = 0;
   pthread_cond_broadcast(&up.done);
   pthread_mutex_unlock(&up.lock);
+  /* Every sink delivers its last profiles at once, all by one deadline. */
+  for (size_t i = 0; i < up.nsinks; i++)
+    if (up.sinks[i]->finish)
+      up.sinks[i]->finish(up.sinks[i], deadline);
   for (size_t i = 0; i < up.nsinks; i++)
     up.sinks[i]->destroy(up.sinks[i]);
   free(up.sinks);

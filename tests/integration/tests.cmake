@@ -24,3 +24,44 @@ add_test(NAME test_api COMMAND test_api)
 
 add_test(NAME test_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_install.sh
   ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+
+# Wall-clock sampler, labels on wall samples, trace correlation, timeline.
+add_executable(wall_workload integration/wall_workload.c)
+target_link_libraries(wall_workload PRIVATE Threads::Threads)
+target_compile_options(wall_workload PRIVATE -O1)
+set_target_properties(wall_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_wall integration/test_wall.c)
+add_dependencies(test_wall wall_workload contprof_cli contprof_preload)
+set_tests_properties(test_wall PROPERTIES TIMEOUT 180)
+
+# Lock sampler: a workload run under `contprof run` and the same one linked
+# with libcontprof.so (it starts the profiler itself).
+add_executable(lock_workload integration/lock_workload.c)
+target_link_libraries(lock_workload PRIVATE Threads::Threads)
+add_executable(lock_workload_linked integration/lock_workload.c)
+target_compile_definitions(lock_workload_linked PRIVATE LOCK_WORKLOAD_LINKED)
+target_link_libraries(lock_workload_linked PRIVATE contprof Threads::Threads)
+set_target_properties(lock_workload lock_workload_linked PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_lock_profile integration/test_lock_profile.c)
+add_dependencies(test_lock_profile lock_workload lock_workload_linked
+  contprof_cli contprof_preload)
+set_tests_properties(test_lock_profile PROPERTIES TIMEOUT 120)
+
+# Allocation and live-heap profiles (alloc.c): programs with known
+# allocations under `contprof run`, and the library linked explicitly.
+add_executable(alloc_workload integration/alloc_workload.c)
+target_link_libraries(alloc_workload PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+target_compile_options(alloc_workload PRIVATE -O1 -g)
+set_target_properties(alloc_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_alloc_profile integration/test_alloc_profile.c)
+add_dependencies(test_alloc_profile alloc_workload contprof_cli contprof_preload)
+set_tests_properties(test_alloc_profile PROPERTIES TIMEOUT 180)
+add_executable(test_alloc_api integration/test_alloc_api.c)
+target_link_libraries(test_alloc_api PRIVATE contprof contprof_pprof_reader
+  Threads::Threads)
+target_include_directories(test_alloc_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(test_alloc_api PRIVATE _GNU_SOURCE)
+add_test(NAME test_alloc_api COMMAND test_alloc_api)

@@ -1,0 +1,660 @@
+/* Allocation and live-heap sampler: hooks on the malloc family that forward
+ * to the next allocator in the lookup order (glibc, or jemalloc/tcmalloc
+ * preloaded after us), sample allocated bytes as a Poisson process (mean
+ * CONTPROF_ALLOC_SAMPLE_BYTES, per-thread countdown, exponential gaps) and
+ * report each sample unbiased: scale = 1 / (1 - exp(-size/rate)) on count and
+ * bytes. Samples go to the ring (alloc-samples, alloc-space) and, with the
+ * heap profile, into the live table (heap_table.h) until freed; the in-use
+ * profile is a snapshot of that table taken at export.
+ *
+ * Cost: with sampling off, an allocation costs one predictable branch on a
+ * read-mostly flag and a free one on the live-entry count; with sampling on,
+ * a thread-local subtraction, and a free of an untracked pointer one load
+ * from a 32 KiB filter. Only sampled allocations unwind.
+ *
+ * Recursion: the real allocator is found with dlsym(RTLD_NEXT), which may
+ * itself allocate: those allocations come from a static bootstrap arena that
+ * free() recognises and ignores. While a sample is recorded, a thread-local
+ * guard (initial-exec TLS) sends nested allocations (libunwind's first use on
+ * a thread) straight to the real allocator; the profiler's own threads carry
+ * the guard permanently. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "aggregator/aggregator.h"
+#include "aggregator/ring.h"
+#include "common.h"
+#include "heap_table.h"
+#include "labels.h"
+#include "sampler.h"
+#include "unwind.h"
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define RETURN_ADDRESS() ((uint64_t)(uintptr_t)__builtin_return_address(0))
+
+#define HEAP_MAX_FRAMES 256 /* frames kept per live allocation */
+#define BOOT_ARENA_BYTES (64 * 1024)
+#define GUARD_BUSY 1u     /* recording a sample on this thread */
+#define GUARD_INTERNAL 2u /* a profiler thread: never sampled */
+
+typedef void *(*malloc_fn)(size_t);
+typedef void *(*calloc_fn)(size_t, size_t);
+typedef void *(*realloc_fn)(void *, size_t);
+typedef void *(*reallocarray_fn)(void *, size_t, size_t);
+typedef void (*free_fn)(void *);
+typedef int (*posix_memalign_fn)(void **, size_t, size_t);
+typedef void *(*memalign_fn)(size_t, size_t);
+typedef void *(*valloc_fn)(size_t);
+typedef size_t (*usable_fn)(void *);
+
+/* Read on every call: the real functions and the sampling flag, alone on
+ * their cache lines. */
+static struct {
+  _Alignas(64) malloc_fn malloc;
+  calloc_fn calloc;
+  realloc_fn realloc;
+  reallocarray_fn reallocarray;
+  free_fn free;
+  posix_memalign_fn posix_memalign;
+  memalign_fn aligned_alloc;
+  memalign_fn memalign;
+  valloc_fn valloc;
+  valloc_fn pvalloc;
+  usable_fn usable_size;
+  _Atomic int sampling; /* alloc or heap sampling is on */
+  char pad[64];
+} hot;
+
+static _Atomic int resolve_state; /* 0 not yet, 1 in progress, 2 done */
+static _Atomic int not_first;     /* another malloc precedes ours */
+static CP_TLS int resolving;      /* this thread is inside dlsym */
+
+static _Alignas(64) unsigned char boot_arena[BOOT_ARENA_BYTES];
+static _Atomic size_t boot_used;
+
+static struct {
+  _Atomic uint32_t epoch; /* bumped at each start: threads redraw their gap */
+  int alloc_on, heap_on;
+  double rate; /* mean bytes between samples */
+  size_t max_frames;
+  size_t heap_frames;
+  sigset_t block;         /* asynchronous signals, blocked while unwinding */
+  cp_heap_entry *scratch; /* the uploader's copy of one entry */
+  uint64_t overflows_reported;
+  int warned_not_first;
+} alloc;
+
+static CP_TLS int64_t tls_countdown; /* bytes until the next sample */
+static CP_TLS uint32_t tls_epoch;
+static CP_TLS uint32_t tls_guard;
+static CP_TLS uint64_t tls_rng;
+
+/* --- the bootstrap arena ----------------------------------------------- */
+
+static int in_boot_arena(const void *p) {
+  return (uintptr_t)p - (uintptr_t)boot_arena < BOOT_ARENA_BYTES;
+}
+
+/* Async-signal-safe, lock-free bump allocation: for the allocations dlsym
+ * makes before the real allocator is known. Never reused (zeroed memory),
+ * never freed; each block's size sits in the 8 bytes before it. */
+static void *boot_alloc(size_t size, size_t align) {
+  if (align < 16)
+    align = 16;
+  if (align > 4096 || (align & (align - 1)) || size > BOOT_ARENA_BYTES) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t used = atomic_load_explicit(&boot_used, memory_order_relaxed);
+  for (;;) {
+    uintptr_t base = (uintptr_t)boot_arena;
+    uintptr_t start = (base + used + 8 + align - 1) & ~(uintptr_t)(align - 1);
+    size_t end = (size_t)(start - base) + size;
+    if (end > BOOT_ARENA_BYTES) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    if (atomic_compare_exchange_weak_explicit(&boot_used, &used, end,
+                                              memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      memcpy((void *)(start - 8), &size, sizeof size);
+      return (void *)start;
+    }
+  }
+}
+
+static size_t boot_size(const void *p) {
+  size_t size;
+  memcpy(&size, (const unsigned char *)p - 8, sizeof size);
+  return size;
+}
+
+/* --- finding the real allocator ---------------------------------------- */
+
+/* Whether fn is defined by the same object as the real malloc: a function
+ * the next allocator lacks (jemalloc has no pvalloc or reallocarray) would
+ * otherwise come from glibc and hand out memory the other one frees. */
+static int same_object(void *fn, void *malloc_fn_ptr) {
+  Dl_info a, b;
+  if (!fn || !dladdr(fn, &a) || !dladdr(malloc_fn_ptr, &b))
+    return 0;
+  return a.dli_fbase == b.dli_fbase;
+}
+
+static void *real_posix_memalign_based(size_t align, size_t size) {
+  void *p = NULL;
+  int rc = hot.posix_memalign(&p, align, size);
+  if (rc) {
+    errno = rc;
+    return NULL;
+  }
+  return p;
+}
+
+/* Emulations over the next allocator's own functions. */
+static void *emulated_memalign(size_t align, size_t size) {
+  /* glibc rounds alignments that are not powers of two up. */
+  size_t a = sizeof(void *);
+  while (a < align && a < ((size_t)1 << (sizeof(size_t) * 8 - 2)))
+    a <<= 1;
+  return real_posix_memalign_based(a, size);
+}
+
+static void *emulated_valloc(size_t size) {
+  return real_posix_memalign_based((size_t)sysconf(_SC_PAGESIZE), size);
+}
+
+static void *emulated_pvalloc(size_t size) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t rounded = (size + page - 1) & ~(page - 1);
+  if (rounded < size) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return real_posix_memalign_based(page, rounded ? rounded : page);
+}
+
+static void *emulated_reallocarray(void *p, size_t n, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(n, size, &bytes)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return hot.realloc(p, bytes);
+}
+
+static size_t no_usable_size(void *p) {
+  (void)p;
+  return 0;
+}
+
+extern __typeof(malloc) cp_alloc_own_malloc
+    __attribute__((alias("malloc"), visibility("hidden"), copy(malloc)));
+
+/* dlsym, but never one of our own hooks (compared by object: in PIC code
+ * `&free` is whatever the lookup order chose). */
+static void *next_symbol(void *from, const char *name) {
+  void *fn = dlsym(from, name);
+  return fn && same_object(fn, (void *)cp_alloc_own_malloc) ? NULL : fn;
+}
+
+/* Resolves every real function once. The first caller does it; its nested
+ * allocations (inside dlsym), and other threads' allocations meanwhile, come
+ * from the bootstrap arena: waiting could deadlock with the loader lock. */
+static int ensure_resolved(void) {
+  if (LIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) == 2))
+    return 1;
+  int expected = 0;
+  if (resolving ||
+      !atomic_compare_exchange_strong(&resolve_state, &expected, 1))
+    return atomic_load_explicit(&resolve_state, memory_order_acquire) == 2;
+  resolving = 1;
+  int saved_errno = errno;
+  /* Normally our malloc is the one the program calls, and the real one is
+   * the next in the lookup order. When another allocator comes first
+   * (LD_PRELOAD=libjemalloc.so:libcontprof_preload.so, or one linked into
+   * the executable), the program reaches our hooks only for what that one
+   * lacks (jemalloc: pvalloc, reallocarray): forward those to it, since it
+   * frees them, and never sample (its frees bypass us). */
+  void *from = RTLD_NEXT;
+  malloc_fn m;
+  void *first = dlsym(RTLD_DEFAULT, "malloc");
+  if (first && !same_object(first, (void *)cp_alloc_own_malloc)) {
+    from = RTLD_DEFAULT;
+    m = (malloc_fn)first;
+    atomic_store(&not_first, 1);
+  } else {
+    m = (malloc_fn)next_symbol(from, "malloc");
+  }
+  if (!m) {
+    /* Nothing after us (linked into an executable with a static libc
+     * stub?): ask the C library itself. */
+    from = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    m = from ? (malloc_fn)next_symbol(from, "malloc") : NULL;
+  }
+  if (!m) {
+    static const char msg[] = "contprof: no malloc to forward to\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    abort();
+  }
+  void *f;
+  hot.free = (free_fn)next_symbol(from, "free");
+  hot.realloc = (realloc_fn)next_symbol(from, "realloc");
+  hot.calloc = (calloc_fn)next_symbol(from, "calloc");
+  f = next_symbol(from, "malloc_usable_size");
+  hot.usable_size = same_object(f, (void *)m) ? (usable_fn)f : no_usable_size;
+  f = next_symbol(from, "posix_memalign");
+  hot.posix_memalign = same_object(f, (void *)m) ? (posix_memalign_fn)f : NULL;
+  f = next_symbol(from, "memalign");
+  hot.memalign = same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign;
+  f = next_symbol(from, "aligned_alloc");
+  hot.aligned_alloc =
+      same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign;
+  f = next_symbol(from, "valloc");
+  hot.valloc = same_object(f, (void *)m) ? (valloc_fn)f : emulated_valloc;
+  f = next_symbol(from, "pvalloc");
+  hot.pvalloc = same_object(f, (void *)m) ? (valloc_fn)f : emulated_pvalloc;
+  f = next_symbol(from, "reallocarray");
+  hot.reallocarray =
+      same_object(f, (void *)m) ? (reallocarray_fn)f : emulated_reallocarray;
+  if (!hot.free || !hot.realloc || !hot.calloc || !hot.posix_memalign) {
+    static const char msg[] =
+        "contprof: the next allocator lacks free, realloc, calloc or "
+        "posix_memalign\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    abort();
+  }
+  /* The allocating entry points last: a thread that sees one published owns
+   * no pointer the others cannot take yet. */
+  atomic_thread_fence(memory_order_release);
+  __atomic_store_n(&hot.malloc, m, __ATOMIC_RELEASE);
+  errno = saved_errno;
+  resolving = 0;
+  atomic_store_explicit(&resolve_state, 2, memory_order_release);
+  return 1;
+}
+
+/* --- sampling ---------------------------------------------------------- */
+
+/* Async-signal-safe: xorshift64*, per thread. */
+static uint64_t rng_next(void) {
+  uint64_t x = tls_rng;
+  if (UNLIKELY(x == 0)) {
+    x = cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32) ^
+        (uint64_t)(uintptr_t)&tls_rng;
+    if (x == 0)
+      x = 0x9e3779b97f4a7c15ull;
+  }
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  tls_rng = x;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
+/* A uniform double in (0, 1]. */
+static double rng_unit(void) {
+  return (double)((rng_next() >> 11) + 1) * (1.0 / 9007199254740992.0);
+}
+
+/* The bytes until the next sample: exponential with mean alloc.rate. */
+static int64_t next_gap(void) {
+  double gap = -log(rng_unit()) * alloc.rate;
+  return gap >= 4.0e18 ? (int64_t)4e18 : (int64_t)gap;
+}
+
+/* x rounded up or down at random so that the expected result is x: counts
+ * of 1.58 objects must not become 2 every time. */
+static int64_t round_unbiased(double x) {
+  double whole = floor(x);
+  return (int64_t)whole + (rng_unit() <= x - whole ? 1 : 0);
+}
+
+/* Hot path (malloc hook), bounded, no locks, no allocation: reserves a ring
+ * slot and/or a live-table entry, unwinds once into one of them, fills both.
+ * Asynchronous signals are blocked meanwhile so that a sampling handler
+ * never unwinds on top of a half-done unwind. */
+static void record_sample(void *p, size_t size, uint64_t caller_ra) {
+  double prob = -expm1(-(double)size / alloc.rate);
+  double scale = prob > 0 ? 1.0 / prob : 1.0;
+  int64_t count = round_unbiased(scale);
+  int64_t bytes = (int64_t)(scale * (double)size + 0.5);
+
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &alloc.block, &old);
+  cp_ring *ring = alloc.alloc_on ? cp_agg_ring() : NULL;
+  uint64_t ticket = 0;
+  cp_raw_sample *s = ring ? cp_ring_reserve(ring, &ticket) : NULL;
+  cp_heap_entry *e = alloc.heap_on ? cp_heap_entry_take() : NULL;
+  uint64_t *frames = NULL;
+  size_t max = 0;
+  if (s) {
+    frames = s->frames;
+    max = cp_ring_max_frames(ring) - CP_UNWIND_SLACK;
+    if (max > alloc.max_frames)
+      max = alloc.max_frames;
+  } else if (e) {
+    frames = e->frames;
+    max = alloc.heap_frames;
+  }
+  if (frames) {
+    int truncated = 0;
+    size_t n = cp_unwind_here(frames, max, caller_ra, &truncated);
+    pid_t tid = cp_gettid();
+    uint32_t labels = cp_labels_current();
+    if (s) {
+      s->kind = CONTPROF_KIND_ALLOC;
+      s->tid = tid;
+      s->labels = labels;
+      s->timestamp_ns = cp_realtime_ns();
+      s->span_id = 0;
+      s->local_root_span_id = 0;
+      s->count = count;
+      s->quantity = bytes;
+      s->nframes = (uint32_t)n;
+      s->truncated = (uint32_t)truncated;
+    }
+    if (e) {
+      if (frames != e->frames) {
+        size_t keep = n < alloc.heap_frames ? n : alloc.heap_frames;
+        memcpy(e->frames, frames, keep * sizeof *frames);
+        truncated |= keep < n;
+        n = keep;
+      }
+      e->tid = tid;
+      e->labels = labels;
+      e->count = count;
+      e->bytes = bytes;
+      e->nframes = (uint32_t)n;
+      e->truncated = (uint32_t)truncated;
+      cp_heap_entry_publish(e, (uintptr_t)p);
+    }
+    if (s)
+      cp_ring_commit(ring, ticket);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Hot path (malloc hook), async-signal-safe: the thread's countdown ran out.
+ * Starts the next gap and records this allocation, unless the thread is
+ * inside the profiler. */
+__attribute__((noinline, cold)) static void sample_slow(void *p, size_t size,
+                                                        uint64_t caller_ra) {
+  if (tls_guard) {
+    if (tls_guard & GUARD_INTERNAL)
+      tls_countdown = INT64_MAX;
+    return;
+  }
+  int saved_errno = errno;
+  uint32_t epoch = atomic_load_explicit(&alloc.epoch, memory_order_acquire);
+  if (tls_epoch != epoch) {
+    /* The first countdown of this thread (or of this start): the gap
+     * starts before this allocation. */
+    tls_epoch = epoch;
+    tls_countdown = next_gap() - (int64_t)size;
+    if (tls_countdown >= 0) {
+      errno = saved_errno;
+      return;
+    }
+  }
+  tls_countdown = next_gap();
+  if (atomic_load_explicit(&hot.sampling, memory_order_relaxed)) {
+    tls_guard |= GUARD_BUSY;
+    record_sample(p, size, caller_ra);
+    tls_guard &= ~GUARD_BUSY;
+  }
+  errno = saved_errno;
+}
+
+/* Hot path, async-signal-safe: counts the bytes of a successful allocation. */
+static inline __attribute__((always_inline)) void
+note_alloc(void *p, size_t size, uint64_t caller_ra) {
+  if (UNLIKELY(atomic_load_explicit(&hot.sampling, memory_order_relaxed)) &&
+      p && (tls_countdown -= (int64_t)size) < 0)
+    sample_slow(p, size, caller_ra);
+}
+
+/* Hot path, async-signal-safe: stops tracking p before it is freed (after
+ * the free, another thread could be handed the same address). */
+static inline __attribute__((always_inline)) void note_free(void *p) {
+  if (UNLIKELY(cp_heap_may_track((uintptr_t)p)))
+    cp_heap_untrack((uintptr_t)p);
+}
+
+/* --- the hooks --------------------------------------------------------- */
+
+#define REAL(name) __atomic_load_n(&hot.name, __ATOMIC_RELAXED)
+
+/* Before the real allocator is known: resolves it, or says why not (this
+ * thread is inside dlsym, or another thread is resolving). */
+__attribute__((noinline, cold)) static int resolve_slow(void) {
+  return ensure_resolved();
+}
+
+#define NEED_REAL() (UNLIKELY(!REAL(malloc)) && !resolve_slow())
+
+/* Hot path (each hook below): forwards, then notes. No locks, no
+ * allocation of its own. */
+void *malloc(size_t size) {
+  if (NEED_REAL())
+    return boot_alloc(size, 0);
+  void *p = REAL(malloc)(size);
+  note_alloc(p, size, RETURN_ADDRESS());
+  return p;
+}
+
+void free(void *p) {
+  if (!p || UNLIKELY(in_boot_arena(p)))
+    return;
+  note_free(p);
+  free_fn f = REAL(free);
+  if (UNLIKELY(!f)) {
+    if (!resolve_slow())
+      return; /* cannot come from the real allocator yet: leak it */
+    f = REAL(free);
+  }
+  f(p);
+}
+
+void *calloc(size_t n, size_t size) {
+  size_t bytes;
+  if (NEED_REAL()) {
+    if (__builtin_mul_overflow(n, size, &bytes)) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    return boot_alloc(bytes, 0); /* the arena is zeroed, never reused */
+  }
+  void *p = REAL(calloc)(n, size);
+  if (p) /* no overflow: the allocation succeeded */
+    note_alloc(p, n * size, RETURN_ADDRESS());
+  return p;
+}
+
+/* realloc of a bootstrap block: a fresh block with the old bytes. */
+__attribute__((noinline, cold)) static void *boot_realloc(void *p,
+                                                          size_t size) {
+  void *q =
+      resolve_slow() ? REAL(malloc)(size ? size : 1) : boot_alloc(size, 0);
+  if (q && p)
+    memcpy(q, p, boot_size(p) < size ? boot_size(p) : size);
+  return q;
+}
+
+void *realloc(void *p, size_t size) {
+  if (UNLIKELY(in_boot_arena(p)) || NEED_REAL())
+    return boot_realloc(p, size);
+  if (p)
+    note_free(p);
+  void *q = REAL(realloc)(p, size);
+  note_alloc(q, size, RETURN_ADDRESS());
+  return q;
+}
+
+void *reallocarray(void *p, size_t n, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(n, size, &bytes)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (UNLIKELY(in_boot_arena(p)) || NEED_REAL())
+    return boot_realloc(p, bytes);
+  if (p)
+    note_free(p);
+  void *q = REAL(reallocarray)(p, n, size);
+  note_alloc(q, bytes, RETURN_ADDRESS());
+  return q;
+}
+
+int posix_memalign(void **out, size_t align, size_t size) {
+  if (NEED_REAL()) {
+    if (align < sizeof(void *) || (align & (align - 1)))
+      return EINVAL;
+    int saved_errno = errno;
+    void *p = boot_alloc(size, align);
+    errno = saved_errno;
+    if (!p)
+      return ENOMEM;
+    *out = p;
+    return 0;
+  }
+  int rc = REAL(posix_memalign)(out, align, size);
+  if (rc == 0)
+    note_alloc(*out, size, RETURN_ADDRESS());
+  return rc;
+}
+
+void *aligned_alloc(size_t align, size_t size) {
+  if (NEED_REAL())
+    return boot_alloc(size, align);
+  void *p = REAL(aligned_alloc)(align, size);
+  note_alloc(p, size, RETURN_ADDRESS());
+  return p;
+}
+
+void *memalign(size_t align, size_t size) {
+  if (NEED_REAL())
+    return boot_alloc(size, align);
+  void *p = REAL(memalign)(align, size);
+  note_alloc(p, size, RETURN_ADDRESS());
+  return p;
+}
+
+void *valloc(size_t size) {
+  if (NEED_REAL())
+    return boot_alloc(size, 4096);
+  void *p = REAL(valloc)(size);
+  note_alloc(p, size, RETURN_ADDRESS());
+  return p;
+}
+
+void *pvalloc(size_t size) {
+  if (NEED_REAL())
+    return boot_alloc(size ? (size + 4095) & ~(size_t)4095 : 4096, 4096);
+  void *p = REAL(pvalloc)(size);
+  note_alloc(p, size, RETURN_ADDRESS());
+  return p;
+}
+
+size_t malloc_usable_size(void *p) {
+  if (UNLIKELY(in_boot_arena(p)))
+    return boot_size(p);
+  if (NEED_REAL())
+    return 0;
+  return REAL(usable_size)(p);
+}
+
+/* --- the sampler interface --------------------------------------------- */
+
+void cp_alloc_exclude_self(void) { tls_guard |= GUARD_INTERNAL; }
+
+static void add_live(const cp_heap_entry *e, void *ctx) {
+  cp_sample_key key = {.labels = e->labels, .tid = e->tid};
+  cp_gen_add((cp_generation *)ctx, e->frames, e->nframes, (int)e->truncated,
+             &key, CONTPROF_KIND_INUSE, e->count, e->bytes);
+}
+
+/* On the uploader thread: the in-use snapshot. */
+static void alloc_before_export(cp_generation *g) {
+  if (!alloc.heap_on || !alloc.scratch)
+    return;
+  cp_heap_foreach_live(add_live, g, alloc.scratch);
+  uint64_t overflows = cp_heap_overflows();
+  if (overflows > alloc.overflows_reported) {
+    cp_warn("%llu sampled allocations were not tracked in the live heap "
+            "(table of %zu full): inuse-* undercounts; raise "
+            "CONTPROF_HEAP_MAX_TRACKED",
+            (unsigned long long)(overflows - alloc.overflows_reported),
+            cp_heap_capacity());
+    alloc.overflows_reported = overflows;
+  }
+}
+
+static int alloc_start(const cp_config *cfg) {
+  ensure_resolved();
+  alloc.alloc_on = (cfg->profiles & CP_PROFILE_ALLOC) != 0;
+  alloc.heap_on = (cfg->profiles & CP_PROFILE_HEAP) != 0;
+  alloc.rate = (double)cfg->alloc_sample_bytes;
+  alloc.max_frames = (size_t)cfg->max_frames;
+  if (atomic_load(&not_first)) {
+    if (!alloc.warned_not_first++)
+      cp_warn("another malloc comes before contprof's in the lookup order "
+              "(put libcontprof first in LD_PRELOAD): the alloc and heap "
+              "profiles stay empty");
+    return 0;
+  }
+  if (alloc.heap_on) {
+    size_t frames =
+        alloc.max_frames < HEAP_MAX_FRAMES ? alloc.max_frames : HEAP_MAX_FRAMES;
+    if (cp_heap_init((size_t)cfg->heap_max_tracked, frames) != 0) {
+      cp_error("cannot map the live-heap table: the heap profile is off");
+      alloc.heap_on = 0;
+    } else {
+      /* The table made by the first start is kept (see heap_table.h). */
+      alloc.heap_frames = cp_heap_frames_capacity() - CP_UNWIND_SLACK;
+      if (!alloc.scratch)
+        alloc.scratch = calloc(1, cp_heap_entry_bytes());
+      if (!alloc.scratch)
+        alloc.heap_on = 0;
+    }
+  }
+  sigfillset(&alloc.block);
+  static const int synchronous[] = {SIGSEGV, SIGBUS,  SIGILL, SIGFPE,
+                                    SIGTRAP, SIGABRT, SIGSYS};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(synchronous); i++)
+    sigdelset(&alloc.block, synchronous[i]);
+  cp_unwind_init();
+  atomic_fetch_add(&alloc.epoch, 1);
+  atomic_store(&hot.sampling, alloc.alloc_on || alloc.heap_on);
+  return 0;
+}
+
+/* Sampling stops; tracked allocations stay tracked (frees keep removing
+ * them), so the last profile's in-use snapshot is right and a restart
+ * reports what is still live. */
+static void alloc_stop(void) { atomic_store(&hot.sampling, 0); }
+
+/* The child inherits the parent's heap, so the table still describes live
+ * memory: frees keep untracking (cheaply); sampling stops. */
+static void alloc_after_fork_child(void) {
+  atomic_store(&hot.sampling, 0);
+  tls_guard &= ~GUARD_BUSY;
+}
+
+const cp_sampler cp_alloc_sampler = {
+    .name = "alloc",
+    .profile = CP_PROFILE_ALLOC | CP_PROFILE_HEAP,
+    .start = alloc_start,
+    .stop = alloc_stop,
+    .after_fork_child = alloc_after_fork_child,
+    .before_export = alloc_before_export,
+};

@@ -1,0 +1,269 @@
+/* The live-heap table (see heap_table.h). Every function the malloc hooks
+ * call is async-signal-safe and lock-free: atomics on preallocated memory, no
+ * allocation, no locks, bounded loops (a probe window of PROBES slots; the
+ * free-list CAS loops retry only when another thread made progress). */
+#include "heap_table.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#include "unwind.h"
+
+#define PROBES 32
+#define INDEX_BITS 20 /* entry index in a slot word: capacity < 2^20 */
+#define INDEX_MASK ((1u << INDEX_BITS) - 1)
+#define SLOT_EMPTY 0
+#define SLOT_TOMB 1
+
+_Atomic long cp_heap_live;
+_Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS];
+
+static struct {
+  _Atomic int ready;
+  size_t capacity;         /* entries */
+  size_t frames_cap;       /* frames per entry */
+  size_t entry_bytes;      /* header + frames, rounded */
+  unsigned char *pool;     /* capacity entries */
+  _Atomic uint64_t *slots; /* (addr >> 3) << INDEX_BITS | index */
+  size_t slot_mask;
+  int slot_bits;
+  char pad1[64];
+  _Atomic uint64_t free_head; /* tag << 32 | (index + 1) */
+  char pad2[56];
+  _Atomic uint32_t high_water; /* entries ever handed out */
+  char pad3[60];
+  _Atomic uint64_t overflows;
+} heap;
+
+static cp_heap_entry *entry_at(uint32_t i) {
+  return (cp_heap_entry *)(heap.pool + (size_t)i * heap.entry_bytes);
+}
+
+static uint32_t index_of(const cp_heap_entry *e) {
+  return (uint32_t)(((const unsigned char *)e - heap.pool) / heap.entry_bytes);
+}
+
+static uint64_t mix(uintptr_t addr) {
+  return (uint64_t)(addr >> 3) * 0x9e3779b97f4a7c15ull;
+}
+
+static size_t slot_of(uintptr_t addr) {
+  return (size_t)(mix(addr) >> (64 - heap.slot_bits));
+}
+
+static size_t filter_of(uintptr_t addr) { return cp_heap_filter_of(addr); }
+
+int cp_heap_init(size_t capacity, size_t max_frames) {
+  if (atomic_load(&heap.ready))
+    return 0;
+  if (capacity < 1)
+    capacity = 1;
+  if (capacity > INDEX_MASK)
+    capacity = INDEX_MASK;
+  size_t frames_cap = max_frames + CP_UNWIND_SLACK;
+  size_t entry_bytes =
+      (sizeof(cp_heap_entry) + frames_cap * sizeof(uint64_t) + 63) &
+      ~(size_t)63;
+  int bits = 1;
+  while (((size_t)1 << bits) < 2 * capacity)
+    bits++;
+  size_t nslots = (size_t)1 << bits;
+  size_t pool_bytes = capacity * entry_bytes;
+  size_t total = pool_bytes + nslots * sizeof(uint64_t);
+  /* Untouched pages cost nothing: only the peak of live entries is used. */
+  void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED)
+    return -1;
+  heap.pool = mem;
+  heap.slots = (_Atomic uint64_t *)(heap.pool + pool_bytes);
+  heap.capacity = capacity;
+  heap.frames_cap = frames_cap;
+  heap.entry_bytes = entry_bytes;
+  heap.slot_mask = nslots - 1;
+  heap.slot_bits = bits;
+  atomic_store(&heap.ready, 1);
+  return 0;
+}
+
+size_t cp_heap_frames_capacity(void) { return heap.frames_cap; }
+size_t cp_heap_capacity(void) { return heap.capacity; }
+size_t cp_heap_entry_bytes(void) { return heap.entry_bytes; }
+uint64_t cp_heap_overflows(void) {
+  return atomic_load_explicit(&heap.overflows, memory_order_relaxed);
+}
+
+/* Async-signal-safe. */
+static void begin_write(cp_heap_entry *e) {
+  atomic_fetch_add_explicit(&e->seq, 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+}
+
+/* Async-signal-safe. */
+static void end_write(cp_heap_entry *e) {
+  atomic_fetch_add_explicit(&e->seq, 1, memory_order_release);
+}
+
+/* Async-signal-safe, lock-free. */
+static void push_free(cp_heap_entry *e) {
+  uint32_t index = index_of(e);
+  uint64_t head = atomic_load_explicit(&heap.free_head, memory_order_relaxed);
+  uint64_t next;
+  do {
+    atomic_store_explicit(&e->next, (uint32_t)head, memory_order_relaxed);
+    next = (((head >> 32) + 1) << 32) | (uint64_t)(index + 1);
+  } while (!atomic_compare_exchange_weak_explicit(&heap.free_head, &head, next,
+                                                  memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* Async-signal-safe, lock-free. */
+cp_heap_entry *cp_heap_entry_take(void) {
+  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+    return NULL;
+  uint64_t head = atomic_load_explicit(&heap.free_head, memory_order_acquire);
+  while ((uint32_t)head != 0) {
+    cp_heap_entry *e = entry_at((uint32_t)head - 1);
+    /* May read the link of an entry another thread just took: the tag makes
+     * the CAS fail then. */
+    uint32_t link = atomic_load_explicit(&e->next, memory_order_relaxed);
+    uint64_t next = (((head >> 32) + 1) << 32) | link;
+    if (atomic_compare_exchange_weak_explicit(&heap.free_head, &head, next,
+                                              memory_order_acquire,
+                                              memory_order_acquire)) {
+      begin_write(e);
+      return e;
+    }
+  }
+  uint32_t hw = atomic_load_explicit(&heap.high_water, memory_order_relaxed);
+  while (hw < heap.capacity) {
+    if (atomic_compare_exchange_weak_explicit(&heap.high_water, &hw, hw + 1,
+                                              memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      cp_heap_entry *e = entry_at(hw);
+      begin_write(e);
+      return e;
+    }
+  }
+  atomic_fetch_add_explicit(&heap.overflows, 1, memory_order_relaxed);
+  return NULL;
+}
+
+/* Async-signal-safe. */
+void cp_heap_entry_abandon(cp_heap_entry *e) {
+  atomic_store_explicit(&e->addr, 0, memory_order_relaxed);
+  end_write(e);
+  push_free(e);
+}
+
+/* Async-signal-safe: saturating increment (255 stays: always look up). */
+static void filter_add(size_t i) {
+  uint8_t v = atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed);
+  while (v != 255 && !atomic_compare_exchange_weak_explicit(
+                         &cp_heap_filter[i], &v, (uint8_t)(v + 1),
+                         memory_order_release, memory_order_relaxed)) {
+  }
+}
+
+/* Async-signal-safe. */
+static void filter_remove(size_t i) {
+  uint8_t v = atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed);
+  while (v != 255 && v != 0 &&
+         !atomic_compare_exchange_weak_explicit(
+             &cp_heap_filter[i], &v, (uint8_t)(v - 1), memory_order_relaxed,
+             memory_order_relaxed)) {
+  }
+}
+
+/* Async-signal-safe, lock-free. */
+void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr) {
+  /* Slot words keep addr >> 3 in 44 bits: user-space addresses below 2^47,
+   * 8-byte aligned (what every allocator returns). */
+  if ((addr & 7) || (addr >> 47)) {
+    atomic_fetch_add_explicit(&heap.overflows, 1, memory_order_relaxed);
+    cp_heap_entry_abandon(e);
+    return;
+  }
+  atomic_store_explicit(&e->addr, addr, memory_order_relaxed);
+  end_write(e);
+  /* The filter first: a lookup that finds the slot word must pass it. */
+  size_t f = filter_of(addr);
+  filter_add(f);
+  uint64_t word = ((uint64_t)(addr >> 3) << INDEX_BITS) | index_of(e);
+  size_t s = slot_of(addr);
+  for (int i = 0; i < PROBES; i++, s = (s + 1) & heap.slot_mask) {
+    uint64_t cur = atomic_load_explicit(&heap.slots[s], memory_order_relaxed);
+    while (cur == SLOT_EMPTY || cur == SLOT_TOMB) {
+      if (atomic_compare_exchange_weak_explicit(&heap.slots[s], &cur, word,
+                                                memory_order_release,
+                                                memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&cp_heap_live, 1, memory_order_relaxed);
+        return;
+      }
+    }
+  }
+  filter_remove(f);
+  atomic_fetch_add_explicit(&heap.overflows, 1, memory_order_relaxed);
+  begin_write(e);
+  cp_heap_entry_abandon(e);
+}
+
+/* Async-signal-safe, lock-free. */
+int cp_heap_untrack(uintptr_t addr) {
+  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+    return 0;
+  size_t f = filter_of(addr);
+  uint64_t key = (uint64_t)(addr >> 3);
+  size_t s = slot_of(addr);
+  for (int i = 0; i < PROBES; i++, s = (s + 1) & heap.slot_mask) {
+    uint64_t cur = atomic_load_explicit(&heap.slots[s], memory_order_acquire);
+    if (cur == SLOT_EMPTY)
+      return 0;
+    if (cur == SLOT_TOMB || (cur >> INDEX_BITS) != key)
+      continue;
+    if (!atomic_compare_exchange_strong_explicit(
+            &heap.slots[s], &cur, SLOT_TOMB, memory_order_acq_rel,
+            memory_order_relaxed))
+      return 0; /* another free of the same pointer won: a double free */
+    filter_remove(f);
+    atomic_fetch_sub_explicit(&cp_heap_live, 1, memory_order_relaxed);
+    cp_heap_entry *e = entry_at((uint32_t)(cur & INDEX_MASK));
+    begin_write(e);
+    cp_heap_entry_abandon(e);
+    return 1;
+  }
+  return 0;
+}
+
+void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
+                          void *ctx, cp_heap_entry *scratch) {
+  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+    return;
+  uint32_t n = atomic_load_explicit(&heap.high_water, memory_order_acquire);
+  if (n > heap.capacity)
+    n = (uint32_t)heap.capacity;
+  for (uint32_t i = 0; i < n; i++) {
+    cp_heap_entry *e = entry_at(i);
+    uint32_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 & 1)
+      continue;
+    uintptr_t addr = atomic_load_explicit(&e->addr, memory_order_relaxed);
+    if (!addr)
+      continue;
+    scratch->tid = e->tid;
+    scratch->labels = e->labels;
+    scratch->count = e->count;
+    scratch->bytes = e->bytes;
+    scratch->truncated = e->truncated;
+    uint32_t nframes = e->nframes;
+    if (nframes > heap.frames_cap)
+      nframes = (uint32_t)heap.frames_cap;
+    scratch->nframes = nframes;
+    memcpy(scratch->frames, e->frames, nframes * sizeof(uint64_t));
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1)
+      continue; /* freed or reused meanwhile */
+    atomic_store_explicit(&scratch->addr, addr, memory_order_relaxed);
+    fn(scratch, ctx);
+  }
+}

@@ -1,0 +1,89 @@
+/* The live-heap table: sampled allocations tracked by address until they are
+ * freed, with the stack and the scaled values of each, so the in-use profile
+ * is a snapshot of what is still live. Lock-free and preallocated: the malloc
+ * hooks insert and remove without locks or allocation; the uploader thread
+ * reads a consistent copy of each entry (a per-entry sequence lock).
+ *
+ * Layout: an entry pool (index-linked free list with an ABA tag, bump
+ * allocated so only the peak of live entries is touched), an open-addressing
+ * table of 2 x capacity address slots pointing into the pool, and a small
+ * counting filter so that the free of an untracked pointer usually costs one
+ * load from a 4 KiB array. The table is created once and kept for the life
+ * of the process: a hook that loaded it may still be using it. */
+#ifndef CP_HEAP_TABLE_H
+#define CP_HEAP_TABLE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct cp_heap_entry {
+  _Atomic uint32_t seq;   /* even: stable; odd: being written */
+  _Atomic uint32_t next;  /* free-list link: index + 1, 0 = end */
+  _Atomic uintptr_t addr; /* the allocation; 0 while not live */
+  pid_t tid;
+  uint32_t labels;
+  int64_t count; /* scaled objects */
+  int64_t bytes; /* scaled bytes */
+  uint32_t nframes;
+  uint32_t truncated;
+  uint64_t frames[]; /* cp_heap_frames_capacity() words */
+} cp_heap_entry;
+
+/* Creates the table once (later calls return 0 and keep the first one).
+ * capacity: most allocations tracked at once; max_frames: frames kept per
+ * entry. Not thread-safe against itself; returns 0 or -1 (ENOMEM). */
+int cp_heap_init(size_t capacity, size_t max_frames);
+
+/* Frames an entry can hold: max_frames + CP_UNWIND_SLACK (room for the
+ * hook's own frames, which the unwinder drops). */
+size_t cp_heap_frames_capacity(void);
+size_t cp_heap_capacity(void);
+
+/* Hot path, async-signal-safe and lock-free. Takes a free entry, marked as
+ * being written; NULL (counted as an overflow) when every entry is live. */
+cp_heap_entry *cp_heap_entry_take(void);
+/* Publishes a taken and filled entry under addr. When the address slots in
+ * its probe window are all taken the entry is given back and the overflow
+ * counted. */
+void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr);
+/* Gives back a taken entry that will not be published. */
+void cp_heap_entry_abandon(cp_heap_entry *e);
+
+/* Entries currently live, and per filter bucket the live addresses that
+ * hash there (255: saturated, always look). A 4 KiB filter stays in the
+ * cache of a thread that frees a lot. */
+#define CP_HEAP_FILTER_BITS 12
+extern _Atomic long cp_heap_live __attribute__((visibility("hidden")));
+extern _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS]
+    __attribute__((visibility("hidden")));
+
+static inline size_t cp_heap_filter_of(uintptr_t addr) {
+  uint64_t h = (uint64_t)(addr >> 3) * 0x9e3779b97f4a7c15ull;
+  return (size_t)((h >> 20) & ((1u << CP_HEAP_FILTER_BITS) - 1));
+}
+
+/* Hot path (the free hook), async-signal-safe: whether addr may be tracked.
+ * Usually one load. */
+static inline int cp_heap_may_track(uintptr_t addr) {
+  return atomic_load_explicit(&cp_heap_live, memory_order_relaxed) != 0 &&
+         atomic_load_explicit(&cp_heap_filter[cp_heap_filter_of(addr)],
+                              memory_order_relaxed) != 0;
+}
+/* Hot path, async-signal-safe and lock-free. Stops tracking addr if it is
+ * tracked; returns 1 if it was. */
+int cp_heap_untrack(uintptr_t addr);
+
+/* Calls fn with a stable copy of every live entry (the uploader thread).
+ * `scratch` must hold an entry with cp_heap_frames_capacity() frames. */
+void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
+                          void *ctx, cp_heap_entry *scratch);
+
+/* Sampled allocations that could not be tracked (table full), since start. */
+uint64_t cp_heap_overflows(void);
+
+/* Bytes one entry takes (header + frames). */
+size_t cp_heap_entry_bytes(void);
+
+#endif

@@ -1,0 +1,483 @@
+/* Wall-clock sampler: a timer thread wakes every wall interval (dithered by
+ * up to half an interval either way), draws at most threads_per_tick of the
+ * application's threads uniformly at random, and has each drawn thread
+ * record its stack, whether it runs or blocks. A drawn thread stands for n/k
+ * threads (n known, k drawn), so it is credited n/k times the time elapsed
+ * since the previous tick: each thread's expected total is its wall time.
+ *
+ * A drawn thread that was blocked in a system call when its last stack was
+ * taken, and whose CPU clock has not advanced more than IDLE_CPU_NS since, is
+ * still blocked where it was: the timer thread records that stack again
+ * itself, with no signal. (A thread last seen running is always signalled:
+ * having used no CPU since may only mean it was preempted, and it may leave
+ * that code within microseconds of resuming. A thread that goes from one
+ * blocking call to another with under IDLE_CPU_NS of CPU in between keeps
+ * its previous stack until it next runs longer.) Otherwise the thread is
+ * sent a queued signal (rt_tgsigqueueinfo) whose value names its slot; the
+ * handler unwinds into the slot's preallocated stack buffer and records the
+ * sample. So a thousand idle threads cost a few clock reads per tick, not a
+ * thousand signals.
+ *
+ * Per-thread slot protocol: pending_ns > 0 means a signal is outstanding (or
+ * its handler runs) and the handler owns the slot's stack; the timer thread
+ * adds each tick's weight to pending_ns and signals only when it was 0, and
+ * touches the slot's stack only then. The handler records what is pending
+ * and subtracts it, looping if the timer added more meanwhile, so no weight
+ * is lost and no signal is sent while one is outstanding. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "aggregator/aggregator.h"
+#include "aggregator/ring.h"
+#include "common.h"
+#include "labels.h"
+#include "sampler.h"
+#include "signals.h"
+#include "threads.h"
+#include "trace.h"
+#include "unwind.h"
+
+#define WALL_COOKIE 0x77616c6cull /* "wall", in the high half of si_value */
+#define IDLE_CPU_NS 10000         /* CPU a blocked thread may use and stay */
+#define CHUNK_BITS 8
+#define CHUNK_SLOTS (1u << CHUNK_BITS)
+#define MAX_CHUNKS 64
+#define MAX_THREADS (CHUNK_SLOTS * MAX_CHUNKS) /* 16384 threads sampled */
+#define CPUCLOCK_SCHED 2
+#define CPUCLOCK_PERTHREAD 4
+
+typedef struct wall_slot {
+  _Atomic pid_t tid;          /* 0: free */
+  _Atomic int64_t pending_ns; /* wall time owed to the next sample */
+  _Atomic int64_t pending_count;
+  clockid_t clock; /* the thread's CPU clock */
+  /* The last stack, written by the handler while pending_ns > 0 and read by
+   * the timer thread while it is 0. */
+  uint64_t *frames; /* frames_cap entries: max_frames + CP_UNWIND_SLACK */
+  size_t frames_cap;
+  uint32_t nframes;
+  uint32_t truncated;
+  uint32_t labels;
+  int have_stack;
+  int in_syscall; /* the stack was taken in a blocking system call */
+  uint64_t span_id, local_root_span_id;
+  uint64_t stack_cpu_ns; /* thread CPU time when the stack was taken */
+} wall_slot;
+
+static struct {
+  pthread_mutex_t lock; /* slot allocation, live[], the timer's state */
+  pthread_cond_t wake;  /* stop requested */
+  wall_slot *_Atomic chunks[MAX_CHUNKS]; /* never freed: handlers may hold */
+  _Atomic uint32_t nslots;               /* slots made so far */
+  uint32_t *free_slots, nfree;
+  uint32_t *live; /* slots of the application's threads */
+  size_t nlive;
+  pthread_t thread;
+  int thread_running;
+  int stop;
+  int signal;
+  uint64_t interval_ns;
+  size_t per_tick;
+  _Atomic size_t max_frames;
+  _Atomic int active;
+  uint64_t rng;
+  int warned_full;
+  uint64_t ticks, signals, reused; /* for the debug log */
+} wall = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Async-signal-safe: atomic loads. NULL for an unknown index. */
+static wall_slot *slot_at(uint32_t index) {
+  if (index >= atomic_load_explicit(&wall.nslots, memory_order_acquire))
+    return NULL;
+  wall_slot *chunk = atomic_load_explicit(&wall.chunks[index >> CHUNK_BITS],
+                                          memory_order_acquire);
+  return chunk ? &chunk[index & (CHUNK_SLOTS - 1)] : NULL;
+}
+
+static uint64_t next_random(void) {
+  /* xorshift64*: the timer thread's only source of randomness. */
+  wall.rng ^= wall.rng >> 12;
+  wall.rng ^= wall.rng << 25;
+  wall.rng ^= wall.rng >> 27;
+  return wall.rng * 2685821657736338717ull;
+}
+
+/* Async-signal-safe. */
+static uint64_t own_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Whether the interrupted context is at a system call: the kernel leaves the
+ * pc on the `syscall` instruction (a restarted call) or right after it (a
+ * call that returns EINTR). Async-signal-safe: reads the code at pc, which
+ * was just executing, without crossing a page. Elsewhere than x86-64, every
+ * stack counts as blocked (the CPU-clock test alone decides). */
+static int interrupted_in_syscall(const void *ucontext) {
+#if defined(__x86_64__)
+  const ucontext_t *uc = ucontext;
+  const unsigned char *pc =
+      (const unsigned char *)uc->uc_mcontext.gregs[REG_RIP];
+  uintptr_t offset = (uintptr_t)pc & 4095;
+  if (offset <= 4094 && pc[0] == 0x0f && pc[1] == 0x05)
+    return 1;
+  return offset >= 2 && pc[-2] == 0x0f && pc[-1] == 0x05;
+#else
+  (void)ucontext;
+  return 1;
+#endif
+}
+
+/* Async-signal-safe: fills a ring slot with the slot's saved stack. */
+static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
+                        int64_t ns, int64_t count) {
+  uint64_t ticket;
+  cp_raw_sample *r = cp_ring_reserve(ring, &ticket);
+  if (!r)
+    return; /* counted as dropped by the ring */
+  r->kind = CONTPROF_KIND_WALL;
+  r->tid = tid;
+  r->labels = s->labels;
+  r->timestamp_ns = cp_realtime_ns();
+  r->span_id = s->span_id;
+  r->local_root_span_id = s->local_root_span_id;
+  r->count = count;
+  r->quantity = ns;
+  r->nframes = s->nframes;
+  r->truncated = s->truncated;
+  memcpy(r->frames, s->frames, s->nframes * sizeof *s->frames);
+  cp_ring_commit(ring, ticket);
+}
+
+/* Async-signal-safe: runs in the wall signal handler on the drawn thread.
+ * Unwinds into the thread's own preallocated slot, then copies the stack
+ * into a ring slot; no locks, no allocation. */
+static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
+  int saved_errno = errno;
+  uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
+  if (info->si_code != SI_QUEUE || (value >> 32) != WALL_COOKIE ||
+      info->si_pid != getpid()) {
+    cp_signal_chain(sig, info, ucontext);
+    errno = saved_errno;
+    return;
+  }
+  wall_slot *s = slot_at((uint32_t)value);
+  pid_t tid = cp_gettid();
+  if (!s || atomic_load_explicit(&s->tid, memory_order_acquire) != tid ||
+      atomic_load_explicit(&s->pending_ns, memory_order_acquire) <= 0) {
+    errno = saved_errno; /* a thread that ended, or nothing owed */
+    return;
+  }
+  cp_ring *ring = cp_agg_ring();
+  int nested = cp_in_sampling_handler;
+  int usable = ring && !nested &&
+               atomic_load_explicit(&wall.active, memory_order_relaxed);
+  if (usable) {
+    cp_in_sampling_handler = 1;
+    size_t max = atomic_load_explicit(&wall.max_frames, memory_order_relaxed);
+    if (max + CP_UNWIND_SLACK > s->frames_cap)
+      max = s->frames_cap - CP_UNWIND_SLACK;
+    int truncated = 0;
+    s->nframes =
+        (uint32_t)cp_unwind_signal(ucontext, s->frames, max, &truncated);
+    s->truncated = (uint32_t)truncated;
+    s->labels = cp_labels_current();
+    cp_trace_current(&s->span_id, &s->local_root_span_id);
+    s->in_syscall = interrupted_in_syscall(ucontext);
+    s->have_stack = 1;
+  }
+  for (;;) {
+    int64_t ns = atomic_load_explicit(&s->pending_ns, memory_order_acquire);
+    int64_t count =
+        atomic_load_explicit(&s->pending_count, memory_order_relaxed);
+    if (usable)
+      emit_sample(ring, s, tid, ns, count);
+    else if (ring)
+      cp_ring_count_drop(ring);
+    atomic_fetch_sub_explicit(&s->pending_count, count, memory_order_relaxed);
+    if (usable)
+      s->stack_cpu_ns = own_cpu_ns();
+    /* Releases the slot to the timer thread unless it added more weight
+     * meanwhile: then that is recorded too, with the same stack. */
+    if (atomic_fetch_sub_explicit(&s->pending_ns, ns, memory_order_acq_rel) ==
+        ns)
+      break;
+  }
+  if (usable)
+    cp_in_sampling_handler = 0;
+  errno = saved_errno;
+}
+
+static int thread_cpu_ns(clockid_t clock, uint64_t *ns) {
+  struct timespec ts;
+  if (clock_gettime(clock, &ts) != 0)
+    return -1;
+  *ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  return 0;
+}
+
+static int send_wall_signal(pid_t tid, uint32_t index) {
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  info.si_signo = wall.signal;
+  info.si_code = SI_QUEUE;
+  info.si_pid = getpid();
+  info.si_uid = getuid();
+  info.si_value.sival_ptr = (void *)(uintptr_t)((WALL_COOKIE << 32) | index);
+  return (int)syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, wall.signal, &info);
+}
+
+/* One tick: draw k of the n threads (a partial Fisher-Yates shuffle of
+ * live[], so each thread is drawn with probability k/n) and credit each
+ * drawn one n/k x elapsed. The count is n/k rounded up or down at random so
+ * that it, too, is unbiased. Caller holds wall.lock. */
+static void wall_tick_locked(uint64_t elapsed_ns) {
+  size_t n = wall.nlive;
+  cp_ring *ring = cp_agg_ring();
+  if (n == 0 || !ring)
+    return;
+  size_t k = n < wall.per_tick ? n : wall.per_tick;
+  for (size_t i = 0; i < k; i++) {
+    size_t j = i + (size_t)(next_random() % (n - i));
+    uint32_t t = wall.live[i];
+    wall.live[i] = wall.live[j];
+    wall.live[j] = t;
+  }
+  int64_t weight_ns = (int64_t)(elapsed_ns * n / k);
+  wall.ticks++;
+  for (size_t i = 0; i < k; i++) {
+    uint32_t index = wall.live[i];
+    wall_slot *s = slot_at(index);
+    int64_t count = (int64_t)(n / k) + (next_random() % k < n % k);
+    int64_t prev = atomic_fetch_add(&s->pending_ns, weight_ns);
+    atomic_fetch_add(&s->pending_count, count);
+    if (prev > 0)
+      continue;   /* a signal is outstanding: its handler takes this too */
+    if (prev < 0) /* a handler that outlived its thread's slot */
+      atomic_store(&s->pending_ns, weight_ns);
+    pid_t tid = atomic_load(&s->tid);
+    uint64_t cpu;
+    if (s->have_stack && s->in_syscall && thread_cpu_ns(s->clock, &cpu) == 0 &&
+        cpu - s->stack_cpu_ns <= IDLE_CPU_NS) {
+      /* Still blocked where it was: record that stack again. */
+      emit_sample(ring, s, tid, atomic_exchange(&s->pending_ns, 0),
+                  atomic_exchange(&s->pending_count, 0));
+      wall.reused++;
+      continue;
+    }
+    if (send_wall_signal(tid, index) == 0) {
+      wall.signals++;
+      continue;
+    }
+    /* ESRCH: the thread ended (its exit comes soon); EAGAIN: the queue of
+     * signals is full. Either way nothing will take the weight. */
+    if (errno == EAGAIN)
+      cp_ring_count_drop(ring);
+    atomic_store(&s->pending_ns, 0);
+    atomic_store(&s->pending_count, 0);
+  }
+}
+
+static void *wall_timer_thread(void *arg) {
+  (void)arg;
+  cp_threads_exclude_self();
+  uint64_t last = cp_monotonic_ns();
+  pthread_mutex_lock(&wall.lock);
+  while (!wall.stop) {
+    /* Dithered, so that work in step with the interval is not aliased. */
+    uint64_t gap =
+        wall.interval_ns / 2 + next_random() % (wall.interval_ns + 1);
+    uint64_t deadline_ns = last + gap;
+    struct timespec deadline = {(time_t)(deadline_ns / 1000000000ull),
+                                (long)(deadline_ns % 1000000000ull)};
+    while (!wall.stop && cp_monotonic_ns() < deadline_ns)
+      pthread_cond_timedwait(&wall.wake, &wall.lock, &deadline);
+    if (wall.stop)
+      break;
+    uint64_t now = cp_monotonic_ns();
+    wall_tick_locked(now - last);
+    last = now;
+  }
+  pthread_mutex_unlock(&wall.lock);
+  return NULL;
+}
+
+static void wall_thread_started(pid_t tid) {
+  pthread_mutex_lock(&wall.lock);
+  if (!wall.live || wall.nlive == MAX_THREADS) {
+    if (wall.live && !wall.warned_full++)
+      cp_warn("more than %u threads: the rest are not wall-sampled",
+              MAX_THREADS);
+    pthread_mutex_unlock(&wall.lock);
+    return;
+  }
+  uint32_t index;
+  if (wall.nfree) {
+    index = wall.free_slots[--wall.nfree];
+  } else {
+    index = atomic_load(&wall.nslots);
+    if (!wall.chunks[index >> CHUNK_BITS]) {
+      wall_slot *chunk = calloc(CHUNK_SLOTS, sizeof *chunk);
+      if (!chunk) {
+        pthread_mutex_unlock(&wall.lock);
+        return;
+      }
+      atomic_store_explicit(&wall.chunks[index >> CHUNK_BITS], chunk,
+                            memory_order_release);
+    }
+    atomic_store_explicit(&wall.nslots, index + 1, memory_order_release);
+  }
+  wall_slot *s = slot_at(index);
+  size_t need = atomic_load(&wall.max_frames) + CP_UNWIND_SLACK;
+  if (s->frames_cap < need) {
+    /* A larger max_frames after a restart. The old buffer is abandoned, not
+     * freed: a late handler may still be writing into it. */
+    uint64_t *frames = calloc(need, sizeof *frames);
+    if (!frames) {
+      wall.free_slots[wall.nfree++] = index;
+      pthread_mutex_unlock(&wall.lock);
+      return;
+    }
+    s->frames = frames;
+    s->frames_cap = need;
+  }
+  s->clock =
+      (clockid_t)((~(unsigned)tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD);
+  s->have_stack = 0;
+  s->nframes = 0;
+  atomic_store(&s->pending_ns, 0);
+  atomic_store(&s->pending_count, 0);
+  atomic_store_explicit(&s->tid, tid, memory_order_release);
+  wall.live[wall.nlive++] = index;
+  pthread_mutex_unlock(&wall.lock);
+}
+
+/* Caller holds wall.lock. */
+static void release_live_locked(size_t i) {
+  wall_slot *s = slot_at(wall.live[i]);
+  atomic_store_explicit(&s->tid, 0, memory_order_release);
+  atomic_store(&s->pending_ns, 0);
+  atomic_store(&s->pending_count, 0);
+  s->have_stack = 0;
+  wall.free_slots[wall.nfree++] = wall.live[i];
+  wall.live[i] = wall.live[--wall.nlive];
+}
+
+static void wall_thread_exited(pid_t tid) {
+  pthread_mutex_lock(&wall.lock);
+  for (size_t i = 0; i < wall.nlive; i++)
+    if (atomic_load(&slot_at(wall.live[i])->tid) == tid) {
+      release_live_locked(i);
+      break;
+    }
+  pthread_mutex_unlock(&wall.lock);
+}
+
+static int wall_start(const cp_config *cfg) {
+  pthread_mutex_lock(&wall.lock);
+  if (!wall.live) {
+    wall.live = calloc(MAX_THREADS, sizeof *wall.live);
+    wall.free_slots = calloc(MAX_THREADS, sizeof *wall.free_slots);
+    if (!wall.live || !wall.free_slots) {
+      free(wall.live);
+      free(wall.free_slots);
+      wall.live = wall.free_slots = NULL;
+      pthread_mutex_unlock(&wall.lock);
+      return CONTPROF_ERR_NOMEM;
+    }
+  }
+  wall.interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
+  wall.per_tick = (size_t)cfg->wall_threads_per_tick;
+  atomic_store(&wall.max_frames, (size_t)cfg->max_frames);
+  wall.rng = (cp_monotonic_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+  wall.stop = 0;
+  wall.warned_full = 0;
+  wall.ticks = wall.signals = wall.reused = 0;
+  pthread_mutex_unlock(&wall.lock);
+
+  cp_unwind_init();
+  int sig = cp_signal_install(SIGVTALRM, wall_signal_handler);
+  if (sig < 0)
+    return CONTPROF_ERR_SYSTEM;
+  wall.signal = sig;
+  cp_threads_set_sampling_signal(sig);
+
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&wall.wake, &attr);
+  pthread_condattr_destroy(&attr);
+  atomic_store(&wall.active, 1);
+  /* The timer thread blocks every signal: it is never sampled. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = pthread_create(&wall.thread, NULL, wall_timer_thread, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    atomic_store(&wall.active, 0);
+    cp_error("cannot start the wall-clock timer thread: %s", strerror(rc));
+    return CONTPROF_ERR_SYSTEM;
+  }
+  pthread_setname_np(wall.thread, "contprof-wall");
+  wall.thread_running = 1;
+  return 0;
+}
+
+static void wall_stop(void) {
+  atomic_store(&wall.active, 0);
+  if (wall.thread_running) {
+    pthread_mutex_lock(&wall.lock);
+    wall.stop = 1;
+    pthread_cond_signal(&wall.wake);
+    pthread_mutex_unlock(&wall.lock);
+    pthread_join(wall.thread, NULL);
+    wall.thread_running = 0;
+  }
+  pthread_mutex_lock(&wall.lock);
+  cp_debug("wall sampler: %llu ticks, %llu signals, %llu stacks reused",
+           (unsigned long long)wall.ticks, (unsigned long long)wall.signals,
+           (unsigned long long)wall.reused);
+  while (wall.nlive)
+    release_live_locked(wall.nlive - 1);
+  pthread_mutex_unlock(&wall.lock);
+}
+
+static void wall_after_fork_child(void) {
+  /* Only the forking thread exists: the timer thread and every slot's
+   * thread are gone. No lock is taken (a lost thread may hold it). */
+  pthread_mutex_init(&wall.lock, NULL);
+  atomic_store(&wall.active, 0);
+  wall.thread_running = 0;
+  wall.nlive = 0;
+  wall.nfree = 0;
+  uint32_t n = atomic_load(&wall.nslots);
+  for (uint32_t i = 0; i < n; i++) {
+    wall_slot *s = slot_at(i);
+    atomic_store(&s->tid, 0);
+    atomic_store(&s->pending_ns, 0);
+    atomic_store(&s->pending_count, 0);
+    if (wall.free_slots)
+      wall.free_slots[wall.nfree++] = i;
+  }
+}
+
+const cp_sampler cp_wall_sampler = {
+    .name = "wall",
+    .profile = CP_PROFILE_WALL,
+    .start = wall_start,
+    .stop = wall_stop,
+    .thread_started = wall_thread_started,
+    .thread_exited = wall_thread_exited,
+    .after_fork_child = wall_after_fork_child,
+};

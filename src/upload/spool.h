@@ -1,0 +1,66 @@
+/* The spool of an HTTP sink: the requests it could not deliver yet, oldest
+ * first, bounded by a count and a size (past either bound the oldest is
+ * dropped and counted). With a directory, each request that failed once is
+ * also written there (no secrets: headers are added at send time), so a
+ * restarted process delivers what the previous one could not; files of a
+ * process that is gone are adopted at start. Not thread-safe: its sink
+ * serialises access. */
+#ifndef CP_SPOOL_H
+#define CP_SPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CP_SPOOL_MAX_PARTS 4
+
+typedef struct cp_spool_part {
+  char *name, *filename, *content_type; /* filename, type may be NULL */
+  uint8_t *data;
+  size_t len;
+} cp_spool_part;
+
+typedef struct cp_spool_item {
+  struct cp_spool_item *next;
+  char *target;   /* path and query, appended to the sink's base URL */
+  uint64_t order; /* end of the profile's period, ns: the delivery order */
+  size_t nparts;
+  cp_spool_part parts[CP_SPOOL_MAX_PARTS];
+  size_t bytes;
+  char *file; /* its file in the spool directory, or NULL */
+  int attempts;
+} cp_spool_item;
+
+typedef struct cp_spool cp_spool;
+
+/* dir may be NULL (memory only). Adopts the files of dead processes. */
+cp_spool *cp_spool_create(const char *dir, const char *sink_name,
+                          size_t max_items, size_t max_bytes);
+/* Frees the memory; files stay for the next process. */
+void cp_spool_destroy(cp_spool *s);
+
+/* An empty item for target; NULL on ENOMEM. */
+cp_spool_item *cp_spool_item_new(const char *target, uint64_t order);
+/* Copies a part into it; 0 or -1. */
+int cp_spool_item_add_part(cp_spool_item *it, const char *name,
+                           const char *filename, const char *content_type,
+                           const uint8_t *data, size_t len);
+void cp_spool_item_free(cp_spool_item *it);
+
+/* Queues it (ownership passes), dropping the oldest to stay in bounds;
+ * returns how many were dropped. */
+size_t cp_spool_push(cp_spool *s, cp_spool_item *it);
+/* Removes the oldest for sending (it still counts against the bounds until
+ * cp_spool_finish or cp_spool_put_back); NULL when empty. */
+cp_spool_item *cp_spool_take(cp_spool *s);
+/* Sent or rejected for good: forgets it and removes its file. */
+void cp_spool_finish(cp_spool *s, cp_spool_item *it);
+/* Not delivered: back at the head, written to the directory. Returns 1 if it
+ * was dropped instead (newer profiles filled the spool meanwhile). */
+int cp_spool_put_back(cp_spool *s, cp_spool_item *it);
+/* Writes every queued item not on disk yet (at stop). */
+void cp_spool_persist_all(cp_spool *s);
+
+size_t cp_spool_count(const cp_spool *s); /* queued, not counting taken */
+uint64_t cp_spool_dropped(const cp_spool *s);
+
+#endif

@@ -1,0 +1,584 @@
+/* The wall-clock sampler, labels on wall samples, trace correlation and the
+ * timeline: measured wall shares and per-thread wall time of an unmodified
+ * program match the truth (all threads sampled each tick, and a few drawn
+ * per tick with scaled values), labels and span ids land on exactly the
+ * samples taken while set (also on threads that start and end while
+ * profiling), endpoints are counted per request, and timeline mode stamps
+ * every sample. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "contprof/profiler.h"
+#include "harness.h"
+#include "test.h"
+#include "trace.h"
+
+#define CONTPROF CP_BUILD_DIR "/contprof"
+#define WALL_WORKLOAD CP_BUILD_DIR "/tests/wall_workload"
+
+typedef const Perftools__Profiles__Sample sample_t;
+
+static uint64_t now_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t label_num(const pprof_profile *p, sample_t *s, const char *key) {
+  const Perftools__Profiles__Label *l = pprof_sample_label(p, s, key);
+  return l ? l->num : -1;
+}
+
+static const char *label_str(const pprof_profile *p, sample_t *s,
+                             const char *key) {
+  const Perftools__Profiles__Label *l = pprof_sample_label(p, s, key);
+  return l ? pprof_label_str(p, l) : NULL;
+}
+
+static int on_stack(const pprof_profile *p, sample_t *s, const char *name) {
+  for (size_t i = 0; i < s->n_location_id; i++) {
+    const char *names[8];
+    const Perftools__Profiles__Location *loc =
+        pprof_find_location(p, s->location_id[i]);
+    size_t n = loc ? pprof_location_functions(p, loc, names, 8) : 0;
+    for (size_t k = 0; k < n && k < 8; k++)
+      if (strcmp(names[k], name) == 0)
+        return 1;
+  }
+  return 0;
+}
+
+/* Sum of a sample type over samples of thread tid (0: any) with function fn
+ * (NULL: any) on the stack. */
+static int64_t sum_where(pprof_profile **profiles, size_t n, const char *type,
+                         pid_t tid, const char *fn) {
+  int64_t sum = 0;
+  for (size_t f = 0; f < n; f++) {
+    const pprof_profile *p = profiles[f];
+    int idx = pprof_sample_type_index(p, type);
+    if (idx < 0)
+      continue;
+    for (size_t i = 0; i < p->n_sample; i++) {
+      sample_t *s = p->sample[i];
+      if (tid && label_num(p, s, "thread id") != tid)
+        continue;
+      if (fn && !on_stack(p, s, fn))
+        continue;
+      sum += s->value[idx];
+    }
+  }
+  return sum;
+}
+
+static size_t run_workload(char *const *args, const char *const *env,
+                           const char *dir, run_result *r,
+                           pprof_profile **profiles, size_t max) {
+  char *argv[32] = {CONTPROF,   "run",        "--profiles", "wall,cpu",
+                    "--output", (char *)dir,  "--period",   "3600",
+                    "--",       WALL_WORKLOAD};
+  size_t n = 10;
+  for (; *args && n < 31; args++)
+    argv[n++] = *args;
+  argv[n] = NULL;
+  if (run_command(argv, env, r) != 0 || !WIFEXITED(r->status) ||
+      WEXITSTATUS(r->status) != 0)
+    return 0;
+  return read_profiles(dir, profiles, max, NULL);
+}
+
+/* One thread half asleep, half computing in random 4-20 ms chunks, one
+ * waiting on a condition variable. At 2 ms, 6 s give about 3000 samples of
+ * the mixed thread; the share's error comes from the ends of the ~400
+ * chunks (each off by at most an interval), well under a point, against a
+ * 5-point tolerance. Every thread is sampled at every tick and credited the
+ * time since the previous tick, so each thread's total is its lifetime up
+ * to an interval. */
+static void test_wall_shares_and_per_thread_time(void) {
+  char *dir = make_temp_dir("wall");
+  const char *env[] = {"CONTPROF_WALL_INTERVAL_MS=2", NULL};
+  char *args[] = {"mixed", "6", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  pprof_profile *profiles[8];
+  size_t n = run_workload(args, env, dir, r, profiles, 8);
+  CHECK(n >= 1);
+  unsigned long long sleep_ns, compute_ns, mixed_ns, waiter_ns;
+  int mixed_tid, waiter_tid;
+  CHECK_EQ_INT(sscanf(r->out,
+                      "sleep_ns=%llu compute_ns=%llu mixed_tid=%d "
+                      "mixed_ns=%llu waiter_tid=%d waiter_ns=%llu",
+                      &sleep_ns, &compute_ns, &mixed_tid, &mixed_ns,
+                      &waiter_tid, &waiter_ns),
+               6);
+  if (n >= 1) {
+    int64_t in_sleep =
+        sum_where(profiles, n, "wall-time", mixed_tid, "sleep_phase");
+    int64_t in_compute =
+        sum_where(profiles, n, "wall-time", mixed_tid, "compute_phase");
+    int64_t mixed_total = sum_where(profiles, n, "wall-time", mixed_tid, NULL);
+    int64_t waiter_total =
+        sum_where(profiles, n, "wall-time", waiter_tid, NULL);
+    int64_t waiting =
+        sum_where(profiles, n, "wall-time", waiter_tid, "wait_forever");
+    double truth = 100.0 * (double)sleep_ns / (double)(sleep_ns + compute_ns);
+    double got = 100.0 * (double)in_sleep / (double)(in_sleep + in_compute);
+    printf("sleep share: truth %.1f%% profile %.1f%%\n", truth, got);
+    printf("mixed thread: %.3f s of %.3f s; waiter: %.3f s of %.3f s "
+           "(%.3f s in wait_forever)\n",
+           (double)mixed_total / 1e9, (double)mixed_ns / 1e9,
+           (double)waiter_total / 1e9, (double)waiter_ns / 1e9,
+           (double)waiting / 1e9);
+    CHECK_NEAR(got, truth, 5.0);
+    CHECK_NEAR((double)mixed_total / (double)mixed_ns, 1.0, 0.05);
+    CHECK_NEAR((double)waiter_total / (double)waiter_ns, 1.0, 0.05);
+    /* Its stack is taken once and then reused: still the right one. */
+    CHECK((double)waiting >= 0.98 * (double)waiter_total);
+    /* The profile still has the CPU types, with the computing only. */
+    CHECK(sum_where(profiles, n, "cpu-time", mixed_tid, "compute_phase") > 0);
+    CHECK_EQ_INT(sum_where(profiles, n, "cpu-time", waiter_tid, NULL), 0);
+    /* The profiler's own threads are never sampled. */
+    for (size_t f = 0; f < n; f++)
+      for (size_t i = 0; i < profiles[f]->n_sample; i++) {
+        const char *name =
+            label_str(profiles[f], profiles[f]->sample[i], "thread name");
+        CHECK(!name || strncmp(name, "contprof-", 9) != 0);
+      }
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  free(r);
+  remove_dir(dir);
+}
+
+/* 12 waiting threads (13 with main), 4 drawn per tick at 2 ms for 5 s: each
+ * thread is drawn about 700 times on a loaded machine (binomial, 3.1%
+ * relative standard error with the dithered tick lengths) and credited 13/4
+ * ticks each time. Per thread within 18% (over five standard errors); the
+ * sum over all threads is exact up to the ends. */
+static void test_wall_few_threads_per_tick_unbiased(void) {
+  char *dir = make_temp_dir("wall12");
+  const char *env[] = {"CONTPROF_WALL_INTERVAL_MS=2",
+                       "CONTPROF_WALL_THREADS_PER_TICK=4", NULL};
+  char *args[] = {"waiters", "12", "5", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  pprof_profile *profiles[8];
+  size_t n = run_workload(args, env, dir, r, profiles, 8);
+  CHECK(n >= 1);
+  double sum_ratio = 0;
+  int threads = 0;
+  char *line = r->out;
+  int tid;
+  unsigned long long life;
+  while (n >= 1 && sscanf(line, "tid=%d ns=%llu", &tid, &life) == 2) {
+    int64_t total = sum_where(profiles, n, "wall-time", tid, NULL);
+    int64_t waiting = sum_where(profiles, n, "wall-time", tid, "wait_forever");
+    double ratio = (double)total / (double)life;
+    printf("thread %d: %.3f s of %.3f s\n", tid, (double)total / 1e9,
+           (double)life / 1e9);
+    CHECK_NEAR(ratio, 1.0, 0.18);
+    CHECK(waiting >= total * 98 / 100);
+    sum_ratio += ratio;
+    threads++;
+    line = strchr(line, '\n');
+    if (!line)
+      break;
+    line++;
+  }
+  CHECK_EQ_INT(threads, 12);
+  if (threads)
+    CHECK_NEAR(sum_ratio / threads, 1.0, 0.05);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  free(r);
+  remove_dir(dir);
+}
+
+/* --- in-process: labels, short threads, trace ids, timeline -------------- */
+
+#define KEEP_FRAME() __asm__ volatile("" ::: "memory")
+static volatile double sinkv;
+
+/* Spins for cpu_ns of this thread's CPU, then sleeps sleep_ns. Real code
+ * does some work between blocking calls; the wall sampler reuses a blocked
+ * thread's stack while it has used under 10 us of CPU. */
+static void work_then_sleep(uint64_t cpu_ns, uint64_t sleep_ns) {
+  uint64_t end = now_ns(CLOCK_THREAD_CPUTIME_ID) + cpu_ns;
+  double x = 1;
+  while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
+    for (int i = 0; i < 100; i++)
+      x = x * 1.0000001 + 0.5;
+  sinkv += x;
+  struct timespec ts = {0, (long)sleep_ns};
+  while (nanosleep(&ts, &ts) != 0)
+    ;
+}
+
+__attribute__((noinline)) void labeled_wait(void) {
+  work_then_sleep(300000, 6000000);
+  KEEP_FRAME();
+}
+__attribute__((noinline)) void nested_wait(void) {
+  work_then_sleep(300000, 4000000);
+  KEEP_FRAME();
+}
+__attribute__((noinline)) void unlabeled_wait(void) {
+  work_then_sleep(300000, 6000000);
+  KEEP_FRAME();
+}
+
+static int start_profiler(const char *dir) {
+  contprof_options o = {.output_dir = dir,
+                        .upload_period_s = 3600,
+                        .profiles = "wall,cpu",
+                        .cpu_hz = 250,
+                        .log_level = "error"};
+  return contprof_start(&o);
+}
+
+static size_t stop_and_read(const char *dir, pprof_profile **profiles,
+                            size_t max) {
+  CHECK_EQ_INT(contprof_flush(), 0);
+  CHECK_EQ_INT(contprof_stop(), 0);
+  return read_profiles(dir, profiles, max, NULL);
+}
+
+static void *label_worker(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 40; i++) {
+    contprof_label_scope outer;
+    CHECK_EQ_INT(contprof_label_push("endpoint", "/checkout", &outer), 0);
+    labeled_wait();
+    {
+      CONTPROF_LABEL_SCOPE("customer", "acme");
+      nested_wait();
+    }
+    labeled_wait();
+    contprof_label_pop(&outer);
+    unlabeled_wait();
+  }
+  return NULL;
+}
+
+static void test_labels_on_wall_samples(void) {
+  char *dir = make_temp_dir("wall-labels");
+  setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
+  CHECK_EQ_INT(start_profiler(dir), 0);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, label_worker, NULL);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  pprof_profile *profiles[4];
+  size_t n = stop_and_read(dir, profiles, 4);
+  unsetenv("CONTPROF_WALL_INTERVAL_MS");
+  CHECK(n >= 1);
+  const char *types[2] = {"wall-samples", "cpu-samples"};
+  for (int t = 0; t < 2; t++) {
+    int64_t labeled = 0, nested = 0, unlabeled = 0, wrong = 0, stamped = 0;
+    for (size_t f = 0; f < n; f++) {
+      pprof_profile *p = profiles[f];
+      int idx = pprof_sample_type_index(p, types[t]);
+      CHECK(idx >= 0);
+      for (size_t i = 0; idx >= 0 && i < p->n_sample; i++) {
+        sample_t *s = p->sample[i];
+        int64_t v = s->value[idx];
+        const char *ep = label_str(p, s, "endpoint");
+        const char *cust = label_str(p, s, "customer");
+        int has_ep = ep && strcmp(ep, "/checkout") == 0;
+        int has_cust = cust && strcmp(cust, "acme") == 0;
+        if (on_stack(p, s, "nested_wait")) {
+          nested += v;
+          wrong += !(has_ep && has_cust) ? v : 0;
+        } else if (on_stack(p, s, "labeled_wait")) {
+          labeled += v;
+          wrong += !has_ep || cust ? v : 0;
+        } else if (on_stack(p, s, "unlabeled_wait") ||
+                   on_stack(p, s, "label_worker")) {
+          unlabeled += (on_stack(p, s, "unlabeled_wait") ? v : 0);
+          wrong += ep || cust ? v : 0;
+        }
+        stamped += pprof_sample_label(p, s, CP_LABEL_END_TIMESTAMP) != NULL;
+      }
+    }
+    printf("%s: labeled %lld nested %lld unlabeled %lld wrong %lld\n", types[t],
+           (long long)labeled, (long long)nested, (long long)unlabeled,
+           (long long)wrong);
+    CHECK_EQ_INT(wrong, 0);
+    CHECK_EQ_INT(stamped, 0); /* timeline is off by default */
+    if (t == 0) {
+      /* 2 threads x 40 x (12.6 + 4.3 + 6.3 ms) at 2 ms: ~1000, 350, 500. */
+      CHECK(labeled > 400 && nested > 120 && unlabeled > 200);
+    } else {
+      /* 2 threads x 40 x (0.6 + 0.3 + 0.3 ms) at 250 Hz: ~12, 6, 6. */
+      CHECK(labeled + nested + unlabeled > 6);
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  remove_dir(dir);
+}
+
+/* Threads that start and end while profiling, each with its own label. */
+#define SHORT_THREADS 40
+static pid_t short_tids[SHORT_THREADS];
+
+__attribute__((noinline)) void short_labeled(void) {
+  work_then_sleep(1000000, 20000000);
+  KEEP_FRAME();
+}
+__attribute__((noinline)) void short_tail(void) {
+  work_then_sleep(100000, 5000000);
+  KEEP_FRAME();
+}
+
+static void *short_thread(void *arg) {
+  int i = (int)(intptr_t)arg;
+  short_tids[i] = (pid_t)syscall(SYS_gettid);
+  char value[16];
+  snprintf(value, sizeof value, "w%d", i);
+  contprof_label_scope scope;
+  CHECK_EQ_INT(contprof_label_push("worker", value, &scope), 0);
+  short_labeled();
+  contprof_label_pop(&scope);
+  short_tail();
+  return NULL;
+}
+
+static void test_labels_on_short_lived_threads(void) {
+  char *dir = make_temp_dir("wall-short");
+  setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
+  CHECK_EQ_INT(start_profiler(dir), 0);
+  for (int batch = 0; batch < SHORT_THREADS; batch += 10) {
+    pthread_t t[10];
+    for (int i = 0; i < 10; i++)
+      pthread_create(&t[i], NULL, short_thread, (void *)(intptr_t)(batch + i));
+    for (int i = 0; i < 10; i++)
+      pthread_join(t[i], NULL);
+  }
+  pprof_profile *profiles[4];
+  size_t n = stop_and_read(dir, profiles, 4);
+  unsetenv("CONTPROF_WALL_INTERVAL_MS");
+  CHECK(n >= 1);
+  int64_t right = 0, wrong = 0, threads_seen = 0;
+  int seen[SHORT_THREADS] = {0};
+  for (size_t f = 0; f < n; f++) {
+    pprof_profile *p = profiles[f];
+    int idx = pprof_sample_type_index(p, "wall-samples");
+    for (size_t i = 0; idx >= 0 && i < p->n_sample; i++) {
+      sample_t *s = p->sample[i];
+      int64_t tid = label_num(p, s, "thread id");
+      int k = -1;
+      for (int j = 0; j < SHORT_THREADS; j++)
+        if (short_tids[j] == tid)
+          k = j;
+      const char *worker = label_str(p, s, "worker");
+      if (on_stack(p, s, "short_labeled")) {
+        char want[16];
+        snprintf(want, sizeof want, "w%d", k);
+        int ok = k >= 0 && worker && strcmp(worker, want) == 0;
+        right += ok ? s->value[idx] : 0;
+        wrong += ok ? 0 : s->value[idx];
+        if (ok && !seen[k]++)
+          threads_seen++;
+      } else if (on_stack(p, s, "short_tail")) {
+        wrong += worker ? s->value[idx] : 0;
+      }
+    }
+  }
+  printf("short threads: %lld right, %lld wrong, %lld of %d threads seen\n",
+         (long long)right, (long long)wrong, (long long)threads_seen,
+         SHORT_THREADS);
+  CHECK_EQ_INT(wrong, 0);
+  /* 40 threads x 21 ms labeled at 2 ms: about 420 samples. */
+  CHECK(right > 200);
+  CHECK(threads_seen >= SHORT_THREADS * 9 / 10);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  remove_dir(dir);
+}
+
+__attribute__((noinline)) void traced_request(void) {
+  work_then_sleep(2000000, 8000000);
+  KEEP_FRAME();
+}
+__attribute__((noinline)) void between_requests(void) {
+  work_then_sleep(2000000, 8000000);
+  KEEP_FRAME();
+}
+
+static void *traced_thread(void *arg) {
+  uint64_t base = (uint64_t)(uintptr_t)arg;
+  for (uint64_t i = 0; i < 20; i++) {
+    uint64_t root = base + i;
+    contprof_set_span(root * 10 + 1, root);
+    CHECK_EQ_INT(contprof_set_endpoint(root, i % 2 ? "/checkout" : "/cart"), 0);
+    traced_request();
+    contprof_set_span(0, 0);
+    between_requests();
+  }
+  return NULL;
+}
+
+static void test_span_ids_and_endpoints(void) {
+  char *dir = make_temp_dir("wall-trace");
+  setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
+  CHECK_EQ_INT(start_profiler(dir), 0);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, traced_thread,
+                   (void *)(uintptr_t)(1000 * (i + 1)));
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  pprof_profile *profiles[4];
+  size_t n = stop_and_read(dir, profiles, 4);
+  unsetenv("CONTPROF_WALL_INTERVAL_MS");
+  CHECK(n >= 1);
+  const char *types[2] = {"wall-samples", "cpu-samples"};
+  for (int t = 0; t < 2; t++) {
+    int64_t traced = 0, untraced = 0, wrong = 0;
+    for (size_t f = 0; f < n; f++) {
+      pprof_profile *p = profiles[f];
+      int idx = pprof_sample_type_index(p, types[t]);
+      for (size_t i = 0; idx >= 0 && i < p->n_sample; i++) {
+        sample_t *s = p->sample[i];
+        int64_t root = label_num(p, s, "local root span id");
+        int64_t span = label_num(p, s, "span id");
+        const char *ep = label_str(p, s, CP_LABEL_TRACE_ENDPOINT);
+        if (on_stack(p, s, "traced_request")) {
+          traced += s->value[idx];
+          const char *want = (root % 1000) % 2 ? "/checkout" : "/cart";
+          int ok = root >= 1000 && span == root * 10 + 1 && ep &&
+                   strcmp(ep, want) == 0;
+          wrong += ok ? 0 : s->value[idx];
+        } else if (on_stack(p, s, "between_requests")) {
+          untraced += s->value[idx];
+          wrong += root != -1 || span != -1 || ep ? s->value[idx] : 0;
+        }
+      }
+    }
+    printf("%s: traced %lld untraced %lld wrong %lld\n", types[t],
+           (long long)traced, (long long)untraced, (long long)wrong);
+    CHECK_EQ_INT(wrong, 0);
+    CHECK(traced > (t == 0 ? 100 : 5) && untraced > (t == 0 ? 100 : 5));
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  remove_dir(dir);
+}
+
+static void test_endpoint_counts(void) {
+  cp_endpoint_count *c;
+  size_t n = cp_trace_endpoint_counts_take(&c); /* forget earlier tests */
+  free(c);
+  CHECK_EQ_INT(contprof_set_endpoint(0, "/a"), CONTPROF_ERR_INVALID);
+  CHECK_EQ_INT(contprof_set_endpoint(5, ""), CONTPROF_ERR_INVALID);
+  CHECK_EQ_INT(contprof_set_endpoint(5, NULL), CONTPROF_ERR_INVALID);
+  CHECK_EQ_INT(contprof_set_endpoint(1ull << 63, "/a"), 0);
+  CHECK_EQ_INT(contprof_set_endpoint(2, "/a"), 0);
+  CHECK_EQ_INT(contprof_set_endpoint(3, "/b"), 0);
+  CHECK_EQ_INT(contprof_set_endpoint(1ull << 63, "/a"), 0); /* same request */
+  CHECK_EQ_INT(contprof_set_endpoint(3, "/c"), 0);          /* renamed */
+  CHECK_EQ_STR(cp_trace_endpoint_of(3), "/c");
+  CHECK_EQ_STR(cp_trace_endpoint_of(1ull << 63), "/a");
+  CHECK(cp_trace_endpoint_of(4) == NULL);
+  n = cp_trace_endpoint_counts_take(&c);
+  CHECK_EQ_INT(n, 2);
+  int64_t a = 0, b = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(c[i].endpoint, "/a") == 0)
+      a = c[i].count;
+    if (strcmp(c[i].endpoint, "/b") == 0)
+      b = c[i].count;
+  }
+  CHECK_EQ_INT(a, 2);
+  CHECK_EQ_INT(b, 1);
+  free(c);
+  CHECK_EQ_INT(cp_trace_endpoint_counts_take(&c), 0);
+  CHECK(c == NULL);
+  /* A new period counts new requests only; the mapping stays. */
+  CHECK_EQ_INT(contprof_set_endpoint(3, "/b"), 0);
+  CHECK_EQ_INT(contprof_set_endpoint(7, "/b"), 0);
+  n = cp_trace_endpoint_counts_take(&c);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    CHECK_EQ_STR(c[0].endpoint, "/b");
+    CHECK_EQ_INT(c[0].count, 1);
+  }
+  free(c);
+  /* Bounded: 100000 requests keep memory bounded and the latest found. */
+  for (uint64_t id = 1000000; id < 1100000; id++)
+    contprof_set_endpoint(id, "/bulk");
+  CHECK_EQ_STR(cp_trace_endpoint_of(1099999), "/bulk");
+  CHECK(cp_trace_endpoint_of(1000000) == NULL);
+  n = cp_trace_endpoint_counts_take(&c);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1)
+    CHECK_EQ_INT(c[0].count, 100000);
+  free(c);
+}
+
+__attribute__((noinline)) void timeline_work(void) {
+  for (int i = 0; i < 30; i++)
+    work_then_sleep(1000000, 9000000);
+  KEEP_FRAME();
+}
+
+static void *timeline_thread(void *arg) {
+  (void)arg;
+  timeline_work();
+  return NULL;
+}
+
+static void test_timeline(void) {
+  char *dir = make_temp_dir("wall-timeline");
+  setenv("CONTPROF_TIMELINE", "1", 1);
+  uint64_t start = now_ns(CLOCK_REALTIME);
+  CHECK_EQ_INT(start_profiler(dir), 0);
+  pthread_t t;
+  pthread_create(&t, NULL, timeline_thread, NULL);
+  pthread_join(t, NULL);
+  pprof_profile *profiles[4];
+  size_t n = stop_and_read(dir, profiles, 4);
+  uint64_t end = now_ns(CLOCK_REALTIME);
+  unsetenv("CONTPROF_TIMELINE");
+  CHECK(n >= 1);
+  size_t samples = 0, unstamped = 0, outside = 0, in_work = 0;
+  int64_t first = INT64_MAX, last = 0;
+  for (size_t f = 0; f < n; f++) {
+    pprof_profile *p = profiles[f];
+    for (size_t i = 0; i < p->n_sample; i++) {
+      sample_t *s = p->sample[i];
+      int64_t ts = label_num(p, s, CP_LABEL_END_TIMESTAMP);
+      samples++;
+      if (ts < 0) {
+        unstamped++;
+        continue;
+      }
+      /* The bucket's end: at most 10 ms after the sample. */
+      if (ts < (int64_t)start || ts > (int64_t)end + 10000000)
+        outside++;
+      if (on_stack(p, s, "timeline_work")) {
+        in_work++;
+        first = ts < first ? ts : first;
+        last = ts > last ? ts : last;
+      }
+    }
+  }
+  printf("timeline: %zu samples, %zu in timeline_work over %.3f s\n", samples,
+         in_work, (double)(last - first) / 1e9);
+  CHECK_EQ_INT(unstamped, 0);
+  CHECK_EQ_INT(outside, 0);
+  /* 300 ms of work seen as many separately stamped samples spread over it. */
+  CHECK(in_work >= 20);
+  CHECK(last - first >= 200000000);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  remove_dir(dir);
+}
+
+TEST_MAIN(T(test_wall_shares_and_per_thread_time),
+          T(test_wall_few_threads_per_tick_unbiased),
+          T(test_labels_on_wall_samples), T(test_labels_on_short_lived_threads),
+          T(test_span_ids_and_endpoints), T(test_endpoint_counts),
+          T(test_timeline))

@@ -1,0 +1,1044 @@
+/* The uploads against local servers that behave like a Datadog agent and
+ * like Pyroscope's /ingest: every field and header of the requests, the
+ * decoded profiles in each dialect, and the faults (backend down then up,
+ * 500, 429, 400, a server that never answers, a full spool, a restart with
+ * a spool directory). */
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <regex.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "aggregator/calltree.h"
+#include "aggregator/frames.h"
+#include "config.h"
+#include "contprof/profiler.h"
+#include "contprof/runtime.h"
+#include "exporter/export.h"
+#include "exporter/pprof_read.h"
+#include "labels.h"
+#include "server.h"
+#include "test.h"
+#include "upload/datadog.h"
+#include "upload/http_sink.h"
+
+/* ---- environment for cp_config_load ---------------------------------------
+ */
+
+typedef struct env_list {
+  const char *kv[40];
+} env_list;
+
+static const char *env_lookup(const char *name, void *ctx) {
+  env_list *e = ctx;
+  size_t n = strlen(name);
+  for (size_t i = 0; e->kv[i]; i++)
+    if (strncmp(e->kv[i], name, n) == 0 && e->kv[i][n] == '=')
+      return e->kv[i] + n + 1;
+  return NULL;
+}
+
+static void load_config(cp_config *cfg, env_list *e) {
+  CHECK_EQ_INT(cp_config_load(cfg, NULL, env_lookup, e), 0);
+}
+
+/* ---- stderr capture
+ * ---------------------------------------------------------- */
+
+static int saved_stderr = -1;
+static char capture_path[128];
+
+static void capture_start(void) {
+  snprintf(capture_path, sizeof capture_path, "/tmp/contprof-upload-err-%d",
+           (int)getpid());
+  fflush(stderr);
+  saved_stderr = dup(2);
+  int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
+  close(fd);
+}
+
+static char *capture_end(void) {
+  fflush(stderr);
+  dup2(saved_stderr, 2);
+  close(saved_stderr);
+  static char buf[65536];
+  int fd = open(capture_path, O_RDONLY);
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : 0;
+  buf[n > 0 ? n : 0] = 0;
+  if (fd >= 0)
+    close(fd);
+  unlink(capture_path);
+  fputs(buf, stderr); /* still visible in the test log */
+  return buf;
+}
+
+static int count_lines_with(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *line = text; line && *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%.*s", (int)len, line);
+    n += strstr(buf, needle) != NULL;
+    line = end ? end + 1 : NULL;
+  }
+  return n;
+}
+
+/* ---- generations ------------------------------------------------------------
+ */
+
+static uint64_t frame(const char *fmt, int i) {
+  char name[64];
+  snprintf(name, sizeof name, fmt, i);
+  return contprof_frame_intern(name, "app.c", i + 1);
+}
+
+/* n distinct stacks main -> work_i -> leaf_i of kind, value i+1 each. */
+static cp_generation *make_generation(int n, contprof_sample_kind kind,
+                                      uint32_t labels, uint64_t span) {
+  cp_generation *g = cp_gen_create(1, (size_t)512 << 20);
+  uint64_t root = frame("main", 0);
+  for (int i = 0; i < n; i++) {
+    uint64_t stack[3] = {frame("leaf_%d", i), frame("work_%d", i), root};
+    cp_sample_key key = {.labels = labels,
+                         .tid = 1000 + i % 4,
+                         .span_id = span,
+                         .local_root_span_id = span};
+    cp_gen_add(g, stack, 3, 0, &key, kind, 1, i + 1);
+  }
+  return g;
+}
+
+static cp_export_meta make_meta(const cp_config *cfg, uint64_t seq) {
+  uint64_t base = 1767225600ull * 1000000000ull; /* 2026-01-01 */
+  uint64_t now = cp_realtime_ns();
+  if (now > base)
+    base = now - (now % 1000000000ull) - 3600ull * 1000000000ull / 2;
+  cp_export_meta m = {
+      .cfg = cfg,
+      .host = "testhost",
+      .pid = getpid(),
+      .runtime_id = "11111111-2222-4333-8444-555555555555",
+      .runtime = "native",
+      .runtime_version = "2.36",
+      .start_ns = base + seq * 1000000000ull,
+      .end_ns = base + (seq + 1) * 1000000000ull,
+      .seq = seq,
+      .cpu_period_ns = 10000000,
+  };
+  return m;
+}
+
+/* Sends generation(s) through a sink and finishes it with a deadline. */
+static void send_one(cp_sink *s, const cp_config *cfg, uint64_t seq,
+                     cp_generation *g) {
+  cp_export_meta m = make_meta(cfg, seq);
+  CHECK_EQ_INT(s->send(s, g, &m), 0);
+}
+
+static void finish(cp_sink *s, int ms) {
+  if (s->finish)
+    s->finish(s, cp_monotonic_ns() + (uint64_t)ms * 1000000u);
+  s->destroy(s);
+}
+
+/* ---- request checks -------------------------------------------------------
+ */
+
+static pprof_profile *decode_part(const mp_part *p) {
+  pprof_profile *prof = NULL;
+  char err[256];
+  if (!p || pprof_read_buffer(p->data, p->len, 64 << 20, &prof, err,
+                              sizeof err) != 0) {
+    fprintf(stderr, "cannot decode: %s\n", p ? err : "no part");
+    return NULL;
+  }
+  return prof;
+}
+
+/* No two samples with the same locations and labels. */
+static int samples_merged(const pprof_profile *p) {
+  for (size_t i = 0; i < p->n_sample; i++)
+    for (size_t j = i + 1; j < p->n_sample; j++) {
+      const Perftools__Profiles__Sample *a = p->sample[i], *b = p->sample[j];
+      if (a->n_location_id != b->n_location_id || a->n_label != b->n_label ||
+          memcmp(a->location_id, b->location_id,
+                 a->n_location_id * sizeof *a->location_id))
+        continue;
+      int same = 1;
+      for (size_t l = 0; l < a->n_label && same; l++)
+        same = a->label[l]->key == b->label[l]->key &&
+               a->label[l]->str == b->label[l]->str &&
+               a->label[l]->num == b->label[l]->num;
+      if (same)
+        return 0;
+    }
+  return 1;
+}
+
+static int64_t total_of(const pprof_profile *p, const char *type) {
+  int t = pprof_sample_type_index(p, type);
+  int64_t sum = 0;
+  for (size_t i = 0; t >= 0 && i < p->n_sample; i++)
+    sum += p->sample[i]->value[t];
+  return sum;
+}
+
+static int has_label_key(const pprof_profile *p, const char *key) {
+  for (size_t i = 0; i < p->n_sample; i++)
+    if (pprof_sample_label(p, p->sample[i], key))
+      return 1;
+  return 0;
+}
+
+/* The JSON string value of "key" in a flat-enough JSON text. */
+static int json_string(const char *json, const char *key, char *out,
+                       size_t len) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":\"", key);
+  const char *p = strstr(json, pat);
+  if (!p)
+    return 0;
+  p += strlen(pat);
+  const char *e = strchr(p, '"');
+  snprintf(out, len, "%.*s", (int)(e - p), p);
+  return 1;
+}
+
+static int has_tag(const char *tags, const char *tag) {
+  size_t n = strlen(tag);
+  for (const char *p = tags; (p = strstr(p, tag)) != NULL; p++)
+    if ((p == tags || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+      return 1;
+  return 0;
+}
+
+static int matches(const char *text, const char *pattern) {
+  regex_t re;
+  regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
+  int ok = regexec(&re, text, 0, NULL, 0) == 0;
+  regfree(&re);
+  return ok;
+}
+
+/* Checks one Datadog request completely; returns its profile_seq (or -1) and
+ * the event's start/end. */
+static long check_datadog_request(const srv_request *r, const char *path,
+                                  char *start, char *end, char *runtime_id) {
+  char h[512];
+  CHECK_EQ_STR(r->method, "POST");
+  CHECK_EQ_STR(r->target, path);
+  CHECK(srv_header(r->headers, "DD-EVP-ORIGIN", h, sizeof h) &&
+        strcmp(h, "contprof") == 0);
+  CHECK(srv_header(r->headers, "DD-EVP-ORIGIN-VERSION", h, sizeof h) &&
+        strcmp(h, CONTPROF_VERSION_STRING) == 0);
+  mp_part parts[8];
+  int n = mp_parse(r, parts, 8);
+  CHECK_EQ_INT(n, 2);
+  const mp_part *ev = mp_find(parts, n, "event");
+  const mp_part *pp = mp_find(parts, n, "profile.pprof");
+  CHECK(ev && pp);
+  if (!ev || !pp)
+    return -1;
+  CHECK_EQ_STR(ev->filename, "event.json");
+  CHECK_EQ_STR(ev->content_type, "application/json");
+  CHECK_EQ_STR(pp->filename, "profile.pprof");
+  CHECK(pp->len > 2 && pp->data[0] == 0x1f && pp->data[1] == 0x8b);
+  char json[8192];
+  snprintf(json, sizeof json, "%.*s", (int)ev->len, (const char *)ev->data);
+  CHECK(strstr(json, "\"attachments\":[\"profile.pprof\"]") != NULL);
+  CHECK(strstr(json, "\"family\":\"native\"") != NULL);
+  CHECK(strstr(json, "\"version\":\"4\"") != NULL);
+  CHECK(strstr(json, "\"endpoint_counts\":") != NULL);
+  CHECK(strstr(json, "\"process_tags\":") != NULL);
+  CHECK(strstr(json, "\"internal\":{") != NULL);
+  CHECK(strstr(json, "\"info\":{") != NULL);
+  const char *ts = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+                   "\\.[0-9]{9}Z$";
+  CHECK(json_string(json, "start", start, 64) && matches(start, ts));
+  CHECK(json_string(json, "end", end, 64) && matches(end, ts));
+  char tags[2048] = "";
+  CHECK(json_string(json, "tags_profiler", tags, sizeof tags));
+  static const char *const keys[] = {
+      "service:",         "host:",
+      "language:native",  "runtime:native",
+      "runtime_version:", "runtime-id:",
+      "process_id:",      "profiler_version:" CONTPROF_VERSION_STRING,
+      "profile_seq:",     "runtime_platform:"};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(keys); i++)
+    if (!strstr(tags, keys[i])) {
+      fprintf(stderr, "tags_profiler lacks %s: %s\n", keys[i], tags);
+      CHECK(0);
+    }
+  const char *rid = strstr(tags, "runtime-id:");
+  if (rid && runtime_id)
+    snprintf(runtime_id, 37, "%.36s", rid + 11);
+  const char *seq = strstr(tags, "profile_seq:");
+  pprof_profile *p = decode_part(pp);
+  CHECK(p != NULL);
+  if (p) {
+    char err[256];
+    CHECK_EQ_INT(pprof_validate(p, err, sizeof err), 0);
+    CHECK_EQ_STR(pprof_str(p, 0), "");
+    CHECK(pprof_sample_type_index(p, "cpu-time") >= 0);
+    CHECK(pprof_sample_type_index(p, "cpu-samples") >= 0);
+    CHECK(samples_merged(p));
+    for (size_t i = 0; i < p->n_sample; i++)
+      CHECK_EQ_INT(p->sample[i]->n_value, p->n_sample_type);
+    pprof_profile_free(p);
+  }
+  return seq ? strtol(seq + 12, NULL, 10) : -1;
+}
+
+/* ---- tests
+ * ------------------------------------------------------------------- */
+
+static void test_config(void) {
+  cp_config cfg;
+  env_list none = {{NULL}};
+  load_config(&cfg, &none);
+  CHECK_EQ_INT(cfg.exports, CP_EXPORT_FILE);
+  CHECK_EQ_STR(cfg.dd_agent_url, "http://localhost:8126");
+  CHECK_EQ_INT(cfg.upload_timeout_ms, 10000);
+  CHECK_EQ_INT(cfg.exit_timeout_ms, 5000);
+  CHECK_EQ_INT(cfg.upload_period_s, 60);
+  cp_config_free(&cfg);
+
+  env_list dd = {
+      {"DD_AGENT_HOST=agent", "DD_TRACE_AGENT_PORT=9126",
+       "PYROSCOPE_SERVER_ADDRESS=http://pyro:4040/",
+       "PYROSCOPE_UPLOAD_INTERVAL=15s", "PYROSCOPE_LABELS=region=eu, zone=b",
+       "CONTPROF_SPOOL_MAX=10MiB", "CONTPROF_EXIT_TIMEOUT=500ms", NULL}};
+  load_config(&cfg, &dd);
+  CHECK_EQ_INT(cfg.exports, CP_EXPORT_DATADOG | CP_EXPORT_PYROSCOPE);
+  CHECK_EQ_STR(cfg.dd_agent_url, "http://agent:9126");
+  CHECK_EQ_STR(cfg.pyroscope_url, "http://pyro:4040");
+  CHECK_EQ_INT(cfg.upload_period_s, 15);
+  CHECK_EQ_INT(cfg.npyroscope_labels, 2);
+  CHECK_EQ_INT(cfg.spool_max_bytes, 10 << 20);
+  CHECK_EQ_INT(cfg.exit_timeout_ms, 500);
+  cp_config_free(&cfg);
+
+  env_list sel = {{"CONTPROF_EXPORT=file,pyroscope",
+                   "DD_TRACE_AGENT_URL=unix:///var/run/apm.sock",
+                   "DD_PROFILING_UPLOAD_PERIOD=30", "CONTPROF_SPOOL_MAX=7",
+                   NULL}};
+  load_config(&cfg, &sel);
+  CHECK_EQ_INT(cfg.exports, CP_EXPORT_FILE | CP_EXPORT_PYROSCOPE);
+  CHECK_EQ_STR(cfg.dd_agent_url, "unix:///var/run/apm.sock");
+  CHECK_EQ_INT(cfg.upload_period_s, 30);
+  CHECK_EQ_INT(cfg.spool_max_profiles, 7);
+  cp_config_free(&cfg);
+
+  /* Bad values: one line each, no secret in them. */
+  env_list bad = {{"CONTPROF_UPLOAD_TIMEOUT=soon", "DD_API_KEY=sekrit-key-1",
+                   "DD_PROFILING_AGENTLESS=maybe", NULL}};
+  capture_start();
+  load_config(&cfg, &bad);
+  char *err = capture_end();
+  CHECK_EQ_INT(count_lines_with(err, "CONTPROF_UPLOAD_TIMEOUT"), 1);
+  CHECK_EQ_INT(count_lines_with(err, "DD_PROFILING_AGENTLESS"), 1);
+  CHECK(strstr(err, "sekrit") == NULL);
+  CHECK_EQ_INT(cfg.upload_timeout_ms, 10000);
+  CHECK_EQ_INT(cfg.dd_agentless, 0);
+  cp_config_free(&cfg);
+}
+
+static void test_container_id(void) {
+  char id[100];
+  const char *docker =
+      "12:memory:/docker/"
+      "3726184226f5d3147c25fdeab5b60097e378e8a720503a5e19ecfdf29f869860\n"
+      "0::/\n";
+  CHECK(cp_datadog_container_id(docker, id, sizeof id));
+  CHECK_EQ_STR(
+      id, "3726184226f5d3147c25fdeab5b60097e378e8a720503a5e19ecfdf29f869860");
+  const char *k8s =
+      "0::/kubepods.slice/kubepods-pod1.slice/"
+      "cri-containerd-"
+      "2d3da189c8ed0a7b4a9c1bd3d5e6c5e0a1b2c3d4e5f60718293a4b5c6d7e"
+      "8f90.scope\n";
+  CHECK(cp_datadog_container_id(k8s, id, sizeof id));
+  CHECK_EQ_STR(
+      id, "2d3da189c8ed0a7b4a9c1bd3d5e6c5e0a1b2c3d4e5f60718293a4b5c6d7e8f90");
+  const char *ecs = "1:name=systemd:/ecs/34dc0b5e626f2c5c4c5170e34b10e765-"
+                    "1234567890\n";
+  CHECK(cp_datadog_container_id(ecs, id, sizeof id));
+  CHECK_EQ_STR(id, "34dc0b5e626f2c5c4c5170e34b10e765-1234567890");
+  const char *host = "0::/user.slice/user-1000.slice/session-3.scope\n";
+  CHECK(!cp_datadog_container_id(host, id, sizeof id));
+  char path[256];
+  CHECK(cp_datadog_cgroup_path(host, path, sizeof path));
+  CHECK_EQ_STR(path, "/user.slice/user-1000.slice/session-3.scope");
+}
+
+static void set_env(const char *const *kv) {
+  for (; *kv; kv++) {
+    char name[128];
+    const char *eq = strchr(*kv, '=');
+    snprintf(name, sizeof name, "%.*s", (int)(eq - *kv), *kv);
+    setenv(name, eq + 1, 1);
+  }
+}
+
+static void unset_env(const char *const *kv) {
+  for (; *kv; kv++) {
+    char name[128];
+    const char *eq = strchr(*kv, '=');
+    snprintf(name, sizeof name, "%.*s", (int)(eq - *kv), *kv);
+    unsetenv(name);
+  }
+}
+
+/* The real profiler, every second, to a Datadog agent: back-to-back
+ * periods, increasing profile_seq, every field checked. */
+static void test_datadog_agent(void) {
+  test_server *srv = srv_start(NULL);
+  char url[64], svc[] = "DD_SERVICE=upload-test";
+  snprintf(url, sizeof url, "DD_TRACE_AGENT_URL=http://127.0.0.1:%d",
+           srv->port);
+  const char *env[] = {url,
+                       svc,
+                       "DD_ENV=test",
+                       "DD_VERSION=1.2.3",
+                       "DD_TAGS=team:prof,region:eu",
+                       "CONTPROF_UPLOAD_PERIOD=1",
+                       "CONTPROF_LOG_LEVEL=error",
+                       NULL};
+  set_env(env);
+  CHECK_EQ_INT(contprof_start(NULL), 0);
+  contprof_label_scope scope;
+  contprof_label_push("request kind", "upload", &scope);
+  uint64_t stack[2] = {frame("dd_leaf", 0), frame("dd_root", 0)};
+  for (int i = 0; i < 50; i++)
+    contprof_record_sample(stack, 2, 0, CONTPROF_LABELS_OF_CALLER,
+                           CONTPROF_KIND_CPU, 1, 1000);
+  contprof_label_pop(&scope);
+  srv_wait(srv, 2, 5000);
+  CHECK_EQ_INT(contprof_stop(), 0);
+  unset_env(env);
+  pthread_mutex_lock(&srv->lock);
+  size_t n = srv->nreqs;
+  CHECK(n >= 2);
+  char prev_end[64] = "";
+  int64_t recorded = 0;
+  for (size_t i = 0; i < n; i++) {
+    char start[64], end[64];
+    long seq = check_datadog_request(&srv->reqs[i], "/profiling/v1/input",
+                                     start, end, NULL);
+    CHECK_EQ_INT(seq, (long)i);
+    if (i > 0)
+      CHECK_EQ_STR(start, prev_end); /* no gap, no overlap */
+    snprintf(prev_end, sizeof prev_end, "%s", end);
+    mp_part parts[4];
+    int np = mp_parse(&srv->reqs[i], parts, 4);
+    const mp_part *ev = mp_find(parts, np, "event");
+    char json[8192], tags[2048] = "";
+    snprintf(json, sizeof json, "%.*s", (int)ev->len, (const char *)ev->data);
+    json_string(json, "tags_profiler", tags, sizeof tags);
+    CHECK(has_tag(tags, "service:upload-test"));
+    CHECK(has_tag(tags, "env:test"));
+    CHECK(has_tag(tags, "version:1.2.3"));
+    CHECK(has_tag(tags, "team:prof"));
+    CHECK(has_tag(tags, "region:eu"));
+    pprof_profile *p = decode_part(mp_find(parts, np, "profile.pprof"));
+    if (!p)
+      continue;
+    for (size_t s = 0; s < p->n_sample; s++) {
+      const char *names[4];
+      const Perftools__Profiles__Sample *smp = p->sample[s];
+      pprof_location_functions(p, pprof_find_location(p, smp->location_id[0]),
+                               names, 4);
+      if (strcmp(names[0], "dd_leaf") != 0)
+        continue;
+      const Perftools__Profiles__Label *l =
+          pprof_sample_label(p, smp, "request kind");
+      CHECK(l && strcmp(pprof_label_str(p, l), "upload") == 0);
+      CHECK(pprof_sample_label(p, smp, "thread id") != NULL);
+      recorded += smp->value[pprof_sample_type_index(p, "cpu-samples")];
+    }
+    pprof_profile_free(p);
+  }
+  CHECK_EQ_INT(recorded, 50); /* 50 identical samples: merged, all there */
+  pthread_mutex_unlock(&srv->lock);
+  srv_stop(srv);
+}
+
+static void test_datadog_unix_socket(void) {
+  char path[108], url[160];
+  snprintf(path, sizeof path, "/tmp/contprof-apm-%d.sock", (int)getpid());
+  test_server *srv = srv_start(path);
+  snprintf(url, sizeof url, "unix://%s", path);
+  cp_config cfg;
+  char var[200];
+  snprintf(var, sizeof var, "DD_TRACE_AGENT_URL=%s", url);
+  env_list e = {{var, "CONTPROF_LOG_LEVEL=error", NULL}};
+  load_config(&cfg, &e);
+  CHECK_EQ_INT(cfg.exports, CP_EXPORT_DATADOG);
+  cp_sink *s = cp_datadog_sink_create(&cfg);
+  CHECK(s != NULL);
+  cp_generation *g = make_generation(10, CONTPROF_KIND_CPU, 0, 0);
+  cp_export_meta m = make_meta(&cfg, 0);
+  cp_endpoint_count counts[2] = {{"GET /users", 3}, {"POST \"q\"", 1}};
+  m.endpoint_counts = counts;
+  m.nendpoint_counts = 2;
+  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(srv_wait(srv, 1, 5000), 1);
+  finish(s, 2000);
+  char start[64], end[64];
+  CHECK_EQ_INT(check_datadog_request(&srv->reqs[0], "/profiling/v1/input",
+                                     start, end, NULL),
+               0);
+  CHECK(mem_find(srv->reqs[0].body, srv->reqs[0].body_len,
+                 "\"endpoint_counts\":{\"GET /users\":3,\"POST \\\"q\\\"\":1}",
+                 strlen("\"endpoint_counts\":{\"GET /users\":3,\"POST "
+                        "\\\"q\\\"\":1}")) != NULL);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+static void test_datadog_agentless(void) {
+  test_server *srv = srv_start(NULL);
+  char intake[128];
+  snprintf(intake, sizeof intake,
+           "CONTPROF_DATADOG_INTAKE_URL=http://127.0.0.1:%d/api/v2/profile",
+           srv->port);
+  env_list e = {{intake, "DD_API_KEY=0123456789abcdef-secret",
+                 "DD_PROFILING_AGENTLESS=true", "CONTPROF_LOG_LEVEL=debug",
+                 NULL}};
+  cp_config cfg;
+  load_config(&cfg, &e);
+  CHECK_EQ_INT(cfg.exports, CP_EXPORT_DATADOG);
+  capture_start();
+  cp_sink *s = cp_datadog_sink_create(&cfg);
+  CHECK(s != NULL);
+  cp_generation *g = make_generation(10, CONTPROF_KIND_CPU, 0, 0);
+  send_one(s, &cfg, 0, g);
+  CHECK_EQ_INT(srv_wait(srv, 1, 5000), 1);
+  finish(s, 2000);
+  char *err = capture_end();
+  CHECK(strstr(err, "secret") == NULL);
+  char start[64], end[64], key[128];
+  check_datadog_request(&srv->reqs[0], "/api/v2/profile", start, end, NULL);
+  CHECK(srv_header(srv->reqs[0].headers, "DD-API-KEY", key, sizeof key) &&
+        strcmp(key, "0123456789abcdef-secret") == 0);
+  cp_config_free(&cfg);
+
+  /* Plain http to a remote host: refused, the key never printed. */
+  env_list remote = {{"CONTPROF_DATADOG_INTAKE_URL=http://192.0.2.7/api/v2/"
+                      "profile",
+                      "DD_API_KEY=0123456789abcdef-secret",
+                      "DD_PROFILING_AGENTLESS=1", NULL}};
+  load_config(&cfg, &remote);
+  capture_start();
+  CHECK(cp_datadog_sink_create(&cfg) == NULL);
+  err = capture_end();
+  CHECK_EQ_INT(count_lines_with(err, "refusing to send credentials"), 1);
+  CHECK(strstr(err, "secret") == NULL);
+  cp_config_free(&cfg);
+  cp_gen_destroy(g);
+  srv_stop(srv);
+}
+
+/* Pyroscope: one upload per family, names and labels of its dialect. */
+static void test_pyroscope_families(void) {
+  test_server *srv = srv_start(NULL);
+  char addr[96];
+  snprintf(addr, sizeof addr, "PYROSCOPE_SERVER_ADDRESS=http://127.0.0.1:%d",
+           srv->port);
+  env_list e = {{addr, "CONTPROF_SERVICE=my app", "CONTPROF_TAGS=team:prof",
+                 "PYROSCOPE_AUTH_TOKEN=tok-123-secret",
+                 "PYROSCOPE_TENANT_ID=tenant-7",
+                 "PYROSCOPE_LABELS=region=eu,zone=b",
+                 "CONTPROF_PROFILES=cpu,wall,alloc,heap,lock",
+                 "CONTPROF_LOG_LEVEL=error", NULL}};
+  cp_config cfg;
+  load_config(&cfg, &e);
+  CHECK_EQ_INT(cfg.exports, CP_EXPORT_PYROSCOPE);
+  cp_sink *s = cp_pyroscope_sink_create(&cfg);
+  CHECK(s != NULL);
+  contprof_label_scope scope;
+  contprof_label_push("user key", "v1", &scope);
+  uint32_t labels = cp_labels_current();
+  contprof_label_pop(&scope);
+  cp_generation *g = cp_gen_create(1, 64 << 20);
+  uint64_t st[2] = {frame("py_leaf", 0), frame("py_root", 0)};
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    for (int t = 0; t < 3; t++) {
+      cp_sample_key key = {.labels = labels,
+                           .tid = 500 + t,
+                           .span_id = 0xabcdef,
+                           .local_root_span_id = 77};
+      cp_gen_add(g, st, 2, 0, &key, (contprof_sample_kind)k, 2, 100);
+    }
+  cp_export_meta m = make_meta(&cfg, 0);
+  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(srv_wait(srv, 4, 5000), 4);
+  finish(s, 2000);
+  static const struct {
+    const char *types[4];
+    int ntypes;
+  } want[4] = {
+      {{"samples", "cpu"}, 2},
+      {{"samples", "wall"}, 2},
+      {{"alloc_objects", "alloc_space", "inuse_objects", "inuse_space"}, 4},
+      {{"contentions", "delay"}, 2}};
+  CHECK_EQ_INT(srv->nreqs, 4);
+  for (size_t i = 0; i < srv->nreqs && i < 4; i++) {
+    const srv_request *r = &srv->reqs[i];
+    char h[256], expect[512];
+    CHECK_EQ_STR(r->method, "POST");
+    snprintf(expect, sizeof expect,
+             "/ingest?name=my_app%%7Bteam%%3Dprof%%2Cregion%%3Deu%%2Czone%%3Db"
+             "%%7D&from=%" PRIu64 "&until=%" PRIu64 "&spyName=contprof"
+             "&sampleRate=%d",
+             m.start_ns, m.end_ns, i == 1 ? 100 : 100);
+    CHECK_EQ_STR(r->target, expect);
+    CHECK(srv_header(r->headers, "Authorization", h, sizeof h) &&
+          strcmp(h, "Bearer tok-123-secret") == 0);
+    CHECK(srv_header(r->headers, "X-Scope-OrgID", h, sizeof h) &&
+          strcmp(h, "tenant-7") == 0);
+    mp_part parts[4];
+    int np = mp_parse(r, parts, 4);
+    CHECK_EQ_INT(np, 1);
+    const mp_part *pp = mp_find(parts, np, "profile");
+    CHECK(pp && strcmp(pp->filename, "profile.pprof") == 0);
+    pprof_profile *p = decode_part(pp);
+    CHECK(p != NULL);
+    if (!p)
+      continue;
+    char err[256];
+    CHECK_EQ_INT(pprof_validate(p, err, sizeof err), 0);
+    CHECK_EQ_INT(p->n_sample_type, want[i].ntypes);
+    for (size_t t = 0; t < p->n_sample_type; t++) {
+      const char *name = pprof_str(p, p->sample_type[t]->type);
+      CHECK(strchr(name, '-') == NULL);
+      CHECK_EQ_STR(name, want[i].types[t]);
+    }
+    CHECK(p->time_nanos == (int64_t)m.start_ns);
+    CHECK(!has_label_key(p, "thread id") && !has_label_key(p, "thread name"));
+    CHECK(!has_label_key(p, "local root span id"));
+    CHECK(samples_merged(p));
+    CHECK_EQ_INT(p->n_sample, 1); /* three threads merged: no thread label */
+    const Perftools__Profiles__Label *span =
+        pprof_sample_label(p, p->sample[0], "span_id");
+    CHECK(span && strcmp(pprof_label_str(p, span), "0000000000abcdef") == 0);
+    const Perftools__Profiles__Label *user =
+        pprof_sample_label(p, p->sample[0], "user_key");
+    CHECK(user && strcmp(pprof_label_str(p, user), "v1") == 0);
+    for (size_t l = 0; l < p->sample[0]->n_label; l++)
+      CHECK(matches(pprof_str(p, p->sample[0]->label[l]->key),
+                    "^[a-zA-Z_][a-zA-Z0-9_]*$"));
+    CHECK_EQ_INT(total_of(p, want[i].types[0]), 6);
+    pprof_profile_free(p);
+  }
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+
+  /* Basic auth. */
+  srv->nreqs = 0;
+  env_list basic = {{addr, "PYROSCOPE_BASIC_AUTH_USER=alice",
+                     "PYROSCOPE_BASIC_AUTH_PASSWORD=pw-secret",
+                     "CONTPROF_LOG_LEVEL=error", NULL}};
+  load_config(&cfg, &basic);
+  s = cp_pyroscope_sink_create(&cfg);
+  g = make_generation(5, CONTPROF_KIND_CPU, 0, 0);
+  send_one(s, &cfg, 0, g);
+  CHECK_EQ_INT(srv_wait(srv, 1, 5000), 1);
+  finish(s, 2000);
+  char h[256];
+  CHECK(srv_header(srv->reqs[0].headers, "Authorization", h, sizeof h) &&
+        strcmp(h, "Basic YWxpY2U6cHctc2VjcmV0") == 0);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+/* Pyroscope's limits: at most 16000 samples and 4 MiB, totals exact. */
+static void test_pyroscope_limits(void) {
+  test_server *srv = srv_start(NULL);
+  char addr[96];
+  snprintf(addr, sizeof addr, "PYROSCOPE_SERVER_ADDRESS=http://127.0.0.1:%d",
+           srv->port);
+  env_list e = {{addr, "CONTPROF_LOG_LEVEL=error", NULL}};
+  cp_config cfg;
+  load_config(&cfg, &e);
+  cp_sink *s = cp_pyroscope_sink_create(&cfg);
+  int n = 20000;
+  cp_generation *g = make_generation(n, CONTPROF_KIND_CPU, 0, 0);
+  int64_t want_cpu = (int64_t)n * (n + 1) / 2;
+  send_one(s, &cfg, 0, g);
+  CHECK_EQ_INT(srv_wait(srv, 1, 10000), 1);
+  finish(s, 2000);
+  mp_part parts[2];
+  int np = mp_parse(&srv->reqs[0], parts, 2);
+  pprof_profile *p = decode_part(mp_find(parts, np, "profile"));
+  CHECK(p != NULL);
+  if (p) {
+    CHECK(p->n_sample <= 16000);
+    CHECK_EQ_INT(total_of(p, "cpu"), want_cpu);
+    CHECK_EQ_INT(total_of(p, "samples"), n);
+    int other = 0;
+    for (size_t i = 0; i < p->n_sample; i++) {
+      const char *names[2];
+      pprof_location_functions(
+          p, pprof_find_location(p, p->sample[i]->location_id[0]), names, 2);
+      if (strcmp(names[0], "[other]") == 0) {
+        other++;
+        /* The lightest went there: 4001 stacks of values 1..4001. */
+        CHECK_EQ_INT(p->sample[i]->value[1], (int64_t)4001 * 4002 / 2);
+      }
+    }
+    CHECK_EQ_INT(other, 1);
+    pprof_profile_free(p);
+  }
+  /* The byte bound, smaller here so the test stays quick. */
+  cp_export_meta m = make_meta(&cfg, 0);
+  cp_export_options o = {.dialect = CP_DIALECT_PYROSCOPE,
+                         .profiles = CP_PROFILE_CPU,
+                         .max_samples = 16000,
+                         .max_bytes = 100000};
+  uint8_t *out = NULL;
+  size_t len = 0, folded = 0;
+  CHECK_EQ_INT(cp_export_pprof_with(g, &m, &o, &out, &len, &folded), 0);
+  uint8_t *raw = NULL;
+  size_t raw_len = 0;
+  char err[256];
+  CHECK_EQ_INT(
+      pprof_gunzip(out, len, 64 << 20, &raw, &raw_len, err, sizeof err), 0);
+  CHECK(raw_len <= 100000);
+  CHECK(folded > 4000);
+  pprof_profile *q = NULL;
+  CHECK_EQ_INT(pprof_read_buffer(out, len, 64 << 20, &q, err, sizeof err), 0);
+  if (q) {
+    CHECK_EQ_INT(total_of(q, "cpu"), want_cpu);
+    pprof_profile_free(q);
+  }
+  free(raw);
+  free(out);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+/* Fault tests share this: a Datadog sink against srv with quick retries. */
+static cp_sink *fault_sink(test_server *srv, cp_config *cfg,
+                           const char *extra) {
+  static char url[96];
+  snprintf(url, sizeof url, "DD_TRACE_AGENT_URL=http://127.0.0.1:%d",
+           srv->port);
+  static env_list e;
+  memset(&e, 0, sizeof e);
+  e.kv[0] = url;
+  e.kv[1] = "CONTPROF_RETRY_INITIAL=20ms";
+  e.kv[2] = "CONTPROF_RETRY_MAX=100ms";
+  e.kv[3] = "CONTPROF_UPLOAD_TIMEOUT=2s";
+  e.kv[4] = "CONTPROF_LOG_LEVEL=warn";
+  e.kv[5] = extra;
+  load_config(cfg, &e);
+  return cp_datadog_sink_create(cfg);
+}
+
+/* The profile_seq of every request the server answered with 2xx, in order. */
+static size_t delivered_seqs(test_server *srv, long *seqs, size_t max) {
+  size_t n = 0;
+  pthread_mutex_lock(&srv->lock);
+  for (size_t i = 0; i < srv->nreqs && n < max; i++) {
+    if (srv->reqs[i].status < 200 || srv->reqs[i].status >= 300)
+      continue;
+    char s[64], e[64];
+    seqs[n++] =
+        check_datadog_request(&srv->reqs[i], "/profiling/v1/input", s, e, NULL);
+  }
+  pthread_mutex_unlock(&srv->lock);
+  return n;
+}
+
+static size_t wait_delivered(test_server *srv, size_t n, int timeout_ms) {
+  long seqs[64];
+  size_t got = 0;
+  for (int waited = 0; waited < timeout_ms; waited += 20) {
+    if ((got = delivered_seqs(srv, seqs, 64)) >= n)
+      break;
+    usleep(20000);
+  }
+  return got;
+}
+
+static void test_backend_down_then_up(void) {
+  test_server *srv = srv_create(NULL); /* bound, not listening: refused */
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, NULL);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  for (int i = 0; i < 3; i++)
+    send_one(s, &cfg, (uint64_t)i, g);
+  usleep(300000);
+  CHECK_EQ_INT(srv->nreqs, 0);
+  srv_listen(srv);
+  CHECK_EQ_INT(wait_delivered(srv, 3, 5000), 3);
+  finish(s, 2000);
+  char *err = capture_end();
+  CHECK_EQ_INT(count_lines_with(err, "cannot reach"), 1);
+  long seqs[8];
+  size_t n = delivered_seqs(srv, seqs, 8);
+  CHECK_EQ_INT(n, 3);
+  for (size_t i = 0; i < n; i++)
+    CHECK_EQ_INT(seqs[i], (long)i);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+static void test_retry_status(int status) {
+  test_server *srv = srv_start(NULL);
+  srv->script[0] = status;
+  srv->script[1] = status;
+  srv->script[2] = 200;
+  srv->script[3] = status;
+  srv->nscript = 4;
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, NULL);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  for (int i = 0; i < 3; i++)
+    send_one(s, &cfg, (uint64_t)i, g);
+  CHECK_EQ_INT(wait_delivered(srv, 3, 5000), 3);
+  finish(s, 2000);
+  capture_end();
+  long seqs[8];
+  size_t n = delivered_seqs(srv, seqs, 8);
+  CHECK_EQ_INT(n, 3);
+  for (size_t i = 0; i < n; i++)
+    CHECK_EQ_INT(seqs[i], (long)i);
+  CHECK_EQ_INT(srv->nreqs, 6); /* 3 failures retried, nothing duplicated */
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+static void test_500(void) { test_retry_status(500); }
+static void test_429(void) { test_retry_status(429); }
+
+static void test_400_not_retried(void) {
+  test_server *srv = srv_start(NULL);
+  srv->script[0] = 400;
+  srv->nscript = 1;
+  snprintf(srv->reply_body, sizeof srv->reply_body, "bad tags: nope");
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, NULL);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  send_one(s, &cfg, 0, g);
+  srv_wait(srv, 1, 5000);
+  usleep(300000); /* retries would come within 20..100 ms */
+  CHECK_EQ_INT(srv->nreqs, 1);
+  send_one(s, &cfg, 1, g); /* the next profile goes through */
+  CHECK_EQ_INT(wait_delivered(srv, 1, 5000), 1);
+  finish(s, 2000);
+  char *err = capture_end();
+  CHECK_EQ_INT(count_lines_with(err, "HTTP 400"), 1);
+  CHECK_EQ_INT(count_lines_with(err, "bad tags: nope"), 1);
+  CHECK_EQ_INT(srv->nreqs, 2);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+static void test_spool_full(void) {
+  test_server *srv = srv_create(NULL);
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, "CONTPROF_SPOOL_MAX=2");
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  for (int i = 0; i < 5; i++) {
+    send_one(s, &cfg, (uint64_t)i, g);
+    usleep(30000);
+  }
+  srv_listen(srv);
+  CHECK_EQ_INT(wait_delivered(srv, 2, 5000), 2);
+  usleep(200000);
+  finish(s, 2000);
+  char *err = capture_end();
+  CHECK(count_lines_with(err, "spool full") >= 1);
+  CHECK(strstr(err, "3 dropped so far") != NULL);
+  long seqs[8];
+  size_t n = delivered_seqs(srv, seqs, 8);
+  CHECK_EQ_INT(n, 2);
+  if (n == 2) {
+    CHECK_EQ_INT(seqs[0], 3); /* the oldest went first */
+    CHECK_EQ_INT(seqs[1], 4);
+  }
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+static double now_s(void) { return (double)cp_monotonic_ns() / 1e9; }
+
+/* A child process that profiles into srv and exits with status 7. */
+static pid_t spawn_child(test_server *srv, const char *const *extra,
+                         int flushes) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char url[96];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", srv->port);
+    setenv("DD_TRACE_AGENT_URL", url, 1);
+    setenv("CONTPROF_LOG_LEVEL", "error", 1);
+    setenv("CONTPROF_RETRY_INITIAL", "20ms", 1);
+    set_env(extra);
+    if (contprof_start(NULL) != 0)
+      _exit(99);
+    uint64_t stack[2] = {frame("child_leaf", 0), frame("child_root", 0)};
+    for (int f = 0; f < flushes; f++) {
+      contprof_record_sample(stack, 2, 0, 0, CONTPROF_KIND_CPU, 1, 1000);
+      contprof_flush();
+    }
+    contprof_record_sample(stack, 2, 0, 0, CONTPROF_KIND_CPU, 1, 1000);
+    exit(7); /* atexit: the last profile, within CONTPROF_EXIT_TIMEOUT */
+  }
+  return pid;
+}
+
+static void test_hung_server_exit_deadline(void) {
+  test_server *srv = srv_start(NULL);
+  srv->default_status = 0; /* accept, read, never answer */
+  const char *env[] = {"CONTPROF_EXIT_TIMEOUT=1", "CONTPROF_UPLOAD_TIMEOUT=30",
+                       "CONTPROF_UPLOAD_PERIOD=3600", NULL};
+  double t0 = now_s();
+  pid_t pid = spawn_child(srv, env, 1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  double elapsed = now_s() - t0;
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+  CHECK(elapsed < 1.8);
+  CHECK(srv->nreqs >= 1);
+  fprintf(stderr, "hung server: child exited after %.3f s (deadline 1 s)\n",
+          elapsed);
+  srv_stop(srv);
+}
+
+static size_t count_spool_files(const char *dir, const char *secret,
+                                int *leaked) {
+  DIR *d = opendir(dir);
+  size_t n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (!strstr(e->d_name, ".spool"))
+      continue;
+    n++;
+    char path[512], buf[1 << 16];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    int fd = open(path, O_RDONLY);
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len > 0 &&
+        mem_find((uint8_t *)buf, (size_t)len, secret, strlen(secret)))
+      *leaked = 1;
+  }
+  if (d)
+    closedir(d);
+  return n;
+}
+
+/* Backend down while a process runs and exits: its profiles wait on disk
+ * and the next process delivers them first, in order. */
+static void test_spool_dir_restart(void) {
+  char dir[] = "/tmp/contprof-spool-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  test_server *srv = srv_create(NULL);
+  char spool[128];
+  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  const char *env[] = {spool, "CONTPROF_EXIT_TIMEOUT=300ms",
+                       "CONTPROF_UPLOAD_PERIOD=3600", NULL};
+  pid_t pid = spawn_child(srv, env, 2);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+  int leaked = 0;
+  CHECK_EQ_INT(count_spool_files(dir, "DD-EVP", &leaked), 3);
+  srv_listen(srv);
+  pid = spawn_child(srv, env, 1);
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+  /* The second process delivers the first one's 3 profiles, then its 2. */
+  CHECK_EQ_INT(wait_delivered(srv, 5, 3000), 5);
+  char first_id[40] = "", id[40];
+  long prev_seq = -1;
+  int switched = 0;
+  pthread_mutex_lock(&srv->lock);
+  for (size_t i = 0; i < srv->nreqs && i < 5; i++) {
+    char s[64], e[64];
+    long seq =
+        check_datadog_request(&srv->reqs[i], "/profiling/v1/input", s, e, id);
+    fprintf(stderr, "restart: request %zu: runtime-id %s profile_seq %ld\n", i,
+            id, seq);
+    /* profile_seq continues across starts within a process: compare
+     * with the first of each runtime-id. */
+    if (i == 0) {
+      snprintf(first_id, sizeof first_id, "%s", id);
+      prev_seq = seq - 1;
+    }
+    if (strcmp(id, first_id) != 0 && !switched) {
+      switched = 1;
+      CHECK_EQ_INT(i, 3);
+      prev_seq = seq - 1;
+    }
+    CHECK_EQ_INT(seq, prev_seq + 1);
+    prev_seq = seq;
+  }
+  pthread_mutex_unlock(&srv->lock);
+  CHECK(switched);
+  CHECK_EQ_INT(count_spool_files(dir, "x", &leaked), 0);
+  rmdir(dir);
+  srv_stop(srv);
+}
+
+/* Secrets stay out of spool files. */
+static void test_spool_no_secret(void) {
+  char dir[] = "/tmp/contprof-spool-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  test_server *srv = srv_create(NULL);
+  char intake[128], spool[128];
+  snprintf(intake, sizeof intake,
+           "CONTPROF_DATADOG_INTAKE_URL=http://127.0.0.1:%d/api/v2/profile",
+           srv->port);
+  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  env_list e = {{intake, spool, "DD_API_KEY=key-must-not-leak",
+                 "DD_PROFILING_AGENTLESS=1", "CONTPROF_RETRY_INITIAL=20ms",
+                 "CONTPROF_LOG_LEVEL=error", NULL}};
+  cp_config cfg;
+  load_config(&cfg, &e);
+  cp_sink *s = cp_datadog_sink_create(&cfg);
+  cp_generation *g = make_generation(5, CONTPROF_KIND_CPU, 0, 0);
+  send_one(s, &cfg, 0, g);
+  usleep(100000);
+  finish(s, 200);
+  int leaked = 0;
+  CHECK_EQ_INT(count_spool_files(dir, "key-must-not-leak", &leaked), 1);
+  CHECK(!leaked);
+  /* Clean up: a sink with a live server delivers and removes it. */
+  srv_listen(srv);
+  s = cp_datadog_sink_create(&cfg);
+  CHECK_EQ_INT(srv_wait(srv, 1, 3000), 1);
+  finish(s, 1000);
+  CHECK_EQ_INT(count_spool_files(dir, "x", &leaked), 0);
+  rmdir(dir);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
+TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
+          T(test_datadog_unix_socket), T(test_datadog_agentless),
+          T(test_pyroscope_families), T(test_pyroscope_limits),
+          T(test_backend_down_then_up), T(test_500), T(test_429),
+          T(test_400_not_retried), T(test_spool_full),
+          T(test_hung_server_exit_deadline), T(test_spool_dir_restart),
+          T(test_spool_no_secret))
