@@ -106,7 +106,7 @@ static void *drain_thread(void *arg) {
   cp_threads_exclude_self();
   uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
   while (!atomic_load(&agg.stop)) {
-    cp_sleep_ns(DRAIN_INTERVAL_NS);
+    cp_ring_wait(agg.owned_ring, DRAIN_INTERVAL_NS);
     pthread_mutex_lock(&agg.lock);
     drain_locked();
     pthread_mutex_unlock(&agg.lock);

@@ -4,9 +4,14 @@
  * creation, so producers are async-signal-safe. */
 #include "ring.h"
 
+#include <errno.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef struct slot_header {
   _Atomic uint64_t seq;
@@ -16,8 +21,10 @@ typedef struct slot_header {
 struct cp_ring {
   _Atomic uint64_t enqueue_pos;
   char pad1[56];
-  uint64_t dequeue_pos;
-  char pad2[56];
+  _Atomic uint64_t dequeue_pos;  /* written by the consumer only */
+  _Atomic uint32_t wake_seq;     /* futex word: bumped to wake the consumer */
+  _Atomic uint32_t wake_pending; /* a wake was sent and not yet consumed */
+  char pad2[48];
   _Atomic uint64_t drops;
   size_t mask;
   size_t max_frames;
@@ -82,6 +89,18 @@ cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket) {
                                                 memory_order_relaxed,
                                                 memory_order_relaxed)) {
         *ticket = pos;
+        /* Half full: wake the consumer early rather than drop samples in a
+         * burst. One futex wake per drain at most. */
+        uint64_t used =
+            pos + 1 -
+            atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
+        if (used > (r->mask + 1) / 2 &&
+            !atomic_exchange_explicit(&r->wake_pending, 1,
+                                      memory_order_relaxed)) {
+          atomic_fetch_add_explicit(&r->wake_seq, 1, memory_order_release);
+          syscall(SYS_futex, &r->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
+                  0);
+        }
         return sample_at(r, pos);
       }
     } else if (diff < 0) {
@@ -104,18 +123,31 @@ void cp_ring_count_drop(cp_ring *r) {
   atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
 }
 
+void cp_ring_wait(cp_ring *r, uint64_t timeout_ns) {
+  uint32_t seq = atomic_load_explicit(&r->wake_seq, memory_order_acquire);
+  atomic_store_explicit(&r->wake_pending, 0, memory_order_relaxed);
+  uint64_t used = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed) -
+                  atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
+  if (used > (r->mask + 1) / 2)
+    return;
+  struct timespec ts = {(time_t)(timeout_ns / 1000000000ull),
+                        (long)(timeout_ns % 1000000000ull)};
+  /* Returns on a wake, on the timeout, or at once if seq moved. */
+  syscall(SYS_futex, &r->wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+}
+
 const cp_raw_sample *cp_ring_peek(cp_ring *r) {
-  uint64_t pos = r->dequeue_pos;
+  uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
   uint64_t seq =
       atomic_load_explicit(&header_at(r, pos)->seq, memory_order_acquire);
   return seq == pos + 1 ? sample_at(r, pos) : NULL;
 }
 
 void cp_ring_release(cp_ring *r) {
-  uint64_t pos = r->dequeue_pos;
+  uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
   atomic_store_explicit(&header_at(r, pos)->seq, pos + r->mask + 1,
                         memory_order_release);
-  r->dequeue_pos = pos + 1;
+  atomic_store_explicit(&r->dequeue_pos, pos + 1, memory_order_relaxed);
 }
 
 uint64_t cp_ring_drops(const cp_ring *r) {

@@ -38,8 +38,10 @@ void cp_ring_commit(cp_ring *ring, uint64_t ticket);
 /* Counts a sample the producer had to give up before reserving. */
 void cp_ring_count_drop(cp_ring *ring);
 
-/* Consumer side (one thread at a time): the oldest committed sample or NULL,
- * then release it once read. */
+/* Consumer side (one thread at a time). cp_ring_wait sleeps up to
+ * timeout_ns, less when producers fill half the ring; cp_ring_peek gives the
+ * oldest committed sample or NULL, cp_ring_release frees it once read. */
+void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns);
 const cp_raw_sample *cp_ring_peek(cp_ring *ring);
 void cp_ring_release(cp_ring *ring);
 

@@ -87,7 +87,6 @@ static struct {
   double rate; /* mean bytes between samples */
   size_t max_frames;
   size_t heap_frames;
-  sigset_t block;         /* asynchronous signals, blocked while unwinding */
   cp_heap_entry *scratch; /* the uploader's copy of one entry */
   uint64_t overflows_reported;
   int warned_not_first;
@@ -321,16 +320,15 @@ static int64_t round_unbiased(double x) {
 
 /* Hot path (malloc hook), bounded, no locks, no allocation: reserves a ring
  * slot and/or a live-table entry, unwinds once into one of them, fills both.
- * Asynchronous signals are blocked meanwhile so that a sampling handler
- * never unwinds on top of a half-done unwind. */
+ * No signal masking (two system calls per sample): cp_unwind_here flags the
+ * unwind so that a sampling handler arriving meanwhile drops its sample
+ * instead of unwinding on top of it, and ring slots are per-reservation. */
 static void record_sample(void *p, size_t size, uint64_t caller_ra) {
   double prob = -expm1(-(double)size / alloc.rate);
   double scale = prob > 0 ? 1.0 / prob : 1.0;
   int64_t count = round_unbiased(scale);
   int64_t bytes = (int64_t)(scale * (double)size + 0.5);
 
-  sigset_t old;
-  pthread_sigmask(SIG_BLOCK, &alloc.block, &old);
   cp_ring *ring = alloc.alloc_on ? cp_agg_ring() : NULL;
   uint64_t ticket = 0;
   cp_raw_sample *s = ring ? cp_ring_reserve(ring, &ticket) : NULL;
@@ -381,7 +379,6 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra) {
     if (s)
       cp_ring_commit(ring, ticket);
   }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /* Hot path (malloc hook), async-signal-safe: the thread's countdown ran out.
@@ -627,11 +624,6 @@ static int alloc_start(const cp_config *cfg) {
         alloc.heap_on = 0;
     }
   }
-  sigfillset(&alloc.block);
-  static const int synchronous[] = {SIGSEGV, SIGBUS,  SIGILL, SIGFPE,
-                                    SIGTRAP, SIGABRT, SIGSYS};
-  for (size_t i = 0; i < CP_ARRAY_SIZE(synchronous); i++)
-    sigdelset(&alloc.block, synchronous[i]);
   cp_unwind_init();
   atomic_fetch_add(&alloc.epoch, 1);
   atomic_store(&hot.sampling, alloc.alloc_on || alloc.heap_on);
