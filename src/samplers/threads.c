@@ -186,7 +186,7 @@ static void thread_ended(void *unused) {
 static void *thread_trampoline(void *p) {
   start_args args = *(start_args *)p;
   free(p);
-  cp_unwind_warm_up();
+  /* No unwinder warm-up here: see cp_unwind_init. */
   pthread_mutex_lock(&reg.lock);
   announce_start(cp_gettid());
   pthread_mutex_unlock(&reg.lock);

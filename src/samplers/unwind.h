@@ -5,11 +5,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One-time setup (per-thread caches). Not signal-safe; call before sampling. */
+/* One-time setup: the process's first backtrace (libunwind's global state:
+ * pthread keys, memory pools). Not signal-safe; call before sampling. */
 void cp_unwind_init(void);
 
-/* libunwind allocates a thread's caches on its first backtrace: do that first
- * backtrace here, outside any handler. Cheap after the first call. */
+/* The calling thread's first backtrace, outside a handler (hooks call it;
+ * cheap after the first call). Threads need not call it before being
+ * sampled: see unwind.c. */
 void cp_unwind_warm_up(void);
 
 /* Captures the stack interrupted by a signal, leaf first: frames[0] is the
