@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the bench scripts (sourced, not run). Builds contprof with
 # scripts/build into $BENCH_BUILD_DIR (default: build-bench/ in this checkout,
 # which .gitignore covers) with the tests off, then the bench programs into

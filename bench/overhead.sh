@@ -15,16 +15,19 @@
 #   CPU steady  the same with each run's start-up/exit cost taken out (the
 #               no-work run of its round subtracted from both sides): the
 #               overhead while the program runs, which is what a long-lived
-#               service pays.
+#               service pays;
+#   workers     the CPU time of cpu_work's threads as they measure it
+#               themselves: the cost the sampling puts on the profiled
+#               threads (signal delivery, handler, cache effects).
 #
 #   bench/overhead.sh
-# Environment: OVERHEAD_ROUNDS (21), OVERHEAD_REQUESTS (30000: ~2.3 s of
+# Environment: OVERHEAD_ROUNDS (31), OVERHEAD_REQUESTS (30000: ~2.3 s of
 # CPU), OVERHEAD_THREADS (2), OVERHEAD_HZ (100), BENCH_BUILD_DIR, BENCH_RAW=1
 # to print every run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-21}
+OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-31}
 OVERHEAD_REQUESTS=${OVERHEAD_REQUESTS:-30000}
 OVERHEAD_THREADS=${OVERHEAD_THREADS:-2}
 OVERHEAD_HZ=${OVERHEAD_HZ:-100}
@@ -53,6 +56,8 @@ run() {
       "${cmd[@]}" >"$tmp/out" 2>"$tmp/err" ;;
   esac
   ((n > 0)) || return 0
+  # "workers_cpu_s profiler_threads_cpu_s", as cpu_work printed them.
+  awk '/^checksum/ {print $4, $6}' "$tmp/out" >>"$log.threads"
   # A profiler that silently did nothing would look free: check its output.
   local samples=0
   case $v in
@@ -68,7 +73,9 @@ run() {
 bench_machine
 echo "overhead: cpu_work $OVERHEAD_THREADS threads x $OVERHEAD_REQUESTS requests, $OVERHEAD_HZ Hz, $OVERHEAD_ROUNDS rounds (+1 warm-up)"
 for v in "${variants[@]}"; do run "$v" "$OVERHEAD_REQUESTS" "$tmp/warm-up"; done
-for v in "${variants[@]}"; do : >"$tmp/$v"; : >"$tmp/$v.empty"; : >"$tmp/$v.samples"; done
+for v in "${variants[@]}"; do
+  : >"$tmp/$v"; : >"$tmp/$v.threads"; : >"$tmp/$v.empty"; : >"$tmp/$v.samples"
+done
 for ((r = 0; r < OVERHEAD_ROUNDS; r++)); do
   for ((k = 0; k < ${#variants[@]}; k++)); do
     v=${variants[(r + k) % ${#variants[@]}]}
@@ -87,23 +94,54 @@ ratio_stats() {
     awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
 }
 
-printf '\n| variant | median wall s | median CPU s | start+exit CPU s | wall / plain | CPU / plain | CPU steady / plain |\n'
-printf '|---|---|---|---|---|---|---|\n'
+printf '\n| variant | median wall s | median CPU s | start+exit CPU s | wall / plain | CPU / plain | CPU steady / plain | workers CPU / plain |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
 for v in "${variants[@]}"; do
   wall=$(awk '{print $1}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
   cpu=$(awk '{print $2 + $3}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
   fixed=$(awk '{print $2 + $3}' "$tmp/$v.empty" | bench_quantiles | awk '{printf "%.3f", $1}')
   if [[ $v == plain ]]; then
-    wr="1 (baseline)" cr="1 (baseline)" sr="1 (baseline)"
+    wr="1 (baseline)" cr="1 (baseline)" sr="1 (baseline)" tr="1 (baseline)"
   else
     wr=$(ratio_stats "$v" '$1 / $5')
     cr=$(ratio_stats "$v" '($2 + $3) / ($6 + $7)')
     sr=$(ratio_stats "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)')
+    tr=$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
+      awk '{print $1 / $3}' | bench_quantiles |
+      awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
   fi
-  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr" "$tr"
 done
 echo
 echo "Ratios: median [interquartile range] over $OVERHEAD_ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
+paste -d' ' "$tmp/contprof.threads" "$tmp/contprof" | awk '{print $2, $2 / $3}' |
+  sort -g | awk '{ms[NR] = $1 * 1000; ps[NR] = $2} END {
+    k = int((NR + 1) / 2)
+    printf "contprof'"'"'s own threads (contprof-*), by the end of the work: median %.1f ms per run, %.2f ms per wall second.\n", ms[k], ps[k] * 1000 }'
+echo "workers CPU: the CPU time cpu_work's threads measured for themselves (signal delivery and handlers on them included; start-up, exit and the profiler's threads not)."
+# What contprof's own threads cost when the program does nothing: a sleeping
+# process under contprof, its contprof-* threads' CPU time (schedstat, ns)
+# over IDLE_SECONDS.
+idle_cpu() {
+  local pid=$1 sum=0 t
+  for t in /proc/"$pid"/task/*; do
+    if [[ $(cat "$t/comm" 2>/dev/null) == contprof* ]]; then
+      sum=$((sum + $(cut -d' ' -f1 "$t/schedstat")))
+    fi
+  done
+  echo "$sum"
+}
+IDLE_SECONDS=${IDLE_SECONDS:-4}
+env LD_PRELOAD="$PRELOAD_LIB" CONTPROF_CPU_HZ="$OVERHEAD_HZ" \
+  CONTPROF_OUTPUT_DIR="$tmp/prof" sleep $((IDLE_SECONDS + 2)) &
+idle_pid=$!
+sleep 1
+a=$(idle_cpu "$idle_pid")
+sleep "$IDLE_SECONDS"
+b=$(idle_cpu "$idle_pid")
+wait "$idle_pid"
+echo "contprof's own threads in an idle process (sleep): $(awk -v d=$((b - a)) -v s="$IDLE_SECONDS" 'BEGIN{printf "%.2f", d / s / 1e6}') ms of CPU per second."
+
 if [[ -n ${BENCH_RAW:-} ]]; then
   for v in "${variants[@]}"; do
     echo "raw $v (wall user sys status), then its no-work runs:"

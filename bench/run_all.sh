@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every CPU-profiler benchmark and prints their tables (about 8 minutes
+# Runs every CPU-profiler benchmark and prints their tables (about 9 minutes
 # on 2 cores): bench/overhead.sh, bench/accuracy.sh, bench/sample_cost.sh.
 # Not part of the test suite or CI. See docs/benchmarks.md.
 #
@@ -16,7 +16,11 @@ if (($# > 0)); then
 fi
 
 start=$(date +%s)
-echo "# contprof CPU benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+rev=$(git -C "$bench_root" rev-parse --short HEAD 2>/dev/null || echo 'no git')
+if [[ -n $(git -C "$bench_root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+  rev="$rev + uncommitted changes"
+fi
+echo "# contprof CPU benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), $rev"
 bench_build
 echo
 echo "## Overhead at ${OVERHEAD_HZ:-100} Hz"

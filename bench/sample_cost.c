@@ -1,20 +1,24 @@
 /* sample_cost: the cost of one CPU sample (signal to ring) at stack depth 32,
- * measured on the real libcontprof.so.
+ * measured on the real libcontprof.so. Run by bench/sample_cost.sh.
  *
  *   sample_cost [PHASE_SECONDS [ROUNDS [HZ]]]      (defaults: 1 5 1000)
  *
  * After each contprof_start, the handler contprof installed (cpu.c's
  * cpu_signal_handler) is wrapped, with the raw rt_sigaction system call, in
- * a trampoline that reads the TSC before and after calling it. A thread recurses until its stack is 32
- * frames deep and spins there in a loop that reads the TSC and stores it in
- * a global (`last_seen`); two reads further apart than GAP_NS mean the loop
- * was interrupted, and the interruption is recorded.
+ * a trampoline that reads the TSC before and after calling it. A thread
+ * recurses until its stack is 32 frames deep and spins there in a loop that
+ * reads the TSC and stores it in a global (`last_seen`); two reads further
+ * apart than GAP_NS mean the loop was interrupted, and the interruption is
+ * recorded.
  *
- * 1. Timer-driven, as in production. ROUNDS rounds, each of three phases of
+ * 1. Timer-driven, as in production. ROUNDS rounds, each of four phases of
  *    PHASE_SECONDS, in rotating order: "off" (no profiler), "null" (a timer on
- *    the thread's CPU clock at HZ, as cpu.c makes, with an empty handler) and
- *    "contprof" (contprof_start with cpu_hz = HZ ... contprof_stop). For each
- *    signal:
+ *    the thread's CPU clock at HZ, as cpu.c makes, with an empty handler),
+ *    "contprof" (contprof_start with cpu_hz = HZ ... contprof_stop) and
+ *    "twice" (the same, but the trampoline calls contprof's handler a second
+ *    time right after the first and times that second call: the handler's
+ *    cost with its code and data cached, in the same signal context). For
+ *    each signal:
  *      handler       trampoline entry to return: contprof's whole handler
  *                    (checks, ring reserve, the unwind of the 32-frame stack,
  *                    commit) -- "signal to ring";
@@ -27,10 +31,12 @@
  *    listens on with rt_tgsigqueueinfo, the siginfo forged as cpu.c's timers
  *    make it (SI_TIMER, its cookie), every DIRECT_GAP_US of spinning, and
  *    times the send-to-return round trip; the same with an empty handler.
- *    Warm caches, no tick: the handler's cost alone.
+ *    No tick, warm caches: the handler's cost alone.
  *
- * The trampoline's own cost (two TSC reads, an indirect call) is included in
- * the handler figures: a few tens of ns (compare the null handler's). */
+ * Profiles go to a temporary directory, printed on the RESULT line (the
+ * script reads and removes it). The trampoline's own cost (two TSC reads, an
+ * indirect call) is included in the handler figures: a few tens of ns
+ * (compare the null handler's). */
 #define _GNU_SOURCE
 #include <execinfo.h>
 #include <inttypes.h>
@@ -57,7 +63,14 @@
 
 typedef void (*sa_fn)(int, siginfo_t *, void *);
 
-enum { K_TIMER_CP, K_TIMER_NULL, K_DIRECT_CP, K_DIRECT_NULL, NKINDS };
+enum {
+  K_TIMER_CP,     /* contprof's handler, timer-driven */
+  K_TIMER_NULL,   /* the empty handler, timer-driven */
+  K_DIRECT_CP,    /* contprof's handler, direct */
+  K_DIRECT_NULL,  /* the empty handler, direct */
+  K_TWICE_SECOND, /* contprof's handler called again at once (phase "twice") */
+  NKINDS
+};
 
 typedef struct handler_rec {
   uint64_t seen; /* last_seen at entry */
@@ -69,6 +82,7 @@ static handler_rec *hrecs;
 static _Atomic size_t nhrecs;
 static volatile uint64_t last_seen;
 static volatile int direct_mode; /* a direct send is in flight */
+static volatile int call_twice;  /* phase "twice" */
 static __thread int measured;    /* the spinning thread */
 static _Atomic uint64_t other_signals;
 
@@ -103,10 +117,17 @@ static void trampoline(int sig, siginfo_t *info, void *uc) {
   uint64_t seen = last_seen;
   lib_handler(sig, info, uc);
   uint64_t exit = __rdtsc();
-  if (!measured)
+  if (!measured) {
     atomic_fetch_add(&other_signals, 1);
-  else
+  } else if (call_twice) {
+    /* The same signal handled again straight away: the handler's cost with
+     * its code and data in the caches, at the same stack. */
+    uint64_t again = __rdtsc();
+    lib_handler(sig, info, uc);
+    record(seen, again, __rdtsc(), K_TWICE_SECOND);
+  } else {
     record(seen, entry, exit, direct_mode ? K_DIRECT_CP : K_TIMER_CP);
+  }
 }
 
 static void null_handler(int sig, siginfo_t *info, void *uc) {
@@ -149,8 +170,9 @@ static void wrap_contprof_handler(void) {
 
 /* ---- the spinning thread ------------------------------------------------- */
 
-enum { PHASE_OFF, PHASE_NULL, PHASE_ON, NPHASES };
-static const char *const phase_names[NPHASES] = {"off", "null", "contprof"};
+enum { PHASE_OFF, PHASE_NULL, PHASE_ON, PHASE_TWICE, NPHASES };
+static const char *const phase_names[NPHASES] = {"off", "null", "contprof",
+                                                 "twice"};
 
 typedef struct gap {
   uint64_t start, end;
@@ -276,8 +298,10 @@ static void run_phase(int phase, int n, uint64_t ticks) {
     descend(n, ticks, phase, 0);
     timer_delete(timer);
   } else {
-    start_contprof(hz, "timer");
+    start_contprof(hz, phase == PHASE_TWICE ? "twice" : "timer");
+    call_twice = phase == PHASE_TWICE;
     descend(n, ticks, phase, 0);
+    call_twice = 0;
     contprof_stop();
   }
 }
@@ -436,7 +460,7 @@ int main(int argc, char **argv) {
   printf("stack depth at the sample: %d frames (target %d); TSC %.3f GHz\n",
          depth_at_leaf, TARGET_DEPTH, tsc_per_ns);
   printf("1. timer-driven at %d Hz: %d rounds of %.2f s per phase (off, null, "
-         "contprof)\n",
+         "contprof, twice)\n",
          hz, rounds, phase_s);
   printf("  signals: contprof %zu (%.0f/s), null %zu (%.0f/s), on other "
          "threads %" PRIu64 ", outside any interruption %zu\n",
@@ -450,8 +474,12 @@ int main(int argc, char **argv) {
   double i_cp = quantile(with_sig[PHASE_ON], nwith[PHASE_ON], 0.5);
   double i_null = quantile(with_sig[PHASE_NULL], nwith[PHASE_NULL], 0.5);
   double i_off = quantile(no_sig[PHASE_OFF], nno[PHASE_OFF], 0.5);
+  double t_h2_med = quantile(handler[K_TWICE_SECOND], nk[K_TWICE_SECOND], 0.5);
+  double t_h2_p99 = quantile(handler[K_TWICE_SECOND], nk[K_TWICE_SECOND], 0.99);
   report("contprof handler (signal to ring)", handler[K_TIMER_CP],
          nk[K_TIMER_CP]);
+  report("contprof handler, called again at once", handler[K_TWICE_SECOND],
+         nk[K_TWICE_SECOND]);
   report("null handler", handler[K_TIMER_NULL], nk[K_TIMER_NULL]);
   report("kernel entry before contprof's handler", entry[K_TIMER_CP],
          nk[K_TIMER_CP]);
@@ -459,6 +487,8 @@ int main(int argc, char **argv) {
          nk[K_TIMER_NULL]);
   char name[64];
   for (int k = 0; k < NPHASES; k++) {
+    if (k == PHASE_TWICE)
+      continue;
     if (k != PHASE_OFF) {
       snprintf(name, sizeof name, "interruption with a signal, %s",
                phase_names[k]);
@@ -484,12 +514,14 @@ int main(int argc, char **argv) {
            "its own (has cpu.c's timer cookie changed?)\n");
 
   printf("RESULT depth=%d hz=%d signals=%zu timer_handler_median_ns=%.0f "
-         "timer_handler_p99_ns=%.0f direct_handler_median_ns=%.0f "
+         "timer_handler_p99_ns=%.0f again_handler_median_ns=%.0f "
+         "again_handler_p99_ns=%.0f direct_handler_median_ns=%.0f "
          "direct_handler_p99_ns=%.0f direct_roundtrip_extra_ns=%.0f "
          "kernel_entry_null_median_ns=%.0f interrupt_off_median_ns=%.0f "
          "interrupt_null_median_ns=%.0f interrupt_contprof_median_ns=%.0f "
          "outdir=%s\n",
-         depth_at_leaf, hz, nk[K_TIMER_CP], t_h_med, t_h_p99, d_h_med,
+         depth_at_leaf, hz, nk[K_TIMER_CP], t_h_med, t_h_p99, t_h2_med,
+         t_h2_p99, d_h_med,
          d_h_p99, d_rt_cp - d_rt_null, t_e_null, i_off, i_null, i_cp, outdir);
   return 0;
 }

@@ -53,15 +53,16 @@ depth=$(field depth "$tmp/run1")
 echo
 echo "Stack depth at the sample: $depth frames. All figures in ns; medians over the signals of each run, p99 in brackets."
 echo
-printf '| run | signals/s (weighted samples/s) | contprof handler, timer-driven (signal to ring) | contprof handler, direct, warm | send-to-return, contprof minus empty handler | kernel: tick to an empty handler | loop interruption: off / empty handler / contprof |\n'
-printf '|---|---|---|---|---|---|---|\n'
+printf '| run | signals/s (weighted samples/s) | contprof handler, timer-driven (signal to ring) | the same handler called again at once | contprof handler, direct | direct send-to-return, contprof minus empty handler | kernel: tick to an empty handler | loop interruption: off / empty handler / contprof |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
 for ((r = 1; r <= SAMPLE_RUNS; r++)); do
   f=$tmp/run$r
   secs=$(awk -v p="$SAMPLE_PHASE_SECONDS" -v n="$SAMPLE_ROUNDS" 'BEGIN{print p * n}')
-  printf '| %s | %.0f (%.0f) | %s [%s] | %s [%s] | %s | %s | %s / %s / %s |\n' "$r" \
+  printf '| %s | %.0f (%.0f) | %s [%s] | %s [%s] | %s [%s] | %s | %s | %s / %s / %s |\n' "$r" \
     "$(awk -v s="$(field signals "$f")" -v t="$secs" 'BEGIN{print s / t}')" \
     "$(awk -v s="$(cat "$tmp/weight$r")" -v t="$secs" 'BEGIN{print s / t}')" \
     "$(field timer_handler_median_ns "$f")" "$(field timer_handler_p99_ns "$f")" \
+    "$(field again_handler_median_ns "$f")" "$(field again_handler_p99_ns "$f")" \
     "$(field direct_handler_median_ns "$f")" "$(field direct_handler_p99_ns "$f")" \
     "$(field direct_roundtrip_extra_ns "$f")" \
     "$(field kernel_entry_null_median_ns "$f")" \
@@ -70,4 +71,4 @@ for ((r = 1; r <= SAMPLE_RUNS; r++)); do
 done
 med() { for ((r = 1; r <= SAMPLE_RUNS; r++)); do field "$1" "$tmp/run$r"; done | bench_quantiles | awk '{printf "%.0f", $1}'; }
 echo
-echo "Median over the runs: contprof's handler $(med timer_handler_median_ns) ns timer-driven (p99 $(med timer_handler_p99_ns) ns), $(med direct_handler_median_ns) ns direct (p99 $(med direct_handler_p99_ns) ns)."
+echo "Median over the runs: contprof's handler $(med timer_handler_median_ns) ns timer-driven (p99 $(med timer_handler_p99_ns) ns), $(med again_handler_median_ns) ns called again at once (p99 $(med again_handler_p99_ns) ns), $(med direct_handler_median_ns) ns direct (p99 $(med direct_handler_p99_ns) ns)."

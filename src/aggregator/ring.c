@@ -13,8 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A slot's sequence number is stored minus its index, so that a fresh slot
+ * holds 0: the ring's pages stay untouched (not resident) until used. */
 typedef struct slot_header {
-  _Atomic uint64_t seq;
+  _Atomic uint64_t seq_minus_index;
   uint64_t pad;
 } slot_header;
 
@@ -35,6 +37,16 @@ struct cp_ring {
 
 static slot_header *header_at(const cp_ring *r, uint64_t pos) {
   return (slot_header *)(r->slots + (pos & r->mask) * r->slot_bytes);
+}
+
+static uint64_t load_seq(const cp_ring *r, uint64_t pos, memory_order mo) {
+  return atomic_load_explicit(&header_at(r, pos)->seq_minus_index, mo) +
+         (pos & r->mask);
+}
+
+static void store_seq(const cp_ring *r, uint64_t pos, uint64_t seq) {
+  atomic_store_explicit(&header_at(r, pos)->seq_minus_index,
+                        seq - (pos & r->mask), memory_order_release);
 }
 
 static cp_raw_sample *sample_at(const cp_ring *r, uint64_t pos) {
@@ -63,8 +75,6 @@ cp_ring *cp_ring_create(size_t slots, size_t max_frames) {
     return NULL;
   }
   r->slots = mem;
-  for (size_t i = 0; i < n; i++)
-    atomic_init(&header_at(r, i)->seq, i);
   return r;
 }
 
@@ -81,8 +91,7 @@ size_t cp_ring_max_frames(const cp_ring *r) { return r->max_frames; }
 cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket) {
   uint64_t pos = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
   for (;;) {
-    slot_header *h = header_at(r, pos);
-    uint64_t seq = atomic_load_explicit(&h->seq, memory_order_acquire);
+    uint64_t seq = load_seq(r, pos, memory_order_acquire);
     int64_t diff = (int64_t)seq - (int64_t)pos;
     if (diff == 0) {
       if (atomic_compare_exchange_weak_explicit(&r->enqueue_pos, &pos, pos + 1,
@@ -114,8 +123,7 @@ cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket) {
 
 /* Async-signal-safe. */
 void cp_ring_commit(cp_ring *r, uint64_t ticket) {
-  atomic_store_explicit(&header_at(r, ticket)->seq, ticket + 1,
-                        memory_order_release);
+  store_seq(r, ticket, ticket + 1);
 }
 
 /* Async-signal-safe. */
@@ -138,15 +146,13 @@ void cp_ring_wait(cp_ring *r, uint64_t timeout_ns) {
 
 const cp_raw_sample *cp_ring_peek(cp_ring *r) {
   uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
-  uint64_t seq =
-      atomic_load_explicit(&header_at(r, pos)->seq, memory_order_acquire);
+  uint64_t seq = load_seq(r, pos, memory_order_acquire);
   return seq == pos + 1 ? sample_at(r, pos) : NULL;
 }
 
 void cp_ring_release(cp_ring *r) {
   uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
-  atomic_store_explicit(&header_at(r, pos)->seq, pos + r->mask + 1,
-                        memory_order_release);
+  store_seq(r, pos, pos + r->mask + 1);
   atomic_store_explicit(&r->dequeue_pos, pos + 1, memory_order_relaxed);
 }
 
