@@ -2,9 +2,11 @@
 #include "common.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,3 +69,38 @@ void cp_sleep_ns(uint64_t ns) {
 }
 
 char *cp_strdup(const char *s) { return strdup(s ? s : ""); }
+
+int cp_make_dirs(const char *dir) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+    return errno = ENAMETOOLONG, -1;
+  for (char *p = path + 1;; p++) {
+    if (*p == '/' || *p == 0) {
+      char saved = *p;
+      *p = 0;
+      if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return -1;
+      *p = saved;
+      if (!saved)
+        break;
+    }
+  }
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return -1;
+  if (!S_ISDIR(st.st_mode))
+    return errno = ENOTDIR, -1;
+  return 0;
+}
+
+int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
+                             const char *name) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = pthread_create(thread, NULL, fn, arg);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc == 0)
+    pthread_setname_np(*thread, name);
+  return rc;
+}

@@ -2,6 +2,7 @@
 #ifndef CP_COMMON_H
 #define CP_COMMON_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +36,16 @@ void cp_gettid_reset(void);
 
 /* Sleeps ns nanoseconds (restarting after signals). */
 void cp_sleep_ns(uint64_t ns);
+
+/* mkdir -p: creates the missing directories of dir with mode 0700 and checks
+ * that dir is a directory. Returns 0, or -1 with errno set. */
+int cp_make_dirs(const char *dir);
+
+/* Starts one of the profiler's own threads, named `name` (at most 15 chars),
+ * with every signal blocked so that no sampling signal lands on it. Returns
+ * 0 or pthread_create's error. */
+int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
+                             const char *name);
 
 /* strdup that treats NULL as "". Returns NULL only when out of memory. */
 char *cp_strdup(const char *s);

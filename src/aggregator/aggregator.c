@@ -143,11 +143,8 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void)) {
   agg.drops_reported = cp_ring_drops(agg.owned_ring);
   agg.tick = tick;
   atomic_store(&agg.stop, 0);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = pthread_create(&agg.thread, NULL, drain_thread, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int rc =
+      cp_start_internal_thread(&agg.thread, drain_thread, NULL, "contprof-agg");
   if (rc != 0) {
     cp_error("cannot start the aggregator thread: %s", strerror(rc));
     cp_gen_destroy(agg.gen);
@@ -155,7 +152,6 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void)) {
     pthread_mutex_unlock(&agg.lock);
     return CONTPROF_ERR_SYSTEM;
   }
-  pthread_setname_np(agg.thread, "contprof-agg");
   agg.thread_running = 1;
   atomic_store_explicit(&agg.ring, agg.owned_ring, memory_order_release);
   pthread_mutex_unlock(&agg.lock);

@@ -419,17 +419,13 @@ static int wall_start(const cp_config *cfg) {
   pthread_condattr_destroy(&attr);
   atomic_store(&wall.active, 1);
   /* The timer thread blocks every signal: it is never sampled. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = pthread_create(&wall.thread, NULL, wall_timer_thread, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int rc = cp_start_internal_thread(&wall.thread, wall_timer_thread, NULL,
+                                    "contprof-wall");
   if (rc != 0) {
     atomic_store(&wall.active, 0);
     cp_error("cannot start the wall-clock timer thread: %s", strerror(rc));
     return CONTPROF_ERR_SYSTEM;
   }
-  pthread_setname_np(wall.thread, "contprof-wall");
   wall.thread_running = 1;
   return 0;
 }

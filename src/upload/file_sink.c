@@ -31,30 +31,6 @@ static void report(file_sink *fs, const char *what, const char *path, int err) {
            what, path, strerror(err));
 }
 
-/* mkdir -p with mode 0700 for the directories it creates. */
-static int make_dirs(const char *dir) {
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-    return errno = ENAMETOOLONG, -1;
-  for (char *p = path + 1;; p++) {
-    if (*p == '/' || *p == 0) {
-      char saved = *p;
-      *p = 0;
-      if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return -1;
-      *p = saved;
-      if (!saved)
-        break;
-    }
-  }
-  struct stat st;
-  if (stat(path, &st) != 0)
-    return -1;
-  if (!S_ISDIR(st.st_mode))
-    return errno = ENOTDIR, -1;
-  return 0;
-}
-
 static int write_all(int fd, const uint8_t *p, size_t len) {
   while (len) {
     ssize_t n = write(fd, p, len);
@@ -100,7 +76,7 @@ static int file_send(cp_sink *self, const cp_generation *g,
   strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
   snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%d.%" PRIu64 ".tmp", fs->dir,
            service, (int)meta->pid, meta->seq);
-  if (make_dirs(fs->dir) != 0) {
+  if (cp_make_dirs(fs->dir) != 0) {
     report(fs, "directory", fs->dir, errno);
     goto out;
   }

@@ -351,19 +351,14 @@ cp_sink *cp_http_sink_create(const cp_config *cfg,
     free_sink(s);
     return NULL;
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = pthread_create(&s->thread, NULL, sink_thread, s);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  char tname[16];
+  snprintf(tname, sizeof tname, "contprof-%.6s", spec->name);
+  int rc = cp_start_internal_thread(&s->thread, sink_thread, s, tname);
   if (rc != 0) {
     cp_error("%s: cannot start its thread: %s", spec->name, strerror(rc));
     free_sink(s);
     return NULL;
   }
-  char tname[16];
-  snprintf(tname, sizeof tname, "contprof-%.6s", spec->name);
-  pthread_setname_np(s->thread, tname);
   s->thread_started = 1;
   s->base.name = s->name;
   s->base.send = http_send;

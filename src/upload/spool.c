@@ -89,24 +89,6 @@ void cp_spool_item_free(cp_spool_item *it) {
 /* ---- files ----------------------------------------------------------------
  */
 
-static int make_dirs(const char *dir) {
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-    return errno = ENAMETOOLONG, -1;
-  for (char *p = path + 1;; p++) {
-    if (*p == '/' || *p == 0) {
-      char saved = *p;
-      *p = 0;
-      if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return -1;
-      *p = saved;
-      if (!saved)
-        break;
-    }
-  }
-  return 0;
-}
-
 typedef struct wbuf {
   uint8_t *p;
   size_t len, cap;
@@ -188,7 +170,7 @@ static void persist(cp_spool *s, cp_spool_item *it) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s.%020" PRIu64 ".%d.%" PRIu64 ".spool",
            s->dir, s->sink, it->order, (int)getpid(), s->next_file++);
-  if (!w.failed && make_dirs(s->dir) == 0 &&
+  if (!w.failed && cp_make_dirs(s->dir) == 0 &&
       write_file(path, w.p, w.len) == 0) {
     it->file = strdup(path);
     if (!it->file)

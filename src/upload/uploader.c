@@ -126,16 +126,12 @@ int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   up.period_start_ns = cp_realtime_ns();
   up.stop = 0;
   up.flush_requested = up.flush_completed = 0;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = pthread_create(&up.thread, NULL, uploader_thread, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int rc = cp_start_internal_thread(&up.thread, uploader_thread, NULL,
+                                    "contprof-upload");
   if (rc != 0) {
     cp_error("cannot start the uploader thread: %s", strerror(rc));
     return CONTPROF_ERR_SYSTEM;
   }
-  pthread_setname_np(up.thread, "contprof-upload");
   up.running = 1;
   return 0;
 }

@@ -11,6 +11,7 @@
  *                    pthread_mutex_timedlock; prints total_ns= count= */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,13 +147,25 @@ __attribute__((noinline)) uint64_t total_wait(unsigned *seed, int timed) {
   return waited;
 }
 
+/* Contended waits of all threads so far: the run goes on past SECONDS (up
+ * to four times as long) until there are enough of them for the tests'
+ * statistics, however the scheduler spreads the threads on a busy machine. */
+static _Atomic uint64_t contended_waits;
+#define TOTAL_MIN_WAITS 8000
+
 static void *total_thread(void *arg) {
   unsigned seed = (unsigned)(uintptr_t)arg * 7919u + (unsigned)now_ns();
-  uint64_t waited = 0, count = 0, end = now_ns() + run_ns;
-  while (now_ns() < end) {
+  uint64_t waited = 0, count = 0, start = now_ns();
+  uint64_t end = start + run_ns, hard_end = start + 4 * run_ns;
+  for (uint64_t now = start;
+       now < end ||
+       (now < hard_end && atomic_load(&contended_waits) < TOTAL_MIN_WAITS);
+       now = now_ns()) {
     uint64_t w = total_wait(&seed, (int)(count & 1));
     waited += w;
     count += w > 0;
+    if (w > 0)
+      atomic_fetch_add(&contended_waits, 1);
     spin_ns((uint64_t)(rand_r(&seed) % 20000));
   }
   add_tally(0, waited, count);

@@ -309,7 +309,7 @@ static void test_setitimer_fallback(void) {
   char *dir = make_temp_dir("itimer");
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
-           "ulimit -i 0; exec %s run --output %s -- %s shares 2 1 2>&1",
+           "ulimit -i 0; exec %s run --output %s -- %s shares 1 1.5 2>&1",
            CONTPROF, dir, WORKLOAD);
   char *argv[] = {"/bin/bash", "-c", cmd, NULL};
   run_result *r = calloc(1, sizeof *r);
@@ -324,8 +324,9 @@ static void test_setitimer_fallback(void) {
   pprof_profile *p = NULL;
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
   if (p) {
-    /* Two threads on two cores at 100 Hz: setitimer still keeps up. */
-    CHECK_NEAR((double)top.total / 1e9, 2.0, 0.3);
+    /* One thread: setitimer is exact enough there (with several threads
+     * running at once it loses signals, which is why it is the fallback). */
+    CHECK_NEAR((double)top.total / 1e9, 1.5, 0.15);
     pprof_top_free(&top);
     pprof_profile_free(p);
   }
