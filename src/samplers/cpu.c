@@ -84,7 +84,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     s->count = weight;
     s->quantity = weight * (int64_t)cpu.period_ns;
     s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, cpu.max_frames,
-                                            &truncated);
+                                            1, &truncated);
     s->truncated = (uint32_t)truncated;
     cp_ring_commit(ring, ticket);
   }

@@ -12,7 +12,9 @@
  * was made outside (cp_unwind_init). Warming every new thread up eagerly
  * instead cost 0.8 ms and 256 KiB of touched memory per thread created,
  * sampled or not, so threads are left to build the cache at their first
- * sample. */
+ * sample, and only samplers of busy threads (CPU) build it: a wall sample of
+ * a thread without one steps from the ucontext instead (slower per sample,
+ * no 256 KiB per idle thread). */
 #define UNW_LOCAL_ONLY
 #include "unwind.h"
 
@@ -65,11 +67,14 @@ static size_t unwind_from_context(ucontext_t *uc, uint64_t *frames,
 
 /* Async-signal-safe. */
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
-                        int *truncated) {
+                        int may_build_cache, int *truncated) {
   ucontext_t *uc = ucontext;
   uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   size_t capacity = max_frames + CP_UNWIND_SLACK;
   *truncated = 0;
+  if (!warmed_up && !may_build_cache)
+    return unwind_from_context(uc, frames, max_frames, truncated);
+  warmed_up = 1;
   int got = unw_backtrace((void **)frames, (int)capacity);
   size_t skip = 0;
   while ((int)skip < got && frames[skip] != pc)

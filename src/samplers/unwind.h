@@ -18,11 +18,14 @@ void cp_unwind_warm_up(void);
  * interrupted pc, the rest return addresses. `frames` must have room for
  * max_frames + CP_UNWIND_SLACK entries (the handler's own frames are captured
  * and then dropped). Sets *truncated when the stack was deeper than
- * max_frames. Returns the frame count (>= 1).
+ * max_frames. Returns the frame count (>= 1). may_build_cache: whether a
+ * thread without libunwind's per-thread trace cache (256 KiB) may get one
+ * now (CPU samples: the thread is busy) or must take the slower path that
+ * needs none (wall samples of mostly idle threads).
  * Async-signal-safe. */
 #define CP_UNWIND_SLACK 16
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
-                        int *truncated);
+                        int may_build_cache, int *truncated);
 
 /* Set while one of the samplers' signal handlers runs on this thread. Every
  * handler that unwinds checks it first: a handler that interrupted another

@@ -189,7 +189,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
       max = s->frames_cap - CP_UNWIND_SLACK;
     int truncated = 0;
     s->nframes =
-        (uint32_t)cp_unwind_signal(ucontext, s->frames, max, &truncated);
+        (uint32_t)cp_unwind_signal(ucontext, s->frames, max, 0, &truncated);
     s->truncated = (uint32_t)truncated;
     s->labels = cp_labels_current();
     cp_trace_current(&s->span_id, &s->local_root_span_id);
