@@ -852,6 +852,11 @@ pprof_builder *pprof_fold(const pprof_builder *b, size_t keep,
     if (!l || pprof_add_sample(nb, &l, 1, other, b->nsample_types, NULL, 0))
       goto fail;
   }
+  goto done;
+fail:
+  pprof_builder_destroy(nb);
+  nb = NULL;
+done:
   free(w);
   free(loc_map);
   free(totals);
@@ -859,13 +864,4 @@ pprof_builder *pprof_fold(const pprof_builder *b, size_t keep,
   free(stack);
   free(labels);
   return nb;
-fail:
-  pprof_builder_destroy(nb);
-  free(w);
-  free(loc_map);
-  free(totals);
-  free(other);
-  free(stack);
-  free(labels);
-  return NULL;
 }
