@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "frames.h"
 #include "samplers/threads.h"
 #include "symbols.h"
 
@@ -176,9 +177,26 @@ void cp_agg_stop(void) {
   pthread_mutex_unlock(&agg.lock);
 }
 
+/* Values of samples the ring had to drop (it was full, or a handler
+ * interrupted another) go to one "[dropped]" stack: totals stay exact.
+ * Caller holds agg.lock. */
+static void add_dropped_locked(void) {
+  if (!agg.owned_ring || !agg.gen)
+    return;
+  int64_t values[2 * 8];
+  cp_ring_take_dropped(agg.owned_ring, values);
+  uint64_t frame = cp_frame_dropped();
+  cp_sample_key key = {0};
+  for (int kind = 0; kind < CONTPROF_KIND_COUNT; kind++)
+    if (values[2 * kind] || values[2 * kind + 1])
+      cp_gen_add(agg.gen, &frame, 1, 0, &key, (contprof_sample_kind)kind,
+                 values[2 * kind], values[2 * kind + 1]);
+}
+
 cp_generation *cp_agg_swap(uint64_t *drops) {
   pthread_mutex_lock(&agg.lock);
   drain_locked();
+  add_dropped_locked();
   cp_generation *fresh = cp_gen_create(agg.next_gen_id + 1, agg.memory_limit);
   cp_generation *old = NULL;
   if (fresh && agg.gen) {

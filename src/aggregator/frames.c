@@ -106,6 +106,14 @@ uint64_t cp_frame_truncated(void) {
   return w;
 }
 
+uint64_t cp_frame_dropped(void) {
+  static _Atomic uint64_t word;
+  uint64_t w = atomic_load(&word);
+  if (!w)
+    atomic_store(&word, w = contprof_frame_intern("[dropped]", "", 0));
+  return w;
+}
+
 uint64_t cp_frame_overflow(void) {
   static _Atomic uint64_t word;
   uint64_t w = atomic_load(&word);

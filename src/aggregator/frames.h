@@ -21,8 +21,10 @@ static inline int cp_frame_is_runtime(uint64_t word) {
 /* Looks up a runtime frame word; NULL if unknown. Thread-safe. */
 const cp_runtime_frame *cp_frame_runtime_get(uint64_t word);
 
-/* Frame words of the synthetic frames "[truncated]" and "[overflow]". */
+/* Frame words of the synthetic frames "[truncated]", "[overflow]" and
+ * "[dropped]". */
 uint64_t cp_frame_truncated(void);
 uint64_t cp_frame_overflow(void);
+uint64_t cp_frame_dropped(void);
 
 #endif

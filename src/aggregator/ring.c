@@ -28,6 +28,7 @@ struct cp_ring {
   _Atomic uint32_t wake_pending; /* a wake was sent and not yet consumed */
   char pad2[48];
   _Atomic uint64_t drops;
+  _Atomic int64_t dropped_values[2 * 8]; /* per kind: count, quantity */
   size_t mask;
   size_t max_frames;
   size_t slot_bytes;
@@ -88,7 +89,25 @@ void cp_ring_destroy(cp_ring *r) {
 size_t cp_ring_max_frames(const cp_ring *r) { return r->max_frames; }
 
 /* Async-signal-safe, lock-free. */
-cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket) {
+void cp_ring_drop(cp_ring *r, uint32_t kind, int64_t count, int64_t quantity) {
+  atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
+  if (kind >= 8)
+    return;
+  atomic_fetch_add_explicit(&r->dropped_values[2 * kind], count,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&r->dropped_values[2 * kind + 1], quantity,
+                            memory_order_relaxed);
+}
+
+void cp_ring_take_dropped(cp_ring *r, int64_t values[2 * 8]) {
+  for (int i = 0; i < 2 * 8; i++)
+    values[i] = atomic_exchange_explicit(&r->dropped_values[i], 0,
+                                         memory_order_relaxed);
+}
+
+/* Async-signal-safe, lock-free. */
+cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket, uint32_t kind,
+                               int64_t count, int64_t quantity) {
   uint64_t pos = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
   for (;;) {
     uint64_t seq = load_seq(r, pos, memory_order_acquire);
@@ -113,7 +132,7 @@ cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket) {
         return sample_at(r, pos);
       }
     } else if (diff < 0) {
-      atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
+      cp_ring_drop(r, kind, count, quantity);
       return NULL;
     } else {
       pos = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
@@ -124,11 +143,6 @@ cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket) {
 /* Async-signal-safe. */
 void cp_ring_commit(cp_ring *r, uint64_t ticket) {
   store_seq(r, ticket, ticket + 1);
-}
-
-/* Async-signal-safe. */
-void cp_ring_count_drop(cp_ring *r) {
-  atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
 }
 
 void cp_ring_wait(cp_ring *r, uint64_t timeout_ns) {

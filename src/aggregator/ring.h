@@ -31,12 +31,21 @@ void cp_ring_destroy(cp_ring *ring);
 size_t cp_ring_max_frames(const cp_ring *ring);
 
 /* Producer side. Async-signal-safe and lock-free. reserve returns a slot to
- * fill and a ticket, or NULL when the ring is full (the drop is counted);
- * every reserved slot must be committed. */
-cp_raw_sample *cp_ring_reserve(cp_ring *ring, uint64_t *ticket);
+ * fill and a ticket, or NULL when the ring is full: then the sample's values
+ * (kind, count, quantity) are added to the ring's dropped totals, so totals
+ * stay exact and only the stack is lost. Every reserved slot must be
+ * committed. */
+cp_raw_sample *cp_ring_reserve(cp_ring *ring, uint64_t *ticket, uint32_t kind,
+                               int64_t count, int64_t quantity);
 void cp_ring_commit(cp_ring *ring, uint64_t ticket);
-/* Counts a sample the producer had to give up before reserving. */
-void cp_ring_count_drop(cp_ring *ring);
+/* A sample the producer had to give up before reserving: counted, and its
+ * values added to the dropped totals. */
+void cp_ring_drop(cp_ring *ring, uint32_t kind, int64_t count,
+                  int64_t quantity);
+
+/* Consumer side: takes (and resets) the dropped totals of each kind, as
+ * count/quantity pairs in values[2 * kind], values[2 * kind + 1]. */
+void cp_ring_take_dropped(cp_ring *ring, int64_t values[2 * 8]);
 
 /* Consumer side (one thread at a time). cp_ring_wait sleeps up to
  * timeout_ns, less when producers fill half the ring; cp_ring_peek gives the

@@ -331,7 +331,9 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra) {
 
   cp_ring *ring = alloc.alloc_on ? cp_agg_ring() : NULL;
   uint64_t ticket = 0;
-  cp_raw_sample *s = ring ? cp_ring_reserve(ring, &ticket) : NULL;
+  cp_raw_sample *s =
+      ring ? cp_ring_reserve(ring, &ticket, CONTPROF_KIND_ALLOC, count, bytes)
+           : NULL;
   cp_heap_entry *e = alloc.heap_on ? cp_heap_entry_take() : NULL;
   uint64_t *frames = NULL;
   size_t max = 0;

@@ -67,13 +67,15 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   if (cp_in_sampling_handler) {
-    cp_ring_count_drop(ring);
+    cp_ring_drop(ring, CONTPROF_KIND_CPU, weight,
+                 weight * (int64_t)cpu.period_ns);
     errno = saved_errno;
     return;
   }
   cp_in_sampling_handler = 1;
   uint64_t ticket;
-  cp_raw_sample *s = cp_ring_reserve(ring, &ticket);
+  cp_raw_sample *s = cp_ring_reserve(ring, &ticket, CONTPROF_KIND_CPU, weight,
+                                     weight * (int64_t)cpu.period_ns);
   if (s) {
     int truncated = 0;
     s->kind = CONTPROF_KIND_CPU;

@@ -246,7 +246,8 @@ static void record_wait(uint64_t wait_ns, uint64_t caller_ra) {
   int64_t quantity = round_unbiased((double)wait_ns / p);
   in_hook = 1;
   uint64_t ticket;
-  cp_raw_sample *s = cp_ring_reserve(ring, &ticket);
+  cp_raw_sample *s =
+      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_LOCK, count, quantity);
   if (s) {
     int truncated = 0;
     s->kind = CONTPROF_KIND_LOCK;

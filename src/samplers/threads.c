@@ -21,6 +21,7 @@
 #include "unwind.h"
 
 #define MAX_EXCLUDED 16
+#define MAX_ENDED 1024
 
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *,
                                  void *(*)(void *), void *);
@@ -34,6 +35,11 @@ static struct {
   size_t ntids, cap;
   pid_t excluded[MAX_EXCLUDED];
   size_t nexcluded;
+  /* Threads that announced their own end (the hook) but may still be listed
+   * in /proc/self/task for a moment: a rescan must not bring them back (it
+   * would arm a timer on a dying thread). Forgotten once no longer listed. */
+  pid_t ended[MAX_ENDED]; /* fixed: no allocation on application threads */
+  size_t nended;
   _Atomic unsigned long long sampling_signals; /* bit sig - 1 */
 } reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -42,6 +48,14 @@ static pthread_create_fn real_pthread_create;
 static int find(pid_t tid) {
   for (size_t i = 0; i < reg.ntids; i++)
     if (reg.tids[i] == tid)
+      return (int)i;
+  return -1;
+}
+
+/* Caller holds reg.lock. */
+static int ended_index(pid_t tid) {
+  for (size_t i = 0; i < reg.nended; i++)
+    if (reg.ended[i] == tid)
       return (int)i;
   return -1;
 }
@@ -111,8 +125,13 @@ void cp_threads_rescan(void) {
   if (seen)
     qsort(seen, nseen, sizeof *seen, compare_tid);
   pthread_mutex_lock(&reg.lock);
+  for (size_t i = reg.nended; i-- > 0;)
+    if (!seen ||
+        !bsearch(&reg.ended[i], seen, nseen, sizeof *seen, compare_tid))
+      reg.ended[i] = reg.ended[--reg.nended];
   for (size_t i = 0; i < nseen; i++)
-    announce_start(seen[i]);
+    if (ended_index(seen[i]) < 0)
+      announce_start(seen[i]);
   for (size_t i = reg.ntids; i-- > 0;)
     if (!seen || !bsearch(&reg.tids[i], seen, nseen, sizeof *seen, compare_tid))
       announce_exit(reg.tids[i]);
@@ -146,6 +165,7 @@ void cp_threads_after_fork_child(void) {
   pthread_mutex_init(&reg.lock, NULL);
   reg.ntids = 0;
   reg.nexcluded = 0;
+  reg.nended = 0;
   reg.active = 0;
   reg.samplers = NULL;
   reg.nsamplers = 0;
@@ -179,6 +199,13 @@ static void thread_ended(void *unused) {
   (void)unused;
   pid_t tid = cp_gettid();
   pthread_mutex_lock(&reg.lock);
+  /* When full (1,024 threads ended within one rescan), the oldest goes: at
+   * worst a rescan re-arms a dying thread until the next rescan. */
+  if (find(tid) >= 0) {
+    if (reg.nended == MAX_ENDED)
+      memmove(reg.ended, reg.ended + 1, --reg.nended * sizeof *reg.ended);
+    reg.ended[reg.nended++] = tid;
+  }
   announce_exit(tid);
   pthread_mutex_unlock(&reg.lock);
 }
@@ -187,8 +214,12 @@ static void *thread_trampoline(void *p) {
   start_args args = *(start_args *)p;
   free(p);
   /* No unwinder warm-up here: see cp_unwind_init. */
+  pid_t tid = cp_gettid();
   pthread_mutex_lock(&reg.lock);
-  announce_start(cp_gettid());
+  int gone = ended_index(tid); /* the tid of an ended thread, reused */
+  if (gone >= 0)
+    reg.ended[gone] = reg.ended[--reg.nended];
+  announce_start(tid);
   pthread_mutex_unlock(&reg.lock);
   pthread_sigmask(SIG_SETMASK, &args.mask, NULL);
   void *ret;

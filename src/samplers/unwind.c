@@ -12,9 +12,10 @@
  * was made outside (cp_unwind_init). Warming every new thread up eagerly
  * instead cost 0.8 ms and 256 KiB of touched memory per thread created,
  * sampled or not, so threads are left to build the cache at their first
- * sample, and only samplers of busy threads (CPU) build it: a wall sample of
- * a thread without one steps from the ucontext instead (slower per sample,
- * no 256 KiB per idle thread). */
+ * sample, and only busy threads build it (at their second CPU sample):
+ * other samples of a thread without one (wall samples) are unwound by
+ * stepping from the ucontext (slower per sample, no 256 KiB per idle
+ * thread). */
 #define UNW_LOCAL_ONLY
 #include "unwind.h"
 
@@ -25,6 +26,7 @@
 #include "common.h"
 
 static CP_TLS int warmed_up;
+static CP_TLS int busy_samples; /* samples that could have built the cache */
 CP_TLS int cp_in_sampling_handler;
 
 void cp_unwind_init(void) {
@@ -72,7 +74,9 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
   uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   size_t capacity = max_frames + CP_UNWIND_SLACK;
   *truncated = 0;
-  if (!warmed_up && !may_build_cache)
+  /* The cache is built at the second busy sample: a thread sampled once
+   * (a short burst) may be idle for the rest of its life. */
+  if (!warmed_up && (!may_build_cache || ++busy_samples < 2))
     return unwind_from_context(uc, frames, max_frames, truncated);
   warmed_up = 1;
   int got = unw_backtrace((void **)frames, (int)capacity);

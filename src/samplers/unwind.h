@@ -20,8 +20,9 @@ void cp_unwind_warm_up(void);
  * and then dropped). Sets *truncated when the stack was deeper than
  * max_frames. Returns the frame count (>= 1). may_build_cache: whether a
  * thread without libunwind's per-thread trace cache (256 KiB) may get one
- * now (CPU samples: the thread is busy) or must take the slower path that
- * needs none (wall samples of mostly idle threads).
+ * (from its second such sample: CPU samples, the thread is busy) or must
+ * take the slower path that needs none (wall samples: mostly idle
+ * threads).
  * Async-signal-safe. */
 #define CP_UNWIND_SLACK 16
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,

@@ -142,9 +142,10 @@ static int interrupted_in_syscall(const void *ucontext) {
 static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
                         int64_t ns, int64_t count) {
   uint64_t ticket;
-  cp_raw_sample *r = cp_ring_reserve(ring, &ticket);
+  cp_raw_sample *r =
+      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_WALL, count, ns);
   if (!r)
-    return; /* counted as dropped by the ring */
+    return; /* values kept in the ring's dropped totals */
   r->kind = CONTPROF_KIND_WALL;
   r->tid = tid;
   r->labels = s->labels;
@@ -188,12 +189,15 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     if (max + CP_UNWIND_SLACK > s->frames_cap)
       max = s->frames_cap - CP_UNWIND_SLACK;
     int truncated = 0;
+    /* Wall samples never build libunwind's per-thread cache (256 KiB):
+     * most sampled threads are idle. Letting threads caught running build
+     * it measured worse with 1,000 idle threads (docs/benchmarks.md). */
+    s->in_syscall = interrupted_in_syscall(ucontext);
     s->nframes =
         (uint32_t)cp_unwind_signal(ucontext, s->frames, max, 0, &truncated);
     s->truncated = (uint32_t)truncated;
     s->labels = cp_labels_current();
     cp_trace_current(&s->span_id, &s->local_root_span_id);
-    s->in_syscall = interrupted_in_syscall(ucontext);
     s->have_stack = 1;
   }
   for (;;) {
@@ -203,7 +207,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     if (usable)
       emit_sample(ring, s, tid, ns, count);
     else if (ring)
-      cp_ring_count_drop(ring);
+      cp_ring_drop(ring, CONTPROF_KIND_WALL, count, ns);
     atomic_fetch_sub_explicit(&s->pending_count, count, memory_order_relaxed);
     if (usable)
       s->stack_cpu_ns = own_cpu_ns();
@@ -281,10 +285,11 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
     }
     /* ESRCH: the thread ended (its exit comes soon); EAGAIN: the queue of
      * signals is full. Either way nothing will take the weight. */
-    if (errno == EAGAIN)
-      cp_ring_count_drop(ring);
-    atomic_store(&s->pending_ns, 0);
-    atomic_store(&s->pending_count, 0);
+    int full = errno == EAGAIN;
+    int64_t owed_ns = atomic_exchange(&s->pending_ns, 0);
+    int64_t owed_count = atomic_exchange(&s->pending_count, 0);
+    if (full)
+      cp_ring_drop(ring, CONTPROF_KIND_WALL, owed_count, owed_ns);
   }
 }
 

@@ -177,7 +177,7 @@ static void test_ring_order_and_drops(void) {
   cp_ring *r = cp_ring_create(8, 4);
   uint64_t t;
   for (int i = 0; i < 8; i++) {
-    cp_raw_sample *s = cp_ring_reserve(r, &t);
+    cp_raw_sample *s = cp_ring_reserve(r, &t, CONTPROF_KIND_CPU, 1, 10);
     CHECK(s != NULL);
     if (!s)
       return;
@@ -187,8 +187,18 @@ static void test_ring_order_and_drops(void) {
       s->frames[f] = (uint64_t)(i * 10 + f);
     cp_ring_commit(r, t);
   }
-  CHECK(cp_ring_reserve(r, &t) == NULL);
+  CHECK(cp_ring_reserve(r, &t, CONTPROF_KIND_ALLOC, 3, 4096) == NULL);
   CHECK_EQ_INT(cp_ring_drops(r), 1);
+  cp_ring_drop(r, CONTPROF_KIND_ALLOC, 1, 100);
+  CHECK_EQ_INT(cp_ring_drops(r), 2);
+  /* A dropped sample's values are kept: only its stack is lost. */
+  int64_t dropped[16];
+  cp_ring_take_dropped(r, dropped);
+  CHECK_EQ_INT(dropped[2 * CONTPROF_KIND_ALLOC], 4);
+  CHECK_EQ_INT(dropped[2 * CONTPROF_KIND_ALLOC + 1], 4196);
+  CHECK_EQ_INT(dropped[2 * CONTPROF_KIND_CPU], 0);
+  cp_ring_take_dropped(r, dropped);
+  CHECK_EQ_INT(dropped[2 * CONTPROF_KIND_ALLOC], 0);
   for (int i = 0; i < 8; i++) {
     const cp_raw_sample *s = cp_ring_peek(r);
     CHECK(s != NULL);
@@ -210,7 +220,8 @@ static void *producer(void *arg) {
   long id = (long)arg;
   for (int i = 0; i < PER_PRODUCER; i++) {
     uint64_t t;
-    cp_raw_sample *s = cp_ring_reserve(stress_ring, &t);
+    cp_raw_sample *s =
+        cp_ring_reserve(stress_ring, &t, CONTPROF_KIND_CPU, 1, 1);
     if (!s)
       continue;
     s->count = 1;
