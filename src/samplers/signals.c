@@ -12,6 +12,8 @@ typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 
 /* previous[sig]: the application's disposition of one of our signals, which
  * cp_signal_chain calls. Written under `lock`, read by handlers. */
+CP_TLS unsigned cp_own_signals;
+
 static struct sigaction previous[_NSIG];
 static cp_signal_handler installed[_NSIG];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

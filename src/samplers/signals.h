@@ -17,6 +17,12 @@ typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
  * for the life of the process: a late timer signal must never meet SIG_DFL. */
 int cp_signal_install(int preferred, cp_signal_handler handler);
 
+/* How many of the profiler's own sampling signals this thread has handled.
+ * Handlers increment it (async-signal-safe: a TLS word); restart.c reads it
+ * to tell an EINTR caused by sampling from one caused by the application. */
+extern __thread unsigned cp_own_signals
+    __attribute__((tls_model("initial-exec")));
+
 /* Calls the disposition that `sig` had before cp_signal_install. For signals
  * that were not ours. Async-signal-safe. */
 void cp_signal_chain(int sig, siginfo_t *info, void *ucontext);

@@ -172,6 +172,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
+  cp_own_signals++;
   wall_slot *s = slot_at((uint32_t)value);
   pid_t tid = cp_gettid();
   if (!s || atomic_load_explicit(&s->tid, memory_order_acquire) != tid ||

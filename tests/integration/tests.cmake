@@ -65,3 +65,14 @@ target_link_libraries(test_alloc_api PRIVATE contprof contprof_pprof_reader
 target_include_directories(test_alloc_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(test_alloc_api PRIVATE _GNU_SOURCE)
 add_test(NAME test_alloc_api COMMAND test_alloc_api)
+
+# Blocking calls are not cut short by the wall sampler's signals.
+add_executable(blocking_calls integration/blocking_calls.c)
+set_target_properties(blocking_calls PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+add_test(NAME test_blocking_calls
+  COMMAND ${CMAKE_BINARY_DIR}/contprof run --profiles wall,cpu
+          --output ${CMAKE_BINARY_DIR}/tests/blocking-profiles --
+          ${CMAKE_BINARY_DIR}/tests/blocking_calls)
+set_tests_properties(test_blocking_calls PROPERTIES
+  ENVIRONMENT "CONTPROF_WALL_INTERVAL_MS=1")

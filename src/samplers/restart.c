@@ -1,0 +1,181 @@
+/* Blocking calls that a sampling signal must not cut short.
+ *
+ * The wall sampler signals threads that may be blocked. SA_RESTART restarts
+ * read, write, futex waits and the like, but never nanosleep, poll, select or
+ * epoll_wait: those return EINTR (sleep() returns early with seconds left),
+ * which would change what the application does. These wrappers call the real
+ * function and, when it was interrupted by one of the profiler's own signals
+ * (the per-thread count of them moved), go on waiting for the time that is
+ * left, so the application sees exactly the call it made. An EINTR with no
+ * sampling signal is returned as it is. If an application signal and one of
+ * ours both arrive during one wait, the EINTR is absorbed (a narrow race;
+ * the application's handler still runs). */
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "signals.h"
+
+static void *real_symbol(const char *name, void *self) {
+  void *fn = dlsym(RTLD_NEXT, name);
+  if (!fn || fn == self) {
+    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    fn = libc ? dlsym(libc, name) : NULL;
+  }
+  return fn;
+}
+
+#define REAL(type, name)                                                       \
+  static type real_##name;                                                     \
+  type fn_##name = __atomic_load_n(&real_##name, __ATOMIC_ACQUIRE);            \
+  if (!fn_##name) {                                                            \
+    fn_##name = (type)real_symbol(#name, (void *)name);                        \
+    if (!fn_##name)                                                            \
+      return errno = ENOSYS, -1;                                               \
+    __atomic_store_n(&real_##name, fn_##name, __ATOMIC_RELEASE);               \
+  }
+
+static int64_t ts_ns(const struct timespec *ts) {
+  return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+static struct timespec ns_ts(int64_t ns) {
+  if (ns < 0)
+    ns = 0;
+  return (struct timespec){(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+}
+
+/* Milliseconds left until deadline_ns (monotonic), for poll-style calls. */
+static int ms_left(int64_t deadline_ns) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  int64_t left = deadline_ns - ts_ns(&now);
+  return left <= 0 ? 0 : (int)((left + 999999) / 1000000);
+}
+
+static int64_t deadline_after_ms(int timeout_ms) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return ts_ns(&now) + (int64_t)timeout_ms * 1000000;
+}
+
+/* Whether the last EINTR came from one of the profiler's signals. */
+static int ours(unsigned before) { return cp_own_signals != before; }
+
+int nanosleep(const struct timespec *req, struct timespec *rem) {
+  typedef int (*fn_t)(const struct timespec *, struct timespec *);
+  REAL(fn_t, nanosleep);
+  struct timespec left = *req, r;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_nanosleep(&left, &r);
+    if (rc == 0 || errno != EINTR || !ours(before)) {
+      if (rc != 0 && rem)
+        *rem = r;
+      return rc;
+    }
+    left = r;
+  }
+}
+
+int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
+                    struct timespec *rem) {
+  typedef int (*fn_t)(clockid_t, int, const struct timespec *,
+                      struct timespec *);
+  static fn_t real_clock_nanosleep;
+  fn_t fn = __atomic_load_n(&real_clock_nanosleep, __ATOMIC_ACQUIRE);
+  if (!fn) {
+    fn = (fn_t)real_symbol("clock_nanosleep", (void *)clock_nanosleep);
+    if (!fn)
+      return ENOSYS;
+    __atomic_store_n(&real_clock_nanosleep, fn, __ATOMIC_RELEASE);
+  }
+  struct timespec left = *req, r;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn(clock, flags, &left, &r); /* returns the error number */
+    if (rc != EINTR || !ours(before)) {
+      if (rc == EINTR && rem && !(flags & TIMER_ABSTIME))
+        *rem = r;
+      return rc;
+    }
+    if (!(flags & TIMER_ABSTIME))
+      left = r; /* an absolute deadline stays as it is */
+  }
+}
+
+unsigned int sleep(unsigned int seconds) {
+  struct timespec req = {(time_t)seconds, 0}, rem = {0, 0};
+  if (nanosleep(&req, &rem) == 0)
+    return 0;
+  /* Interrupted by the application's signal: seconds left, rounded up. */
+  return (unsigned)rem.tv_sec + (rem.tv_nsec > 0);
+}
+
+int usleep(useconds_t usec) {
+  struct timespec req = ns_ts((int64_t)usec * 1000);
+  return nanosleep(&req, NULL);
+}
+
+int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
+  typedef int (*fn_t)(struct pollfd *, nfds_t, int);
+  REAL(fn_t, poll);
+  int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_poll(fds, nfds, timeout);
+    if (rc >= 0 || errno != EINTR || !ours(before))
+      return rc;
+    if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
+      return 0; /* the time ran out meanwhile */
+  }
+}
+
+int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
+               int timeout) {
+  typedef int (*fn_t)(int, struct epoll_event *, int, int);
+  REAL(fn_t, epoll_wait);
+  int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_epoll_wait(epfd, events, maxevents, timeout);
+    if (rc >= 0 || errno != EINTR || !ours(before))
+      return rc;
+    if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
+      return 0;
+  }
+}
+
+int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
+           struct timeval *timeout) {
+  typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+  REAL(fn_t, select);
+  /* On EINTR the sets are unspecified: keep the caller's to retry with. */
+  fd_set r, w, x;
+  if (readfds)
+    r = *readfds;
+  if (writefds)
+    w = *writefds;
+  if (exceptfds)
+    x = *exceptfds;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    /* Linux leaves the time not slept in *timeout: a retry waits for the
+     * rest. */
+    int rc = fn_select(nfds, readfds, writefds, exceptfds, timeout);
+    if (rc >= 0 || errno != EINTR || !ours(before))
+      return rc;
+    if (readfds)
+      *readfds = r;
+    if (writefds)
+      *writefds = w;
+    if (exceptfds)
+      *exceptfds = x;
+  }
+}
