@@ -780,3 +780,21 @@ void pprof_top_free(pprof_top *top) {
   free(top->unit);
   memset(top, 0, sizeof *top);
 }
+
+int pprof_sample_has_function(const pprof_profile *p,
+                              const Perftools__Profiles__Sample *s,
+                              const char *name) {
+  for (size_t i = 0; i < s->n_location_id; i++) {
+    const Perftools__Profiles__Location *loc =
+        pprof_find_location(p, s->location_id[i]);
+    if (!loc)
+      continue;
+    for (size_t l = 0; l < loc->n_line; l++) {
+      const Perftools__Profiles__Function *f =
+          pprof_find_function(p, loc->line[l]->function_id);
+      if (f && strcmp(pprof_str(p, f->name), name) == 0)
+        return 1;
+    }
+  }
+  return 0;
+}

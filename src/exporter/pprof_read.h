@@ -75,6 +75,12 @@ size_t pprof_location_functions(const pprof_profile *p,
                                 const Perftools__Profiles__Location *loc,
                                 const char **names, size_t max);
 
+/* Whether a function named `name` is on the sample's stack (any inline
+ * frame of any location). */
+int pprof_sample_has_function(const pprof_profile *p,
+                              const Perftools__Profiles__Sample *s,
+                              const char *name);
+
 /* The first label of s with that key, or NULL. */
 const Perftools__Profiles__Label *
 pprof_sample_label(const pprof_profile *p, const Perftools__Profiles__Sample *s,

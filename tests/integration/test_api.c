@@ -95,21 +95,6 @@ static int has_label(const pprof_profile *p,
   return str && strcmp(str, value) == 0;
 }
 
-/* Whether function name appears on the sample's stack. */
-static int on_stack(const pprof_profile *p,
-                    const Perftools__Profiles__Sample *s, const char *name) {
-  for (size_t i = 0; i < s->n_location_id; i++) {
-    const char *names[8];
-    const Perftools__Profiles__Location *loc =
-        pprof_find_location(p, s->location_id[i]);
-    size_t n = loc ? pprof_location_functions(p, loc, names, 8) : 0;
-    for (size_t k = 0; k < n && k < 8; k++)
-      if (strcmp(names[k], name) == 0)
-        return 1;
-  }
-  return 0;
-}
-
 static void *worker_thread(void *arg) {
   (void)arg;
   for (int i = 0; i < 60; i++) {
@@ -153,17 +138,17 @@ static void test_labels_on_the_right_samples(void) {
       int64_t v = s->value[count];
       int ep = has_label(p, s, "endpoint", "/checkout");
       int cust = has_label(p, s, "customer", "acme");
-      if (on_stack(p, s, "nested_work")) {
+      if (pprof_sample_has_function(p, s, "nested_work")) {
         nested += v;
         wrong += !(ep && cust) ? v : 0;
-      } else if (on_stack(p, s, "labeled_work")) {
+      } else if (pprof_sample_has_function(p, s, "labeled_work")) {
         labeled += v;
         wrong += !ep || cust ? v : 0;
-      } else if (on_stack(p, s, "unlabeled_work")) {
+      } else if (pprof_sample_has_function(p, s, "unlabeled_work")) {
         unlabeled += v;
         wrong += ep || cust ? v : 0;
       }
-      if (on_stack(p, s, "worker_thread"))
+      if (pprof_sample_has_function(p, s, "worker_thread"))
         CHECK(pprof_sample_label(p, s, "thread id") != NULL);
     }
     pprof_profile_free(p);

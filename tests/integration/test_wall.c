@@ -37,19 +37,6 @@ static const char *label_str(const pprof_profile *p, sample_t *s,
   return l ? pprof_label_str(p, l) : NULL;
 }
 
-static int on_stack(const pprof_profile *p, sample_t *s, const char *name) {
-  for (size_t i = 0; i < s->n_location_id; i++) {
-    const char *names[8];
-    const Perftools__Profiles__Location *loc =
-        pprof_find_location(p, s->location_id[i]);
-    size_t n = loc ? pprof_location_functions(p, loc, names, 8) : 0;
-    for (size_t k = 0; k < n && k < 8; k++)
-      if (strcmp(names[k], name) == 0)
-        return 1;
-  }
-  return 0;
-}
-
 /* Sum of a sample type over samples of thread tid (0: any) with function fn
  * (NULL: any) on the stack. */
 static int64_t sum_where(pprof_profile **profiles, size_t n, const char *type,
@@ -64,7 +51,7 @@ static int64_t sum_where(pprof_profile **profiles, size_t n, const char *type,
       sample_t *s = p->sample[i];
       if (tid && label_num(p, s, "thread id") != tid)
         continue;
-      if (fn && !on_stack(p, s, fn))
+      if (fn && !pprof_sample_has_function(p, s, fn))
         continue;
       sum += s->value[idx];
     }
@@ -287,13 +274,13 @@ static void test_labels_on_wall_samples(void) {
         const char *cust = label_str(p, s, "customer");
         int has_ep = ep && strcmp(ep, "/checkout") == 0;
         int has_cust = cust && strcmp(cust, "acme") == 0;
-        if (on_stack(p, s, "nested_wait")) {
+        if (pprof_sample_has_function(p, s, "nested_wait")) {
           nested += v;
           wrong += !(has_ep && has_cust) ? v : 0;
-        } else if (on_stack(p, s, "labeled_wait")) {
+        } else if (pprof_sample_has_function(p, s, "labeled_wait")) {
           labeled += v;
           wrong += !has_ep || cust ? v : 0;
-        } else if (on_stack(p, s, "unlabeled_wait")) {
+        } else if (pprof_sample_has_function(p, s, "unlabeled_wait")) {
           unlabeled += v;
           wrong += ep || cust ? v : 0;
         }
@@ -375,7 +362,7 @@ static void test_labels_on_short_lived_threads(void) {
         if (short_tids[j] == tid)
           k = j;
       const char *worker = label_str(p, s, "worker");
-      if (on_stack(p, s, "short_labeled")) {
+      if (pprof_sample_has_function(p, s, "short_labeled")) {
         char want[16];
         snprintf(want, sizeof want, "w%d", k);
         int ok = k >= 0 && worker && strcmp(worker, want) == 0;
@@ -383,7 +370,7 @@ static void test_labels_on_short_lived_threads(void) {
         wrong += ok ? 0 : s->value[idx];
         if (ok && !seen[k]++)
           threads_seen++;
-      } else if (on_stack(p, s, "short_tail")) {
+      } else if (pprof_sample_has_function(p, s, "short_tail")) {
         wrong += worker ? s->value[idx] : 0;
       }
     }
@@ -447,13 +434,13 @@ static void test_span_ids_and_endpoints(void) {
         int64_t root = label_num(p, s, "local root span id");
         int64_t span = label_num(p, s, "span id");
         const char *ep = label_str(p, s, CP_LABEL_TRACE_ENDPOINT);
-        if (on_stack(p, s, "traced_request")) {
+        if (pprof_sample_has_function(p, s, "traced_request")) {
           traced += s->value[idx];
           const char *want = (root % 1000) % 2 ? "/checkout" : "/cart";
           int ok = root >= 1000 && span == root * 10 + 1 && ep &&
                    strcmp(ep, want) == 0;
           wrong += ok ? 0 : s->value[idx];
-        } else if (on_stack(p, s, "between_requests")) {
+        } else if (pprof_sample_has_function(p, s, "between_requests")) {
           untraced += s->value[idx];
           wrong += root != -1 || span != -1 || ep ? s->value[idx] : 0;
         }
@@ -560,7 +547,7 @@ static void test_timeline(void) {
       /* The bucket's end: at most 10 ms after the sample. */
       if (ts < (int64_t)start || ts > (int64_t)end + 10000000)
         outside++;
-      if (on_stack(p, s, "timeline_work")) {
+      if (pprof_sample_has_function(p, s, "timeline_work")) {
         in_work++;
         first = ts < first ? ts : first;
         last = ts > last ? ts : last;
