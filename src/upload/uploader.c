@@ -125,6 +125,7 @@ int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   up.exit_timeout_ns = (uint64_t)cfg->exit_timeout_ms * 1000000ull;
   up.period_start_ns = cp_realtime_ns();
   up.stop = 0;
+  up.seq = 0; /* a start makes a new runtime-id: its profiles count from 0 */
   up.flush_requested = up.flush_completed = 0;
   int rc = cp_start_internal_thread(&up.thread, uploader_thread, NULL,
                                     "contprof-upload");
