@@ -32,6 +32,7 @@
 #include "aggregator/aggregator.h"
 #include "aggregator/ring.h"
 #include "common.h"
+#include "trace.h"
 #include "heap_table.h"
 #include "labels.h"
 #include "sampler.h"
@@ -356,8 +357,7 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra) {
       s->tid = tid;
       s->labels = labels;
       s->timestamp_ns = cp_realtime_ns();
-      s->span_id = 0;
-      s->local_root_span_id = 0;
+      cp_trace_current(&s->span_id, &s->local_root_span_id);
       s->count = count;
       s->quantity = bytes;
       s->nframes = (uint32_t)n;

@@ -40,6 +40,7 @@
 #include "aggregator/aggregator.h"
 #include "aggregator/ring.h"
 #include "common.h"
+#include "trace.h"
 #include "labels.h"
 #include "sampler.h"
 #include "unwind.h"
@@ -254,8 +255,7 @@ static void record_wait(uint64_t wait_ns, uint64_t caller_ra) {
     s->tid = cp_gettid();
     s->labels = cp_labels_current();
     s->timestamp_ns = cp_realtime_ns();
-    s->span_id = 0;
-    s->local_root_span_id = 0;
+    cp_trace_current(&s->span_id, &s->local_root_span_id);
     s->count = count;
     s->quantity = quantity;
     s->nframes = (uint32_t)cp_unwind_here(s->frames, lock.max_frames, caller_ra,
