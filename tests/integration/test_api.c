@@ -203,5 +203,54 @@ static void test_unwritable_directory(void) {
   CHECK(strstr(buf, dir) != NULL || strstr(buf, path) != NULL);
 }
 
+__attribute__((noinline)) void allocate_in_span(void) {
+  for (int i = 0; i < 2000; i++) {
+    void *p = malloc(4096);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+  }
+  KEEP_FRAME();
+}
+
+/* Allocation samples carry the span ids set on their thread. */
+static void test_span_ids_on_allocation_samples(void) {
+  char *dir = make_temp_dir("span-alloc");
+  setenv("CONTPROF_ALLOC_SAMPLE_BYTES", "4096", 1);
+  contprof_options o = {
+      .output_dir = dir, .upload_period_s = 3600, .profiles = "alloc"};
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  unsetenv("CONTPROF_ALLOC_SAMPLE_BYTES");
+  contprof_set_span(77, 88);
+  allocate_in_span();
+  contprof_set_span(0, 0);
+  CHECK_EQ_INT(contprof_stop(), 0);
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK(n >= 1);
+  int64_t in_span = 0, wrong = 0;
+  for (size_t f = 0; f < n; f++) {
+    pprof_profile *p = profiles[f];
+    int idx = pprof_sample_type_index(p, "alloc-samples");
+    CHECK(idx >= 0);
+    for (size_t i = 0; idx >= 0 && i < p->n_sample; i++) {
+      const Perftools__Profiles__Sample *s = p->sample[i];
+      if (!pprof_sample_has_function(p, s, "allocate_in_span"))
+        continue;
+      const Perftools__Profiles__Label *span =
+          pprof_sample_label(p, s, "span id");
+      const Perftools__Profiles__Label *root =
+          pprof_sample_label(p, s, "local root span id");
+      in_span += s->value[idx];
+      wrong += !(span && span->num == 77 && root && root->num == 88);
+    }
+    pprof_profile_free(p);
+  }
+  /* 2000 x 4 KiB at a 4 KiB mean: about 1260 samples. */
+  CHECK(in_span > 500);
+  CHECK_EQ_INT(wrong, 0);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_lifecycle_errors), T(test_concurrent_lifecycle),
-          T(test_labels_on_the_right_samples), T(test_unwritable_directory))
+          T(test_labels_on_the_right_samples), T(test_unwritable_directory),
+          T(test_span_ids_on_allocation_samples))
