@@ -108,6 +108,25 @@ static void test_shares_250hz(void) { check_run("250", 2, "9", 1); }
 static void test_total_100hz(void) { check_run("100", 2, "2", 0); }
 static void test_total_1000hz_4_threads(void) { check_run("1000", 4, "2", 0); }
 
+/* The one profile in dir (-1 if there is not exactly one), with the
+ * cpu-time top table of its functions. */
+static int profile_top(const char *dir, pprof_top *top, pprof_profile **p) {
+  pprof_profile *all[4];
+  size_t n = read_profiles(dir, all, 4, NULL);
+  for (size_t i = 1; i < n; i++)
+    pprof_profile_free(all[i]);
+  *p = n ? all[0] : NULL;
+  char err[256];
+  if (n != 1 || pprof_top_compute((const pprof_profile *const *)all, 1,
+                                  "cpu-time", top, err, sizeof err) != 0) {
+    if (*p)
+      pprof_profile_free(*p);
+    *p = NULL;
+    return -1;
+  }
+  return 0;
+}
+
 static void test_exit_status_passes_through(void) {
   char *dir = make_temp_dir("exit3");
   char *argv[] = {CONTPROF, "run",    "--output", dir,
@@ -149,26 +168,21 @@ static void test_two_hundred_short_threads(void) {
   sscanf(r->out, "timers=%d", &timers);
   /* Only the main thread's timer is left once the 200 threads are gone. */
   CHECK(timers >= 0 && timers <= 1);
-  pprof_profile *profiles[4];
-  size_t n = read_profiles(dir, profiles, 4, NULL);
-  CHECK_EQ_INT(n, 1);
-  if (n == 1) {
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
     /* 200 threads x 10 ms: 2 s of CPU in work_alpha. A CPU timer is only
      * checked at kernel ticks (4 ms at HZ=250), so each thread loses the
      * unticked tail of its life (half a tick on average, 20% of a 10 ms
      * thread): most, not all, of it is seen. */
-    pprof_top top;
-    char err[256];
-    CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)profiles, 1,
-                                   "cpu-time", &top, err, sizeof err),
-                 0);
     double cpu = rusage_cpu_seconds(&r->usage);
     printf("threads200: sampled %.3f s of %.3f s\n", (double)top.total / 1e9,
            cpu);
     double alpha = (double)top_cum(&top, "work_alpha") / 1e9;
     CHECK(alpha > 1.0 && alpha < 2.2);
     pprof_top_free(&top);
-    pprof_profile_free(profiles[0]);
+    pprof_profile_free(p);
   }
   free(r);
   remove_dir(dir);
@@ -188,20 +202,15 @@ static void test_fork_children_exit_cleanly(void) {
   CHECK_EQ_INT(thread_child, 5);
   /* Children are not profiled (yet): only the parent's profile, with the
    * parent's own work and none of the children's. */
-  pprof_profile *profiles[4];
-  size_t n = read_profiles(dir, profiles, 4, NULL);
-  CHECK_EQ_INT(n, 1);
-  if (n == 1) {
-    pprof_top top;
-    char err[256];
-    CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)profiles, 1,
-                                   "cpu-time", &top, err, sizeof err),
-                 0);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
     CHECK_NEAR((double)top_cum(&top, "work_alpha") / 1e9, 0.4, 0.08);
     CHECK_EQ_INT(top_cum(&top, "work_beta"), 0);
     CHECK_EQ_INT(top_cum(&top, "work_gamma"), 0);
     pprof_top_free(&top);
-    pprof_profile_free(profiles[0]);
+    pprof_profile_free(p);
   }
   free(r);
   remove_dir(dir);
@@ -220,31 +229,16 @@ static void test_application_sigprof_keeps_working(void) {
    * (the kernel delivers them at 4 ms ticks), none of ours. */
   printf("application's own SIGPROF ticks: %d\n", ticks);
   CHECK(ticks >= 70 && ticks <= 130);
-  pprof_profile *profiles[4];
-  size_t n = read_profiles(dir, profiles, 4, NULL);
-  CHECK_EQ_INT(n, 1);
-  if (n == 1) {
-    pprof_top top;
-    char err[256];
-    CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)profiles, 1,
-                                   "cpu-time", &top, err, sizeof err),
-                 0);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
     CHECK_NEAR((double)top_cum(&top, "work_alpha") / 1e9, 1.0, 0.1);
     pprof_top_free(&top);
-    pprof_profile_free(profiles[0]);
+    pprof_profile_free(p);
   }
   free(r);
   remove_dir(dir);
-}
-
-/* The names of the functions on the stacks of a profile, with their
- * cpu-time (cum), into top. */
-static int profile_top(const char *dir, pprof_top *top, pprof_profile **p) {
-  char err[256];
-  if (read_profiles(dir, p, 1, NULL) != 1)
-    return -1;
-  return pprof_top_compute((const pprof_profile *const *)p, 1, "cpu-time", top,
-                           err, sizeof err);
 }
 
 static void test_deep_stack_is_marked_truncated(void) {
