@@ -234,6 +234,38 @@ static void dd_free(void *ctx) { free(ctx); }
 
 /* ---- containers ---------------------------------------------------------- */
 
+/* One line of /proc/self/cgroup, "hierarchy:controllers:path", split in
+ * place. */
+typedef struct cgroup_line {
+  char buf[1024];
+  const char *hierarchy, *controllers, *path;
+} cgroup_line;
+
+/* The next well-formed line after *cursor (too long lines and lines without
+ * two colons are skipped); 0 at the end of the text. */
+static int next_cgroup_line(const char **cursor, cgroup_line *l) {
+  while (*cursor && **cursor) {
+    const char *line = *cursor, *nl = strchr(line, '\n');
+    size_t n = nl ? (size_t)(nl - line) : strlen(line);
+    *cursor = nl ? nl + 1 : NULL;
+    if (n >= sizeof l->buf)
+      continue;
+    memcpy(l->buf, line, n);
+    l->buf[n] = 0;
+    char *c1 = strchr(l->buf, ':');
+    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
+      continue;
+    *c1 = 0;
+    *c2 = 0;
+    l->hierarchy = l->buf;
+    l->controllers = c1 + 1;
+    l->path = c2 + 1;
+    return 1;
+  }
+  return 0;
+}
+
 int cp_datadog_container_id(const char *text, char *out, size_t len) {
   static const char *const pattern =
       "([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{"
@@ -242,26 +274,15 @@ int cp_datadog_container_id(const char *text, char *out, size_t len) {
   if (regcomp(&re, pattern, REG_EXTENDED) != 0)
     return 0;
   int found = 0;
-  const char *line = text;
-  while (line && *line && !found) {
-    const char *nl = strchr(line, '\n');
-    size_t n = nl ? (size_t)(nl - line) : strlen(line);
-    char buf[1024];
-    if (n < sizeof buf) {
-      memcpy(buf, line, n);
-      buf[n] = 0;
-      /* "hierarchy:controllers:path" */
-      char *c1 = strchr(buf, ':');
-      char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-      regmatch_t mt[2];
-      if (c2 && c2[1] && regexec(&re, c2 + 1, 2, mt, 0) == 0 &&
-          (size_t)(mt[1].rm_eo - mt[1].rm_so) < len) {
-        snprintf(out, len, "%.*s", (int)(mt[1].rm_eo - mt[1].rm_so),
-                 c2 + 1 + mt[1].rm_so);
-        found = 1;
-      }
+  cgroup_line l;
+  for (const char *cursor = text; !found && next_cgroup_line(&cursor, &l);) {
+    regmatch_t mt[2];
+    if (l.path[0] && regexec(&re, l.path, 2, mt, 0) == 0 &&
+        (size_t)(mt[1].rm_eo - mt[1].rm_so) < len) {
+      snprintf(out, len, "%.*s", (int)(mt[1].rm_eo - mt[1].rm_so),
+               l.path + mt[1].rm_so);
+      found = 1;
     }
-    line = nl ? nl + 1 : NULL;
   }
   regfree(&re);
   return found;
@@ -269,28 +290,16 @@ int cp_datadog_container_id(const char *text, char *out, size_t len) {
 
 int cp_datadog_cgroup_path(const char *text, char *out, size_t len) {
   int found = 0;
-  for (const char *line = text; line && *line;) {
-    const char *nl = strchr(line, '\n');
-    size_t n = nl ? (size_t)(nl - line) : strlen(line);
-    char buf[1024];
-    if (n < sizeof buf) {
-      memcpy(buf, line, n);
-      buf[n] = 0;
-      char *c1 = strchr(buf, ':');
-      char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-      if (c2) {
-        *c2 = 0;
-        int unified = strcmp(buf, "0:") == 0;
-        int memory = strstr(c1 + 1, "memory") != NULL;
-        if ((unified || memory) && strlen(c2 + 1) < len) {
-          snprintf(out, len, "%s%s", unified ? "" : "memory", c2 + 1);
-          found = 1;
-          if (unified)
-            break;
-        }
-      }
+  cgroup_line l;
+  for (const char *cursor = text; next_cgroup_line(&cursor, &l);) {
+    int unified = strcmp(l.hierarchy, "0") == 0 && !l.controllers[0];
+    int memory = strstr(l.controllers, "memory") != NULL;
+    if ((unified || memory) && strlen(l.path) < len) {
+      snprintf(out, len, "%s%s", unified ? "" : "memory", l.path);
+      found = 1;
+      if (unified)
+        break;
     }
-    line = nl ? nl + 1 : NULL;
   }
   return found;
 }
