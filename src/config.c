@@ -602,6 +602,15 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
     cfg->timeline = 0;
   }
 
+  cfg->follow_fork = 1;
+  const char *follow = env_get(&src, "CONTPROF_FOLLOW_FORK");
+  if (follow && parse_bool(follow, &cfg->follow_fork) != 0) {
+    cp_warn("CONTPROF_FOLLOW_FORK='%s' is not a boolean (1/0, true/false); "
+            "using true",
+            follow);
+    cfg->follow_fork = 1;
+  }
+
   const char *dir = opts->output_dir ? opts->output_dir
                                      : env_get(&src, "CONTPROF_OUTPUT_DIR");
   if ((rc = set_string(&cfg->output_dir, dir ? dir : "./profiles")))

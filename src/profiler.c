@@ -19,7 +19,9 @@
 #include "contprof/runtime.h"
 #include "labels.h"
 #include "samplers/sampler.h"
+#include "samplers/signals.h"
 #include "samplers/threads.h"
+#include "trace.h"
 #include "upload/sink.h"
 #include "upload/uploader.h"
 
@@ -35,7 +37,16 @@ static struct {
   size_t nactive;
   char host[256];
   char runtime_id[37];
+  /* The binding's runtime (contprof_start_runtime), else has_runtime = 0. */
+  contprof_runtime runtime;
+  int has_runtime;
+  char runtime_name[32];
+  char runtime_version[64];
 } prof = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The generation being exported while the runtime's before_export runs on
+ * the uploader thread: where contprof_record puts snapshot samples. */
+static CP_TLS cp_generation *snapshot_gen;
 
 static void make_uuid(char out[37]) {
   unsigned char b[16];
@@ -68,12 +79,40 @@ static void before_export(cp_generation *g) {
   for (size_t i = 0; i < prof.nactive; i++)
     if (prof.active[i]->before_export)
       prof.active[i]->before_export(g);
+  if (prof.has_runtime && prof.runtime.before_export) {
+    snapshot_gen = g;
+    prof.runtime.before_export(prof.runtime.ctx);
+    snapshot_gen = NULL;
+  }
 }
 
+/* The CP_PROFILE_* bits a binding samples itself. */
+static unsigned self_sampled_profiles(void) {
+  static const unsigned of_kind[CONTPROF_KIND_COUNT] = {
+      [CONTPROF_KIND_CPU] = CP_PROFILE_CPU,
+      [CONTPROF_KIND_WALL] = CP_PROFILE_WALL,
+      [CONTPROF_KIND_ALLOC] = CP_PROFILE_ALLOC,
+      [CONTPROF_KIND_INUSE] = CP_PROFILE_HEAP,
+      [CONTPROF_KIND_LOCK] = CP_PROFILE_LOCK,
+  };
+  unsigned bits = 0;
+  if (prof.has_runtime)
+    for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+      if (prof.runtime.self_sampled & CONTPROF_SELF(k))
+        bits |= of_kind[k];
+  return bits;
+}
+
+static int start_configured(void);
+static void after_fork_prepare(void) { pthread_mutex_lock(&prof.lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&prof.lock); }
+
 /* The child of fork has only the forking thread: the profiler's threads and
- * timers are gone. It forgets the parent's state (without taking locks that a
- * lost thread may hold) and is not profiled; the parent's profile is not
- * affected. */
+ * timers are gone. It forgets the parent's state (the prepare handler held
+ * prof.lock across fork, so no start or stop was half done; other locks a
+ * lost thread may hold are made anew) and, with CONTPROF_FOLLOW_FORK (the
+ * default), starts again as a process of its own: new pid and runtime-id, an
+ * empty profile, the same configuration. The parent is not affected. */
 static void after_fork_child(void) {
   pthread_mutex_init(&prof.lock, NULL);
   cp_gettid_reset();
@@ -84,11 +123,17 @@ static void after_fork_child(void) {
     if (prof.active[i]->after_fork_child)
       prof.active[i]->after_fork_child();
   prof.nactive = 0;
+  cp_signals_after_fork_child();
   cp_threads_after_fork_child();
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
   cp_symbols_reset();
-  cp_config_free(&prof.cfg);
+  if (!prof.cfg.follow_fork || start_configured() != 0) {
+    cp_config_free(&prof.cfg);
+    prof.has_runtime = 0;
+    return;
+  }
+  atomic_store(&prof.running, 1);
 }
 
 /* Stops what start_locked started, in reverse order. */
@@ -104,26 +149,25 @@ static void teardown_locked(void) {
   cp_config_free(&prof.cfg);
 }
 
-static int start_locked(const contprof_options *opts) {
-  int rc = cp_config_load(&prof.cfg, opts, NULL, NULL);
-  if (rc)
-    return rc;
-  if (!prof.cfg.enabled) {
-    cp_info("profiling disabled by CONTPROF_ENABLED");
-    cp_config_free(&prof.cfg);
-    return CONTPROF_ERR_DISABLED;
-  }
+/* A binding's options first, then the environment. */
+static const char *runtime_option(const char *name, void *ctx) {
+  (void)ctx;
+  const char *v =
+      prof.runtime.option ? prof.runtime.option(name, prof.runtime.ctx) : NULL;
+  return v ? v : getenv(name);
+}
+
+/* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
+static int start_configured(void) {
+  int rc;
   cp_symbols_init();
-  if ((rc = cp_agg_start(&prof.cfg, tick))) {
-    cp_config_free(&prof.cfg);
+  if ((rc = cp_agg_start(&prof.cfg, tick)))
     return rc;
-  }
 
   size_t nsinks = 0;
   cp_sink **sinks = cp_sinks_create(&prof.cfg, &nsinks);
   if (!sinks) {
     cp_agg_stop();
-    cp_config_free(&prof.cfg);
     return CONTPROF_ERR_NOMEM;
   }
   if (gethostname(prof.host, sizeof prof.host) != 0)
@@ -134,22 +178,23 @@ static int start_locked(const contprof_options *opts) {
       .host = prof.host,
       .pid = getpid(),
       .runtime_id = prof.runtime_id,
-      .runtime = "native",
-      .runtime_version = gnu_get_libc_version(),
+      .runtime = prof.has_runtime ? prof.runtime_name : "native",
+      .runtime_version =
+          prof.has_runtime ? prof.runtime_version : gnu_get_libc_version(),
       .cpu_period_ns = 1000000000 / prof.cfg.cpu_hz,
   };
-  if ((rc = cp_uploader_start(&prof.cfg, sinks, nsinks, &meta,
-                              before_export))) {
+  if ((rc =
+           cp_uploader_start(&prof.cfg, sinks, nsinks, &meta, before_export))) {
     cp_sinks_destroy(sinks, nsinks);
     cp_agg_stop();
-    cp_config_free(&prof.cfg);
     return rc;
   }
 
   prof.nactive = 0;
+  unsigned native = prof.cfg.profiles & ~self_sampled_profiles();
   for (size_t i = 0; i < CP_ARRAY_SIZE(all_samplers); i++) {
     const cp_sampler *s = all_samplers[i];
-    if (!(prof.cfg.profiles & s->profile))
+    if (!(native & s->profile))
       continue;
     if ((rc = s->start(&prof.cfg))) {
       cp_error("cannot start the %s sampler: %s", s->name,
@@ -168,21 +213,55 @@ static int start_locked(const contprof_options *opts) {
   return 0;
 }
 
-int contprof_start(const contprof_options *opts) {
+static int start_locked(const contprof_options *opts,
+                        const contprof_runtime *runtime) {
+  prof.has_runtime = runtime != NULL;
+  if (runtime) {
+    prof.runtime = *runtime;
+    snprintf(prof.runtime_name, sizeof prof.runtime_name, "%s",
+             runtime->name ? runtime->name : "native");
+    snprintf(prof.runtime_version, sizeof prof.runtime_version, "%s",
+             runtime->version ? runtime->version : "");
+  }
+  int rc =
+      cp_config_load(&prof.cfg, opts, runtime ? runtime_option : NULL, NULL);
+  if (rc == 0 && !prof.cfg.enabled) {
+    cp_info("profiling disabled by CONTPROF_ENABLED");
+    cp_config_free(&prof.cfg);
+    rc = CONTPROF_ERR_DISABLED;
+  } else if (rc == 0 && (rc = start_configured()) != 0) {
+    cp_config_free(&prof.cfg);
+  }
+  if (rc)
+    prof.has_runtime = 0;
+  return rc;
+}
+
+static int start(const contprof_options *opts,
+                 const contprof_runtime *runtime) {
   pthread_mutex_lock(&prof.lock);
   int rc;
   if (atomic_load(&prof.running)) {
     rc = CONTPROF_ERR_ALREADY_STARTED;
-  } else if ((rc = start_locked(opts)) == 0) {
+  } else if ((rc = start_locked(opts, runtime)) == 0) {
     atomic_store(&prof.running, 1);
     if (!prof.atexit_registered) {
       atexit(stop_at_exit);
-      pthread_atfork(NULL, NULL, after_fork_child);
+      pthread_atfork(after_fork_prepare, after_fork_parent, after_fork_child);
       prof.atexit_registered = 1;
     }
   }
   pthread_mutex_unlock(&prof.lock);
   return rc;
+}
+
+int contprof_start(const contprof_options *opts) { return start(opts, NULL); }
+
+int contprof_start_runtime(const contprof_options *opts,
+                           const contprof_runtime *runtime) {
+  if (!runtime)
+    return CONTPROF_ERR_INVALID;
+  return start(opts, runtime);
 }
 
 int contprof_stop(void) {
@@ -193,6 +272,7 @@ int contprof_stop(void) {
   }
   atomic_store(&prof.running, 0);
   teardown_locked();
+  prof.has_runtime = 0;
   pthread_mutex_unlock(&prof.lock);
   return 0;
 }
@@ -232,17 +312,77 @@ const char *contprof_strerror(int status) {
   }
 }
 
+int contprof_record(const contprof_sample *sample) {
+  if (!sample || (!sample->frames && sample->nframes) ||
+      (unsigned)sample->kind >= CONTPROF_KIND_COUNT)
+    return CONTPROF_ERR_INVALID;
+  /* A snapshot sample goes into the profile being made (also the last one,
+   * at stop, when running is already 0); the others into the aggregate. */
+  cp_generation *snapshot =
+      sample->kind == CONTPROF_KIND_INUSE ? snapshot_gen : NULL;
+  if (!snapshot && !atomic_load(&prof.running))
+    return CONTPROF_ERR_NOT_STARTED;
+  if (sample->kind == CONTPROF_KIND_INUSE && !snapshot)
+    return CONTPROF_ERR_INVALID;
+  cp_sample_key key = {.tid = sample->tid ? sample->tid : cp_gettid()};
+  if (sample->labels == CONTPROF_LABELS_OF_CALLER) {
+    key.labels = cp_labels_current();
+    cp_trace_current(&key.span_id, &key.local_root_span_id);
+  } else {
+    key.labels = sample->labels;
+    key.span_id = sample->span_id;
+    key.local_root_span_id = sample->local_root_span_id;
+  }
+  if (snapshot) {
+    cp_gen_add(snapshot, sample->frames, sample->nframes, 0, &key, sample->kind,
+               sample->count, sample->quantity);
+    return 0;
+  }
+  return cp_agg_record(sample->frames, sample->nframes, &key, sample->kind,
+                       sample->count, sample->quantity);
+}
+
 int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
                            uint32_t labels, contprof_sample_kind kind,
                            int64_t count, int64_t quantity) {
-  if ((!frames && nframes) || (unsigned)kind >= CONTPROF_KIND_COUNT)
+  contprof_sample s = {.frames = frames,
+                       .nframes = nframes,
+                       .tid = tid,
+                       .labels = labels,
+                       .kind = kind,
+                       .count = count,
+                       .quantity = quantity};
+  return contprof_record(&s);
+}
+
+int contprof_set_thread_name(pid_t tid, const char *name) {
+  return cp_agg_set_thread_name(tid ? tid : cp_gettid(), name);
+}
+
+int contprof_runtime_settings_get(contprof_runtime_settings *out) {
+  if (!out)
     return CONTPROF_ERR_INVALID;
-  if (!atomic_load(&prof.running))
-    return CONTPROF_ERR_NOT_STARTED;
-  cp_sample_key key = {
-      .labels =
-          labels == CONTPROF_LABELS_OF_CALLER ? cp_labels_current() : labels,
-      .tid = tid ? tid : cp_gettid(),
-  };
-  return cp_agg_record(frames, nframes, &key, kind, count, quantity);
+  pthread_mutex_lock(&prof.lock);
+  int rc = CONTPROF_ERR_NOT_STARTED;
+  if (atomic_load(&prof.running)) {
+    static const struct {
+      unsigned profile;
+      contprof_sample_kind kind;
+    } map[] = {{CP_PROFILE_CPU, CONTPROF_KIND_CPU},
+               {CP_PROFILE_WALL, CONTPROF_KIND_WALL},
+               {CP_PROFILE_ALLOC, CONTPROF_KIND_ALLOC},
+               {CP_PROFILE_HEAP, CONTPROF_KIND_INUSE},
+               {CP_PROFILE_LOCK, CONTPROF_KIND_LOCK}};
+    out->profiles = 0;
+    for (size_t i = 0; i < CP_ARRAY_SIZE(map); i++)
+      if (prof.cfg.profiles & map[i].profile)
+        out->profiles |= CONTPROF_SELF(map[i].kind);
+    out->cpu_hz = prof.cfg.cpu_hz;
+    out->max_frames = prof.cfg.max_frames;
+    out->wall_interval_ms = prof.cfg.wall_interval_ms;
+    out->alloc_sample_bytes = prof.cfg.alloc_sample_bytes;
+    rc = 0;
+  }
+  pthread_mutex_unlock(&prof.lock);
+  return rc;
 }

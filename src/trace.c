@@ -199,6 +199,11 @@ size_t cp_trace_endpoint_counts_take(cp_endpoint_count **out) {
  * fork (short, non-nesting critical sections, as in labels.c). */
 static void fork_prepare(void) { pthread_mutex_lock(&tr.lock); }
 static void fork_release(void) { pthread_mutex_unlock(&tr.lock); }
+/* The parent reports the requests it counted; the child starts from none. */
+static void fork_child(void) {
+  memset(tr.counts, 0, sizeof tr.counts);
+  pthread_mutex_unlock(&tr.lock);
+}
 __attribute__((constructor)) static void register_fork_handlers(void) {
-  pthread_atfork(fork_prepare, fork_release, fork_release);
+  pthread_atfork(fork_prepare, fork_release, fork_child);
 }

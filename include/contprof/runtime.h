@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "contprof/profiler.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -48,6 +50,75 @@ uint32_t contprof_labels_current(void);
 int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
                            uint32_t labels, contprof_sample_kind kind,
                            int64_t count, int64_t quantity);
+
+/* One sample for contprof_record. */
+typedef struct contprof_sample {
+  const uint64_t *frames; /* leaf first */
+  size_t nframes;
+  pid_t tid;       /* the thread it was taken on; 0 = the calling thread */
+  uint32_t labels; /* label set (contprof_labels_current on that thread), or
+                    * CONTPROF_LABELS_OF_CALLER: the calling thread's labels
+                    * and span ids, and the two fields below are ignored */
+  uint64_t span_id; /* contprof_set_span's ids of that thread, 0 if none */
+  uint64_t local_root_span_id;
+  contprof_sample_kind kind;
+  int64_t count;
+  int64_t quantity;
+} contprof_sample;
+
+/* Records one sample; the general form of contprof_record_sample, for a
+ * binding that samples other threads and keeps their span ids itself. Not
+ * async-signal-safe. A CONTPROF_KIND_INUSE sample is a snapshot: it may only
+ * be recorded from the runtime's before_export callback (CONTPROF_ERR_INVALID
+ * elsewhere) and goes into the profile being made. */
+int contprof_record(const contprof_sample *sample);
+
+/* A language runtime that samples its own frames. */
+typedef struct contprof_runtime {
+  const char *name;    /* "cpython", "ruby": the runtime, language and family
+                        * in the metadata */
+  const char *version; /* the runtime's version, "3.11.2" */
+  /* Kinds the binding samples itself, as CONTPROF_SELF(kind) bits: the
+   * native sampler of such a kind is not started (no signals, no hooks), but
+   * its sample types are in the profile when the profile is enabled. */
+  unsigned self_sampled;
+  /* Option lookup by environment-variable name (CONTPROF_CPU_HZ, DD_ENV...):
+   * the binding's own value, or NULL to read the environment. May be NULL. */
+  const char *(*option)(const char *name, void *ctx);
+  /* Called on the uploader thread before each profile is made (and before
+   * the last one at stop); CONTPROF_KIND_INUSE samples recorded here are the
+   * live-heap snapshot. Must not call start, stop or flush. May be NULL. */
+  void (*before_export)(void *ctx);
+  void *ctx; /* passed to option and before_export */
+} contprof_runtime;
+
+#define CONTPROF_SELF(kind) (1u << (kind))
+
+/* contprof_start for a binding. The struct is copied; its strings and
+ * callbacks must stay valid until contprof_stop. In the child of fork the
+ * profiler restarts itself (new pid and runtime-id, empty profile); the
+ * binding restarts its own sampling threads (os.register_at_fork,
+ * Process._fork). */
+int contprof_start_runtime(const contprof_options *opts,
+                           const contprof_runtime *runtime);
+
+/* Names a thread in the profile (`thread name`) instead of its kernel name
+ * (/proc/self/task/TID/comm): Python's threading names, Ruby's Thread#name.
+ * A NULL name forgets it. Thread-safe, not async-signal-safe. */
+int contprof_set_thread_name(pid_t tid, const char *name);
+
+/* The running profiler's settings that a binding's own samplers follow, as
+ * loaded by contprof_start_runtime (its options, the environment, defaults).
+ * profiles: CONTPROF_SELF(kind) bits of the enabled kinds (heap = INUSE).
+ * Returns CONTPROF_ERR_NOT_STARTED when the profiler is not running. */
+typedef struct contprof_runtime_settings {
+  unsigned profiles;
+  int cpu_hz;              /* CONTPROF_CPU_HZ */
+  int max_frames;          /* CONTPROF_MAX_FRAMES */
+  int wall_interval_ms;    /* CONTPROF_WALL_INTERVAL_MS */
+  long alloc_sample_bytes; /* CONTPROF_ALLOC_SAMPLE_BYTES */
+} contprof_runtime_settings;
+int contprof_runtime_settings_get(contprof_runtime_settings *out);
 
 #ifdef __cplusplus
 }

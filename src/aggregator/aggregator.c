@@ -67,12 +67,54 @@ static void read_thread_name(pid_t tid, char *buf, size_t len) {
     *nl = 0;
 }
 
+/* Names given by bindings (contprof_set_thread_name), under agg.lock. */
+#define MAX_NAMED_THREADS 4096
+static struct {
+  pid_t tid;
+  char name[64];
+} named[MAX_NAMED_THREADS];
+static size_t nnamed;
+
+static const char *given_name(pid_t tid) {
+  for (size_t i = 0; i < nnamed; i++)
+    if (named[i].tid == tid)
+      return named[i].name;
+  return NULL;
+}
+
 static void note_thread(cp_generation *g, pid_t tid) {
   if (tid <= 0 || cp_gen_thread_name(g, tid))
     return;
+  const char *given = given_name(tid);
   char name[64];
-  read_thread_name(tid, name, sizeof name);
-  cp_gen_set_thread_name(g, tid, name);
+  if (!given)
+    read_thread_name(tid, name, sizeof name);
+  cp_gen_set_thread_name(g, tid, given ? given : name);
+}
+
+int cp_agg_set_thread_name(pid_t tid, const char *name) {
+  if (tid <= 0)
+    return CONTPROF_ERR_INVALID;
+  pthread_mutex_lock(&agg.lock);
+  size_t i = 0;
+  while (i < nnamed && named[i].tid != tid)
+    i++;
+  int rc = 0;
+  if (!name) {
+    if (i < nnamed)
+      named[i] = named[--nnamed];
+  } else if (i == nnamed && nnamed == MAX_NAMED_THREADS) {
+    rc = CONTPROF_ERR_LABELS_FULL;
+  } else {
+    if (i == nnamed)
+      nnamed++;
+    named[i].tid = tid;
+    snprintf(named[i].name, sizeof named[i].name, "%s", name);
+    if (agg.gen && cp_gen_thread_name(agg.gen, tid))
+      cp_gen_set_thread_name(agg.gen, tid, named[i].name);
+  }
+  pthread_mutex_unlock(&agg.lock);
+  return rc;
 }
 
 static uint64_t timeline_bucket_end(uint64_t timestamp_ns) {
@@ -234,7 +276,10 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
 
 void cp_agg_after_fork_child(void) {
   pthread_mutex_init(&agg.lock, NULL);
+  nnamed = 0; /* the parent's threads are gone */
   atomic_store_explicit(&agg.ring, NULL, memory_order_release);
+  if (agg.owned_ring)
+    cp_ring_discard_after_fork(agg.owned_ring);
   agg.thread_running = 0;
   /* Freeing is safe: glibc's malloc is consistent in the child. */
   cp_gen_destroy(agg.gen);

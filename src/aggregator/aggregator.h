@@ -32,6 +32,10 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
                   const cp_sample_key *key, contprof_sample_kind kind,
                   int64_t count, int64_t quantity);
 
+/* Gives thread tid a name that wins over its kernel name (NULL forgets it);
+ * contprof_set_thread_name. Thread-safe. */
+int cp_agg_set_thread_name(pid_t tid, const char *name);
+
 /* In the child of fork: the drain thread is gone; forget it and the
  * parent's samples, keep the ring for a later start. */
 void cp_agg_after_fork_child(void);

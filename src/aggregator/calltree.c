@@ -372,8 +372,20 @@ static uint32_t *thread_slot(const cp_generation *g, pid_t tid) {
 }
 
 void cp_gen_set_thread_name(cp_generation *g, pid_t tid, const char *name) {
-  if (g->thread_index.cap && *thread_slot(g, tid))
+  uint32_t e = g->thread_index.cap ? *thread_slot(g, tid) : 0;
+  if (e) {
+    thread_name *t = &g->threads[e - 1];
+    if (strcmp(t->name, name) == 0)
+      return;
+    char *copy = strdup(name);
+    if (!copy)
+      return;
+    g->memory_used += strlen(copy) + 1;
+    g->memory_used -= strlen(t->name) + 1;
+    free(t->name);
+    t->name = copy;
     return;
+  }
   if (index_reserve(g, &g->thread_index, thread_hash) ||
       array_reserve(g, (void **)&g->threads, &g->threads_cap, g->nthreads,
                     sizeof *g->threads))

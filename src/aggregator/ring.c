@@ -170,6 +170,17 @@ void cp_ring_release(cp_ring *r) {
   atomic_store_explicit(&r->dequeue_pos, pos + 1, memory_order_relaxed);
 }
 
+void cp_ring_discard_after_fork(cp_ring *r) {
+  uint64_t end = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
+  uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
+  for (; pos != end; pos++)
+    store_seq(r, pos, pos + r->mask + 1);
+  atomic_store_explicit(&r->dequeue_pos, end, memory_order_relaxed);
+  atomic_store_explicit(&r->wake_pending, 0, memory_order_relaxed);
+  for (size_t i = 0; i < 2 * 8; i++)
+    atomic_store_explicit(&r->dropped_values[i], 0, memory_order_relaxed);
+}
+
 uint64_t cp_ring_drops(const cp_ring *r) {
   return atomic_load_explicit(&((cp_ring *)r)->drops, memory_order_relaxed);
 }

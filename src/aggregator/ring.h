@@ -54,6 +54,11 @@ void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns);
 const cp_raw_sample *cp_ring_peek(cp_ring *ring);
 void cp_ring_release(cp_ring *ring);
 
+/* In the child of fork (one thread): forgets every sample in the ring, also
+ * those a thread of the parent had reserved and will never commit, and the
+ * dropped totals: the child starts empty. */
+void cp_ring_discard_after_fork(cp_ring *ring);
+
 /* Samples dropped since creation. */
 uint64_t cp_ring_drops(const cp_ring *ring);
 

@@ -637,11 +637,13 @@ static int alloc_start(const cp_config *cfg) {
  * reports what is still live. */
 static void alloc_stop(void) { atomic_store(&hot.sampling, 0); }
 
-/* The child inherits the parent's heap, so the table still describes live
- * memory: frees keep untracking (cheaply); sampling stops. */
+/* Sampling stops until the child's profiler starts again. The parent's
+ * tracked blocks are forgotten: the child's in-use profile is its own (a
+ * pre-fork server's workers would otherwise each report the parent's heap). */
 static void alloc_after_fork_child(void) {
   atomic_store(&hot.sampling, 0);
   tls_guard &= ~GUARD_BUSY;
+  cp_heap_untrack_all();
 }
 
 const cp_sampler cp_alloc_sampler = {

@@ -267,3 +267,17 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
     fn(scratch, ctx);
   }
 }
+
+void cp_heap_untrack_all(void) {
+  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+    return;
+  uint32_t n = atomic_load_explicit(&heap.high_water, memory_order_acquire);
+  if (n > heap.capacity)
+    n = (uint32_t)heap.capacity;
+  for (uint32_t i = 0; i < n; i++) {
+    cp_heap_entry *e = entry_at(i);
+    uintptr_t addr = atomic_load_explicit(&e->addr, memory_order_relaxed);
+    if (addr && !(atomic_load_explicit(&e->seq, memory_order_relaxed) & 1))
+      cp_heap_untrack(addr);
+  }
+}

@@ -80,6 +80,11 @@ int cp_heap_untrack(uintptr_t addr);
 void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
                           void *ctx, cp_heap_entry *scratch);
 
+/* In the child of fork (one thread): stops tracking every allocation, so the
+ * child's in-use profile holds only what the child allocated. An entry the
+ * parent's other threads were writing at fork stays taken (it is lost). */
+void cp_heap_untrack_all(void);
+
 /* Sampled allocations that could not be tracked (table full), since start. */
 uint64_t cp_heap_overflows(void);
 

@@ -94,6 +94,8 @@ int cp_signal_install(int preferred, cp_signal_handler handler) {
   return sig;
 }
 
+void cp_signals_after_fork_child(void) { pthread_mutex_init(&lock, NULL); }
+
 /* Async-signal-safe. */
 void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
   const struct sigaction *old = &previous[sig];

@@ -27,4 +27,7 @@ extern __thread unsigned cp_own_signals
  * that were not ours. Async-signal-safe. */
 void cp_signal_chain(int sig, siginfo_t *info, void *ucontext);
 
+/* In the child of fork: the lock is made anew (a lost thread may hold it). */
+void cp_signals_after_fork_child(void);
+
 #endif

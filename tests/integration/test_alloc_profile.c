@@ -204,7 +204,7 @@ static void test_fork_child_frees_parent_blocks(void) {
   CHECK(strstr(r->out, "child=7") != NULL);
   pprof_profile *p[4];
   size_t n = read_profiles(dir, p, 4, NULL);
-  CHECK_EQ_INT(n, 1); /* the child is not profiled */
+  CHECK_EQ_INT(n, 1); /* the child ends with _exit: no last profile */
   for (size_t i = 0; i < n; i++)
     pprof_profile_free(p[i]);
   free(r);

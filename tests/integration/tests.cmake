@@ -14,6 +14,11 @@ add_dependencies(test_cpu_profile workload cp_test_plugin contprof_cli
   contprof_preload)
 set_tests_properties(test_cpu_profile PROPERTIES TIMEOUT 300)
 
+# fork: pre-fork servers, each process its own profile.
+cp_unit_test(test_fork integration/test_fork.c)
+add_dependencies(test_fork workload contprof_cli contprof_preload)
+set_tests_properties(test_fork PROPERTIES TIMEOUT 120)
+
 # Explicit-link mode: the test links libcontprof.so like a C service would.
 add_executable(test_api integration/test_api.c)
 target_link_libraries(test_api PRIVATE contprof contprof_pprof_reader

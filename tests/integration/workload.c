@@ -7,6 +7,9 @@
  *   threads200              200 short-lived threads; prints the POSIX timers
  *                           left once they are gone
  *   fork                    forks children that work and exit()
+ *   prefork                 a pre-fork server: while a thread computes and
+ *                           allocates under labels, forks 2 workers that
+ *                           work and fork a child that works too
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
  *   deep                    works 300 frames deep
  *   dlopen LIB              dlopens LIB twice and works in it
@@ -152,6 +155,68 @@ static int forking(void) {
   return 0;
 }
 
+/* prefork: the parent's thread keeps computing in work_alpha, allocating and
+ * pushing labels (so the profiler's locks are busy at fork time); each
+ * worker computes in work_beta and forks a child that computes in
+ * work_gamma. Every process ends with exit(), which writes its last
+ * profile. */
+static _Atomic int parent_stop;
+/* The program is not linked with contprof: under LD_PRELOAD these resolve to
+ * the preloaded library's label calls, else stay NULL. */
+typedef struct label_scope {
+  uint32_t previous, valid;
+} label_scope;
+extern int contprof_label_push(const char *key, const char *value,
+                               label_scope *scope) __attribute__((weak));
+extern void contprof_label_pop(label_scope *scope) __attribute__((weak));
+
+static void *parent_busy(void *arg) {
+  (void)arg;
+  while (!atomic_load(&parent_stop)) {
+    label_scope scope;
+    int pushed = contprof_label_push != NULL &&
+                 contprof_label_push("role", "parent", &scope) == 0;
+    free(malloc(1000));
+    work_alpha(1000000);
+    if (pushed)
+      contprof_label_pop(&scope);
+  }
+  return NULL;
+}
+
+static int wait_status(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid)
+    return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int preforking(void) {
+  pthread_t busy;
+  pthread_create(&busy, NULL, parent_busy, NULL);
+  work_alpha(100000000);
+  pid_t workers[2];
+  for (int i = 0; i < 2; i++) {
+    workers[i] = fork();
+    if (workers[i] == 0) {
+      work_beta(150000000);
+      pid_t child = fork();
+      if (child == 0) {
+        work_gamma(150000000);
+        exit(0);
+      }
+      exit(wait_status(child) == 0 ? 0 : 9);
+    }
+  }
+  int ok = 0;
+  for (int i = 0; i < 2; i++)
+    ok += wait_status(workers[i]) == 0;
+  atomic_store(&parent_stop, 1);
+  pthread_join(busy, NULL);
+  printf("workers_ok=%d\n", ok);
+  return ok == 2 ? 0 : 1;
+}
+
 /* The application uses SIGPROF with setitimer itself: its handler must keep
  * receiving its ticks while the profiler samples with another signal. */
 static volatile sig_atomic_t own_ticks;
@@ -226,6 +291,8 @@ int main(int argc, char **argv) {
     return dlopen_work(argv[2]);
   if (strcmp(argv[1], "fork") == 0)
     return forking();
+  if (strcmp(argv[1], "prefork") == 0)
+    return preforking();
   if (strcmp(argv[1], "own-sigprof") == 0)
     return own_sigprof();
   return 2;

@@ -1,0 +1,124 @@
+/* fork under the profiler: a pre-fork server (a multithreaded parent whose
+ * workers fork again) gives one profile per process, each with its own pid
+ * and runtime-id and only its own work (no samples of the parent), while the
+ * parent's profile is unaffected. CONTPROF_FOLLOW_FORK=0 leaves children
+ * unprofiled. */
+#include "harness.h"
+#include "test.h"
+
+#define CONTPROF CP_BUILD_DIR "/contprof"
+#define WORKLOAD CP_BUILD_DIR "/tests/workload"
+#define MAX_PROFILES 16
+
+/* The value of the "key=value" comment, or NULL. */
+static const char *comment(const pprof_profile *p, const char *key) {
+  size_t len = strlen(key);
+  for (size_t i = 0; i < p->n_comment; i++) {
+    const char *c = pprof_str(p, p->comment[i]);
+    if (c && strncmp(c, key, len) == 0 && c[len] == '=')
+      return c + len + 1;
+  }
+  return NULL;
+}
+
+/* cpu-time of each workload function in one profile, in seconds. */
+typedef struct work {
+  double alpha, beta, gamma;
+} work;
+
+static work work_of(const pprof_profile *p) {
+  work w = {0, 0, 0};
+  pprof_top top;
+  char err[256];
+  if (pprof_top_compute(&p, 1, "cpu-time", &top, err, sizeof err) != 0) {
+    fprintf(stderr, "top: %s\n", err);
+    w.alpha = w.beta = w.gamma = -1;
+    return w;
+  }
+  w.alpha = (double)top_cum(&top, "work_alpha") / 1e9;
+  w.beta = (double)top_cum(&top, "work_beta") / 1e9;
+  w.gamma = (double)top_cum(&top, "work_gamma") / 1e9;
+  pprof_top_free(&top);
+  return w;
+}
+
+static size_t run_prefork(const char *const *env, pprof_profile **p,
+                          char names[][512], char **dir_out) {
+  char *dir = make_temp_dir("prefork");
+  char *argv[] = {
+      CONTPROF, "run",      "--hz",    "250",        "--output",
+      dir,      "--period", "3600",    "--profiles", "cpu,alloc,heap,lock",
+      "--",     WORKLOAD,   "prefork", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "workers_ok=2") != NULL);
+  free(r);
+  *dir_out = dir;
+  return read_profiles(dir, p, MAX_PROFILES, names);
+}
+
+/* Parent, 2 workers, 2 grandchildren: 5 profiles, 5 pids, 5 runtime-ids,
+ * each holding only its own process's work. Every process burns 100-150 ms
+ * in its function: 25-37 samples at 250 Hz, so "present" means > 40 ms and
+ * "absent" exactly 0 (a parent sample in a child would be double counting). */
+static void test_prefork_server(void) {
+  pprof_profile *p[MAX_PROFILES];
+  static char names[MAX_PROFILES][512];
+  char *dir;
+  size_t n = run_prefork(NULL, p, names, &dir);
+  CHECK_EQ_INT(n, 5);
+  int parents = 0, workers = 0, grandchildren = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *pid = comment(p[i], "process_id");
+    const char *rid = comment(p[i], "runtime-id");
+    CHECK(pid != NULL && rid != NULL && strlen(rid) == 36);
+    if (!pid || !rid)
+      continue;
+    /* <service>.<pid>.<time>.<seq>.pb.gz: the file is the process's own. */
+    char dotted[32];
+    snprintf(dotted, sizeof dotted, ".%s.", pid);
+    CHECK(strstr(names[i], dotted) != NULL);
+    for (size_t j = 0; j < i; j++) {
+      const char *other_pid = comment(p[j], "process_id");
+      const char *other_rid = comment(p[j], "runtime-id");
+      CHECK(!other_pid || strcmp(pid, other_pid) != 0);
+      CHECK(!other_rid || strcmp(rid, other_rid) != 0);
+    }
+    work w = work_of(p[i]);
+    printf("%s: alpha %.3f beta %.3f gamma %.3f s\n", names[i], w.alpha, w.beta,
+           w.gamma);
+    if (w.alpha > 0.04 && w.beta == 0 && w.gamma == 0)
+      parents++;
+    else if (w.beta > 0.04 && w.alpha == 0 && w.gamma == 0)
+      workers++;
+    else if (w.gamma > 0.04 && w.alpha == 0 && w.beta == 0)
+      grandchildren++;
+  }
+  CHECK_EQ_INT(parents, 1);
+  CHECK_EQ_INT(workers, 2);
+  CHECK_EQ_INT(grandchildren, 2);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  remove_dir(dir);
+}
+
+/* CONTPROF_FOLLOW_FORK=0: only the parent is profiled. */
+static void test_follow_fork_off(void) {
+  const char *env[] = {"CONTPROF_FOLLOW_FORK=0", NULL};
+  pprof_profile *p[MAX_PROFILES];
+  static char names[MAX_PROFILES][512];
+  char *dir;
+  size_t n = run_prefork(env, p, names, &dir);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    work w = work_of(p[0]);
+    CHECK(w.alpha > 0.04);
+    CHECK(w.beta == 0 && w.gamma == 0);
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  remove_dir(dir);
+}
+
+TEST_MAIN(T(test_prefork_server), T(test_follow_fork_off))
