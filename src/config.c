@@ -611,6 +611,15 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
     cfg->follow_fork = 1;
   }
 
+  cfg->follow_exec = 1;
+  const char *follow_exec = env_get(&src, "CONTPROF_FOLLOW_EXEC");
+  if (follow_exec && parse_bool(follow_exec, &cfg->follow_exec) != 0) {
+    cp_warn("CONTPROF_FOLLOW_EXEC='%s' is not a boolean (1/0, true/false); "
+            "using true",
+            follow_exec);
+    cfg->follow_exec = 1;
+  }
+
   const char *dir = opts->output_dir ? opts->output_dir
                                      : env_get(&src, "CONTPROF_OUTPUT_DIR");
   if ((rc = set_string(&cfg->output_dir, dir ? dir : "./profiles")))

@@ -41,6 +41,7 @@ typedef struct cp_config {
   int wall_threads_per_tick; /* CONTPROF_WALL_THREADS_PER_TICK */
   int timeline;              /* CONTPROF_TIMELINE: end_timestamp_ns labels */
   int follow_fork;           /* CONTPROF_FOLLOW_FORK: children profile too */
+  int follow_exec;           /* CONTPROF_FOLLOW_EXEC: exec'd programs too */
   long alloc_sample_bytes;   /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
   long heap_max_tracked;     /* CONTPROF_HEAP_MAX_TRACKED: live-table size */
   long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */

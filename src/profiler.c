@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
@@ -18,6 +19,7 @@
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
 #include "labels.h"
+#include "profiler_internal.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
 #include "samplers/threads.h"
@@ -42,7 +44,9 @@ static struct {
   int has_runtime;
   char runtime_name[32];
   char runtime_version[64];
-} prof = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  int stopped_for_exec; /* cp_profiler_before_exec stopped it */
+  _Atomic int follow_exec;
+} prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .follow_exec = 1};
 
 /* The generation being exported while the runtime's before_export runs on
  * the uploader thread: where contprof_record puts snapshot samples. */
@@ -136,8 +140,8 @@ static void after_fork_child(void) {
   atomic_store(&prof.running, 1);
 }
 
-/* Stops what start_locked started, in reverse order. */
-static void teardown_locked(void) {
+/* Stops what start_configured started, in reverse order. */
+static void teardown_locked(int keep_config) {
   for (size_t i = prof.nactive; i-- > 0;)
     prof.active[i]->stop();
   cp_threads_stop();
@@ -146,7 +150,8 @@ static void teardown_locked(void) {
   cp_uploader_stop();
   prof.nactive = 0;
   cp_agg_stop();
-  cp_config_free(&prof.cfg);
+  if (!keep_config)
+    cp_config_free(&prof.cfg);
 }
 
 /* A binding's options first, then the environment. */
@@ -191,6 +196,7 @@ static int start_configured(void) {
   }
 
   prof.nactive = 0;
+  atomic_store(&prof.follow_exec, prof.cfg.follow_exec);
   unsigned native = prof.cfg.profiles & ~self_sampled_profiles();
   for (size_t i = 0; i < CP_ARRAY_SIZE(all_samplers); i++) {
     const cp_sampler *s = all_samplers[i];
@@ -241,6 +247,10 @@ static int start(const contprof_options *opts,
                  const contprof_runtime *runtime) {
   pthread_mutex_lock(&prof.lock);
   int rc;
+  if (!atomic_load(&prof.running) && prof.stopped_for_exec) {
+    cp_config_free(&prof.cfg); /* kept for a failed exec; superseded */
+    prof.stopped_for_exec = 0;
+  }
   if (atomic_load(&prof.running)) {
     rc = CONTPROF_ERR_ALREADY_STARTED;
   } else if ((rc = start_locked(opts, runtime)) == 0) {
@@ -271,7 +281,7 @@ int contprof_stop(void) {
     return CONTPROF_ERR_NOT_STARTED;
   }
   atomic_store(&prof.running, 0);
-  teardown_locked();
+  teardown_locked(0);
   prof.has_runtime = 0;
   pthread_mutex_unlock(&prof.lock);
   return 0;
@@ -385,4 +395,43 @@ int contprof_runtime_settings_get(contprof_runtime_settings *out) {
   }
   pthread_mutex_unlock(&prof.lock);
   return rc;
+}
+
+/* --- exec (exec.c) --------------------------------------------------------
+ */
+
+int cp_profiler_follow_exec(void) { return atomic_load(&prof.follow_exec); }
+
+int cp_profiler_before_exec(void) {
+  if (!atomic_load(&prof.running))
+    return 0;
+  /* A vfork child shares our memory and the parent thread's TLS: the tid
+   * cached there is not its own. It must leave the profiler alone (it has
+   * no timers; nothing of ours is pending for it). */
+  if (cp_gettid() != (pid_t)syscall(SYS_gettid))
+    return 0;
+  pthread_mutex_lock(&prof.lock);
+  int stopped = 0;
+  if (atomic_load(&prof.running)) {
+    atomic_store(&prof.running, 0);
+    teardown_locked(1);
+    prof.stopped_for_exec = stopped = 1;
+  }
+  pthread_mutex_unlock(&prof.lock);
+  cp_signals_discard_pending();
+  return stopped;
+}
+
+void cp_profiler_exec_failed(void) {
+  pthread_mutex_lock(&prof.lock);
+  if (prof.stopped_for_exec && !atomic_load(&prof.running)) {
+    prof.stopped_for_exec = 0;
+    if (start_configured() == 0) {
+      atomic_store(&prof.running, 1);
+    } else {
+      cp_config_free(&prof.cfg);
+      prof.has_runtime = 0;
+    }
+  }
+  pthread_mutex_unlock(&prof.lock);
 }

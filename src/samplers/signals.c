@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -95,6 +98,21 @@ int cp_signal_install(int preferred, cp_signal_handler handler) {
 }
 
 void cp_signals_after_fork_child(void) { pthread_mutex_init(&lock, NULL); }
+
+void cp_signals_discard_pending(void) {
+  sigset_t ours, old;
+  sampling_mask(&ours);
+  pthread_sigmask(SIG_BLOCK, &ours, &old);
+  const struct timespec zero = {0, 0};
+  /* Bounded: each call takes one pending signal (real-time ones queue). */
+  for (int i = 0; i < 1024; i++) {
+    int sig = (int)syscall(SYS_rt_sigtimedwait, &ours, NULL, &zero,
+                           (size_t)(_NSIG / 8));
+    if (sig <= 0)
+      break;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 
 /* Async-signal-safe. */
 void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {

@@ -27,6 +27,11 @@ extern __thread unsigned cp_own_signals
  * that were not ours. Async-signal-safe. */
 void cp_signal_chain(int sig, siginfo_t *info, void *ucontext);
 
+/* Discards the sampling signals pending on the calling thread (and on the
+ * process), with them blocked meanwhile; the mask is restored. For exec: a
+ * pending SIGPROF would kill the new image. */
+void cp_signals_discard_pending(void);
+
 /* In the child of fork: the lock is made anew (a lost thread may hold it). */
 void cp_signals_after_fork_child(void);
 

@@ -46,24 +46,40 @@ static void export_period(void) {
   cp_export_meta meta = up.meta;
   meta.start_ns = up.period_start_ns;
   meta.end_ns = end;
-  meta.seq = up.seq++;
   meta.drops = drops;
   cp_endpoint_count *endpoints = NULL;
   meta.nendpoint_counts = cp_trace_endpoint_counts_take(&endpoints);
   meta.endpoint_counts = endpoints;
   up.period_start_ns = end;
-  if (drops)
+  /* A few drops are signals that came while a sampler stopped or nested
+   * in another handler; a warning is for a ring that overflows. */
+  if (drops > 100 || drops * 20 > cp_gen_samples_added(g))
     cp_warn("%" PRIu64 " samples dropped in period %" PRIu64
             " (ring full); counted in the profile's samples_dropped",
-            drops, meta.seq);
+            drops, up.seq);
+  else if (drops)
+    cp_info("%" PRIu64 " samples dropped in period %" PRIu64
+            "; counted in the profile's samples_dropped",
+            drops, up.seq);
   if (cp_gen_samples_overflowed(g))
     cp_warn("%" PRIu64 " samples folded into [overflow] in period %" PRIu64
             " (CONTPROF_MAX_MEMORY_MB reached)",
-            cp_gen_samples_overflowed(g), meta.seq);
+            cp_gen_samples_overflowed(g), up.seq);
   if (up.before_export)
     up.before_export(g);
-  for (size_t i = 0; i < up.nsinks; i++)
-    up.sinks[i]->send(up.sinks[i], g, &meta);
+  /* A process that has recorded nothing yet (a short-lived program, such
+   * as a shell's child under LD_PRELOAD) writes or uploads no profile.
+   * Once one is out, every period gets one, empty or not (the live heap may
+   * have gone to nothing). Dropped samples are on the [dropped] stack, so an
+   * empty generation has lost nothing. */
+  if (up.seq == 0 && cp_gen_samples_added(g) == 0 &&
+      meta.nendpoint_counts == 0) {
+    cp_debug("period with no samples: no profile");
+  } else {
+    meta.seq = up.seq++;
+    for (size_t i = 0; i < up.nsinks; i++)
+      up.sinks[i]->send(up.sinks[i], g, &meta);
+  }
   free(endpoints);
   cp_gen_destroy(g);
   cp_symbols_collect(cp_agg_oldest_live_generation());

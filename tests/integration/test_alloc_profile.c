@@ -137,9 +137,11 @@ static void test_jemalloc_before_contprof(void) {
   CHECK_EQ_INT(run_command(argv, env, r), 0);
   CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
   CHECK(strstr(r->out, "stress_errors=0") != NULL);
+  /* The alloc and heap profiles stay empty (jemalloc's malloc comes first),
+   * and a process that recorded nothing writes no profile. */
   pprof_profile *p[4];
   size_t n = read_profiles(dir, p, 4, NULL);
-  CHECK_EQ_INT(n, 1);
+  CHECK_EQ_INT(n, 0);
   for (size_t i = 0; i < n; i++)
     pprof_profile_free(p[i]);
   free(r);

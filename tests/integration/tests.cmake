@@ -19,6 +19,11 @@ cp_unit_test(test_fork integration/test_fork.c)
 add_dependencies(test_fork workload contprof_cli contprof_preload)
 set_tests_properties(test_fork PROPERTIES TIMEOUT 120)
 
+# exec: followed images, the LD_PRELOAD policy, failed exec, vfork.
+cp_unit_test(test_exec integration/test_exec.c)
+add_dependencies(test_exec workload contprof_cli contprof_preload)
+set_tests_properties(test_exec PROPERTIES TIMEOUT 180)
+
 # Explicit-link mode: the test links libcontprof.so like a C service would.
 add_executable(test_api integration/test_api.c)
 target_link_libraries(test_api PRIVATE contprof contprof_pprof_reader

@@ -10,12 +10,18 @@
  *   prefork                 a pre-fork server: while a thread computes and
  *                           allocates under labels, forks 2 workers that
  *                           work and fork a child that works too
+ *   exec-chain N            works 30 ms on two threads and execs itself
+ *                           with N-1, down to 0
+ *   exec-fail               works, fails to exec, works again
+ *   vfork-exec N            vfork + exec /bin/true N times while working
+ *   print-preload           prints LD_PRELOAD
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
  *   deep                    works 300 frames deep
  *   dlopen LIB              dlopens LIB twice and works in it
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -217,6 +223,59 @@ static int preforking(void) {
   return ok == 2 ? 0 : 1;
 }
 
+/* exec-chain: every image is busy on two threads when it execs (signals
+ * flying at a high rate); a sampling signal pending at exec would kill the
+ * next image before main. */
+static void *exec_helper(void *arg) {
+  (void)arg;
+  for (;;)
+    work_beta(1000000);
+  return NULL;
+}
+
+static int exec_chain(int n) {
+  pthread_t t;
+  pthread_create(&t, NULL, exec_helper, NULL);
+  work_alpha(30000000);
+  if (n <= 0) {
+    printf("chain done\n");
+    return 0;
+  }
+  char next[16];
+  snprintf(next, sizeof next, "%d", n - 1);
+  execl("/proc/self/exe", "workload", "exec-chain", next, (char *)NULL);
+  perror("execl");
+  return 1;
+}
+
+static int exec_fail(void) {
+  work_alpha(200000000);
+  char *argv[] = {"nowhere", NULL};
+  int rc = execv("/nonexistent/contprof-test", argv);
+  int err = errno;
+  work_beta(200000000);
+  printf("exec=%d errno=%s\n", rc, err == ENOENT ? "ENOENT" : "other");
+  return 0;
+}
+
+static int vfork_exec(int n) {
+  pthread_t t;
+  pthread_create(&t, NULL, exec_helper, NULL);
+  int ok = 0;
+  for (int i = 0; i < n; i++) {
+    work_alpha(2000000);
+    pid_t pid = vfork();
+    if (pid == 0) {
+      char *argv[] = {"true", NULL};
+      execv("/bin/true", argv);
+      _exit(127);
+    }
+    ok += wait_status(pid) == 0;
+  }
+  printf("vfork_ok=%d\n", ok);
+  return ok == n ? 0 : 1;
+}
+
 /* The application uses SIGPROF with setitimer itself: its handler must keep
  * receiving its ticks while the profiler samples with another signal. */
 static volatile sig_atomic_t own_ticks;
@@ -293,6 +352,17 @@ int main(int argc, char **argv) {
     return forking();
   if (strcmp(argv[1], "prefork") == 0)
     return preforking();
+  if (strcmp(argv[1], "exec-chain") == 0 && argc == 3)
+    return exec_chain(atoi(argv[2]));
+  if (strcmp(argv[1], "exec-fail") == 0)
+    return exec_fail();
+  if (strcmp(argv[1], "vfork-exec") == 0 && argc == 3)
+    return vfork_exec(atoi(argv[2]));
+  if (strcmp(argv[1], "print-preload") == 0) {
+    const char *v = getenv("LD_PRELOAD");
+    printf("LD_PRELOAD=[%s]\n", v ? v : "");
+    return 0;
+  }
   if (strcmp(argv[1], "own-sigprof") == 0)
     return own_sigprof();
   return 2;

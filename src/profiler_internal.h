@@ -1,0 +1,20 @@
+/* The profiler's lifecycle as other parts of the library see it (exec.c). */
+#ifndef CP_PROFILER_INTERNAL_H
+#define CP_PROFILER_INTERNAL_H
+
+/* Before exec on the calling thread: stops profiling (the last profile is
+ * made, every timer is gone) and discards sampling signals still pending on
+ * the thread. Returns 1 if it stopped the profiler, 0 if there was nothing
+ * to do (not running, or a vfork child, which must not touch it). */
+int cp_profiler_before_exec(void);
+
+/* exec returned (failed) after cp_profiler_before_exec returned 1:
+ * profiling starts again with the same settings. */
+void cp_profiler_exec_failed(void);
+
+/* CONTPROF_FOLLOW_EXEC of the running (or last) configuration: whether an
+ * exec'd program keeps the profiler in LD_PRELOAD. Default 1. Reads one
+ * variable: safe in a vfork child. */
+int cp_profiler_follow_exec(void);
+
+#endif
