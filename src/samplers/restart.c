@@ -9,11 +9,21 @@
  * left, so the application sees exactly the call it made. An EINTR with no
  * sampling signal is returned as it is. If an application signal and one of
  * ours both arrive during one wait, the EINTR is absorbed (a narrow race;
- * the application's handler still runs). */
+ * the application's handler still runs).
+ *
+ * Also wrapped: ppoll, pselect and epoll_pwait (like poll, select and
+ * epoll_wait), and sem_timedwait and sem_clockwait (a futex wait with a
+ * timeout is not restarted either: glibc returns EINTR; sem_wait without a
+ * timeout is). The calls that wait for signals are in signals.c. Other calls
+ * that signal(7) lists as never restarted are not wrapped (docs/signals.md):
+ * socket calls on a socket with SO_RCVTIMEO/SO_SNDTIMEO, System V msgrcv,
+ * msgsnd, semop, semtimedop, io_getevents, epoll_pwait2. */
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <time.h>
@@ -177,5 +187,121 @@ int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
       *writefds = w;
     if (exceptfds)
       *exceptfds = x;
+  }
+}
+
+/* ppoll and pselect: the timeout as a timespec, or none. */
+static int64_t deadline_after_ts(const struct timespec *timeout) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return ts_ns(&now) + ts_ns(timeout);
+}
+
+static struct timespec ts_left(int64_t deadline_ns) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return ns_ts(deadline_ns - ts_ns(&now));
+}
+
+int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+          const sigset_t *sigmask) {
+  typedef int (*fn_t)(struct pollfd *, nfds_t, const struct timespec *,
+                      const sigset_t *);
+  REAL(fn_t, ppoll);
+  int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
+  struct timespec left;
+  const struct timespec *t = timeout;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_ppoll(fds, nfds, t, sigmask);
+    if (rc >= 0 || errno != EINTR || !ours(before))
+      return rc;
+    if (timeout) {
+      left = ts_left(deadline);
+      if (left.tv_sec == 0 && left.tv_nsec == 0)
+        return 0; /* the time ran out meanwhile */
+      t = &left;
+    }
+  }
+}
+
+int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
+            const struct timespec *timeout, const sigset_t *sigmask) {
+  typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *,
+                      const struct timespec *, const sigset_t *);
+  REAL(fn_t, pselect);
+  fd_set r, w, x;
+  if (readfds)
+    r = *readfds;
+  if (writefds)
+    w = *writefds;
+  if (exceptfds)
+    x = *exceptfds;
+  int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
+  struct timespec left;
+  const struct timespec *t = timeout;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_pselect(nfds, readfds, writefds, exceptfds, t, sigmask);
+    if (rc >= 0 || errno != EINTR || !ours(before))
+      return rc;
+    if (readfds)
+      *readfds = r;
+    if (writefds)
+      *writefds = w;
+    if (exceptfds)
+      *exceptfds = x;
+    if (timeout) {
+      left = ts_left(deadline);
+      if (left.tv_sec == 0 && left.tv_nsec == 0) {
+        /* The time ran out meanwhile: nothing is ready. */
+        if (readfds)
+          FD_ZERO(readfds);
+        if (writefds)
+          FD_ZERO(writefds);
+        if (exceptfds)
+          FD_ZERO(exceptfds);
+        return 0;
+      }
+      t = &left;
+    }
+  }
+}
+
+int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
+                int timeout, const sigset_t *sigmask) {
+  typedef int (*fn_t)(int, struct epoll_event *, int, int, const sigset_t *);
+  REAL(fn_t, epoll_pwait);
+  int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+    if (rc >= 0 || errno != EINTR || !ours(before))
+      return rc;
+    if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
+      return 0;
+  }
+}
+
+/* The deadline is absolute: a retry waits until the same instant. */
+int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
+  typedef int (*fn_t)(sem_t *, const struct timespec *);
+  REAL(fn_t, sem_timedwait);
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_sem_timedwait(sem, abstime);
+    if (rc == 0 || errno != EINTR || !ours(before))
+      return rc;
+  }
+}
+
+int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
+  typedef int (*fn_t)(sem_t *, clockid_t, const struct timespec *);
+  REAL(fn_t, sem_clockwait);
+  for (;;) {
+    unsigned before = cp_own_signals;
+    int rc = fn_sem_clockwait(sem, clock, abstime);
+    if (rc == 0 || errno != EINTR || !ours(before))
+      return rc;
   }
 }

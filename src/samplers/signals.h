@@ -3,7 +3,11 @@
  * chaining to the application's own handler for signals that are not ours.
  * sigaction() and signal() are interposed: an application that sets a
  * handler for one of our signals after we installed ours gets its handler
- * called for its own signals (chained), while ours stays in place. */
+ * called for its own signals (chained), while ours stays in place; its
+ * handlers that run on an alternate stack (SA_ONSTACK) block the sampling
+ * signals. The calls that wait for signals (pause, sigsuspend, sigwait,
+ * sigwaitinfo, sigtimedwait, signalfd) are interposed too, so that they
+ * neither return for nor consume a sampling signal (docs/signals.md). */
 #ifndef CP_SIGNALS_H
 #define CP_SIGNALS_H
 
@@ -22,6 +26,11 @@ int cp_signal_install(int preferred, cp_signal_handler handler);
  * to tell an EINTR caused by sampling from one caused by the application. */
 extern __thread unsigned cp_own_signals
     __attribute__((tls_model("initial-exec")));
+
+/* Adds the sampling signals installed so far to set / removes them from it.
+ * Async-signal-safe. */
+void cp_signal_sampling_set(sigset_t *set);
+void cp_signal_remove_sampling(sigset_t *set);
 
 /* Calls the disposition that `sig` had before cp_signal_install. For signals
  * that were not ours. Async-signal-safe. */

@@ -19,7 +19,10 @@
 #define UNW_LOCAL_ONLY
 #include "unwind.h"
 
+#include <dlfcn.h>
 #include <libunwind.h>
+#include <link.h>
+#include <signal.h>
 #include <string.h>
 #include <ucontext.h>
 
@@ -28,8 +31,45 @@
 static CP_TLS int warmed_up;
 static CP_TLS int busy_samples; /* samples that could have built the cache */
 CP_TLS int cp_in_sampling_handler;
+static CP_TLS int in_dl_iterate_phdr; /* see loader_busy */
+
+typedef int (*dl_iterate_phdr_fn)(int (*)(struct dl_phdr_info *, size_t,
+                                          void *),
+                                  void *);
+static dl_iterate_phdr_fn real_dl_iterate_phdr;
+
+static dl_iterate_phdr_fn resolve_dl_iterate_phdr(void) {
+  dl_iterate_phdr_fn fn =
+      __atomic_load_n(&real_dl_iterate_phdr, __ATOMIC_ACQUIRE);
+  if (!fn) {
+    fn = (dl_iterate_phdr_fn)dlsym(RTLD_NEXT, "dl_iterate_phdr");
+    if (!fn || fn == dl_iterate_phdr) {
+      void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+      fn = libc ? (dl_iterate_phdr_fn)dlsym(libc, "dl_iterate_phdr") : NULL;
+    }
+    __atomic_store_n(&real_dl_iterate_phdr, fn, __ATOMIC_RELEASE);
+  }
+  return fn;
+}
+
+/* Interposed: marks the thread while it holds the loader's lock (see
+ * loader_busy). libunwind's own calls come here too. The real function is
+ * found at cp_unwind_init, outside any handler (dlsym is not
+ * async-signal-safe); a handler that finds it missing lists no objects. */
+int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
+                    void *data) {
+  dl_iterate_phdr_fn fn =
+      __atomic_load_n(&real_dl_iterate_phdr, __ATOMIC_ACQUIRE);
+  if (!fn && (cp_in_sampling_handler || !(fn = resolve_dl_iterate_phdr())))
+    return 0;
+  in_dl_iterate_phdr++;
+  int rc = fn(callback, data);
+  in_dl_iterate_phdr--;
+  return rc;
+}
 
 void cp_unwind_init(void) {
+  resolve_dl_iterate_phdr();
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
   cp_unwind_warm_up();
 }
@@ -67,6 +107,42 @@ static size_t unwind_from_context(ucontext_t *uc, uint64_t *frames,
   return n;
 }
 
+/* Whether this handler runs on the thread's alternate signal stack with less
+ * than CP_UNWIND_STACK_NEED bytes left below it. Our handlers are installed
+ * without SA_ONSTACK, so they run on the interrupted stack: the alternate
+ * one only when they interrupt code running there (the application's own
+ * SA_ONSTACK handlers block our signals, see signals.c, but one installed
+ * with the raw system call, or code that runs on that stack otherwise, does
+ * not). The kernel saved the alternate stack's bounds in the ucontext. (With
+ * SS_AUTODISARM they read as disabled there: not detected.) Async-signal-safe.
+ */
+static int alt_stack_short(const ucontext_t *uc) {
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  uintptr_t base = (uintptr_t)uc->uc_stack.ss_sp;
+  size_t size = uc->uc_stack.ss_size;
+  if ((uc->uc_stack.ss_flags & SS_DISABLE) || size == 0 || sp - base >= size)
+    return 0;
+  return sp - base < CP_UNWIND_STACK_NEED;
+}
+
+/* Whether unwinding could deadlock with the dynamic loader. libunwind takes
+ * a lock of its own (with every signal blocked) and, holding it, calls
+ * dl_iterate_phdr, which takes the loader's dl_load_write_lock. dlopen and
+ * dlclose hold that lock while they change the list of objects; a sampling
+ * signal (or a sampled malloc) there whose unwinding then waits for
+ * libunwind's lock, held by another thread that waits for the loader's,
+ * deadlocks both (seen: test_hardening's dlopen loop, a dlclose interrupted
+ * in munmap). The loader marks the whole of that (r_state RT_ADD or
+ * RT_DELETE, set before it takes the lock and reset after it releases it):
+ * meanwhile every thread keeps its leaf only. A thread inside
+ * dl_iterate_phdr holds the same lock: the interposed dl_iterate_phdr below
+ * marks it. Async-signal-safe: two loads. */
+static int loader_busy(void) {
+  return __atomic_load_n(&_r_debug.r_state, __ATOMIC_RELAXED) !=
+             RT_CONSISTENT ||
+         in_dl_iterate_phdr;
+}
+
 /* Async-signal-safe. */
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated) {
@@ -74,6 +150,12 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
   uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   size_t capacity = max_frames + CP_UNWIND_SLACK;
   *truncated = 0;
+  if (alt_stack_short(uc) || loader_busy()) {
+    /* No room to unwind, or unwinding could deadlock with the loader: the
+     * sample keeps its leaf only. */
+    frames[0] = pc;
+    return 1;
+  }
   /* The cache is built at the second busy sample: a thread sampled once
    * (a short burst) may be idle for the rest of its life. */
   if (!warmed_up && (!may_build_cache || ++busy_samples < 2))
@@ -95,11 +177,29 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
   return n;
 }
 
+/* Whether the calling thread runs on its alternate signal stack with less
+ * than CP_UNWIND_STACK_NEED bytes left: a hook called from the application's
+ * SA_ONSTACK handler (malloc in a crash handler). One system call, paid
+ * only by the hooks' sampled calls. */
+static int here_on_short_alt_stack(void) {
+  stack_t ss;
+  if (sigaltstack(NULL, &ss) != 0 || !(ss.ss_flags & SS_ONSTACK))
+    return 0;
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  return sp - (uintptr_t)ss.ss_sp < CP_UNWIND_STACK_NEED;
+}
+
 /* Bounded and lock-free once the thread is warmed up (see unwind.h). */
 size_t cp_unwind_here(uint64_t *frames, size_t max_frames, uint64_t caller_ra,
                       int *truncated) {
   size_t capacity = max_frames + CP_UNWIND_SLACK;
   *truncated = 0;
+  if (loader_busy() || here_on_short_alt_stack()) {
+    /* Unwinding could deadlock with the loader, or there is no room for
+     * it: the caller only. */
+    frames[0] = caller_ra - 1;
+    return 1;
+  }
   cp_unwind_warm_up();
   /* A sampling signal arriving meanwhile must not unwind on top of this
    * unwind (libunwind's per-thread cache): its handler drops its sample. */

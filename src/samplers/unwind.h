@@ -25,6 +25,12 @@ void cp_unwind_warm_up(void);
  * threads).
  * Async-signal-safe. */
 #define CP_UNWIND_SLACK 16
+/* Stack the unwinding in a handler may take (measured: docs/signals.md). On
+ * an alternate signal stack with less left, only the interrupted pc is
+ * recorded. */
+#ifndef CP_UNWIND_STACK_NEED
+#define CP_UNWIND_STACK_NEED 16384
+#endif
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated);
 

@@ -86,3 +86,15 @@ add_test(NAME test_blocking_calls
           ${CMAKE_BINARY_DIR}/tests/blocking_calls)
 set_tests_properties(test_blocking_calls PROPERTIES
   ENVIRONMENT "CONTPROF_WALL_INTERVAL_MS=1")
+
+# Hostile programs (signals, exits, dlopen) under every profile: they behave
+# exactly as without the profiler (test_hardening.c).
+add_executable(hostile_workload integration/hostile_workload.c)
+target_link_libraries(hostile_workload PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
+target_compile_options(hostile_workload PRIVATE -O1 -g)
+set_target_properties(hostile_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_hardening integration/test_hardening.c)
+add_dependencies(test_hardening hostile_workload cp_test_plugin contprof_cli
+  contprof_preload)
+set_tests_properties(test_hardening PROPERTIES TIMEOUT 240)
