@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Overhead of the Python profiler at its defaults (CPU profile, 100 Hz: the
+# sampler thread takes the GIL 100 times a second). bench/python_work.py (a
+# CPU-bound pure-Python program, ~2 s of CPU) runs plain (/usr/bin/python3
+# python_work.py) and under `python3 -m contprof`, in interleaved rounds
+# whose order rotates; each round also has a second plain run (an A/A
+# control: the noise floor) and, for each, a run with no work (interpreter
+# start-up, import and exit: paid once per process).
+#
+# Each run is divided by the plain run of its round. Per variant, the median
+# of those ratios and their interquartile range:
+#   wall        wall time, fork to exit;
+#   CPU         user + system time of the whole process (the sampler and
+#               uploader threads included);
+#   CPU steady  the same with each run's no-work run subtracted on both
+#               sides: what a long-lived service pays;
+#   work thread the CPU time of the working thread as it measures it
+#               (time.thread_time): the cost put on the profiled thread
+#               (GIL hand-offs to the sampler, cache effects).
+#
+#   bench/python_overhead.sh
+# Environment: PYOVERHEAD_ROUNDS (21), PYOVERHEAD_WORK (500 rounds of
+# python_work.py: ~2 s of CPU), BENCH_BUILD_DIR, BENCH_RAW=1 to print every
+# run.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+PYOVERHEAD_ROUNDS=${PYOVERHEAD_ROUNDS:-21}
+PYOVERHEAD_WORK=${PYOVERHEAD_WORK:-500}
+PY=/usr/bin/python3
+
+bench_build
+pylib=$BENCH_BUILD_DIR/python
+echo "bench: building the Python extension into $pylib" >&2
+(cd "$bench_root/bindings/python" &&
+  CONTPROF_BUILD_DIR=$BENCH_BUILD_DIR "$PY" setup.py -q build \
+    --build-base "$BENCH_BUILD_DIR/python-build" --build-lib "$pylib" \
+    --build-temp "$BENCH_BUILD_DIR/python-build/tmp" >&2)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-pyoverhead.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+work=$bench_root/bench/python_work.py
+variants=(plain contprof plain-again)
+
+# run VARIANT WORK LOG: one run, appending "wall user sys status" to LOG.
+run() {
+  local v=$1 n=$2 log=$3
+  rm -rf "$tmp/prof"
+  case $v in
+  plain*)
+    "$BENCH_BIN/cpurun" "$log" env PYTHONPATH="$pylib" "$PY" "$work" "$n" \
+      >"$tmp/out" ;;
+  contprof)
+    "$BENCH_BIN/cpurun" "$log" env PYTHONPATH="$pylib" "$PY" -m contprof \
+      --output "$tmp/prof" "$work" "$n" >"$tmp/out" ;;
+  esac
+  ((n > 0)) || return 0
+  awk '/^checksum/ {print $4}' "$tmp/out" >>"$log.threads"
+  # A profiler that silently did nothing would look free: check its output.
+  if [[ $v == contprof ]]; then
+    local samples
+    samples=$("$BENCH_BIN/proftotal" "$tmp"/prof/*.pb.gz | awk '{print $2}')
+    [[ $samples -ge 10 ]] || bench_die "python overhead: $samples samples"
+    echo "$samples" >>"$tmp/$v.samples"
+  fi
+}
+
+bench_machine
+echo "python overhead: python_work.py $PYOVERHEAD_WORK, defaults (cpu, 100 Hz), $PYOVERHEAD_ROUNDS rounds (+1 warm-up), $("$PY" -V)"
+for v in "${variants[@]}"; do run "$v" "$PYOVERHEAD_WORK" "$tmp/warm-up"; done
+for v in "${variants[@]}"; do
+  : >"$tmp/$v"; : >"$tmp/$v.threads"; : >"$tmp/$v.empty"
+done
+for ((r = 0; r < PYOVERHEAD_ROUNDS; r++)); do
+  for ((k = 0; k < ${#variants[@]}; k++)); do
+    v=${variants[(r + k) % ${#variants[@]}]}
+    run "$v" "$PYOVERHEAD_WORK" "$tmp/$v"
+    run "$v" 0 "$tmp/$v.empty"
+  done
+  printf '.' >&2
+done
+echo >&2
+
+# ratio_stats VARIANT EXPR: median [p25, p75] of an awk expression over the
+# joined lines "variant(4) plain(4) variant-empty(4) plain-empty(4)".
+ratio_stats() {
+  paste -d' ' "$tmp/$1" "$tmp/plain" "$tmp/$1.empty" "$tmp/plain.empty" |
+    awk "{ print $2 }" | bench_quantiles |
+    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
+}
+
+printf '\n| variant | median wall s | median CPU s | start+exit CPU s | wall / plain | CPU / plain | CPU steady / plain | work thread CPU / plain |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+for v in "${variants[@]}"; do
+  wall=$(awk '{print $1}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
+  cpu=$(awk '{print $2 + $3}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
+  fixed=$(awk '{print $2 + $3}' "$tmp/$v.empty" | bench_quantiles | awk '{printf "%.3f", $1}')
+  if [[ $v == plain ]]; then
+    wr="1 (baseline)" cr="1 (baseline)" sr="1 (baseline)" tr="1 (baseline)"
+  else
+    wr=$(ratio_stats "$v" '$1 / $5')
+    cr=$(ratio_stats "$v" '($2 + $3) / ($6 + $7)')
+    sr=$(ratio_stats "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)')
+    tr=$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
+      awk '{print $1 / $2}' | bench_quantiles |
+      awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
+  fi
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr" "$tr"
+done
+echo
+echo "Ratios: median [interquartile range] over $PYOVERHEAD_ROUNDS rounds. Samples per profiled run (median): $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}')."
+
+if [[ -n ${BENCH_RAW:-} ]]; then
+  for v in "${variants[@]}"; do
+    echo "raw $v (wall user sys status), then its no-work runs:"
+    cat "$tmp/$v" "$tmp/$v.empty"
+  done
+fi

@@ -1,0 +1,132 @@
+"""The Python API: start/stop/flush results, options named like the
+environment variables (with their warnings, once), `python3 -m contprof`,
+and `pip install --no-build-isolation` into a venv."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import PKG, ROOT, c_build_dir
+import pprof
+
+# A process that recorded nothing writes no profile: the programs below
+# compute a little before each period ends.
+BURN = """
+import time
+def burn(seconds=0.3):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+"""
+
+
+def test_start_stop_flush_and_errors(run_py):
+    run = run_py(BURN + '''
+import contprof
+if True:
+        assert not contprof.is_running()
+        assert contprof.stop() is False
+        assert contprof.start(service="api", upload_period=3600) is True
+        assert contprof.is_running()
+        try:
+            contprof.start()
+            raise SystemExit("second start did not fail")
+        except contprof.ProfilerError as e:
+            assert "already running" in str(e)
+        try:
+            contprof.start(no_such_option=1)
+            raise SystemExit("unknown option accepted")
+        except TypeError:
+            pass
+        burn()
+        contprof.flush()
+        burn()
+        assert contprof.stop() is True
+        assert contprof.start(enabled=False) is False
+    ''')
+    assert len(run.files()) == 2  # the flushed period and the last one
+
+
+def test_bad_environment_value_warns_once(run_py):
+    run = run_py(BURN + '''
+import contprof
+contprof.start()
+burn()
+contprof.stop()
+''', env={"CONTPROF_CPU_HZ": "lots", "CONTPROF_TAGS": "novalue"})
+    lines = [l for l in run.proc.stderr.splitlines()
+             if l.startswith("contprof:")]
+    assert len([l for l in lines if "CONTPROF_CPU_HZ" in l]) == 1, lines
+    assert len(lines) == 2, lines
+    p = pprof.read(run.files()[0])
+    assert p.comment("service") == "workload.py" or p.comment("service")
+
+
+def test_keyword_beats_environment(run_py):
+    run = run_py(BURN + '''
+import contprof
+contprof.start(service="from-kwarg", tags={"team": "a"})
+burn()
+contprof.stop()
+''', env={"CONTPROF_SERVICE": "from-env", "DD_ENV": "staging"})
+    p = pprof.read(run.files()[0])
+    assert p.comment("service") == "from-kwarg"
+    assert p.comment("env") == "staging"
+    assert p.comment("tag.team") == "a"
+
+
+def test_pip_install_and_run_a_script(tmp_path):
+    """pip install --no-build-isolation into a venv with
+    --system-site-packages (Debian's python3 is externally managed), then
+    python -m contprof script.py args."""
+    src = tmp_path / "src"
+    shutil.copytree(PKG, src, ignore=shutil.ignore_patterns(
+        "build", "*.egg-info", "__pycache__", "tests", "*.so"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
+                    str(venv)], check=True)
+    env = dict(os.environ, CONTPROF_SOURCE_DIR=ROOT)
+    if os.path.isfile(os.path.join(c_build_dir(), "libcontprof.a")):
+        env["CONTPROF_BUILD_DIR"] = c_build_dir()
+    py = str(venv / "bin" / "python")
+    pip = subprocess.run([py, "-m", "pip", "install", "--no-index",
+                          "--no-build-isolation", str(src)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    so = glob.glob(str(venv / "lib" / "python3*" / "site-packages" /
+                       "contprof" / "_contprof*.so"))
+    assert len(so) == 1
+    # Only the module's init function is exported: libcontprof's
+    # interposers and internals stay private.
+    nm = subprocess.run(["nm", "-D", "--defined-only", so[0]],
+                        capture_output=True, text=True, check=True)
+    assert [l.split()[-1] for l in nm.stdout.splitlines()] == [
+        "PyInit__contprof"]
+    ldd = subprocess.run(["ldd", so[0]], capture_output=True, text=True)
+    assert "libcontprof" not in ldd.stdout
+
+    script = tmp_path / "app.py"
+    script.write_text('''
+import sys, time
+def main_work():
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        pass
+main_work()
+print("args", sys.argv[1:])
+sys.exit(3)
+''')
+    out = tmp_path / "out"
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("CONTPROF_", "DD_", "PYROSCOPE_"))}
+    run = subprocess.run([py, "-m", "contprof", "--output", str(out),
+                          "--service", "app", str(script), "a1", "--x"],
+                         env=clean, capture_output=True, text=True,
+                         cwd=str(tmp_path), timeout=60)
+    assert run.returncode == 3, run.stderr
+    assert "args ['a1', '--x']" in run.stdout
+    files = glob.glob(str(out / "app.*.pb.gz"))
+    assert len(files) == 1
+    p = pprof.read(files[0])
+    assert p.total("cpu-time", lambda s: "main_work" in s.functions()) > 0.2e9
