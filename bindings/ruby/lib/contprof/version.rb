@@ -1,0 +1,3 @@
+module Contprof
+  VERSION = "0.1.0"
+end
