@@ -20,6 +20,7 @@
  * the guard permanently. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <malloc.h>
 #include <math.h>
 #include <signal.h>
@@ -32,10 +33,10 @@
 #include "aggregator/aggregator.h"
 #include "aggregator/ring.h"
 #include "common.h"
-#include "trace.h"
 #include "heap_table.h"
 #include "labels.h"
 #include "sampler.h"
+#include "trace.h"
 #include "unwind.h"
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
@@ -197,6 +198,20 @@ static size_t no_usable_size(void *p) {
   return 0;
 }
 
+/* Whether fn is where a defined symbol starts, not a PLT stub: an executable
+ * built without -fPIE that takes a function's address exports its PLT entry
+ * as the function's address (a "canonical PLT"), and dlsym(RTLD_DEFAULT)
+ * then returns that stub, which only jumps to the real definition. */
+static int is_definition(void *fn) {
+  Dl_info info;
+  const ElfW(Sym) *sym = NULL;
+  if (!fn || !dladdr1(fn, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym)
+    return 0;
+  /* The stub's symbol is undefined in the executable (it only has a
+   * value), and dladdr reports it. */
+  return info.dli_saddr == fn && sym->st_shndx != SHN_UNDEF;
+}
+
 extern __typeof(malloc) cp_alloc_own_malloc
     __attribute__((alias("malloc"), visibility("hidden"), copy(malloc)));
 
@@ -228,7 +243,8 @@ static int ensure_resolved(void) {
   void *from = RTLD_NEXT;
   malloc_fn m;
   void *first = dlsym(RTLD_DEFAULT, "malloc");
-  if (first && !same_object(first, (void *)cp_alloc_own_malloc)) {
+  if (first && !same_object(first, (void *)cp_alloc_own_malloc) &&
+      is_definition(first)) {
     from = RTLD_DEFAULT;
     m = (malloc_fn)first;
     atomic_store(&not_first, 1);

@@ -116,6 +116,40 @@ static void test_shares_with_jemalloc_after(void) {
   remove_dir(dir);
 }
 
+/* A non-PIE executable that takes malloc's and free's addresses exports
+ * their PLT entries as the functions: the hooks must still find glibc's
+ * allocator behind them (not take the stubs for another allocator, which
+ * aborted) and sample the program's allocations. */
+static void test_non_pie_executable(void) {
+  char *dir = make_temp_dir("alloc-nopie");
+  const char *env[] = {"CONTPROF_ALLOC_SAMPLE_BYTES=65536", NULL};
+  char *argv[] = {CONTPROF, "run", "--profiles", "alloc", "--output", dir,
+                  "--", CP_BUILD_DIR "/tests/nopie_alloc", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "nopie_failures=0") != NULL);
+  pprof_profile *p[4];
+  size_t n = read_profiles(dir, p, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    pprof_top top;
+    char err[256];
+    CHECK_EQ_INT(pprof_top_compute((const pprof_profile *const *)p, 1,
+                                   "alloc-space", &top, err, sizeof err),
+                 0);
+    /* 2 x 20000 x ~4.1 KiB = 164 MiB allocated, 2500 samples. */
+    double mib = (double)top_cum(&top, "nopie_allocate") / 1048576;
+    printf("non-PIE: nopie_allocate %.1f MiB (truth 164.5)\n", mib);
+    CHECK_NEAR(mib, 164.5, 16.5);
+    pprof_top_free(&top);
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  free(r);
+  remove_dir(dir);
+}
+
 /* jemalloc first in LD_PRELOAD: its malloc wins and contprof's hooks see
  * nothing, but every call still works (stress checks contents). */
 static void test_jemalloc_before_contprof(void) {
@@ -263,6 +297,6 @@ static void test_leak_found_then_gone(void) {
 }
 
 TEST_MAIN(T(test_shares_default_rate), T(test_shares_with_jemalloc_after),
-          T(test_jemalloc_before_contprof), T(test_stress_all_calls_profiled),
+          T(test_jemalloc_before_contprof), T(test_non_pie_executable), T(test_stress_all_calls_profiled),
           T(test_stress_under_valgrind), T(test_fork_child_frees_parent_blocks),
           T(test_leak_found_then_gone))

@@ -67,7 +67,15 @@ target_compile_options(alloc_workload PRIVATE -O1 -g)
 set_target_properties(alloc_workload PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 cp_unit_test(test_alloc_profile integration/test_alloc_profile.c)
-add_dependencies(test_alloc_profile alloc_workload contprof_cli contprof_preload)
+# Built without -fPIE: malloc and free exported as canonical PLT entries.
+add_executable(nopie_alloc integration/nopie_alloc.c)
+target_link_libraries(nopie_alloc PRIVATE Threads::Threads)
+set_target_properties(nopie_alloc PROPERTIES POSITION_INDEPENDENT_CODE OFF
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_compile_options(nopie_alloc PRIVATE -fno-pie -O1)
+target_link_options(nopie_alloc PRIVATE -no-pie)
+add_dependencies(test_alloc_profile alloc_workload nopie_alloc contprof_cli
+  contprof_preload)
 set_tests_properties(test_alloc_profile PROPERTIES TIMEOUT 180)
 add_executable(test_alloc_api integration/test_alloc_api.c)
 target_link_libraries(test_alloc_api PRIVATE contprof contprof_pprof_reader
