@@ -50,6 +50,26 @@ static int test_failures;
     }                                                                          \
   } while (0)
 
+/* Sanitizer builds (scripts/sanitize): the sanitizer's runtime owns malloc
+ * and runs every thread slower, so tests of allocator interplay skip. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CP_TEST_SANITIZED 1
+#else
+#define CP_TEST_SANITIZED 0
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define CP_TEST_TSAN 1 /* forked children of threaded programs: unsupported */
+#else
+#define CP_TEST_TSAN 0
+#endif
+#define SKIP_IF_SANITIZED(why)                                                 \
+  do {                                                                         \
+    if (CP_TEST_SANITIZED) {                                                   \
+      printf("SKIP under a sanitizer: %s\n", why);                             \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
 typedef struct test_case {
   const char *name;
   void (*fn)(void);

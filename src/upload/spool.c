@@ -359,7 +359,8 @@ static void adopt_files(cp_spool *s) {
     n++;
   }
   closedir(d);
-  qsort(names, n, sizeof *names, name_cmp);
+  if (n > 1) /* names is NULL when the directory had none */
+    qsort(names, n, sizeof *names, name_cmp);
   size_t adopted = 0, bad = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t order, num;

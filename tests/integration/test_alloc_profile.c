@@ -98,6 +98,8 @@ static void test_shares_default_rate(void) {
  * smaller mean would overflow the 4096-slot sample ring: jemalloc allocates
  * 1 GiB in about 50 ms.) */
 static void test_shares_with_jemalloc_after(void) {
+  SKIP_IF_SANITIZED("jemalloc and the sanitizer's malloc cannot both own "
+                    "the heap");
   if (access(JEMALLOC, R_OK) != 0) {
     printf("SKIP: %s not installed\n", JEMALLOC);
     return;
@@ -153,6 +155,8 @@ static void test_non_pie_executable(void) {
 /* jemalloc first in LD_PRELOAD: its malloc wins and contprof's hooks see
  * nothing, but every call still works (stress checks contents). */
 static void test_jemalloc_before_contprof(void) {
+  SKIP_IF_SANITIZED("jemalloc and the sanitizer's malloc cannot both own "
+                    "the heap");
   if (access(JEMALLOC, R_OK) != 0) {
     printf("SKIP: %s not installed\n", JEMALLOC);
     return;
@@ -200,6 +204,7 @@ static void test_stress_all_calls_profiled(void) {
 /* The same under valgrind (short: valgrind runs threads one at a time).
  * valgrind aborts on pvalloc, so the workload leaves it out. */
 static void test_stress_under_valgrind(void) {
+  SKIP_IF_SANITIZED("valgrind cannot run sanitizer-instrumented programs");
   if (access("/usr/bin/valgrind", X_OK) != 0) {
     printf("SKIP: valgrind not installed\n");
     return;
@@ -230,6 +235,7 @@ static void test_stress_under_valgrind(void) {
 }
 
 static void test_fork_child_frees_parent_blocks(void) {
+  SKIP_IF_SANITIZED("ASan's thread start-up in a forked child");
   char *dir = make_temp_dir("alloc-fork");
   const char *env[] = {"CONTPROF_ALLOC_SAMPLE_BYTES=1024", NULL};
   char *argv[] = {CONTPROF, "run", "--profiles", "alloc,heap", "--output",
@@ -252,6 +258,7 @@ static void test_fork_child_frees_parent_blocks(void) {
  * 1.6% and the 10% tolerance 6 of them. Profiles every second; the leak is
  * held 2.5 s, freed, and the program lives 2.5 s more. */
 static void test_leak_found_then_gone(void) {
+  SKIP_IF_SANITIZED("timed to 100 ms around a free of 64 MiB");
   char *dir = make_temp_dir("alloc-leak");
   const char *env[] = {"CONTPROF_ALLOC_SAMPLE_BYTES=16384", NULL};
   char *argv[] = {CONTPROF, "run",      "--profiles", "alloc,heap", "--period",

@@ -106,3 +106,14 @@ cp_unit_test(test_hardening integration/test_hardening.c)
 add_dependencies(test_hardening hostile_workload cp_test_plugin contprof_cli
   contprof_preload)
 set_tests_properties(test_hardening PROPERTIES TIMEOUT 240)
+
+# The preload path under valgrind's memcheck: every sampler on in a
+# multithreaded program (test_valgrind.c; bench/soak.sh runs it for long).
+add_executable(mixed_workload integration/mixed_workload.c)
+target_link_libraries(mixed_workload PRIVATE Threads::Threads)
+target_compile_options(mixed_workload PRIVATE -O1 -g)
+set_target_properties(mixed_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_valgrind integration/test_valgrind.c)
+add_dependencies(test_valgrind mixed_workload contprof_preload)
+set_tests_properties(test_valgrind PROPERTIES TIMEOUT 240)

@@ -907,8 +907,16 @@ static pid_t spawn_child(test_server *srv, const char *const *extra,
 }
 
 static void test_hung_server_exit_deadline(void) {
+  if (CP_TEST_TSAN) { /* TSan cannot start threads in such a child */
+    printf("SKIP under TSan: a forked child of a threaded test starts the "
+           "profiler\n");
+    return;
+  }
   test_server *srv = srv_start(NULL);
+  /* Under the lock: the server's threads already run. */
+  pthread_mutex_lock(&srv->lock);
   srv->default_status = 0; /* accept, read, never answer */
+  pthread_mutex_unlock(&srv->lock);
   const char *env[] = {"CONTPROF_EXIT_TIMEOUT=1", "CONTPROF_UPLOAD_TIMEOUT=30",
                        "CONTPROF_UPLOAD_PERIOD=3600", NULL};
   double t0 = now_s();
@@ -917,8 +925,9 @@ static void test_hung_server_exit_deadline(void) {
   waitpid(pid, &status, 0);
   double elapsed = now_s() - t0;
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
-  CHECK(elapsed < 1.8);
-  CHECK(srv->nreqs >= 1);
+  if (!CP_TEST_SANITIZED) /* LeakSanitizer's scan at exit takes seconds */
+    CHECK(elapsed < 1.8);
+  CHECK(srv_wait(srv, 1, 0) >= 1); /* under its lock */
   fprintf(stderr, "hung server: child exited after %.3f s (deadline 1 s)\n",
           elapsed);
   srv_stop(srv);
@@ -950,6 +959,11 @@ static size_t count_spool_files(const char *dir, const char *secret,
 /* Backend down while a process runs and exits: its profiles wait on disk
  * and the next process delivers them first, in order. */
 static void test_spool_dir_restart(void) {
+  if (CP_TEST_TSAN) { /* TSan cannot start threads in such a child */
+    printf("SKIP under TSan: a forked child of a threaded test starts the "
+           "profiler\n");
+    return;
+  }
   char dir[] = "/tmp/contprof-spool-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   test_server *srv = srv_create(NULL);
