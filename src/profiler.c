@@ -132,7 +132,10 @@ static void after_fork_child(void) {
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
   cp_symbols_reset();
-  if (!prof.cfg.follow_fork || start_configured() != 0) {
+  cp_alloc_guard_begin();
+  int rc = prof.cfg.follow_fork ? start_configured() : -1;
+  cp_alloc_guard_end();
+  if (rc != 0) {
     cp_config_free(&prof.cfg);
     prof.has_runtime = 0;
     return;
@@ -245,6 +248,7 @@ static int start_locked(const contprof_options *opts,
 
 static int start(const contprof_options *opts,
                  const contprof_runtime *runtime) {
+  cp_alloc_guard_begin();
   pthread_mutex_lock(&prof.lock);
   int rc;
   if (!atomic_load(&prof.running) && prof.stopped_for_exec) {
@@ -262,6 +266,7 @@ static int start(const contprof_options *opts,
     }
   }
   pthread_mutex_unlock(&prof.lock);
+  cp_alloc_guard_end();
   return rc;
 }
 
@@ -280,9 +285,11 @@ int contprof_stop(void) {
     pthread_mutex_unlock(&prof.lock);
     return CONTPROF_ERR_NOT_STARTED;
   }
+  cp_alloc_guard_begin();
   atomic_store(&prof.running, 0);
   teardown_locked(0);
   prof.has_runtime = 0;
+  cp_alloc_guard_end();
   pthread_mutex_unlock(&prof.lock);
   return 0;
 }
@@ -343,13 +350,16 @@ int contprof_record(const contprof_sample *sample) {
     key.span_id = sample->span_id;
     key.local_root_span_id = sample->local_root_span_id;
   }
-  if (snapshot) {
+  cp_alloc_guard_begin(); /* the aggregate's growth is not the caller's */
+  int rc = 0;
+  if (snapshot)
     cp_gen_add(snapshot, sample->frames, sample->nframes, 0, &key, sample->kind,
                sample->count, sample->quantity);
-    return 0;
-  }
-  return cp_agg_record(sample->frames, sample->nframes, &key, sample->kind,
+  else
+    rc = cp_agg_record(sample->frames, sample->nframes, &key, sample->kind,
                        sample->count, sample->quantity);
+  cp_alloc_guard_end();
+  return rc;
 }
 
 int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
@@ -413,9 +423,11 @@ int cp_profiler_before_exec(void) {
   pthread_mutex_lock(&prof.lock);
   int stopped = 0;
   if (atomic_load(&prof.running)) {
+    cp_alloc_guard_begin();
     atomic_store(&prof.running, 0);
     teardown_locked(1);
     prof.stopped_for_exec = stopped = 1;
+    cp_alloc_guard_end();
   }
   pthread_mutex_unlock(&prof.lock);
   cp_signals_discard_pending();
@@ -426,7 +438,10 @@ void cp_profiler_exec_failed(void) {
   pthread_mutex_lock(&prof.lock);
   if (prof.stopped_for_exec && !atomic_load(&prof.running)) {
     prof.stopped_for_exec = 0;
-    if (start_configured() == 0) {
+    cp_alloc_guard_begin();
+    int rc = start_configured();
+    cp_alloc_guard_end();
+    if (rc == 0) {
       atomic_store(&prof.running, 1);
     } else {
       cp_config_free(&prof.cfg);

@@ -47,6 +47,9 @@
 #define BOOT_ARENA_BYTES (64 * 1024)
 #define GUARD_BUSY 1u     /* recording a sample on this thread */
 #define GUARD_INTERNAL 2u /* a profiler thread: never sampled */
+#define GUARD_NESTED                                                           \
+  4u /* per cp_alloc_guard_begin: the profiler's own                           \
+      * work on an application thread */
 
 typedef void *(*malloc_fn)(size_t);
 typedef void *(*calloc_fn)(size_t, size_t);
@@ -591,6 +594,8 @@ size_t malloc_usable_size(void *p) {
 /* --- the sampler interface --------------------------------------------- */
 
 void cp_alloc_exclude_self(void) { tls_guard |= GUARD_INTERNAL; }
+void cp_alloc_guard_begin(void) { tls_guard += GUARD_NESTED; }
+void cp_alloc_guard_end(void) { tls_guard -= GUARD_NESTED; }
 
 static void add_live(const cp_heap_entry *e, void *ctx) {
   cp_sample_key key = {.labels = e->labels, .tid = e->tid};

@@ -40,5 +40,9 @@ extern const cp_sampler cp_alloc_sampler;
 /* Marks the calling thread as the profiler's own: its allocations are never
  * sampled (cp_threads_exclude_self calls it). */
 void cp_alloc_exclude_self(void);
+/* Brackets the profiler's own work on an application thread (start, stop,
+ * thread registration): its allocations are not the application's. Nest. */
+void cp_alloc_guard_begin(void);
+void cp_alloc_guard_end(void);
 
 #endif

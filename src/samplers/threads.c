@@ -198,6 +198,7 @@ typedef struct start_args {
 static void thread_ended(void *unused) {
   (void)unused;
   pid_t tid = cp_gettid();
+  cp_alloc_guard_begin();
   pthread_mutex_lock(&reg.lock);
   /* When full (1,024 threads ended within one rescan), the oldest goes: at
    * worst a rescan re-arms a dying thread until the next rescan. */
@@ -208,6 +209,7 @@ static void thread_ended(void *unused) {
   }
   announce_exit(tid);
   pthread_mutex_unlock(&reg.lock);
+  cp_alloc_guard_end();
 }
 
 static void *thread_trampoline(void *p) {
@@ -215,12 +217,14 @@ static void *thread_trampoline(void *p) {
   free(p);
   /* No unwinder warm-up here: see cp_unwind_init. */
   pid_t tid = cp_gettid();
+  cp_alloc_guard_begin(); /* the samplers' tables are not the thread's */
   pthread_mutex_lock(&reg.lock);
   int gone = ended_index(tid); /* the tid of an ended thread, reused */
   if (gone >= 0)
     reg.ended[gone] = reg.ended[--reg.nended];
   announce_start(tid);
   pthread_mutex_unlock(&reg.lock);
+  cp_alloc_guard_end();
   pthread_sigmask(SIG_SETMASK, &args.mask, NULL);
   void *ret;
   pthread_cleanup_push(thread_ended, NULL);
