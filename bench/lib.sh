@@ -67,3 +67,62 @@ bench_machine() {
   fi
   echo "machine: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), kernel $(uname -r), CONFIG_HZ=$hz, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 }
+
+# Paired rounds for the overhead scripts. The caller defines
+# `run VARIANT WORK FILE` (appends "wall user sys threads-cpu" to FILE) and
+# $tmp. bench_rounds ROUNDS WORK VARIANT...: one warm-up run each, then per
+# round every variant (in a rotating order) with WORK and with 0 (start and
+# exit alone) into $tmp/VARIANT and $tmp/VARIANT.empty.
+bench_rounds() {
+  local rounds=$1 work=$2 r k v
+  shift 2
+  local variants=("$@")
+  for v in "${variants[@]}"; do run "$v" "$work" "$tmp/warm-up"; done
+  for v in "${variants[@]}"; do
+    : >"$tmp/$v"; : >"$tmp/$v.threads"; : >"$tmp/$v.empty"; : >"$tmp/$v.samples"
+  done
+  for ((r = 0; r < rounds; r++)); do
+    for ((k = 0; k < ${#variants[@]}; k++)); do
+      v=${variants[(r + k) % ${#variants[@]}]}
+      run "$v" "$work" "$tmp/$v"
+      run "$v" 0 "$tmp/$v.empty"
+    done
+    printf '.' >&2
+  done
+  echo >&2
+}
+
+# bench_ratio VARIANT EXPR: median [p25, p75] of an awk expression over the
+# joined lines "variant(4 fields) plain(4) variant-empty(4) plain-empty(4)".
+bench_ratio() {
+  paste -d' ' "$tmp/$1" "$tmp/plain" "$tmp/$1.empty" "$tmp/plain.empty" |
+    awk "{ print $2 }" | bench_quantiles |
+    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
+}
+
+# bench_overhead_table THREADS-LABEL THREADS-EXPR VARIANT...: the markdown
+# table of every variant against plain; THREADS-EXPR is an awk expression
+# over "variant-threads-line plain-threads-line".
+bench_overhead_table() {
+  local label=$1 texpr=$2 v wall cpu fixed wr cr sr tr
+  shift 2
+  printf '\n| variant | median wall s | median CPU s | start+exit CPU s | wall / plain | CPU / plain | CPU steady / plain | %s / plain |\n' "$label"
+  printf '|---|---|---|---|---|---|---|---|\n'
+  for v in "$@"; do
+    wall=$(awk '{print $1}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
+    cpu=$(awk '{print $2 + $3}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
+    fixed=$(awk '{print $2 + $3}' "$tmp/$v.empty" | bench_quantiles | awk '{printf "%.3f", $1}')
+    if [[ $v == plain ]]; then
+      wr="1 (baseline)" cr="1 (baseline)" sr="1 (baseline)" tr="1 (baseline)"
+    else
+      wr=$(bench_ratio "$v" '$1 / $5')
+      cr=$(bench_ratio "$v" '($2 + $3) / ($6 + $7)')
+      sr=$(bench_ratio "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)')
+      tr=$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
+        awk "{ print $texpr }" | bench_quantiles |
+        awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
+    fi
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr" "$tr"
+  done
+  echo
+}

@@ -72,47 +72,8 @@ run() {
 
 bench_machine
 echo "overhead: cpu_work $OVERHEAD_THREADS threads x $OVERHEAD_REQUESTS requests, $OVERHEAD_HZ Hz, $OVERHEAD_ROUNDS rounds (+1 warm-up)"
-for v in "${variants[@]}"; do run "$v" "$OVERHEAD_REQUESTS" "$tmp/warm-up"; done
-for v in "${variants[@]}"; do
-  : >"$tmp/$v"; : >"$tmp/$v.threads"; : >"$tmp/$v.empty"; : >"$tmp/$v.samples"
-done
-for ((r = 0; r < OVERHEAD_ROUNDS; r++)); do
-  for ((k = 0; k < ${#variants[@]}; k++)); do
-    v=${variants[(r + k) % ${#variants[@]}]}
-    run "$v" "$OVERHEAD_REQUESTS" "$tmp/$v"
-    run "$v" 0 "$tmp/$v.empty"
-  done
-  printf '.' >&2
-done
-echo >&2
-
-# ratio_stats FILE COLUMNS-EXPR: median [p25, p75] of an awk expression over
-# the joined lines "variant(4 fields) plain(4) variant-empty(4) plain-empty(4)".
-ratio_stats() {
-  paste -d' ' "$tmp/$1" "$tmp/plain" "$tmp/$1.empty" "$tmp/plain.empty" |
-    awk "{ print $2 }" | bench_quantiles |
-    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
-}
-
-printf '\n| variant | median wall s | median CPU s | start+exit CPU s | wall / plain | CPU / plain | CPU steady / plain | workers CPU / plain |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
-for v in "${variants[@]}"; do
-  wall=$(awk '{print $1}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
-  cpu=$(awk '{print $2 + $3}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
-  fixed=$(awk '{print $2 + $3}' "$tmp/$v.empty" | bench_quantiles | awk '{printf "%.3f", $1}')
-  if [[ $v == plain ]]; then
-    wr="1 (baseline)" cr="1 (baseline)" sr="1 (baseline)" tr="1 (baseline)"
-  else
-    wr=$(ratio_stats "$v" '$1 / $5')
-    cr=$(ratio_stats "$v" '($2 + $3) / ($6 + $7)')
-    sr=$(ratio_stats "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)')
-    tr=$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
-      awk '{print $1 / $3}' | bench_quantiles |
-      awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
-  fi
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr" "$tr"
-done
-echo
+bench_rounds "$OVERHEAD_ROUNDS" "$OVERHEAD_REQUESTS" "${variants[@]}"
+bench_overhead_table "workers CPU" '$1 / $3' "${variants[@]}"
 echo "Ratios: median [interquartile range] over $OVERHEAD_ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
 paste -d' ' "$tmp/contprof.threads" "$tmp/contprof" | awk '{print $2, $2 / $3}' |
   sort -g | awk '{ms[NR] = $1 * 1000; ps[NR] = $2} END {

@@ -67,47 +67,8 @@ run() {
 
 bench_machine
 echo "python overhead: python_work.py $PYOVERHEAD_WORK, defaults (cpu, 100 Hz), $PYOVERHEAD_ROUNDS rounds (+1 warm-up), $("$PY" -V)"
-for v in "${variants[@]}"; do run "$v" "$PYOVERHEAD_WORK" "$tmp/warm-up"; done
-for v in "${variants[@]}"; do
-  : >"$tmp/$v"; : >"$tmp/$v.threads"; : >"$tmp/$v.empty"
-done
-for ((r = 0; r < PYOVERHEAD_ROUNDS; r++)); do
-  for ((k = 0; k < ${#variants[@]}; k++)); do
-    v=${variants[(r + k) % ${#variants[@]}]}
-    run "$v" "$PYOVERHEAD_WORK" "$tmp/$v"
-    run "$v" 0 "$tmp/$v.empty"
-  done
-  printf '.' >&2
-done
-echo >&2
-
-# ratio_stats VARIANT EXPR: median [p25, p75] of an awk expression over the
-# joined lines "variant(4) plain(4) variant-empty(4) plain-empty(4)".
-ratio_stats() {
-  paste -d' ' "$tmp/$1" "$tmp/plain" "$tmp/$1.empty" "$tmp/plain.empty" |
-    awk "{ print $2 }" | bench_quantiles |
-    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
-}
-
-printf '\n| variant | median wall s | median CPU s | start+exit CPU s | wall / plain | CPU / plain | CPU steady / plain | work thread CPU / plain |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
-for v in "${variants[@]}"; do
-  wall=$(awk '{print $1}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
-  cpu=$(awk '{print $2 + $3}' "$tmp/$v" | bench_quantiles | awk '{printf "%.3f", $1}')
-  fixed=$(awk '{print $2 + $3}' "$tmp/$v.empty" | bench_quantiles | awk '{printf "%.3f", $1}')
-  if [[ $v == plain ]]; then
-    wr="1 (baseline)" cr="1 (baseline)" sr="1 (baseline)" tr="1 (baseline)"
-  else
-    wr=$(ratio_stats "$v" '$1 / $5')
-    cr=$(ratio_stats "$v" '($2 + $3) / ($6 + $7)')
-    sr=$(ratio_stats "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)')
-    tr=$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
-      awk '{print $1 / $2}' | bench_quantiles |
-      awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
-  fi
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr" "$tr"
-done
-echo
+bench_rounds "$PYOVERHEAD_ROUNDS" "$PYOVERHEAD_WORK" "${variants[@]}"
+bench_overhead_table "work thread CPU" '$1 / $2' "${variants[@]}"
 echo "Ratios: median [interquartile range] over $PYOVERHEAD_ROUNDS rounds. Samples per profiled run (median): $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}')."
 
 if [[ -n ${BENCH_RAW:-} ]]; then
