@@ -208,6 +208,7 @@ void cp_agg_stop(void) {
   if (!agg.thread_running)
     return;
   atomic_store(&agg.stop, 1);
+  cp_ring_wake(agg.owned_ring); /* not a drain interval later */
   pthread_join(agg.thread, NULL);
   agg.thread_running = 0;
   pthread_mutex_lock(&agg.lock);

@@ -158,6 +158,11 @@ void cp_ring_wait(cp_ring *r, uint64_t timeout_ns) {
   syscall(SYS_futex, &r->wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
 }
 
+void cp_ring_wake(cp_ring *r) {
+  atomic_fetch_add_explicit(&r->wake_seq, 1, memory_order_release);
+  syscall(SYS_futex, &r->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 const cp_raw_sample *cp_ring_peek(cp_ring *r) {
   uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
   uint64_t seq = load_seq(r, pos, memory_order_acquire);

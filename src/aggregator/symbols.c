@@ -98,6 +98,7 @@ typedef struct map_rec {
   uint64_t dev, inode;
   uint64_t elf_delta; /* elf_address = pc + elf_delta (mod 2^64) */
   elf_file *file;     /* NULL: no symbols (deleted, unreadable, not ELF) */
+  int file_read;      /* file (and elf_delta) read: on first use */
   char *path;
   struct map_rec *next_retired;
 } map_rec;
@@ -906,10 +907,20 @@ static map_rec *map_create(maps_line *l) {
   l->path = NULL;
   m->dev = l->dev;
   m->inode = l->inode;
+  m->pub.build_id = "";
+  return m;
+}
+
+/* Reads the mapping's file the first time a pc in it is looked up: a
+ * process that never symbolizes (one that lives too short for a sample)
+ * never reads a symbol table. */
+static void map_read_file(map_rec *m) {
+  if (m->file_read)
+    return;
+  m->file_read = 1;
   m->file = map_load_file(m);
   m->pub.build_id = m->file ? m->file->build_id : "";
   map_compute_delta(m);
-  return m;
 }
 
 /* Re-reads /proc/self/maps: keeps records of unchanged mappings, creates
@@ -972,6 +983,9 @@ static int read_maps_locked(void) {
       continue;
     map_rec *gone = symbols.maps[i];
     cp_debug("symbols: %s unmapped", gone->path);
+    /* Samples taken before the unmap still name it: read it while the
+     * file is surely still there. */
+    map_read_file(gone);
     gone->next_retired = symbols.retired;
     symbols.retired = gone;
     symbols.change_pending = 1;
@@ -1099,6 +1113,7 @@ int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
       pthread_mutex_unlock(&symbols_lock);
       return -1;
     }
+    map_read_file(m);
     out->mapping = &m->pub;
     out->elf_address = pc + m->elf_delta;
     sym_entry *s = m->file ? file_find(m->file, out->elf_address) : NULL;

@@ -1,9 +1,16 @@
 /* The libcurl client of the HTTP sinks (see http.h). The multi interface
  * drives each request so that cp_http_abort can wake it from another thread
- * and a stop or exit never waits on a server that does not answer. */
+ * and a stop or exit never waits on a server that does not answer.
+ *
+ * libcurl is loaded with dlopen when the first HTTP sink is made, not linked:
+ * it brings some 35 libraries (TLS, Kerberos, LDAP...), and loading them cost
+ * every preloaded process, most of which (short-lived children, file
+ * output) never upload. */
 #include "http.h"
 
+#define CURL_DISABLE_TYPECHECK
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,11 +27,90 @@ struct cp_http_client {
   _Atomic int aborted;
 };
 
+/* The libcurl functions used here, resolved from the dlopened library.
+ * X(name, return type, parameters) */
+#define CURL_FUNCTIONS(X)                                                      \
+  X(curl_global_init, CURLcode, (long))                                        \
+  X(curl_easy_init, CURL *, (void))                                            \
+  X(curl_easy_cleanup, void, (CURL *))                                         \
+  X(curl_easy_reset, void, (CURL *))                                           \
+  X(curl_easy_setopt, CURLcode, (CURL *, CURLoption, ...))                     \
+  X(curl_easy_getinfo, CURLcode, (CURL *, CURLINFO, ...))                      \
+  X(curl_easy_strerror, const char *, (CURLcode))                              \
+  X(curl_slist_append, struct curl_slist *,                                    \
+    (struct curl_slist *, const char *))                                       \
+  X(curl_slist_free_all, void, (struct curl_slist *))                          \
+  X(curl_mime_init, curl_mime *, (CURL *))                                     \
+  X(curl_mime_addpart, curl_mimepart *, (curl_mime *))                         \
+  X(curl_mime_name, CURLcode, (curl_mimepart *, const char *))                 \
+  X(curl_mime_filename, CURLcode, (curl_mimepart *, const char *))             \
+  X(curl_mime_type, CURLcode, (curl_mimepart *, const char *))                 \
+  X(curl_mime_data, CURLcode, (curl_mimepart *, const char *, size_t))         \
+  X(curl_mime_free, void, (curl_mime *))                                       \
+  X(curl_multi_init, CURLM *, (void))                                          \
+  X(curl_multi_cleanup, CURLMcode, (CURLM *))                                  \
+  X(curl_multi_add_handle, CURLMcode, (CURLM *, CURL *))                       \
+  X(curl_multi_remove_handle, CURLMcode, (CURLM *, CURL *))                    \
+  X(curl_multi_perform, CURLMcode, (CURLM *, int *))                           \
+  X(curl_multi_poll, CURLMcode,                                                \
+    (CURLM *, struct curl_waitfd *, unsigned int, int, int *))                 \
+  X(curl_multi_wakeup, CURLMcode, (CURLM *))                                   \
+  X(curl_multi_info_read, CURLMsg *, (CURLM *, int *))
+
+#define CURL_POINTER(name, ret, params) ret(*fn_##name) params;
+static struct { CURL_FUNCTIONS(CURL_POINTER) } curl_api;
+
+/* From here on, calls go through the table. */
+#undef curl_easy_setopt
+#undef curl_easy_getinfo
+#define curl_global_init curl_api.fn_curl_global_init
+#define curl_easy_init curl_api.fn_curl_easy_init
+#define curl_easy_cleanup curl_api.fn_curl_easy_cleanup
+#define curl_easy_reset curl_api.fn_curl_easy_reset
+#define curl_easy_setopt curl_api.fn_curl_easy_setopt
+#define curl_easy_getinfo curl_api.fn_curl_easy_getinfo
+#define curl_easy_strerror curl_api.fn_curl_easy_strerror
+#define curl_slist_append curl_api.fn_curl_slist_append
+#define curl_slist_free_all curl_api.fn_curl_slist_free_all
+#define curl_mime_init curl_api.fn_curl_mime_init
+#define curl_mime_addpart curl_api.fn_curl_mime_addpart
+#define curl_mime_name curl_api.fn_curl_mime_name
+#define curl_mime_filename curl_api.fn_curl_mime_filename
+#define curl_mime_type curl_api.fn_curl_mime_type
+#define curl_mime_data curl_api.fn_curl_mime_data
+#define curl_mime_free curl_api.fn_curl_mime_free
+#define curl_multi_init curl_api.fn_curl_multi_init
+#define curl_multi_cleanup curl_api.fn_curl_multi_cleanup
+#define curl_multi_add_handle curl_api.fn_curl_multi_add_handle
+#define curl_multi_remove_handle curl_api.fn_curl_multi_remove_handle
+#define curl_multi_perform curl_api.fn_curl_multi_perform
+#define curl_multi_poll curl_api.fn_curl_multi_poll
+#define curl_multi_wakeup curl_api.fn_curl_multi_wakeup
+#define curl_multi_info_read curl_api.fn_curl_multi_info_read
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static int curl_ready;
 
+/* Loads libcurl (kept for the life of the process) and resolves the table. */
+static int curl_load(void) {
+  void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    cp_error("cannot load libcurl.so.4 (%s): profiles are not uploaded",
+             dlerror());
+    return 0;
+  }
+#define CURL_RESOLVE(name, ret, params)                                        \
+  if (!(*(void **)&curl_api.fn_##name = dlsym(lib, #name))) {                  \
+    cp_error("libcurl.so.4 lacks %s: profiles are not uploaded", #name);       \
+    return 0;                                                                  \
+  }
+  CURL_FUNCTIONS(CURL_RESOLVE)
+#undef CURL_RESOLVE
+  return 1;
+}
+
 static void curl_init_once(void) {
-  curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  curl_ready = curl_load() && curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
 }
 
 cp_http_client *cp_http_client_create(void) {

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# What a short-lived program pays for the profiler when LD_PRELOAD brings it
+# in (a shell's children, CONTPROF_FOLLOW_EXEC): a shell that runs /bin/true
+# EXEC_CHILDREN times, in paired rounds whose order rotates, as
+#   plain      no preload;
+#   disabled   LD_PRELOAD=libcontprof_preload.so CONTPROF_ENABLED=0: the
+#              library and its dependencies are loaded, nothing starts;
+#   profiled   LD_PRELOAD=... with the defaults: every child starts the
+#              profiler, stops at exit and (having recorded nothing) writes
+#              no profile.
+# Reported: wall and CPU (user + system, the children's included) per child,
+# median [interquartile range] over rounds, and the profiles written (0).
+#
+#   bench/exec_cost.sh
+# Environment: EXEC_ROUNDS (11), EXEC_CHILDREN (200), BENCH_BUILD_DIR.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+EXEC_ROUNDS=${EXEC_ROUNDS:-11}
+EXEC_CHILDREN=${EXEC_CHILDREN:-200}
+bench_build
+tmp=$(mktemp -d /tmp/contprof-exec-cost.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+variants=(plain disabled profiled)
+script="i=0; while [ \$i -lt $EXEC_CHILDREN ]; do /bin/true; i=\$((i+1)); done"
+
+run() {
+  local v=$1 log=$2
+  case $v in
+  plain) "$BENCH_BIN/cpurun" "$log" /bin/sh -c "$script" ;;
+  disabled)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+      CONTPROF_ENABLED=0 /bin/sh -c "$script" ;;
+  profiled)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+      CONTPROF_OUTPUT_DIR="$tmp/prof" /bin/sh -c "$script" ;;
+  esac
+}
+
+bench_machine
+echo "exec cost: /bin/sh running /bin/true $EXEC_CHILDREN times, $EXEC_ROUNDS rounds"
+for v in "${variants[@]}"; do run "$v" "$tmp/warm-up"; : >"$tmp/$v"; done
+for ((r = 0; r < EXEC_ROUNDS; r++)); do
+  for ((k = 0; k < ${#variants[@]}; k++)); do
+    v=${variants[(r + k) % ${#variants[@]}]}
+    run "$v" "$tmp/$v"
+  done
+  printf '.' >&2
+done
+echo >&2
+printf '\n| variant | wall ms per child | CPU ms per child |\n|---|---|---|\n'
+for v in "${variants[@]}"; do
+  w=$(awk -v n="$EXEC_CHILDREN" '{print $1 * 1000 / n}' "$tmp/$v" | bench_quantiles |
+    awk '{printf "%.2f [%.2f, %.2f]", $1, $2, $3}')
+  c=$(awk -v n="$EXEC_CHILDREN" '{print ($2 + $3) * 1000 / n}' "$tmp/$v" | bench_quantiles |
+    awk '{printf "%.2f [%.2f, %.2f]", $1, $2, $3}')
+  printf '| %s | %s | %s |\n' "$v" "$w" "$c"
+done
+echo
+echo "Profiles written by the profiled runs: $(find "$tmp/prof" -name '*.pb.gz' 2>/dev/null | wc -l)"
