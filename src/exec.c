@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "interpose.h"
 #include "profiler_internal.h"
 
 extern char **environ;
@@ -42,27 +43,6 @@ typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 typedef int (*execveat_fn)(int, const char *, char *const[], char *const[],
                            int);
-
-static void *real_symbol(const char *name, void *self) {
-  void *fn = dlsym(RTLD_NEXT, name);
-  if (!fn || fn == self) {
-    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    fn = libc ? dlsym(libc, name) : NULL;
-  }
-  return fn;
-}
-
-#define REAL(type, name)                                                       \
-  static type real_##name;                                                     \
-  type fn_##name = __atomic_load_n(&real_##name, __ATOMIC_ACQUIRE);            \
-  if (!fn_##name) {                                                            \
-    fn_##name = (type)real_symbol(#name, (void *)name);                        \
-    __atomic_store_n(&real_##name, fn_##name, __ATOMIC_RELEASE);               \
-  }                                                                            \
-  if (!fn_##name) {                                                            \
-    errno = ENOSYS;                                                            \
-    return -1;                                                                 \
-  }
 
 /* The file name of this library (for LD_PRELOAD), resolved once. */
 static const char *own_basename(void) {
@@ -164,33 +144,33 @@ static size_t env_count(char *const *envp) {
   } while (0)
 
 int execve(const char *path, char *const argv[], char *const envp[]) {
-  REAL(execve_fn, execve);
+  CP_REAL(execve_fn, execve);
   EXEC_WITH(envp, fn_execve(path, argv, env));
 }
 
 int execvpe(const char *file, char *const argv[], char *const envp[]) {
-  REAL(execvpe_fn, execvpe);
+  CP_REAL(execvpe_fn, execvpe);
   EXEC_WITH(envp, fn_execvpe(file, argv, env));
 }
 
 int execv(const char *path, char *const argv[]) {
-  REAL(execve_fn, execve);
+  CP_REAL(execve_fn, execve);
   EXEC_WITH(environ, fn_execve(path, argv, env));
 }
 
 int execvp(const char *file, char *const argv[]) {
-  REAL(execvpe_fn, execvpe);
+  CP_REAL(execvpe_fn, execvpe);
   EXEC_WITH(environ, fn_execvpe(file, argv, env));
 }
 
 int fexecve(int fd, char *const argv[], char *const envp[]) {
-  REAL(fexecve_fn, fexecve);
+  CP_REAL(fexecve_fn, fexecve);
   EXEC_WITH(envp, fn_fexecve(fd, argv, env));
 }
 
 int execveat(int dirfd, const char *path, char *const argv[],
              char *const envp[], int flags) {
-  REAL(execveat_fn, execveat);
+  CP_REAL(execveat_fn, execveat);
   EXEC_WITH(envp, fn_execveat(dirfd, path, argv, env, flags));
 }
 

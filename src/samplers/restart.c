@@ -30,26 +30,8 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "interpose.h"
 #include "signals.h"
-
-static void *real_symbol(const char *name, void *self) {
-  void *fn = dlsym(RTLD_NEXT, name);
-  if (!fn || fn == self) {
-    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    fn = libc ? dlsym(libc, name) : NULL;
-  }
-  return fn;
-}
-
-#define REAL(type, name)                                                       \
-  static type real_##name;                                                     \
-  type fn_##name = __atomic_load_n(&real_##name, __ATOMIC_ACQUIRE);            \
-  if (!fn_##name) {                                                            \
-    fn_##name = (type)real_symbol(#name, (void *)name);                        \
-    if (!fn_##name)                                                            \
-      return errno = ENOSYS, -1;                                               \
-    __atomic_store_n(&real_##name, fn_##name, __ATOMIC_RELEASE);               \
-  }
 
 static int64_t ts_ns(const struct timespec *ts) {
   return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
@@ -80,7 +62,7 @@ static int ours(unsigned before) { return cp_own_signals != before; }
 
 int nanosleep(const struct timespec *req, struct timespec *rem) {
   typedef int (*fn_t)(const struct timespec *, struct timespec *);
-  REAL(fn_t, nanosleep);
+  CP_REAL(fn_t, nanosleep);
   struct timespec left = *req, r;
   for (;;) {
     unsigned before = cp_own_signals;
@@ -101,7 +83,7 @@ int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
   static fn_t real_clock_nanosleep;
   fn_t fn = __atomic_load_n(&real_clock_nanosleep, __ATOMIC_ACQUIRE);
   if (!fn) {
-    fn = (fn_t)real_symbol("clock_nanosleep", (void *)clock_nanosleep);
+    fn = (fn_t)cp_real_symbol("clock_nanosleep", (void *)clock_nanosleep);
     if (!fn)
       return ENOSYS;
     __atomic_store_n(&real_clock_nanosleep, fn, __ATOMIC_RELEASE);
@@ -135,7 +117,7 @@ int usleep(useconds_t usec) {
 
 int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   typedef int (*fn_t)(struct pollfd *, nfds_t, int);
-  REAL(fn_t, poll);
+  CP_REAL(fn_t, poll);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     unsigned before = cp_own_signals;
@@ -150,7 +132,7 @@ int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
 int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
                int timeout) {
   typedef int (*fn_t)(int, struct epoll_event *, int, int);
-  REAL(fn_t, epoll_wait);
+  CP_REAL(fn_t, epoll_wait);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     unsigned before = cp_own_signals;
@@ -165,7 +147,7 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
 int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
            struct timeval *timeout) {
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
-  REAL(fn_t, select);
+  CP_REAL(fn_t, select);
   /* On EINTR the sets are unspecified: keep the caller's to retry with. */
   fd_set r, w, x;
   if (readfds)
@@ -207,7 +189,7 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
           const sigset_t *sigmask) {
   typedef int (*fn_t)(struct pollfd *, nfds_t, const struct timespec *,
                       const sigset_t *);
-  REAL(fn_t, ppoll);
+  CP_REAL(fn_t, ppoll);
   int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
   struct timespec left;
   const struct timespec *t = timeout;
@@ -229,7 +211,7 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
             const struct timespec *timeout, const sigset_t *sigmask) {
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *,
                       const struct timespec *, const sigset_t *);
-  REAL(fn_t, pselect);
+  CP_REAL(fn_t, pselect);
   fd_set r, w, x;
   if (readfds)
     r = *readfds;
@@ -271,7 +253,7 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
                 int timeout, const sigset_t *sigmask) {
   typedef int (*fn_t)(int, struct epoll_event *, int, int, const sigset_t *);
-  REAL(fn_t, epoll_pwait);
+  CP_REAL(fn_t, epoll_pwait);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     unsigned before = cp_own_signals;
@@ -286,7 +268,7 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
 /* The deadline is absolute: a retry waits until the same instant. */
 int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, const struct timespec *);
-  REAL(fn_t, sem_timedwait);
+  CP_REAL(fn_t, sem_timedwait);
   for (;;) {
     unsigned before = cp_own_signals;
     int rc = fn_sem_timedwait(sem, abstime);
@@ -297,7 +279,7 @@ int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
 
 int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, clockid_t, const struct timespec *);
-  REAL(fn_t, sem_clockwait);
+  CP_REAL(fn_t, sem_clockwait);
   for (;;) {
     unsigned before = cp_own_signals;
     int rc = fn_sem_clockwait(sem, clock, abstime);

@@ -109,6 +109,18 @@ static inline void remove_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* The value of a profile's "key=value" comment, or NULL. */
+static inline const char *profile_comment(const pprof_profile *p,
+                                          const char *key) {
+  size_t len = strlen(key);
+  for (size_t i = 0; i < p->n_comment; i++) {
+    const char *c = pprof_str(p, p->comment[i]);
+    if (c && strncmp(c, key, len) == 0 && c[len] == '=')
+      return c + len + 1;
+  }
+  return NULL;
+}
+
 /* The flat value of function `name` in a top table, 0 if absent. */
 static inline int64_t top_flat(const pprof_top *top, const char *name) {
   for (size_t i = 0; i < top->nentries; i++)

@@ -10,16 +10,6 @@
 #define WORKLOAD CP_BUILD_DIR "/tests/workload"
 #define MAX_PROFILES 64
 
-static const char *comment(const pprof_profile *p, const char *key) {
-  size_t len = strlen(key);
-  for (size_t i = 0; i < p->n_comment; i++) {
-    const char *c = pprof_str(p, p->comment[i]);
-    if (c && strncmp(c, key, len) == 0 && c[len] == '=')
-      return c + len + 1;
-  }
-  return NULL;
-}
-
 static double seconds_in(const pprof_profile *p, const char *fn) {
   pprof_top top;
   char err[256];
@@ -63,7 +53,7 @@ static void test_exec_chain_is_followed(void) {
   CHECK_EQ_INT(n, 41);
   size_t with_alpha = 0;
   for (size_t i = 0; i < n; i++) {
-    const char *rid = comment(p[i], "runtime-id");
+    const char *rid = profile_comment(p[i], "runtime-id");
     CHECK(rid != NULL);
     CHECK(p[i]->n_sample > 0);
     double alpha = seconds_in(p[i], "work_alpha");
@@ -72,11 +62,12 @@ static void test_exec_chain_is_followed(void) {
     else
       printf("image %zu (%s): work_alpha %.3f s of CPU\n", i, names[i], alpha);
     for (size_t j = 0; j < i && rid; j++) {
-      const char *other = comment(p[j], "runtime-id");
+      const char *other = profile_comment(p[j], "runtime-id");
       CHECK(other && strcmp(rid, other) != 0);
     }
     if (i > 0)
-      CHECK_EQ_STR(comment(p[i], "process_id"), comment(p[0], "process_id"));
+      CHECK_EQ_STR(profile_comment(p[i], "process_id"),
+                   profile_comment(p[0], "process_id"));
   }
   /* Each image burns 30 ms in work_alpha on its main thread. Rarely (about
    * one image in 200 on the kernel of our CI, 6.18) no CPU-timer signal

@@ -10,17 +10,6 @@
 #define WORKLOAD CP_BUILD_DIR "/tests/workload"
 #define MAX_PROFILES 16
 
-/* The value of the "key=value" comment, or NULL. */
-static const char *comment(const pprof_profile *p, const char *key) {
-  size_t len = strlen(key);
-  for (size_t i = 0; i < p->n_comment; i++) {
-    const char *c = pprof_str(p, p->comment[i]);
-    if (c && strncmp(c, key, len) == 0 && c[len] == '=')
-      return c + len + 1;
-  }
-  return NULL;
-}
-
 /* cpu-time of each workload function in one profile, in seconds. */
 typedef struct work {
   double alpha, beta, gamma;
@@ -70,8 +59,8 @@ static void test_prefork_server(void) {
   CHECK_EQ_INT(n, 5);
   int parents = 0, workers = 0, grandchildren = 0;
   for (size_t i = 0; i < n; i++) {
-    const char *pid = comment(p[i], "process_id");
-    const char *rid = comment(p[i], "runtime-id");
+    const char *pid = profile_comment(p[i], "process_id");
+    const char *rid = profile_comment(p[i], "runtime-id");
     CHECK(pid != NULL && rid != NULL && strlen(rid) == 36);
     if (!pid || !rid)
       continue;
@@ -80,8 +69,8 @@ static void test_prefork_server(void) {
     snprintf(dotted, sizeof dotted, ".%s.", pid);
     CHECK(strstr(names[i], dotted) != NULL);
     for (size_t j = 0; j < i; j++) {
-      const char *other_pid = comment(p[j], "process_id");
-      const char *other_rid = comment(p[j], "runtime-id");
+      const char *other_pid = profile_comment(p[j], "process_id");
+      const char *other_rid = profile_comment(p[j], "runtime-id");
       CHECK(!other_pid || strcmp(pid, other_pid) != 0);
       CHECK(!other_rid || strcmp(rid, other_rid) != 0);
     }
