@@ -108,6 +108,21 @@ static unsigned self_sampled_profiles(void) {
 }
 
 static int start_configured(void);
+
+/* Starts again from the configuration kept in prof.cfg (the child of fork, a
+ * failed exec); if that fails, the configuration is forgotten. Not sampled
+ * as the application's allocations. */
+static void restart_kept_config(void) {
+  cp_alloc_guard_begin();
+  int rc = start_configured();
+  cp_alloc_guard_end();
+  if (rc == 0) {
+    atomic_store(&prof.running, 1);
+  } else {
+    cp_config_free(&prof.cfg);
+    prof.has_runtime = 0;
+  }
+}
 static void after_fork_prepare(void) { pthread_mutex_lock(&prof.lock); }
 static void after_fork_parent(void) { pthread_mutex_unlock(&prof.lock); }
 
@@ -132,15 +147,12 @@ static void after_fork_child(void) {
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
   cp_symbols_reset();
-  cp_alloc_guard_begin();
-  int rc = prof.cfg.follow_fork ? start_configured() : -1;
-  cp_alloc_guard_end();
-  if (rc != 0) {
+  if (prof.cfg.follow_fork) {
+    restart_kept_config();
+  } else {
     cp_config_free(&prof.cfg);
     prof.has_runtime = 0;
-    return;
   }
-  atomic_store(&prof.running, 1);
 }
 
 /* Stops what start_configured started, in reverse order. */
@@ -438,15 +450,7 @@ void cp_profiler_exec_failed(void) {
   pthread_mutex_lock(&prof.lock);
   if (prof.stopped_for_exec && !atomic_load(&prof.running)) {
     prof.stopped_for_exec = 0;
-    cp_alloc_guard_begin();
-    int rc = start_configured();
-    cp_alloc_guard_end();
-    if (rc == 0) {
-      atomic_store(&prof.running, 1);
-    } else {
-      cp_config_free(&prof.cfg);
-      prof.has_runtime = 0;
-    }
+    restart_kept_config();
   }
   pthread_mutex_unlock(&prof.lock);
 }
