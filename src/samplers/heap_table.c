@@ -69,14 +69,27 @@ int cp_heap_init(size_t capacity, size_t max_frames) {
     bits++;
   size_t nslots = (size_t)1 << bits;
   size_t pool_bytes = capacity * entry_bytes;
-  size_t total = pool_bytes + nslots * sizeof(uint64_t);
-  /* Untouched pages cost nothing: only the peak of live entries is used. */
-  void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mem == MAP_FAILED)
+  size_t slot_bytes = nslots * sizeof(uint64_t);
+  /* The pool's untouched pages cost nothing: only the peak of live entries
+   * is used. */
+  void *pool = mmap(NULL, pool_bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (pool == MAP_FAILED)
     return -1;
-  heap.pool = mem;
-  heap.slots = (_Atomic uint64_t *)(heap.pool + pool_bytes);
+  /* The address slots are populated up front (1 MiB at the default
+   * capacity): hashing spreads inserts over all of them, and lazily each
+   * first insert into a page took a fault, and a first write after a free's
+   * lookup had mapped the zero page a copy-on-write fault with a TLB
+   * shoot-down of every CPU running the process (27% of CPU time on the
+   * worst-case benchmark, docs/benchmarks.md). */
+  void *slots = mmap(NULL, slot_bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (slots == MAP_FAILED) {
+    munmap(pool, pool_bytes);
+    return -1;
+  }
+  heap.pool = pool;
+  heap.slots = slots;
   heap.capacity = capacity;
   heap.frames_cap = frames_cap;
   heap.entry_bytes = entry_bytes;
