@@ -265,37 +265,49 @@ static int ensure_resolved(void) {
     (void)!write(2, msg, sizeof msg - 1);
     abort();
   }
+  /* Resolved into a copy, then published: each hook reads its own entry
+   * point with acquire and needs that one only (an emulation needs the
+   * entry points it is made of, published before it). free first, malloc
+   * last: a thread that sees an allocating entry point can free what it
+   * gets. */
   void *f;
-  hot.free = (free_fn)next_symbol(from, "free");
-  hot.realloc = (realloc_fn)next_symbol(from, "realloc");
-  hot.calloc = (calloc_fn)next_symbol(from, "calloc");
+  free_fn rfree = (free_fn)next_symbol(from, "free");
+  realloc_fn rrealloc = (realloc_fn)next_symbol(from, "realloc");
+  calloc_fn rcalloc = (calloc_fn)next_symbol(from, "calloc");
   f = next_symbol(from, "malloc_usable_size");
-  hot.usable_size = same_object(f, (void *)m) ? (usable_fn)f : no_usable_size;
+  usable_fn rusable = same_object(f, (void *)m) ? (usable_fn)f : no_usable_size;
   f = next_symbol(from, "posix_memalign");
-  hot.posix_memalign = same_object(f, (void *)m) ? (posix_memalign_fn)f : NULL;
-  f = next_symbol(from, "memalign");
-  hot.memalign = same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign;
-  f = next_symbol(from, "aligned_alloc");
-  hot.aligned_alloc =
-      same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign;
-  f = next_symbol(from, "valloc");
-  hot.valloc = same_object(f, (void *)m) ? (valloc_fn)f : emulated_valloc;
-  f = next_symbol(from, "pvalloc");
-  hot.pvalloc = same_object(f, (void *)m) ? (valloc_fn)f : emulated_pvalloc;
-  f = next_symbol(from, "reallocarray");
-  hot.reallocarray =
-      same_object(f, (void *)m) ? (reallocarray_fn)f : emulated_reallocarray;
-  if (!hot.free || !hot.realloc || !hot.calloc || !hot.posix_memalign) {
+  posix_memalign_fn rposix =
+      same_object(f, (void *)m) ? (posix_memalign_fn)f : NULL;
+  if (!rfree || !rrealloc || !rcalloc || !rposix) {
     static const char msg[] =
         "contprof: the next allocator lacks free, realloc, calloc or "
         "posix_memalign\n";
     (void)!write(2, msg, sizeof msg - 1);
     abort();
   }
-  /* The allocating entry points last: a thread that sees one published owns
-   * no pointer the others cannot take yet. */
-  atomic_thread_fence(memory_order_release);
-  __atomic_store_n(&hot.malloc, m, __ATOMIC_RELEASE);
+#define PUBLISH(name, value)                                                   \
+  __atomic_store_n(&hot.name, value, __ATOMIC_RELEASE)
+  PUBLISH(free, rfree);
+  PUBLISH(usable_size, rusable);
+  PUBLISH(posix_memalign, rposix);
+  PUBLISH(realloc, rrealloc);
+  PUBLISH(calloc, rcalloc);
+  f = next_symbol(from, "memalign");
+  PUBLISH(memalign,
+          same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign);
+  f = next_symbol(from, "aligned_alloc");
+  PUBLISH(aligned_alloc,
+          same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign);
+  f = next_symbol(from, "valloc");
+  PUBLISH(valloc, same_object(f, (void *)m) ? (valloc_fn)f : emulated_valloc);
+  f = next_symbol(from, "pvalloc");
+  PUBLISH(pvalloc, same_object(f, (void *)m) ? (valloc_fn)f : emulated_pvalloc);
+  f = next_symbol(from, "reallocarray");
+  PUBLISH(reallocarray, same_object(f, (void *)m) ? (reallocarray_fn)f
+                                                  : emulated_reallocarray);
+  PUBLISH(malloc, m);
+#undef PUBLISH
   errno = saved_errno;
   resolving = 0;
   atomic_store_explicit(&resolve_state, 2, memory_order_release);
@@ -402,7 +414,8 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra) {
   }
 }
 
-/* Hot path (malloc hook), async-signal-safe: the thread's countdown ran out.
+/* Hot path (malloc hook), async-signal-safe: the thread's countdown ran out
+ * at an allocation of `size` bytes that returned p (NULL: it failed).
  * Starts the next gap and records this allocation, unless the thread is
  * inside the profiler. */
 __attribute__((noinline, cold)) static void sample_slow(void *p, size_t size,
@@ -425,7 +438,7 @@ __attribute__((noinline, cold)) static void sample_slow(void *p, size_t size,
     }
   }
   tls_countdown = next_gap();
-  if (atomic_load_explicit(&hot.sampling, memory_order_relaxed)) {
+  if (p && atomic_load_explicit(&hot.sampling, memory_order_relaxed)) {
     tls_guard |= GUARD_BUSY;
     record_sample(p, size, caller_ra);
     tls_guard &= ~GUARD_BUSY;
@@ -433,12 +446,15 @@ __attribute__((noinline, cold)) static void sample_slow(void *p, size_t size,
   errno = saved_errno;
 }
 
-/* Hot path, async-signal-safe: counts the bytes of a successful allocation. */
-static inline __attribute__((always_inline)) void
-note_alloc(void *p, size_t size, uint64_t caller_ra) {
-  if (UNLIKELY(atomic_load_explicit(&hot.sampling, memory_order_relaxed)) &&
-      p && (tls_countdown -= (int64_t)size) < 0)
-    sample_slow(p, size, caller_ra);
+/* Hot path, async-signal-safe: counts an allocation of `size` bytes about to
+ * be made; true when it is to be sampled (the caller then allocates and
+ * calls sample_slow). Counting before the call lets every hook end in a
+ * tail call to the real allocator when it does not sample: no stack frame,
+ * no second return. (A failed allocation still counts its bytes: that only
+ * moves the next sample a little earlier.) */
+static inline __attribute__((always_inline)) int take_sample(size_t size) {
+  return UNLIKELY(atomic_load_explicit(&hot.sampling, memory_order_relaxed)) &&
+         (tls_countdown -= (int64_t)size) < 0;
 }
 
 /* Hot path, async-signal-safe: stops tracking p before it is freed (after
@@ -450,7 +466,7 @@ static inline __attribute__((always_inline)) void note_free(void *p) {
 
 /* --- the hooks --------------------------------------------------------- */
 
-#define REAL(name) __atomic_load_n(&hot.name, __ATOMIC_RELAXED)
+#define REAL(name) __atomic_load_n(&hot.name, __ATOMIC_ACQUIRE)
 
 /* Before the real allocator is known: resolves it, or says why not (this
  * thread is inside dlsym, or another thread is resolving). */
@@ -458,34 +474,49 @@ __attribute__((noinline, cold)) static int resolve_slow(void) {
   return ensure_resolved();
 }
 
-#define NEED_REAL() (UNLIKELY(!REAL(malloc)) && !resolve_slow())
-
-/* Hot path (each hook below): forwards, then notes. No locks, no
- * allocation of its own. */
-void *malloc(size_t size) {
-  if (NEED_REAL())
+/* The allocating hooks' slow paths (noinline, cold): the real allocator is
+ * not known yet (bootstrap arena), or this allocation is sampled. */
+__attribute__((noinline, cold)) static void *malloc_slow(size_t size,
+                                                         uint64_t caller_ra) {
+  if (!REAL(malloc) && !resolve_slow())
     return boot_alloc(size, 0);
   void *p = REAL(malloc)(size);
-  note_alloc(p, size, RETURN_ADDRESS());
+  sample_slow(p, size, caller_ra);
   return p;
 }
 
-void free(void *p) {
-  if (!p || UNLIKELY(in_boot_arena(p)))
-    return;
-  note_free(p);
-  free_fn f = REAL(free);
-  if (UNLIKELY(!f)) {
-    if (!resolve_slow())
-      return; /* cannot come from the real allocator yet: leak it */
-    f = REAL(free);
-  }
-  f(p);
+/* Hot path (each hook below): forwards, and notes what it sampled. No
+ * locks, no allocation of its own; when nothing is sampled, a tail call. */
+void *malloc(size_t size) {
+  malloc_fn real = REAL(malloc);
+  if (LIKELY(real) && LIKELY(!take_sample(size)))
+    return real(size);
+  return malloc_slow(size, RETURN_ADDRESS());
 }
 
-void *calloc(size_t n, size_t size) {
+__attribute__((noinline, cold)) static void free_slow(void *p) {
+  if (!p || in_boot_arena(p))
+    return;
+  note_free(p);
+  if (!REAL(free) && !resolve_slow())
+    return; /* cannot come from the real allocator yet: leak it */
+  REAL(free)(p);
+}
+
+void free(void *p) {
+  free_fn real = REAL(free);
+  if (LIKELY(real) && LIKELY(!in_boot_arena(p)) &&
+      LIKELY(!cp_heap_may_track((uintptr_t)p))) {
+    real(p);
+    return;
+  }
+  free_slow(p);
+}
+
+__attribute__((noinline, cold)) static void *calloc_slow(size_t n, size_t size,
+                                                         uint64_t caller_ra) {
   size_t bytes;
-  if (NEED_REAL()) {
+  if (!REAL(calloc) && !resolve_slow()) {
     if (__builtin_mul_overflow(n, size, &bytes)) {
       errno = ENOMEM;
       return NULL;
@@ -493,9 +524,18 @@ void *calloc(size_t n, size_t size) {
     return boot_alloc(bytes, 0); /* the arena is zeroed, never reused */
   }
   void *p = REAL(calloc)(n, size);
-  if (p) /* no overflow: the allocation succeeded */
-    note_alloc(p, n * size, RETURN_ADDRESS());
+  sample_slow(p, n * size, caller_ra); /* p: no overflow */
   return p;
+}
+
+void *calloc(size_t n, size_t size) {
+  calloc_fn real = REAL(calloc);
+  size_t bytes;
+  /* An overflowing request fails in the real calloc and is not counted. */
+  if (LIKELY(real) && (UNLIKELY(__builtin_mul_overflow(n, size, &bytes)) ||
+                       LIKELY(!take_sample(bytes))))
+    return real(n, size);
+  return calloc_slow(n, size, RETURN_ADDRESS());
 }
 
 /* realloc of a bootstrap block: a fresh block with the old bytes. */
@@ -508,33 +548,66 @@ __attribute__((noinline, cold)) static void *boot_realloc(void *p,
   return q;
 }
 
-void *realloc(void *p, size_t size) {
-  if (UNLIKELY(in_boot_arena(p)) || NEED_REAL())
+/* counted: take_sample already counted this allocation and chose it. */
+__attribute__((noinline, cold)) static void *
+realloc_slow(void *p, size_t size, uint64_t caller_ra, int counted) {
+  if (in_boot_arena(p) || (!REAL(realloc) && !resolve_slow()))
     return boot_realloc(p, size);
   if (p)
     note_free(p);
+  int sampled = counted || take_sample(size);
   void *q = REAL(realloc)(p, size);
-  note_alloc(q, size, RETURN_ADDRESS());
+  if (sampled)
+    sample_slow(q, size, caller_ra);
   return q;
 }
 
-void *reallocarray(void *p, size_t n, size_t size) {
+void *realloc(void *p, size_t size) {
+  realloc_fn real = REAL(realloc);
+  if (LIKELY(real) && LIKELY(!in_boot_arena(p)) &&
+      LIKELY(!cp_heap_may_track((uintptr_t)p))) {
+    if (LIKELY(!take_sample(size)))
+      return real(p, size);
+    return realloc_slow(p, size, RETURN_ADDRESS(), 1);
+  }
+  return realloc_slow(p, size, RETURN_ADDRESS(), 0);
+}
+
+__attribute__((noinline, cold)) static void *
+reallocarray_slow(void *p, size_t n, size_t size, uint64_t caller_ra,
+                  int counted) {
   size_t bytes;
   if (__builtin_mul_overflow(n, size, &bytes)) {
     errno = ENOMEM;
     return NULL;
   }
-  if (UNLIKELY(in_boot_arena(p)) || NEED_REAL())
+  if (in_boot_arena(p) || (!REAL(reallocarray) && !resolve_slow()))
     return boot_realloc(p, bytes);
   if (p)
     note_free(p);
+  int sampled = counted || take_sample(bytes);
   void *q = REAL(reallocarray)(p, n, size);
-  note_alloc(q, bytes, RETURN_ADDRESS());
+  if (sampled)
+    sample_slow(q, bytes, caller_ra);
   return q;
 }
 
-int posix_memalign(void **out, size_t align, size_t size) {
-  if (NEED_REAL()) {
+void *reallocarray(void *p, size_t n, size_t size) {
+  reallocarray_fn real = REAL(reallocarray);
+  size_t bytes;
+  if (LIKELY(real) && LIKELY(!in_boot_arena(p)) &&
+      LIKELY(!cp_heap_may_track((uintptr_t)p)) &&
+      !__builtin_mul_overflow(n, size, &bytes)) {
+    if (LIKELY(!take_sample(bytes)))
+      return real(p, n, size);
+    return reallocarray_slow(p, n, size, RETURN_ADDRESS(), 1);
+  }
+  return reallocarray_slow(p, n, size, RETURN_ADDRESS(), 0);
+}
+
+__attribute__((noinline, cold)) static int
+posix_memalign_slow(void **out, size_t align, size_t size, uint64_t caller_ra) {
+  if (!REAL(posix_memalign) && !resolve_slow()) {
     if (align < sizeof(void *) || (align & (align - 1)))
       return EINVAL;
     int saved_errno = errno;
@@ -546,47 +619,50 @@ int posix_memalign(void **out, size_t align, size_t size) {
     return 0;
   }
   int rc = REAL(posix_memalign)(out, align, size);
-  if (rc == 0)
-    note_alloc(*out, size, RETURN_ADDRESS());
+  sample_slow(rc == 0 ? *out : NULL, size, caller_ra);
   return rc;
 }
 
+int posix_memalign(void **out, size_t align, size_t size) {
+  posix_memalign_fn real = REAL(posix_memalign);
+  if (LIKELY(real) && LIKELY(!take_sample(size)))
+    return real(out, align, size);
+  return posix_memalign_slow(out, align, size, RETURN_ADDRESS());
+}
+
+/* aligned_alloc, memalign, valloc and pvalloc: rare, so one shape each. */
+#define ALIGNED_SLOW(name, real_call, boot_call, bytes)                        \
+  if (!REAL(name) && !resolve_slow())                                          \
+    return boot_call;                                                          \
+  void *p = real_call;                                                         \
+  if (take_sample(bytes))                                                      \
+    sample_slow(p, bytes, RETURN_ADDRESS());                                   \
+  return p
+
 void *aligned_alloc(size_t align, size_t size) {
-  if (NEED_REAL())
-    return boot_alloc(size, align);
-  void *p = REAL(aligned_alloc)(align, size);
-  note_alloc(p, size, RETURN_ADDRESS());
-  return p;
+  ALIGNED_SLOW(aligned_alloc, REAL(aligned_alloc)(align, size),
+               boot_alloc(size, align), size);
 }
 
 void *memalign(size_t align, size_t size) {
-  if (NEED_REAL())
-    return boot_alloc(size, align);
-  void *p = REAL(memalign)(align, size);
-  note_alloc(p, size, RETURN_ADDRESS());
-  return p;
+  ALIGNED_SLOW(memalign, REAL(memalign)(align, size), boot_alloc(size, align),
+               size);
 }
 
 void *valloc(size_t size) {
-  if (NEED_REAL())
-    return boot_alloc(size, 4096);
-  void *p = REAL(valloc)(size);
-  note_alloc(p, size, RETURN_ADDRESS());
-  return p;
+  ALIGNED_SLOW(valloc, REAL(valloc)(size), boot_alloc(size, 4096), size);
 }
 
 void *pvalloc(size_t size) {
-  if (NEED_REAL())
-    return boot_alloc(size ? (size + 4095) & ~(size_t)4095 : 4096, 4096);
-  void *p = REAL(pvalloc)(size);
-  note_alloc(p, size, RETURN_ADDRESS());
-  return p;
+  ALIGNED_SLOW(pvalloc, REAL(pvalloc)(size),
+               boot_alloc(size ? (size + 4095) & ~(size_t)4095 : 4096, 4096),
+               size);
 }
 
 size_t malloc_usable_size(void *p) {
   if (UNLIKELY(in_boot_arena(p)))
     return boot_size(p);
-  if (NEED_REAL())
+  if (!REAL(malloc) && !resolve_slow())
     return 0;
   return REAL(usable_size)(p);
 }
