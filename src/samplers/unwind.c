@@ -24,7 +24,9 @@
 #include <link.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -68,8 +70,34 @@ int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
   return rc;
 }
 
+/* The calling thread's alternate signal stack, as the hooks last read it:
+ * [alt_lo, alt_hi), empty when it has none. A thread can change its own
+ * only: sigaltstack below forgets the copy, and a new thread starts with
+ * none known. Only while sigaltstack calls are known to come here
+ * (alt_cache_ok: this library is first in the lookup order, as when
+ * preloaded or linked) is the copy used. Otherwise, and after a raw
+ * system call that changed the stack (not seen), every check asks the
+ * kernel. */
+static CP_TLS int alt_known;
+static CP_TLS uintptr_t alt_lo, alt_hi;
+static int alt_cache_ok;
+
+int sigaltstack(const stack_t *ss, stack_t *old) {
+  alt_known = 0;
+  int rc = (int)syscall(SYS_sigaltstack, ss, old);
+  alt_known = 0; /* a hook's check may have run meanwhile, in a handler */
+  return rc;
+}
+
+/* This library's own sigaltstack, whatever the lookup order chose for
+ * `&sigaltstack` (in PIC code that is the first definition). */
+extern __typeof(sigaltstack) cp_own_sigaltstack __attribute__((
+    alias("sigaltstack"), visibility("hidden"), copy(sigaltstack)));
+
 void cp_unwind_init(void) {
   resolve_dl_iterate_phdr();
+  alt_cache_ok =
+      dlsym(RTLD_DEFAULT, "sigaltstack") == (void *)cp_own_sigaltstack;
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
   cp_unwind_warm_up();
 }
@@ -179,14 +207,24 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
 
 /* Whether the calling thread runs on its alternate signal stack with less
  * than CP_UNWIND_STACK_NEED bytes left: a hook called from the application's
- * SA_ONSTACK handler (malloc in a crash handler). One system call, paid
- * only by the hooks' sampled calls. */
+ * SA_ONSTACK handler (malloc in a crash handler). Reads the stack's bounds
+ * with one system call per thread (and per sigaltstack call), not per
+ * sample: a system call costs more than the rest of a sampled allocation.
+ * Async-signal-safe. */
 static int here_on_short_alt_stack(void) {
-  stack_t ss;
-  if (sigaltstack(NULL, &ss) != 0 || !(ss.ss_flags & SS_ONSTACK))
-    return 0;
   uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
-  return sp - (uintptr_t)ss.ss_sp < CP_UNWIND_STACK_NEED;
+  if (!alt_known || !alt_cache_ok) {
+    stack_t ss;
+    if (syscall(SYS_sigaltstack, NULL, &ss) != 0)
+      return 0;
+    /* With SS_AUTODISARM the kernel reports no stack while a handler runs
+     * on it: then it is not detected (docs/signals.md). */
+    int has = !(ss.ss_flags & SS_DISABLE) && ss.ss_size > 0;
+    alt_lo = has ? (uintptr_t)ss.ss_sp : 0;
+    alt_hi = has ? (uintptr_t)ss.ss_sp + ss.ss_size : 0;
+    alt_known = 1;
+  }
+  return sp - alt_lo < alt_hi - alt_lo && sp - alt_lo < CP_UNWIND_STACK_NEED;
 }
 
 /* Bounded and lock-free once the thread is warmed up (see unwind.h). */
