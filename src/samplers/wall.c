@@ -84,6 +84,8 @@ static struct {
   int thread_running;
   int stop;
   int signal;
+  _Atomic pid_t pid; /* this process, read at start (and after fork) */
+  uid_t uid;
   uint64_t interval_ns;
   size_t per_tick;
   _Atomic size_t max_frames;
@@ -167,7 +169,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   int saved_errno = errno;
   uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
   if (info->si_code != SI_QUEUE || (value >> 32) != WALL_COOKIE ||
-      info->si_pid != getpid()) {
+      info->si_pid != atomic_load_explicit(&wall.pid, memory_order_relaxed)) {
     cp_signal_chain(sig, info, ucontext);
     errno = saved_errno;
     return;
@@ -190,12 +192,13 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     if (max + CP_UNWIND_SLACK > s->frames_cap)
       max = s->frames_cap - CP_UNWIND_SLACK;
     int truncated = 0;
-    /* Wall samples never build libunwind's per-thread cache (256 KiB):
-     * most sampled threads are idle. Letting threads caught running build
-     * it measured worse with 1,000 idle threads (docs/benchmarks.md). */
+    /* Only a thread caught running (twice: see unwind.c) builds
+     * libunwind's per-thread cache (256 KiB); one caught blocked in a
+     * system call, as idle threads are, steps from the ucontext instead,
+     * which needs no cache. */
     s->in_syscall = interrupted_in_syscall(ucontext);
-    s->nframes =
-        (uint32_t)cp_unwind_signal(ucontext, s->frames, max, 0, &truncated);
+    s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, max,
+                                            !s->in_syscall, &truncated);
     s->truncated = (uint32_t)truncated;
     s->labels = cp_labels_current();
     cp_trace_current(&s->span_id, &s->local_root_span_id);
@@ -210,7 +213,9 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     else if (ring)
       cp_ring_drop(ring, CONTPROF_KIND_WALL, count, ns);
     atomic_fetch_sub_explicit(&s->pending_count, count, memory_order_relaxed);
-    if (usable)
+    /* Only a stack taken in a system call is ever reused (a system call
+     * of its own: a thread's CPU clock is not in the vDSO). */
+    if (usable && s->in_syscall)
       s->stack_cpu_ns = own_cpu_ns();
     /* Releases the slot to the timer thread unless it added more weight
      * meanwhile: then that is recorded too, with the same stack. */
@@ -236,10 +241,10 @@ static int send_wall_signal(pid_t tid, uint32_t index) {
   memset(&info, 0, sizeof info);
   info.si_signo = wall.signal;
   info.si_code = SI_QUEUE;
-  info.si_pid = getpid();
-  info.si_uid = getuid();
+  info.si_pid = wall.pid;
+  info.si_uid = wall.uid;
   info.si_value.sival_ptr = (void *)(uintptr_t)((WALL_COOKIE << 32) | index);
-  return (int)syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, wall.signal, &info);
+  return (int)syscall(SYS_rt_tgsigqueueinfo, wall.pid, tid, wall.signal, &info);
 }
 
 /* One tick: draw k of the n threads (a partial Fisher-Yates shuffle of
@@ -405,7 +410,9 @@ static int wall_start(const cp_config *cfg) {
   wall.interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
   wall.per_tick = (size_t)cfg->wall_threads_per_tick;
   atomic_store(&wall.max_frames, (size_t)cfg->max_frames);
-  wall.rng = (cp_monotonic_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+  atomic_store(&wall.pid, getpid());
+  wall.uid = getuid();
+  wall.rng = (cp_monotonic_ns() ^ ((uint64_t)wall.pid << 32)) | 1;
   wall.stop = 0;
   wall.warned_full = 0;
   wall.ticks = wall.signals = wall.reused = 0;
