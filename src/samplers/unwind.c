@@ -12,8 +12,9 @@
  * was made outside (cp_unwind_init). Warming every new thread up eagerly
  * instead cost 0.8 ms and 256 KiB of touched memory per thread created,
  * sampled or not, so threads are left to build the cache at their first
- * sample, and only busy threads build it (at their second CPU sample):
- * other samples of a thread without one (wall samples) are unwound by
+ * sample, and only busy threads build it (at their second sample caught
+ * running: CPU samples, wall samples outside a system call): other samples
+ * of a thread without one (wall samples of blocked threads) are unwound by
  * stepping from the ucontext (slower per sample, no 256 KiB per idle
  * thread). */
 #define UNW_LOCAL_ONLY

@@ -20,9 +20,9 @@ void cp_unwind_warm_up(void);
  * and then dropped). Sets *truncated when the stack was deeper than
  * max_frames. Returns the frame count (>= 1). may_build_cache: whether a
  * thread without libunwind's per-thread trace cache (256 KiB) may get one
- * (from its second such sample: CPU samples, the thread is busy) or must
- * take the slower path that needs none (wall samples: mostly idle
- * threads).
+ * (from its second such sample: CPU samples, and wall samples of a thread
+ * caught running) or must take the slower path that needs none (wall
+ * samples of a thread blocked in a system call, as idle threads are).
  * Async-signal-safe. */
 #define CP_UNWIND_SLACK 16
 /* Stack the unwinding in a handler may take (measured: docs/signals.md). On
