@@ -161,8 +161,11 @@ void cp_threads_stop(void) {
   pthread_mutex_unlock(&reg.lock);
 }
 
+static void start_pool_reset(void);
+
 void cp_threads_after_fork_child(void) {
   pthread_mutex_init(&reg.lock, NULL);
+  start_pool_reset();
   reg.ntids = 0;
   reg.nexcluded = 0;
   reg.nended = 0;
@@ -192,8 +195,51 @@ void cp_threads_set_sampling_signal(int sig) {
 typedef struct start_args {
   void *(*routine)(void *);
   void *arg;
-  sigset_t mask; /* the creator's mask, restored once registered */
+  sigset_t mask;    /* the creator's mask, restored once registered */
+  _Atomic int busy; /* a start_pool slot: in use (0 in a malloc'd one) */
+  int from_pool;
 } start_args;
+
+/* Where pthread_create hands the start routine to the new thread. Not
+ * malloc: a new thread whose first allocator call was free() of a block of
+ * its creator's measured 3% slower in every malloc and free afterwards
+ * (glibc 2.36, docs/benchmarks.md). Past START_SLOTS threads starting at
+ * once, malloc again. */
+#define START_SLOTS 64
+static start_args start_pool[START_SLOTS];
+
+static start_args *start_args_take(void) {
+  for (size_t i = 0; i < START_SLOTS; i++) {
+    int expected = 0;
+    if (!atomic_load_explicit(&start_pool[i].busy, memory_order_relaxed) &&
+        atomic_compare_exchange_strong_explicit(&start_pool[i].busy, &expected,
+                                                1, memory_order_acquire,
+                                                memory_order_relaxed)) {
+      start_pool[i].from_pool = 1;
+      return &start_pool[i];
+    }
+  }
+  start_args *args = malloc(sizeof *args);
+  if (args) {
+    atomic_init(&args->busy, 0);
+    args->from_pool = 0;
+  }
+  return args;
+}
+
+/* In the child of fork: slots the parent's other threads held are never
+ * released here. */
+static void start_pool_reset(void) {
+  for (size_t i = 0; i < START_SLOTS; i++)
+    atomic_store_explicit(&start_pool[i].busy, 0, memory_order_relaxed);
+}
+
+static void start_args_release(start_args *args) {
+  if (args->from_pool)
+    atomic_store_explicit(&args->busy, 0, memory_order_release);
+  else
+    free(args);
+}
 
 static void thread_ended(void *unused) {
   (void)unused;
@@ -214,7 +260,7 @@ static void thread_ended(void *unused) {
 
 static void *thread_trampoline(void *p) {
   start_args args = *(start_args *)p;
-  free(p);
+  start_args_release(p);
   /* No unwinder warm-up here: see cp_unwind_init. */
   pid_t tid = cp_gettid();
   cp_alloc_guard_begin(); /* the samplers' tables are not the thread's */
@@ -253,7 +299,7 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
   pthread_create_fn real = resolve_real();
   if (!real)
     return EAGAIN;
-  start_args *args = malloc(sizeof *args);
+  start_args *args = start_args_take();
   if (!args)
     return real(thread, attr, routine, arg);
   args->routine = routine;
@@ -269,6 +315,6 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
   int rc = real(thread, attr, thread_trampoline, args);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0)
-    free(args);
+    start_args_release(args);
   return rc;
 }
