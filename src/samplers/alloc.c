@@ -61,6 +61,14 @@ typedef void *(*memalign_fn)(size_t, size_t);
 typedef void *(*valloc_fn)(size_t);
 typedef size_t (*usable_fn)(void *);
 
+/* Until the real allocator is published, the four hottest entry points
+ * hold these: they resolve it, or fall back to the bootstrap arena, so those
+ * hooks never test for a missing entry point. */
+static void *resolving_malloc(size_t size);
+static void resolving_free(void *p);
+static void *resolving_calloc(size_t n, size_t size);
+static void *resolving_realloc(void *p, size_t size);
+
 /* Read on every call: the real functions and the sampling flag, alone on
  * their cache lines. */
 static struct {
@@ -77,7 +85,10 @@ static struct {
   usable_fn usable_size;
   _Atomic int sampling; /* alloc or heap sampling is on */
   char pad[64];
-} hot;
+} hot = {.malloc = resolving_malloc,
+         .free = resolving_free,
+         .calloc = resolving_calloc,
+         .realloc = resolving_realloc};
 
 static _Atomic int resolve_state; /* 0 not yet, 1 in progress, 2 done */
 static _Atomic int not_first;     /* another malloc precedes ours */
@@ -474,68 +485,28 @@ __attribute__((noinline, cold)) static int resolve_slow(void) {
   return ensure_resolved();
 }
 
-/* The allocating hooks' slow paths (noinline, cold): the real allocator is
- * not known yet (bootstrap arena), or this allocation is sampled. */
-__attribute__((noinline, cold)) static void *malloc_slow(size_t size,
-                                                         uint64_t caller_ra) {
-  if (!REAL(malloc) && !resolve_slow())
+__attribute__((noinline, cold)) static void *resolving_malloc(size_t size) {
+  if (!resolve_slow())
     return boot_alloc(size, 0);
-  void *p = REAL(malloc)(size);
-  sample_slow(p, size, caller_ra);
-  return p;
+  return REAL(malloc)(size);
 }
 
-/* Hot path (each hook below): forwards, and notes what it sampled. No
- * locks, no allocation of its own; when nothing is sampled, a tail call. */
-void *malloc(size_t size) {
-  malloc_fn real = REAL(malloc);
-  if (LIKELY(real) && LIKELY(!take_sample(size)))
-    return real(size);
-  return malloc_slow(size, RETURN_ADDRESS());
+__attribute__((noinline, cold)) static void resolving_free(void *p) {
+  if (resolve_slow())
+    REAL(free)(p);
+  /* else it cannot come from the real allocator yet: leak it */
 }
 
-__attribute__((noinline, cold)) static void free_slow(void *p) {
-  if (!p || in_boot_arena(p))
-    return;
-  note_free(p);
-  if (!REAL(free) && !resolve_slow())
-    return; /* cannot come from the real allocator yet: leak it */
-  REAL(free)(p);
-}
-
-void free(void *p) {
-  free_fn real = REAL(free);
-  if (LIKELY(real) && LIKELY(!in_boot_arena(p)) &&
-      LIKELY(!cp_heap_may_track((uintptr_t)p))) {
-    real(p);
-    return;
-  }
-  free_slow(p);
-}
-
-__attribute__((noinline, cold)) static void *calloc_slow(size_t n, size_t size,
-                                                         uint64_t caller_ra) {
+__attribute__((noinline, cold)) static void *resolving_calloc(size_t n,
+                                                              size_t size) {
   size_t bytes;
-  if (!REAL(calloc) && !resolve_slow()) {
-    if (__builtin_mul_overflow(n, size, &bytes)) {
-      errno = ENOMEM;
-      return NULL;
-    }
-    return boot_alloc(bytes, 0); /* the arena is zeroed, never reused */
+  if (resolve_slow())
+    return REAL(calloc)(n, size);
+  if (__builtin_mul_overflow(n, size, &bytes)) {
+    errno = ENOMEM;
+    return NULL;
   }
-  void *p = REAL(calloc)(n, size);
-  sample_slow(p, n * size, caller_ra); /* p: no overflow */
-  return p;
-}
-
-void *calloc(size_t n, size_t size) {
-  calloc_fn real = REAL(calloc);
-  size_t bytes;
-  /* An overflowing request fails in the real calloc and is not counted. */
-  if (LIKELY(real) && (UNLIKELY(__builtin_mul_overflow(n, size, &bytes)) ||
-                       LIKELY(!take_sample(bytes))))
-    return real(n, size);
-  return calloc_slow(n, size, RETURN_ADDRESS());
+  return boot_alloc(bytes, 0); /* the arena is zeroed, never reused */
 }
 
 /* realloc of a bootstrap block: a fresh block with the old bytes. */
@@ -548,10 +519,66 @@ __attribute__((noinline, cold)) static void *boot_realloc(void *p,
   return q;
 }
 
+__attribute__((noinline, cold)) static void *resolving_realloc(void *p,
+                                                               size_t size) {
+  if (!resolve_slow())
+    return boot_realloc(p, size);
+  return REAL(realloc)(p, size);
+}
+
+/* The allocating hooks' slow paths (noinline, cold): this allocation is
+ * sampled, or the pointer handed in may be tracked or from the bootstrap
+ * arena. (Sampling starts only once the real allocator is known.) */
+__attribute__((noinline, cold)) static void *malloc_slow(size_t size,
+                                                         uint64_t caller_ra) {
+  void *p = REAL(malloc)(size);
+  sample_slow(p, size, caller_ra);
+  return p;
+}
+
+/* Hot path (each hook below): forwards, and notes what it sampled. No
+ * locks, no allocation of its own; when nothing is sampled, a tail call. */
+void *malloc(size_t size) {
+  if (LIKELY(!take_sample(size)))
+    return REAL(malloc)(size);
+  return malloc_slow(size, RETURN_ADDRESS());
+}
+
+__attribute__((noinline, cold)) static void free_slow(void *p) {
+  if (!p || in_boot_arena(p))
+    return;
+  note_free(p);
+  REAL(free)(p);
+}
+
+void free(void *p) {
+  if (LIKELY(!in_boot_arena(p)) && LIKELY(!cp_heap_may_track((uintptr_t)p))) {
+    REAL(free)(p);
+    return;
+  }
+  free_slow(p);
+}
+
+__attribute__((noinline, cold)) static void *calloc_slow(size_t n, size_t size,
+                                                         uint64_t caller_ra) {
+  void *p = REAL(calloc)(n, size);
+  sample_slow(p, n * size, caller_ra); /* p: no overflow */
+  return p;
+}
+
+void *calloc(size_t n, size_t size) {
+  size_t bytes;
+  /* An overflowing request fails in the real calloc and is not counted. */
+  if (UNLIKELY(__builtin_mul_overflow(n, size, &bytes)) ||
+      LIKELY(!take_sample(bytes)))
+    return REAL(calloc)(n, size);
+  return calloc_slow(n, size, RETURN_ADDRESS());
+}
+
 /* counted: take_sample already counted this allocation and chose it. */
 __attribute__((noinline, cold)) static void *
 realloc_slow(void *p, size_t size, uint64_t caller_ra, int counted) {
-  if (in_boot_arena(p) || (!REAL(realloc) && !resolve_slow()))
+  if (in_boot_arena(p))
     return boot_realloc(p, size);
   if (p)
     note_free(p);
@@ -563,11 +590,9 @@ realloc_slow(void *p, size_t size, uint64_t caller_ra, int counted) {
 }
 
 void *realloc(void *p, size_t size) {
-  realloc_fn real = REAL(realloc);
-  if (LIKELY(real) && LIKELY(!in_boot_arena(p)) &&
-      LIKELY(!cp_heap_may_track((uintptr_t)p))) {
+  if (LIKELY(!in_boot_arena(p)) && LIKELY(!cp_heap_may_track((uintptr_t)p))) {
     if (LIKELY(!take_sample(size)))
-      return real(p, size);
+      return REAL(realloc)(p, size);
     return realloc_slow(p, size, RETURN_ADDRESS(), 1);
   }
   return realloc_slow(p, size, RETURN_ADDRESS(), 0);
@@ -662,7 +687,7 @@ void *pvalloc(size_t size) {
 size_t malloc_usable_size(void *p) {
   if (UNLIKELY(in_boot_arena(p)))
     return boot_size(p);
-  if (!REAL(malloc) && !resolve_slow())
+  if (!REAL(usable_size) && !resolve_slow())
     return 0;
   return REAL(usable_size)(p);
 }
