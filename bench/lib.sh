@@ -92,10 +92,12 @@ bench_rounds() {
   echo >&2
 }
 
-# bench_ratio VARIANT EXPR: median [p25, p75] of an awk expression over the
-# joined lines "variant(4 fields) plain(4) variant-empty(4) plain-empty(4)".
+# bench_ratio VARIANT EXPR [BASE]: median [p25, p75] of an awk expression
+# over the joined lines "variant(4 fields) base(4) variant-empty(4)
+# base-empty(4)"; BASE is plain unless given.
 bench_ratio() {
-  paste -d' ' "$tmp/$1" "$tmp/plain" "$tmp/$1.empty" "$tmp/plain.empty" |
+  local base=${3:-plain}
+  paste -d' ' "$tmp/$1" "$tmp/$base" "$tmp/$1.empty" "$tmp/$base.empty" |
     awk "{ print $2 }" | bench_quantiles |
     awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
 }
