@@ -15,14 +15,16 @@
 # also proves it ran.
 #
 #   bench/wall_overhead.sh
-# Environment: WALL_ROUNDS (11), WALL_ITERATIONS (100000: ~1 s of CPU per
-# busy thread), WALL_IDLE ("0 200 1000"), BENCH_BUILD_DIR, BENCH_RAW=1 to
-# print every run.
+# Environment: WALL_ROUNDS (11), WALL_ITERATIONS (400000: ~3.5 s of CPU per
+# busy thread, so that the one signal each idle thread gets for its first
+# stack, in the first second, weighs as it would in a longer-lived process:
+# little), WALL_IDLE ("0 200 1000"), BENCH_BUILD_DIR, BENCH_RAW=1 to print
+# every run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 WALL_ROUNDS=${WALL_ROUNDS:-11}
-WALL_ITERATIONS=${WALL_ITERATIONS:-100000}
+WALL_ITERATIONS=${WALL_ITERATIONS:-400000}
 WALL_IDLE=${WALL_IDLE:-"0 200 1000"}
 
 bench_build
