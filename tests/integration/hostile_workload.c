@@ -737,6 +737,50 @@ static int exits(const char *how, int code) {
   return 99;
 }
 
+/* --- thread-storm ---------------------------------------------------------
+ * Threads created faster than they start (more at once than the profiler's
+ * pool of start slots, which then falls back to malloc): each must run its
+ * own routine with its own argument and its creator's signal mask. */
+
+#define STORM_THREADS 400
+
+static _Atomic int storm_wrong;
+
+static void *storm_thread(void *arg) {
+  uintptr_t i = (uintptr_t)arg;
+  sigset_t mask;
+  pthread_sigmask(SIG_BLOCK, NULL, &mask);
+  /* Creators block SIGUSR2 for odd threads only. */
+  if (sigismember(&mask, SIGUSR2) != (int)(i & 1))
+    atomic_fetch_add(&storm_wrong, 1);
+  void *volatile p = malloc(64 + i);
+  free(p);
+  return (void *)(i * 7 + 1);
+}
+
+static int thread_storm(void) {
+  static pthread_t t[STORM_THREADS];
+  sigset_t usr2, old;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  int created = 0;
+  for (uintptr_t i = 0; i < STORM_THREADS; i++) {
+    pthread_sigmask((i & 1) ? SIG_BLOCK : SIG_UNBLOCK, &usr2, &old);
+    if (pthread_create(&t[i], NULL, storm_thread, (void *)i) == 0)
+      created++;
+    else
+      t[i] = 0;
+  }
+  pthread_sigmask(SIG_UNBLOCK, &usr2, NULL);
+  for (uintptr_t i = 0; i < STORM_THREADS; i++) {
+    void *r;
+    if (t[i] && (pthread_join(t[i], &r) != 0 || r != (void *)(i * 7 + 1)))
+      atomic_fetch_add(&storm_wrong, 1);
+  }
+  printf("storm created=%d wrong=%d\n", created, atomic_load(&storm_wrong));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2)
@@ -752,6 +796,8 @@ int main(int argc, char **argv) {
     return eintr();
   if (strcmp(mode, "segv") == 0)
     return segv();
+  if (strcmp(mode, "thread-storm") == 0)
+    return thread_storm();
   if (strcmp(mode, "thread-exit") == 0) {
     start_workers();
     pthread_t t;

@@ -316,6 +316,13 @@ static void test_no_eintr_from_sampling(void) {
   scenario_test(&sc);
 }
 
+static void test_thread_storm(void) {
+  scenario sc = {.args = {"thread-storm"},
+                 .expect = "storm created=400 wrong=0",
+                 .profile_expected = 1};
+  scenario_test(&sc);
+}
+
 static void test_own_sigsegv_handler(void) {
   scenario sc = {.args = {"segv"},
                  .expect = "recovered=10000 wrong_addr=0",
@@ -427,6 +434,6 @@ static void test_dlopen_dlclose_loop(void) {
 }
 
 TEST_MAIN(T(test_threads_blocking_every_signal), T(test_sigaltstack),
-          T(test_no_eintr_from_sampling), T(test_own_sigsegv_handler),
-          T(test_exit_paths), T(test_exit_during_upload),
-          T(test_dlopen_dlclose_loop))
+          T(test_thread_storm), T(test_no_eintr_from_sampling),
+          T(test_own_sigsegv_handler), T(test_exit_paths),
+          T(test_exit_during_upload), T(test_dlopen_dlclose_loop))
