@@ -7,10 +7,11 @@
  * heap profile, into the live table (heap_table.h) until freed; the in-use
  * profile is a snapshot of that table taken at export.
  *
- * Cost: with sampling off, an allocation costs one predictable branch on a
- * read-mostly flag and a free one on the live-entry count; with sampling on,
- * a thread-local subtraction, and a free of an untracked pointer one load
- * from a 32 KiB filter. Only sampled allocations unwind.
+ * Cost: every hook ends in a tail jump to the real allocator unless it
+ * samples. With sampling off, an allocation adds one predictable branch on a
+ * read-mostly flag; with sampling on, a thread-local subtraction. A free
+ * adds a range check (the bootstrap arena) and a hash and one load from the
+ * live table's 4 KiB filter. Only sampled allocations unwind.
  *
  * Recursion: the real allocator is found with dlsym(RTLD_NEXT), which may
  * itself allocate: those allocations come from a static bootstrap arena that

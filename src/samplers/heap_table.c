@@ -15,8 +15,7 @@
 #define SLOT_EMPTY 0
 #define SLOT_TOMB 1
 
-_Atomic long cp_heap_live;
-_Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS];
+_Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS];
 
 static struct {
   _Atomic int ready;
@@ -210,7 +209,6 @@ void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr) {
       if (atomic_compare_exchange_weak_explicit(&heap.slots[s], &cur, word,
                                                 memory_order_release,
                                                 memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&cp_heap_live, 1, memory_order_relaxed);
         return;
       }
     }
@@ -239,7 +237,6 @@ int cp_heap_untrack(uintptr_t addr) {
             memory_order_relaxed))
       return 0; /* another free of the same pointer won: a double free */
     filter_remove(f);
-    atomic_fetch_sub_explicit(&cp_heap_live, 1, memory_order_relaxed);
     cp_heap_entry *e = entry_at((uint32_t)(cur & INDEX_MASK));
     begin_write(e);
     cp_heap_entry_abandon(e);
@@ -279,6 +276,17 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
     atomic_store_explicit(&scratch->addr, addr, memory_order_relaxed);
     fn(scratch, ctx);
   }
+}
+
+long cp_heap_count_live(void) {
+  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+    return 0;
+  long n = 0;
+  for (size_t s = 0; s <= heap.slot_mask; s++) {
+    uint64_t cur = atomic_load_explicit(&heap.slots[s], memory_order_relaxed);
+    n += cur != SLOT_EMPTY && cur != SLOT_TOMB;
+  }
+  return n;
 }
 
 void cp_heap_untrack_all(void) {

@@ -51,12 +51,16 @@ void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr);
 /* Gives back a taken entry that will not be published. */
 void cp_heap_entry_abandon(cp_heap_entry *e);
 
-/* Entries currently live, and per filter bucket the live addresses that
- * hash there (255: saturated, always look). A 4 KiB filter stays in the
- * cache of a thread that frees a lot. */
+/* Per filter bucket, the live addresses that hash there (255: saturated,
+ * always look). A 4 KiB filter stays in the cache of a thread that frees a
+ * lot. There is no count of live entries to test first: every sample and
+ * every removal would write it and every free on every thread read it, so
+ * each sample cost a cache miss on every other core (2 points of CPU on the
+ * worst-case benchmark, docs/benchmarks.md); nor a flag for "the table
+ * exists" (a filter with nothing tracked is all zeros, and the extra test
+ * measured dearer than the hash it saves while the heap profile is off). */
 #define CP_HEAP_FILTER_BITS 12
-extern _Atomic long cp_heap_live __attribute__((visibility("hidden")));
-extern _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS]
+extern _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS]
     __attribute__((visibility("hidden")));
 
 static inline size_t cp_heap_filter_of(uintptr_t addr) {
@@ -65,12 +69,12 @@ static inline size_t cp_heap_filter_of(uintptr_t addr) {
 }
 
 /* Hot path (the free hook), async-signal-safe: whether addr may be tracked.
- * Usually one load. */
+ * A hash and one load from the filter. */
 static inline int cp_heap_may_track(uintptr_t addr) {
-  return atomic_load_explicit(&cp_heap_live, memory_order_relaxed) != 0 &&
-         atomic_load_explicit(&cp_heap_filter[cp_heap_filter_of(addr)],
+  return atomic_load_explicit(&cp_heap_filter[cp_heap_filter_of(addr)],
                               memory_order_relaxed) != 0;
 }
+
 /* Hot path, async-signal-safe and lock-free. Stops tracking addr if it is
  * tracked; returns 1 if it was. */
 int cp_heap_untrack(uintptr_t addr);
@@ -84,6 +88,10 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
  * child's in-use profile holds only what the child allocated. An entry the
  * parent's other threads were writing at fork stays taken (it is lost). */
 void cp_heap_untrack_all(void);
+
+/* How many allocations are tracked now: a scan of the address slots (for
+ * tests and diagnostics, not the hot path). */
+long cp_heap_count_live(void);
 
 /* Sampled allocations that could not be tracked (table full), since start. */
 uint64_t cp_heap_overflows(void);

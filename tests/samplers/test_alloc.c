@@ -229,42 +229,42 @@ __attribute__((noinline)) static void *hold_block(size_t n) {
 
 static void test_free_and_realloc_untrack(void) {
   CHECK_EQ_INT(start_sampling_everything(), 0);
-  long before = cp_heap_live;
+  long before = cp_heap_count_live();
   void *blocks[100];
   for (int i = 0; i < 100; i++)
     blocks[i] = hold_block(100 + (size_t)i);
-  CHECK_EQ_INT(cp_heap_live - before, 100);
+  CHECK_EQ_INT(cp_heap_count_live() - before, 100);
   /* realloc: the old address leaves the table, the new one enters */
   void *moved = realloc(blocks[0], 1 << 20);
   CHECK(moved != NULL);
-  CHECK_EQ_INT(cp_heap_live - before, 100);
+  CHECK_EQ_INT(cp_heap_count_live() - before, 100);
   blocks[0] = moved;
   for (int i = 0; i < 100; i++)
     free(blocks[i]);
-  CHECK_EQ_INT(cp_heap_live - before, 0);
+  CHECK_EQ_INT(cp_heap_count_live() - before, 0);
   /* Untracked frees (allocated while not sampling) are harmless. */
   contprof_stop();
   void *p = malloc(64);
   CHECK_EQ_INT(cp_heap_untrack((uintptr_t)p), 0);
   free(p);
-  CHECK_EQ_INT(cp_heap_live - before, 0);
+  CHECK_EQ_INT(cp_heap_count_live() - before, 0);
 }
 
 static void test_table_full_is_counted(void) {
   CHECK_EQ_INT(start_sampling_everything(), 0);
   uint64_t overflows = cp_heap_overflows();
-  long before = cp_heap_live;
+  long before = cp_heap_count_live();
   size_t n = 3000;
   static void *blocks[3000];
   for (size_t i = 0; i < n; i++)
     blocks[i] = hold_block(32);
-  long tracked = cp_heap_live - before;
+  long tracked = cp_heap_count_live() - before;
   /* The table holds 1024; the rest is counted, not silently lost. */
   CHECK(tracked + before <= 1024);
   CHECK((uint64_t)((long)n - tracked) <= cp_heap_overflows() - overflows);
   for (size_t i = 0; i < n; i++)
     free(blocks[i]);
-  CHECK_EQ_INT(cp_heap_live - before, 0);
+  CHECK_EQ_INT(cp_heap_count_live() - before, 0);
   contprof_stop();
 }
 
@@ -308,7 +308,7 @@ static void *stress_thread(void *arg) {
 
 static void test_threads_stress(void) {
   CHECK_EQ_INT(start_sampling_everything(), 0);
-  long before = cp_heap_live;
+  long before = cp_heap_count_live();
   pthread_t t[4];
   for (uintptr_t i = 0; i < 4; i++)
     pthread_create(&t[i], NULL, stress_thread, (void *)(i + 1));
@@ -318,9 +318,9 @@ static void test_threads_stress(void) {
   /* Everything the threads allocated is freed; what may stay tracked is
    * glibc's per-thread block (the DTV, calloc'd by the creating thread),
    * kept live with the exited thread's cached stack. */
-  if (cp_heap_live - before > 4)
-    fprintf(stderr, "still tracked: %ld\n", cp_heap_live - before);
-  CHECK(cp_heap_live - before <= 4);
+  if (cp_heap_count_live() - before > 4)
+    fprintf(stderr, "still tracked: %ld\n", cp_heap_count_live() - before);
+  CHECK(cp_heap_count_live() - before <= 4);
   contprof_stop();
 }
 
