@@ -465,8 +465,12 @@ __attribute__((noinline, cold)) static void sample_slow(void *p, size_t size,
  * no second return. (A failed allocation still counts its bytes: that only
  * moves the next sample a little earlier.) */
 static inline __attribute__((always_inline)) int take_sample(size_t size) {
-  return UNLIKELY(atomic_load_explicit(&hot.sampling, memory_order_relaxed)) &&
-         (tls_countdown -= (int64_t)size) < 0;
+  /* Laid out for sampling on (the library is loaded to profile): the
+   * countdown then follows with no taken branch. Laid out for off, the
+   * profiled path took two more taken branches per call: 3 points of CPU on
+   * the worst-case benchmark. */
+  return LIKELY(atomic_load_explicit(&hot.sampling, memory_order_relaxed)) &&
+         UNLIKELY((tls_countdown -= (int64_t)size) < 0);
 }
 
 /* Hot path, async-signal-safe: stops tracking p before it is freed (after
