@@ -7,6 +7,9 @@
 #                  that only forwards malloc/free (the floor of any preload)
 #   hooks-off      LD_PRELOAD=libcontprof_preload.so CONTPROF_ENABLED=0: the
 #                  hooks are in place and sample nothing (their bare cost)
+#   counting-only  the same as contprof with a 1 GiB mean: every allocation
+#                  counted, almost none sampled (the hooks' cost with sampling
+#                  on, before any sample)
 #   contprof       LD_PRELOAD=libcontprof_preload.so CONTPROF_PROFILES=alloc,heap
 #                  (default mean: 512 KiB between samples)
 #   jemalloc       LD_PRELOAD=libjemalloc.so.2, no profiling
@@ -43,7 +46,7 @@ gcc -O2 -shared -fPIC -o "$BENCH_BIN/forward_only.so" "$bench_root/bench/forward
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-alloc.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-variants=(plain forward-only hooks-off contprof jemalloc jemalloc-prof plain-again)
+variants=(plain forward-only hooks-off counting-only contprof jemalloc jemalloc-prof plain-again)
 
 # run VARIANT MILLIONS LOG: one run, appending "wall user sys status" to LOG
 # and the workers' own CPU seconds to LOG.threads.
@@ -58,6 +61,10 @@ run() {
   hooks-off)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
       CONTPROF_ENABLED=0 "${cmd[@]}" >"$tmp/stdout" ;;
+  counting-only)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+      CONTPROF_PROFILES=alloc,heap CONTPROF_ALLOC_SAMPLE_BYTES=1073741824 \
+      CONTPROF_OUTPUT_DIR="$tmp/out" "${cmd[@]}" >"$tmp/stdout" ;;
   contprof)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
       CONTPROF_PROFILES=alloc,heap CONTPROF_OUTPUT_DIR="$tmp/out" \
