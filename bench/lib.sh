@@ -71,10 +71,11 @@ bench_machine() {
 # Paired rounds for the overhead scripts. The caller defines
 # `run VARIANT WORK FILE` (appends "wall user sys threads-cpu" to FILE) and
 # $tmp. bench_rounds ROUNDS WORK VARIANT...: one warm-up run each, then per
-# round every variant (in a rotating order) with WORK and with 0 (start and
-# exit alone) into $tmp/VARIANT and $tmp/VARIANT.empty.
+# round every variant (in a rotating order) with WORK and with
+# $BENCH_SHORT_WORK (default 0: start and exit alone) into $tmp/VARIANT and
+# $tmp/VARIANT.empty.
 bench_rounds() {
-  local rounds=$1 work=$2 r k v
+  local rounds=$1 work=$2 short=${BENCH_SHORT_WORK:-0} r k v
   shift 2
   local variants=("$@")
   for v in "${variants[@]}"; do run "$v" "$work" "$tmp/warm-up"; done
@@ -85,7 +86,7 @@ bench_rounds() {
     for ((k = 0; k < ${#variants[@]}; k++)); do
       v=${variants[(r + k) % ${#variants[@]}]}
       run "$v" "$work" "$tmp/$v"
-      run "$v" 0 "$tmp/$v.empty"
+      run "$v" "$short" "$tmp/$v.empty"
     done
     printf '.' >&2
   done
