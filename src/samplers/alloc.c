@@ -636,7 +636,8 @@ void *reallocarray(void *p, size_t n, size_t size) {
 }
 
 __attribute__((noinline, cold)) static int
-posix_memalign_slow(void **out, size_t align, size_t size, uint64_t caller_ra) {
+posix_memalign_slow(void **out, size_t align, size_t size, uint64_t caller_ra,
+                    int counted) {
   if (!REAL(posix_memalign) && !resolve_slow()) {
     if (align < sizeof(void *) || (align & (align - 1)))
       return EINVAL;
@@ -648,20 +649,26 @@ posix_memalign_slow(void **out, size_t align, size_t size, uint64_t caller_ra) {
     *out = p;
     return 0;
   }
+  int sampled = counted || take_sample(size);
   int rc = REAL(posix_memalign)(out, align, size);
-  sample_slow(rc == 0 ? *out : NULL, size, caller_ra);
+  if (sampled)
+    sample_slow(rc == 0 ? *out : NULL, size, caller_ra);
   return rc;
 }
 
 int posix_memalign(void **out, size_t align, size_t size) {
   posix_memalign_fn real = REAL(posix_memalign);
-  if (LIKELY(real) && LIKELY(!take_sample(size)))
-    return real(out, align, size);
-  return posix_memalign_slow(out, align, size, RETURN_ADDRESS());
+  if (LIKELY(real)) {
+    if (LIKELY(!take_sample(size)))
+      return real(out, align, size);
+    return posix_memalign_slow(out, align, size, RETURN_ADDRESS(), 1);
+  }
+  return posix_memalign_slow(out, align, size, RETURN_ADDRESS(), 0);
 }
 
-/* aligned_alloc, memalign, valloc and pvalloc: rare, so one shape each. */
-#define ALIGNED_SLOW(name, real_call, boot_call, bytes)                        \
+/* The body of aligned_alloc, memalign, valloc and pvalloc: rare, so one
+ * shape for all (no tail call). */
+#define ALIGNED_HOOK_BODY(name, real_call, boot_call, bytes)                   \
   if (!REAL(name) && !resolve_slow())                                          \
     return boot_call;                                                          \
   void *p = real_call;                                                         \
@@ -670,23 +677,23 @@ int posix_memalign(void **out, size_t align, size_t size) {
   return p
 
 void *aligned_alloc(size_t align, size_t size) {
-  ALIGNED_SLOW(aligned_alloc, REAL(aligned_alloc)(align, size),
-               boot_alloc(size, align), size);
+  ALIGNED_HOOK_BODY(aligned_alloc, REAL(aligned_alloc)(align, size),
+                    boot_alloc(size, align), size);
 }
 
 void *memalign(size_t align, size_t size) {
-  ALIGNED_SLOW(memalign, REAL(memalign)(align, size), boot_alloc(size, align),
-               size);
+  ALIGNED_HOOK_BODY(memalign, REAL(memalign)(align, size),
+                    boot_alloc(size, align), size);
 }
 
 void *valloc(size_t size) {
-  ALIGNED_SLOW(valloc, REAL(valloc)(size), boot_alloc(size, 4096), size);
+  ALIGNED_HOOK_BODY(valloc, REAL(valloc)(size), boot_alloc(size, 4096), size);
 }
 
 void *pvalloc(size_t size) {
-  ALIGNED_SLOW(pvalloc, REAL(pvalloc)(size),
-               boot_alloc(size ? (size + 4095) & ~(size_t)4095 : 4096, 4096),
-               size);
+  ALIGNED_HOOK_BODY(
+      pvalloc, REAL(pvalloc)(size),
+      boot_alloc(size ? (size + 4095) & ~(size_t)4095 : 4096, 4096), size);
 }
 
 size_t malloc_usable_size(void *p) {
