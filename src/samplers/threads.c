@@ -201,10 +201,10 @@ typedef struct start_args {
 } start_args;
 
 /* Where pthread_create hands the start routine to the new thread. Not
- * malloc: a new thread whose first allocator call was free() of a block of
- * its creator's measured 3% slower in every malloc and free afterwards
- * (glibc 2.36, docs/benchmarks.md). Past START_SLOTS threads starting at
- * once, malloc again. */
+ * malloc: with threads whose first allocator call was free() of a block of
+ * their creator's, the malloc/free benchmark ran 3% slower for its whole
+ * run (glibc 2.36, docs/benchmarks.md). Past START_SLOTS threads starting
+ * at once, malloc again. */
 #define START_SLOTS 64
 static start_args start_pool[START_SLOTS];
 
