@@ -10,8 +10,9 @@
  * Cost: every hook ends in a tail jump to the real allocator unless it
  * samples. With sampling off, an allocation adds one predictable branch on a
  * read-mostly flag; with sampling on, a thread-local subtraction. A free
- * adds a range check (the bootstrap arena) and a hash and one load from the
- * live table's 4 KiB filter. Only sampled allocations unwind.
+ * adds a range check (the bootstrap arena) and, once the heap profile has
+ * run, a hash and one load from the live table's 4 KiB filter (before, one
+ * predictable branch). Only sampled allocations unwind.
  *
  * Recursion: the real allocator is found with dlsym(RTLD_NEXT), which may
  * itself allocate: those allocations come from a static bootstrap arena that

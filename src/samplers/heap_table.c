@@ -15,6 +15,7 @@
 #define SLOT_EMPTY 0
 #define SLOT_TOMB 1
 
+cp_heap_gate cp_heap_tracking;
 _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS];
 
 static struct {
@@ -95,6 +96,7 @@ int cp_heap_init(size_t capacity, size_t max_frames) {
   heap.slot_mask = nslots - 1;
   heap.slot_bits = bits;
   atomic_store(&heap.ready, 1);
+  atomic_store(&cp_heap_tracking.on, 1);
   return 0;
 }
 

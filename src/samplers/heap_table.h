@@ -51,14 +51,19 @@ void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr);
 /* Gives back a taken entry that will not be published. */
 void cp_heap_entry_abandon(cp_heap_entry *e);
 
-/* Per filter bucket, the live addresses that hash there (255: saturated,
- * always look). A 4 KiB filter stays in the cache of a thread that frees a
- * lot. There is no count of live entries to test first: every sample and
- * every removal would write it and every free on every thread read it, so
- * each sample cost a cache miss on every other core (2 points of CPU on the
- * worst-case benchmark, docs/benchmarks.md); nor a flag for "the table
- * exists" (a filter with nothing tracked is all zeros, and the extra test
- * measured dearer than the hash it saves while the heap profile is off). */
+/* Whether the heap profile ever ran in this process (set once with the
+ * table, never cleared: what it tracked stays tracked after a stop), alone
+ * on its cache line; and per filter bucket, the live addresses that hash
+ * there (255: saturated, always look). A 4 KiB filter stays in the cache of
+ * a thread that frees a lot. There is no count of live entries to test
+ * instead: every sample and every removal would write it and every free on
+ * every thread read it, so each sample cost a cache miss on every other core
+ * (2 points of CPU on the worst-case benchmark, docs/benchmarks.md). */
+typedef struct cp_heap_gate {
+  _Alignas(64) _Atomic int on;
+  char pad[60];
+} cp_heap_gate;
+extern cp_heap_gate cp_heap_tracking __attribute__((visibility("hidden")));
 #define CP_HEAP_FILTER_BITS 12
 extern _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS]
     __attribute__((visibility("hidden")));
@@ -69,9 +74,14 @@ static inline size_t cp_heap_filter_of(uintptr_t addr) {
 }
 
 /* Hot path (the free hook), async-signal-safe: whether addr may be tracked.
- * A hash and one load from the filter. */
+ * Without the heap profile, one predictable branch on a read-mostly flag;
+ * with it, a hash and one load from the filter, laid out to follow with no
+ * taken branch. */
 static inline int cp_heap_may_track(uintptr_t addr) {
-  return atomic_load_explicit(&cp_heap_filter[cp_heap_filter_of(addr)],
+  return __builtin_expect(
+             atomic_load_explicit(&cp_heap_tracking.on, memory_order_relaxed),
+             1) &&
+         atomic_load_explicit(&cp_heap_filter[cp_heap_filter_of(addr)],
                               memory_order_relaxed) != 0;
 }
 
