@@ -19,7 +19,6 @@ cp_heap_gate cp_heap_tracking;
 _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS];
 
 static struct {
-  _Atomic int ready;
   size_t capacity;         /* entries */
   size_t frames_cap;       /* frames per entry */
   size_t entry_bytes;      /* header + frames, rounded */
@@ -54,7 +53,7 @@ static size_t slot_of(uintptr_t addr) {
 static size_t filter_of(uintptr_t addr) { return cp_heap_filter_of(addr); }
 
 int cp_heap_init(size_t capacity, size_t max_frames) {
-  if (atomic_load(&heap.ready))
+  if (atomic_load(&cp_heap_tracking.on))
     return 0;
   if (capacity < 1)
     capacity = 1;
@@ -95,8 +94,7 @@ int cp_heap_init(size_t capacity, size_t max_frames) {
   heap.entry_bytes = entry_bytes;
   heap.slot_mask = nslots - 1;
   heap.slot_bits = bits;
-  atomic_store(&heap.ready, 1);
-  atomic_store(&cp_heap_tracking.on, 1);
+  atomic_store(&cp_heap_tracking.on, 1); /* the table exists */
   return 0;
 }
 
@@ -133,7 +131,7 @@ static void push_free(cp_heap_entry *e) {
 
 /* Async-signal-safe, lock-free. */
 cp_heap_entry *cp_heap_entry_take(void) {
-  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+  if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
     return NULL;
   uint64_t head = atomic_load_explicit(&heap.free_head, memory_order_acquire);
   while ((uint32_t)head != 0) {
@@ -223,7 +221,7 @@ void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr) {
 
 /* Async-signal-safe, lock-free. */
 int cp_heap_untrack(uintptr_t addr) {
-  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+  if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
     return 0;
   size_t f = filter_of(addr);
   uint64_t key = (uint64_t)(addr >> 3);
@@ -249,7 +247,7 @@ int cp_heap_untrack(uintptr_t addr) {
 
 void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
                           void *ctx, cp_heap_entry *scratch) {
-  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+  if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
     return;
   uint32_t n = atomic_load_explicit(&heap.high_water, memory_order_acquire);
   if (n > heap.capacity)
@@ -281,7 +279,7 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
 }
 
 long cp_heap_count_live(void) {
-  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+  if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
     return 0;
   long n = 0;
   for (size_t s = 0; s <= heap.slot_mask; s++) {
@@ -292,7 +290,7 @@ long cp_heap_count_live(void) {
 }
 
 void cp_heap_untrack_all(void) {
-  if (!atomic_load_explicit(&heap.ready, memory_order_acquire))
+  if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
     return;
   uint32_t n = atomic_load_explicit(&heap.high_water, memory_order_acquire);
   if (n > heap.capacity)

@@ -196,8 +196,7 @@ typedef struct start_args {
   void *(*routine)(void *);
   void *arg;
   sigset_t mask;    /* the creator's mask, restored once registered */
-  _Atomic int busy; /* a start_pool slot: in use (0 in a malloc'd one) */
-  int from_pool;
+  _Atomic int busy; /* a start_pool slot in use */
 } start_args;
 
 /* Where pthread_create hands the start routine to the new thread. Not
@@ -214,17 +213,10 @@ static start_args *start_args_take(void) {
     if (!atomic_load_explicit(&start_pool[i].busy, memory_order_relaxed) &&
         atomic_compare_exchange_strong_explicit(&start_pool[i].busy, &expected,
                                                 1, memory_order_acquire,
-                                                memory_order_relaxed)) {
-      start_pool[i].from_pool = 1;
+                                                memory_order_relaxed))
       return &start_pool[i];
-    }
   }
-  start_args *args = malloc(sizeof *args);
-  if (args) {
-    atomic_init(&args->busy, 0);
-    args->from_pool = 0;
-  }
-  return args;
+  return malloc(sizeof(start_args));
 }
 
 /* In the child of fork: slots the parent's other threads held are never
@@ -235,7 +227,7 @@ static void start_pool_reset(void) {
 }
 
 static void start_args_release(start_args *args) {
-  if (args->from_pool)
+  if (args >= start_pool && args < start_pool + START_SLOTS)
     atomic_store_explicit(&args->busy, 0, memory_order_release);
   else
     free(args);
