@@ -176,7 +176,8 @@ static int set_string(char **dst, const char *value) {
   return *dst ? 0 : CONTPROF_ERR_NOMEM;
 }
 
-/* ---- upload settings ------------------------------------------------------ */
+/* ---- upload settings ------------------------------------------------------
+ */
 
 /* Go-style durations ("15s", "1m30s", "500ms", "2h") or plain seconds
  * ("10", "0.5"), into milliseconds. */
@@ -188,12 +189,17 @@ static int parse_duration_ms(const char *s, long *out) {
   double total = 0;
   int parts = 0;
   while (*s) {
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
+    /* Read by hand, not strtod: that would also take "nan", "inf", signs,
+     * hex and exponents, and a locale's decimal comma. */
+    const char *start = s;
+    double v = 0, scale = 1;
+    for (; isdigit((unsigned char)*s); s++)
+      v = v * 10 + (*s - '0');
+    if (*s == '.')
+      for (s++; isdigit((unsigned char)*s); s++)
+        v += (*s - '0') * (scale /= 10);
+    if (s == start || (s == start + 1 && *start == '.'))
       return -1;
-    s = end;
     double unit = 1000; /* bare number: seconds */
     if (strncmp(s, "ms", 2) == 0)
       unit = 1, s += 2;
@@ -216,7 +222,7 @@ static int parse_duration_ms(const char *s, long *out) {
     while (isspace((unsigned char)*s))
       s++;
   }
-  if (total > 86400000.0 * 365)
+  if (!(total <= 86400000.0 * 365)) /* also false for a NaN */
     return -1;
   *out = (long)(total + 0.5);
   return 0;
@@ -323,15 +329,14 @@ static int load_upload(cp_config *cfg, const source *src,
   int rc;
   /* The period: CONTPROF_UPLOAD_PERIOD (read above), else the variables of
    * the Datadog and Pyroscope clients. */
-  static const char *const period_vars[] = {
-      "DD_PROFILING_UPLOAD_PERIOD", "PYROSCOPE_UPLOAD_INTERVAL", NULL};
+  static const char *const period_vars[] = {"DD_PROFILING_UPLOAD_PERIOD",
+                                            "PYROSCOPE_UPLOAD_INTERVAL", NULL};
   const char *which = NULL;
   const char *period = env_first(src, period_vars, &which);
   if (!opts->upload_period_s && !env_get(src, "CONTPROF_UPLOAD_PERIOD") &&
       period) {
     long ms;
-    if (parse_duration_ms(period, &ms) != 0 || ms < 1000 ||
-        ms > 86400000L)
+    if (parse_duration_ms(period, &ms) != 0 || ms < 1000 || ms > 86400000L)
       cp_warn("%s='%s' is not a duration of 1s..86400s; using %d s", which,
               period, cfg->upload_period_s);
     else
@@ -449,11 +454,11 @@ static int load_upload(cp_config *cfg, const source *src,
       cfg->exports = CP_EXPORT_FILE;
   }
 
-  long total = duration_setting(src, "CONTPROF_UPLOAD_TIMEOUT", 1, 3600000,
-                                10000);
+  long total =
+      duration_setting(src, "CONTPROF_UPLOAD_TIMEOUT", 1, 3600000, 10000);
   cfg->upload_timeout_ms = total;
-  cfg->connect_timeout_ms = duration_setting(src, "CONTPROF_CONNECT_TIMEOUT",
-                                             1, 3600000, total);
+  cfg->connect_timeout_ms =
+      duration_setting(src, "CONTPROF_CONNECT_TIMEOUT", 1, 3600000, total);
   cfg->exit_timeout_ms =
       duration_setting(src, "CONTPROF_EXIT_TIMEOUT", 0, 3600000, 5000);
   cfg->retry_initial_ms =

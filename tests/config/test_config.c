@@ -126,6 +126,19 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   CHECK_EQ_STR(cfg.service, "pyro-app");
   cp_config_free(&cfg);
 
+  /* Durations as the Datadog and Pyroscope clients write them. */
+  fake_env durations = {{{"PYROSCOPE_UPLOAD_INTERVAL", "1m30s"},
+                         {"CONTPROF_EXIT_TIMEOUT", "1.5s"},
+                         {"CONTPROF_RETRY_INITIAL", " 250ms "},
+                         {"CONTPROF_UPLOAD_TIMEOUT", ".5"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &durations, err, sizeof err), 0);
+  CHECK_EQ_STR(err, "");
+  CHECK_EQ_INT(cfg.upload_period_s, 90);
+  CHECK_EQ_INT(cfg.exit_timeout_ms, 1500);
+  CHECK_EQ_INT(cfg.retry_initial_ms, 250);
+  CHECK_EQ_INT(cfg.upload_timeout_ms, 500);
+  cp_config_free(&cfg);
+
   /* CONTPROF_* wins over DD_*. */
   fake_env both = {{{"CONTPROF_SERVICE", "mine"}, {"DD_SERVICE", "theirs"}}};
   CHECK_EQ_INT(load(&cfg, NULL, &both, err, sizeof err), 0);
@@ -161,6 +174,14 @@ static void test_bad_values(void) {
   check_bad("CONTPROF_MAX_FRAMES", "-5", "128", offsetof(cp_config, max_frames),
             128);
   check_bad("CONTPROF_UPLOAD_PERIOD", "1m", "60",
+            offsetof(cp_config, upload_period_s), 60);
+  check_bad("PYROSCOPE_UPLOAD_INTERVAL", "NAN", "60",
+            offsetof(cp_config, upload_period_s), 60);
+  check_bad("DD_PROFILING_UPLOAD_PERIOD", "inf", "60",
+            offsetof(cp_config, upload_period_s), 60);
+  check_bad("DD_PROFILING_UPLOAD_PERIOD", "-10s", "60",
+            offsetof(cp_config, upload_period_s), 60);
+  check_bad("DD_PROFILING_UPLOAD_PERIOD", "0x20", "60",
             offsetof(cp_config, upload_period_s), 60);
   check_bad("CONTPROF_ENABLED", "maybe", "true", offsetof(cp_config, enabled),
             1);
