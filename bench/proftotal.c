@@ -36,8 +36,8 @@ static int read_gperftools(FILE *f, const char *path, int64_t *samples,
     }
     if (rec[0] == 0 && rec[1] == 1) /* trailer */
       break;
-    if (rec[1] > 4096 || fseek(f, (long)(rec[1] * sizeof(uintptr_t)),
-                               SEEK_CUR) != 0) {
+    if (rec[1] > 4096 ||
+        fseek(f, (long)(rec[1] * sizeof(uintptr_t)), SEEK_CUR) != 0) {
       fprintf(stderr, "proftotal: %s: bad gperftools record\n", path);
       return -1;
     }

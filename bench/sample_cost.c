@@ -415,8 +415,7 @@ int main(int argc, char **argv) {
   size_t nh = atomic_load(&nhrecs);
   if (nh > MAX_EVENTS)
     nh = MAX_EVENTS;
-  double *handler[NKINDS], *entry[NKINDS], *with_sig[NPHASES],
-      *no_sig[NPHASES];
+  double *handler[NKINDS], *entry[NKINDS], *with_sig[NPHASES], *no_sig[NPHASES];
   size_t nk[NKINDS] = {0}, nwith[NPHASES] = {0}, nno[NPHASES] = {0};
   for (int k = 0; k < NKINDS; k++) {
     handler[k] = new_array(nh);
@@ -429,19 +428,18 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < nh; i++) {
     int k = hrecs[i].kind;
     entry[k][nk[k]] = (double)(hrecs[i].entry - hrecs[i].seen) / tsc_per_ns;
-    handler[k][nk[k]++] =
-        (double)(hrecs[i].exit - hrecs[i].entry) / tsc_per_ns;
+    handler[k][nk[k]++] = (double)(hrecs[i].exit - hrecs[i].entry) / tsc_per_ns;
   }
   /* Match interruptions and timer-driven handler runs, both in time order: a
    * run belongs to the interruption it began and ended in. */
   size_t h = 0, unmatched = 0;
   for (size_t g = 0; g < ngaps; g++) {
     double len = (double)(gaps[g].end - gaps[g].start) / tsc_per_ns;
-    while (h < nh && (hrecs[h].kind == K_DIRECT_CP ||
-                      hrecs[h].kind == K_DIRECT_NULL ||
-                      hrecs[h].entry < gaps[g].start)) {
-      unmatched += hrecs[h].kind != K_DIRECT_CP &&
-                   hrecs[h].kind != K_DIRECT_NULL;
+    while (h < nh &&
+           (hrecs[h].kind == K_DIRECT_CP || hrecs[h].kind == K_DIRECT_NULL ||
+            hrecs[h].entry < gaps[g].start)) {
+      unmatched +=
+          hrecs[h].kind != K_DIRECT_CP && hrecs[h].kind != K_DIRECT_NULL;
       h++;
     }
     int has_signal = 0;
@@ -521,7 +519,7 @@ int main(int argc, char **argv) {
          "interrupt_null_median_ns=%.0f interrupt_contprof_median_ns=%.0f "
          "outdir=%s\n",
          depth_at_leaf, hz, nk[K_TIMER_CP], t_h_med, t_h_p99, t_h2_med,
-         t_h2_p99, d_h_med,
-         d_h_p99, d_rt_cp - d_rt_null, t_e_null, i_off, i_null, i_cp, outdir);
+         t_h2_p99, d_h_med, d_h_p99, d_rt_cp - d_rt_null, t_e_null, i_off,
+         i_null, i_cp, outdir);
   return 0;
 }

@@ -47,17 +47,17 @@ typedef struct cp_config {
   long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */
 
   /* Upload (src/upload). Secrets are kept here only: never log them. */
-  unsigned exports;          /* CP_EXPORT_* bits (CONTPROF_EXPORT or guessed) */
-  char *dd_agent_url;        /* http://host:port or unix:///path */
-  char *dd_intake_url;       /* agentless intake (from DD_SITE) */
-  char *dd_api_key;          /* secret; NULL when unset */
-  int dd_agentless;          /* DD_PROFILING_AGENTLESS and DD_API_KEY set */
-  char *pyroscope_url;       /* PYROSCOPE_SERVER_ADDRESS */
-  char *pyroscope_token;     /* secret: PYROSCOPE_AUTH_TOKEN */
-  char *pyroscope_user;      /* PYROSCOPE_BASIC_AUTH_USER */
-  char *pyroscope_password;  /* secret: PYROSCOPE_BASIC_AUTH_PASSWORD */
-  char *pyroscope_tenant;    /* PYROSCOPE_TENANT_ID */
-  cp_tag *pyroscope_labels;  /* PYROSCOPE_LABELS k=v pairs */
+  unsigned exports;         /* CP_EXPORT_* bits (CONTPROF_EXPORT or guessed) */
+  char *dd_agent_url;       /* http://host:port or unix:///path */
+  char *dd_intake_url;      /* agentless intake (from DD_SITE) */
+  char *dd_api_key;         /* secret; NULL when unset */
+  int dd_agentless;         /* DD_PROFILING_AGENTLESS and DD_API_KEY set */
+  char *pyroscope_url;      /* PYROSCOPE_SERVER_ADDRESS */
+  char *pyroscope_token;    /* secret: PYROSCOPE_AUTH_TOKEN */
+  char *pyroscope_user;     /* PYROSCOPE_BASIC_AUTH_USER */
+  char *pyroscope_password; /* secret: PYROSCOPE_BASIC_AUTH_PASSWORD */
+  char *pyroscope_tenant;   /* PYROSCOPE_TENANT_ID */
+  cp_tag *pyroscope_labels; /* PYROSCOPE_LABELS k=v pairs */
   size_t npyroscope_labels;
   long connect_timeout_ms;   /* CONTPROF_CONNECT_TIMEOUT */
   long upload_timeout_ms;    /* CONTPROF_UPLOAD_TIMEOUT */

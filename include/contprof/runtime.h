@@ -55,10 +55,10 @@ int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
 typedef struct contprof_sample {
   const uint64_t *frames; /* leaf first */
   size_t nframes;
-  pid_t tid;       /* the thread it was taken on; 0 = the calling thread */
-  uint32_t labels; /* label set (contprof_labels_current on that thread), or
-                    * CONTPROF_LABELS_OF_CALLER: the calling thread's labels
-                    * and span ids, and the two fields below are ignored */
+  pid_t tid;        /* the thread it was taken on; 0 = the calling thread */
+  uint32_t labels;  /* label set (contprof_labels_current on that thread), or
+                     * CONTPROF_LABELS_OF_CALLER: the calling thread's labels
+                     * and span ids, and the two fields below are ignored */
   uint64_t span_id; /* contprof_set_span's ids of that thread, 0 if none */
   uint64_t local_root_span_id;
   contprof_sample_kind kind;

@@ -767,9 +767,9 @@ static uint64_t fold_copy_location(pprof_builder *nb, const pprof_builder *b,
   }
   if (l->function_id) {
     const pp_function *f = &b->functions[l->function_id - 1];
-    function = pprof_add_function(nb, str_of(b, f->name),
-                                  str_of(b, f->system_name),
-                                  str_of(b, f->filename), f->start_line);
+    function =
+        pprof_add_function(nb, str_of(b, f->name), str_of(b, f->system_name),
+                           str_of(b, f->filename), f->start_line);
     if (!function)
       return 0;
   }
@@ -838,12 +838,12 @@ pprof_builder *pprof_fold(const pprof_builder *b, size_t keep,
         goto fail;
     for (size_t l = 0; l < s->nlabels; l++) {
       const pp_label *pl = &s->labels[l];
-      labels[l] = (pprof_label){str_of(b, pl->key),
-                                pl->str ? str_of(b, pl->str) : NULL, pl->num,
-                                pl->num_unit ? str_of(b, pl->num_unit) : NULL};
+      labels[l] =
+          (pprof_label){str_of(b, pl->key), pl->str ? str_of(b, pl->str) : NULL,
+                        pl->num, pl->num_unit ? str_of(b, pl->num_unit) : NULL};
     }
-    if (pprof_add_sample(nb, stack, s->nlocations, s->values,
-                         b->nsample_types, labels, s->nlabels) != 0)
+    if (pprof_add_sample(nb, stack, s->nlocations, s->values, b->nsample_types,
+                         labels, s->nlabels) != 0)
       goto fail;
   }
   if (folded) {

@@ -40,9 +40,9 @@
 #include "aggregator/aggregator.h"
 #include "aggregator/ring.h"
 #include "common.h"
-#include "trace.h"
 #include "labels.h"
 #include "sampler.h"
+#include "trace.h"
 #include "unwind.h"
 
 /* The C library's functions, found with dlsym(RTLD_NEXT). */

@@ -125,8 +125,10 @@ static void test_shares_with_jemalloc_after(void) {
 static void test_non_pie_executable(void) {
   char *dir = make_temp_dir("alloc-nopie");
   const char *env[] = {"CONTPROF_ALLOC_SAMPLE_BYTES=65536", NULL};
-  char *argv[] = {CONTPROF, "run", "--profiles", "alloc", "--output", dir,
-                  "--", CP_BUILD_DIR "/tests/nopie_alloc", NULL};
+  char *argv[] = {
+      CONTPROF,   "run", "--profiles", "alloc",
+      "--output", dir,   "--",         CP_BUILD_DIR "/tests/nopie_alloc",
+      NULL};
   run_result *r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, env, r), 0);
   CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
@@ -145,8 +147,8 @@ static void test_non_pie_executable(void) {
      * their values on [dropped], so the total is exact, not the stack. */
     double mib = (double)top.total / 1048576;
     double in_fn = (double)top_cum(&top, "nopie_allocate") / 1048576;
-    printf("non-PIE: %.1f MiB (truth 164.5), %.1f MiB in nopie_allocate\n",
-           mib, in_fn);
+    printf("non-PIE: %.1f MiB (truth 164.5), %.1f MiB in nopie_allocate\n", mib,
+           in_fn);
     CHECK_NEAR(mib, 164.5, 16.5);
     CHECK(in_fn > mib / 2);
     pprof_top_free(&top);
@@ -309,6 +311,6 @@ static void test_leak_found_then_gone(void) {
 }
 
 TEST_MAIN(T(test_shares_default_rate), T(test_shares_with_jemalloc_after),
-          T(test_jemalloc_before_contprof), T(test_non_pie_executable), T(test_stress_all_calls_profiled),
-          T(test_stress_under_valgrind), T(test_fork_child_frees_parent_blocks),
-          T(test_leak_found_then_gone))
+          T(test_jemalloc_before_contprof), T(test_non_pie_executable),
+          T(test_stress_all_calls_profiled), T(test_stress_under_valgrind),
+          T(test_fork_child_frees_parent_blocks), T(test_leak_found_then_gone))
