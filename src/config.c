@@ -288,10 +288,14 @@ static int parse_pyroscope_labels(cp_config *cfg, const char *s) {
 
 /* "100" profiles, or bytes with a unit: "64MiB", "64M", "500KB", "1000B". */
 static int parse_spool_max(const char *s, size_t *profiles, size_t *bytes) {
+  while (isspace((unsigned char)*s))
+    s++;
+  if (!isdigit((unsigned char)*s)) /* strtoull would negate a "-5" */
+    return -1;
   errno = 0;
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
-  if (end == s || errno || v == 0 || *s == '-')
+  if (errno || v == 0)
     return -1;
   while (isspace((unsigned char)*end))
     end++;

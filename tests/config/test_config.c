@@ -193,9 +193,26 @@ static void test_bad_values(void) {
             offsetof(cp_config, log_level), CP_LOG_WARN);
   cp_log_set_level(CP_LOG_WARN);
 
-  fake_env tags = {{{"CONTPROF_TAGS", "good:1,bad,:novalue,ok:2"}}};
   cp_config cfg;
   char err[4096];
+  /* strtoull alone negates a sign after blanks: " -5" was 2^64 - 5. */
+  const char *spools[] = {" -5", "+5", "5 MiB x", "0", "99999999999GiB"};
+  for (size_t i = 0; i < sizeof spools / sizeof *spools; i++) {
+    fake_env spool = {{{"CONTPROF_SPOOL_MAX", spools[i]}}};
+    CHECK_EQ_INT(load(&cfg, NULL, &spool, err, sizeof err), 0);
+    CHECK_EQ_INT(count_lines(err), 1);
+    CHECK(strstr(err, "using 32 profiles") != NULL);
+    CHECK_EQ_INT(cfg.spool_max_profiles, 32);
+    CHECK_EQ_INT(cfg.spool_max_bytes, 64 << 20);
+    cp_config_free(&cfg);
+  }
+  fake_env spool = {{{"CONTPROF_SPOOL_MAX", " 5 MiB"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &spool, err, sizeof err), 0);
+  CHECK_EQ_STR(err, "");
+  CHECK_EQ_INT(cfg.spool_max_bytes, 5 << 20);
+  cp_config_free(&cfg);
+
+  fake_env tags = {{{"CONTPROF_TAGS", "good:1,bad,:novalue,ok:2"}}};
   CHECK_EQ_INT(load(&cfg, NULL, &tags, err, sizeof err), 0);
   CHECK_EQ_INT(count_lines(err), 1);
   CHECK(strstr(err, "CONTPROF_TAGS") != NULL);
