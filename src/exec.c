@@ -17,10 +17,10 @@
  * - If exec fails, profiling starts again where it was.
  *
  * A vfork child (which shares the parent's memory and runs on the parent's
- * stack) must not touch the profiler: its thread id differs from the one the
- * parent's thread cached, and then only the environment is edited, on the
- * stack. Profiling does not follow into posix_spawn's children through
- * these hooks (glibc execs there internally); they get LD_PRELOAD as is.
+ * stack) must not touch the profiler: its pid is not the one the profiler
+ * started in, and then only the environment is edited, on the stack. Profiling
+ * does not follow into posix_spawn's children through these hooks (glibc execs
+ * there internally); they get LD_PRELOAD as is.
  *
  * exec from a signal handler that interrupted the profiler (or malloc) may
  * deadlock in the stop: POSIX allows execve there, the stop does not. */

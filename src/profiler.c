@@ -45,6 +45,7 @@ static struct {
   char runtime_name[32];
   char runtime_version[64];
   int stopped_for_exec; /* cp_profiler_before_exec stopped it */
+  _Atomic pid_t pid;    /* the process that started it (a vfork child: not) */
   _Atomic int follow_exec;
 } prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .follow_exec = 1};
 
@@ -193,6 +194,7 @@ static int start_configured(void) {
   if (gethostname(prof.host, sizeof prof.host) != 0)
     snprintf(prof.host, sizeof prof.host, "unknown");
   make_uuid(prof.runtime_id);
+  atomic_store(&prof.pid, (pid_t)syscall(SYS_getpid));
   cp_export_meta meta = {
       .cfg = &prof.cfg,
       .host = prof.host,
@@ -427,10 +429,13 @@ int cp_profiler_follow_exec(void) { return atomic_load(&prof.follow_exec); }
 int cp_profiler_before_exec(void) {
   if (!atomic_load(&prof.running))
     return 0;
-  /* A vfork child shares our memory and the parent thread's TLS: the tid
-   * cached there is not its own. It must leave the profiler alone (it has
-   * no timers; nothing of ours is pending for it). */
-  if (cp_gettid() != (pid_t)syscall(SYS_gettid))
+  /* A vfork child shares our memory and must leave the profiler alone (it
+   * has no timers; nothing of ours is pending for it): stopping would stop
+   * the parent's. Its pid tells it apart, not the parent thread's cached
+   * tid, which it shares: with that cache still empty, the child filled it
+   * with its own tid, passed the test and stopped the parent's profiler,
+   * whose profile was then lost (test_vfork_exec under load). */
+  if ((pid_t)syscall(SYS_getpid) != atomic_load(&prof.pid))
     return 0;
   pthread_mutex_lock(&prof.lock);
   int stopped = 0;
