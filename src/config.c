@@ -586,6 +586,19 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
     goto fail;
   cfg->max_memory_bytes = (size_t)memory_mb << 20;
 
+  cfg->cpu_clock = CP_CPU_CLOCK_AUTO;
+  const char *cpu_clock = env_get(&src, "CONTPROF_CPU_CLOCK");
+  if (cpu_clock) {
+    if (strcmp(cpu_clock, "perf") == 0)
+      cfg->cpu_clock = CP_CPU_CLOCK_PERF;
+    else if (strcmp(cpu_clock, "posix") == 0)
+      cfg->cpu_clock = CP_CPU_CLOCK_POSIX;
+    else if (strcmp(cpu_clock, "auto") != 0)
+      cp_warn("CONTPROF_CPU_CLOCK='%s' is not one of auto, perf, posix; "
+              "using auto",
+              cpu_clock);
+  }
+
   int alloc_bytes, lock_ns;
   if ((rc = int_setting(&src, "CONTPROF_WALL_INTERVAL_MS", 0, 1, 1000, 10,
                         &cfg->wall_interval_ms)) ||

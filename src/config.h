@@ -16,6 +16,13 @@ enum {
   CP_PROFILE_LOCK = 1u << 4,
 };
 
+/* What drives CPU samples (CONTPROF_CPU_CLOCK). */
+typedef enum cp_cpu_clock {
+  CP_CPU_CLOCK_AUTO,  /* perf task clock where the kernel allows it */
+  CP_CPU_CLOCK_PERF,  /* the same, and a warning where it does not */
+  CP_CPU_CLOCK_POSIX, /* a POSIX timer on each thread's CPU clock */
+} cp_cpu_clock;
+
 typedef struct cp_tag {
   char *key;
   char *value;
@@ -30,6 +37,7 @@ typedef struct cp_config {
   size_t ntags;
   unsigned profiles; /* CP_PROFILE_* bits */
   int cpu_hz;
+  cp_cpu_clock cpu_clock; /* CONTPROF_CPU_CLOCK: what drives CPU samples */
   int max_frames;
   int upload_period_s;
   char *output_dir;

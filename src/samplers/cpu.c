@@ -1,15 +1,36 @@
-/* CPU-time sampler: one POSIX timer per thread on that thread's CPU clock,
- * delivered to that thread (SIGEV_THREAD_ID), armed from outside the thread
- * with the raw syscalls (the clock id is derived from the tid). Each expiry
- * weighs (1 + overrun) periods, so the total matches the CPU time used at any
- * rate and thread count. setitimer(ITIMER_PROF) is the fallback when per-thread
- * timers cannot be made. */
+/* CPU-time sampler: one sampling clock per thread, on that thread's CPU time,
+ * signalling that thread.
+ *
+ * - perf task clock (the default where the kernel allows it): a software
+ *   perf event per thread (PERF_COUNT_SW_TASK_CLOCK) whose overflow sends the
+ *   sampling signal to the thread (F_SETOWN_EX, F_SETSIG); the handler
+ *   re-arms it (PERF_EVENT_IOC_REFRESH). Its hrtimer fires after exactly one
+ *   period of the thread's CPU time.
+ * - POSIX timer (CONTPROF_CPU_CLOCK=posix, and wherever perf_event_open is
+ *   refused: perf_event_paranoid 3, seccomp, no descriptors): a timer on the
+ *   thread's CPU clock delivered to that thread (SIGEV_THREAD_ID). Each
+ *   expiry weighs (1 + overrun) periods. The kernel checks these timers only
+ *   at its scheduler tick, for the thread then running: with more runnable
+ *   threads than CPUs a thread can run for hundreds of ms of CPU before its
+ *   first signal, and a short-lived thread can end with none
+ *   (docs/signals.md has the measurement).
+ *
+ * Both are armed from outside the thread with raw syscalls, and both start
+ * at a random point of the first period so that short-lived threads get
+ * their fair share. setitimer(ITIMER_PROF) is the last fallback. */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
@@ -31,8 +52,19 @@
 
 typedef struct thread_timer {
   pid_t tid;
-  int timer_id; /* kernel timer id */
+  int timer_id; /* POSIX timer id, or -1 */
+  int fd;       /* perf event descriptor, or -1 */
+  dev_t dev;    /* the descriptor's file, to tell it from a later file */
+  ino_t ino;    /* the application opened under the same number */
 } thread_timer;
+
+/* The descriptors of our perf events, for the handler to tell their
+ * signals from the application's (si_fd) without a lock. Bit set: ours and
+ * open; first bit set: its first (random, shorter) period is over. */
+#define PERF_FD_LIMIT 65536
+#define PERF_FD_LINK "anon_inode:[perf_event]" /* /proc/self/fd/N of one */
+static _Atomic uint64_t perf_fds[PERF_FD_LIMIT / 64];
+static _Atomic uint64_t perf_fd_first_done[PERF_FD_LIMIT / 64];
 
 static struct {
   pthread_mutex_t lock; /* guards the timer table */
@@ -43,19 +75,82 @@ static struct {
   size_t max_frames;
   _Atomic int active;
   _Atomic int itimer_fallback;
+  int perf;                /* perf task clocks serve this run */
+  int perf_exclude_kernel; /* 1 when only user-mode sampling is allowed */
+  int perf_failed_logged;
+  _Atomic unsigned gen; /* runs started: tells a thread's perf_last stale */
+  size_t nperf;         /* perf descriptors open */
+  size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
+  int perf_fd_floor;    /* descriptors are moved to this number or above */
   unsigned seed;
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline int perf_fd_ours(int fd) {
+  return fd >= 0 && fd < PERF_FD_LIMIT &&
+         (atomic_load_explicit(&perf_fds[fd / 64], memory_order_acquire) >>
+          (fd % 64)) &
+             1;
+}
+
+/* The thread's CPU time at its last perf sample in this run (gen). */
+static CP_TLS struct {
+  unsigned gen;
+  uint64_t cpu_ns;
+} perf_last;
+
+/* Async-signal-safe (one clock_gettime). The CPU time the thread used
+ * since its last perf sample: the time the event stood still from its
+ * overflow to this handler, or while the thread blocked the signal, is
+ * counted too. The first sample of a thread in a run weighs one period
+ * (its first period was random in (0, period]). */
+static int64_t perf_cpu_since_last(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return (int64_t)cpu.period_ns;
+  uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  unsigned gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
+  int64_t since = perf_last.gen == gen && now > perf_last.cpu_ns
+                      ? (int64_t)(now - perf_last.cpu_ns)
+                      : (int64_t)cpu.period_ns;
+  perf_last.gen = gen;
+  perf_last.cpu_ns = now;
+  return since;
+}
+
+/* Async-signal-safe: one or two ioctls on our own descriptor. The overflow
+ * disabled the event (its refresh limit of 1); this enables it for one
+ * more period, a full one after the first. */
+static void perf_rearm(int fd) {
+  uint64_t bit = 1ull << (fd % 64);
+  if (!(atomic_fetch_or_explicit(&perf_fd_first_done[fd / 64], bit,
+                                 memory_order_relaxed) &
+        bit)) {
+    uint64_t period = cpu.period_ns;
+    ioctl(fd, PERF_EVENT_IOC_PERIOD, &period);
+  }
+  ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+}
 
 /* Async-signal-safe: runs in the sampling signal handler. Reads the label
  * set and the clock, unwinds into a preallocated ring slot, publishes it. */
 static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   int saved_errno = errno;
-  int64_t weight;
+  int64_t weight, quantity;
   if (info->si_code == SI_TIMER && info->si_value.sival_int == TIMER_COOKIE) {
     weight = 1 + (info->si_overrun > 0 ? info->si_overrun : 0);
+    quantity = weight * (int64_t)cpu.period_ns;
+  } else if ((info->si_code == POLL_HUP || info->si_code == POLL_IN) &&
+             perf_fd_ours(info->si_fd)) {
+    if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
+      perf_rearm(info->si_fd);
+    quantity = perf_cpu_since_last();
+    weight = (quantity + (int64_t)cpu.period_ns / 2) / (int64_t)cpu.period_ns;
+    if (weight < 1)
+      weight = 1;
   } else if (info->si_code == SI_KERNEL && sig == SIGPROF &&
              atomic_load_explicit(&cpu.itimer_fallback, memory_order_relaxed)) {
     weight = 1;
+    quantity = (int64_t)cpu.period_ns;
   } else {
     cp_signal_chain(sig, info, ucontext);
     errno = saved_errno;
@@ -68,15 +163,14 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   if (cp_in_sampling_handler) {
-    cp_ring_drop(ring, CONTPROF_KIND_CPU, weight,
-                 weight * (int64_t)cpu.period_ns);
+    cp_ring_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
     errno = saved_errno;
     return;
   }
   cp_in_sampling_handler = 1;
   uint64_t ticket;
-  cp_raw_sample *s = cp_ring_reserve(ring, &ticket, CONTPROF_KIND_CPU, weight,
-                                     weight * (int64_t)cpu.period_ns);
+  cp_raw_sample *s =
+      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_CPU, weight, quantity);
   if (s) {
     int truncated = 0;
     s->kind = CONTPROF_KIND_CPU;
@@ -85,7 +179,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     s->timestamp_ns = cp_realtime_ns();
     cp_trace_current(&s->span_id, &s->local_root_span_id);
     s->count = weight;
-    s->quantity = weight * (int64_t)cpu.period_ns;
+    s->quantity = quantity;
     s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, cpu.max_frames,
                                             1, &truncated);
     s->truncated = (uint32_t)truncated;
@@ -124,6 +218,123 @@ static int timer_create_for(pid_t tid, int *timer_id) {
   return 0;
 }
 
+/* The first period: random in (0, period], at least the 10 us the kernel
+ * clamps a task clock's period to. */
+static uint64_t first_period(void) {
+  uint64_t first = 1 + (uint64_t)rand_r(&cpu.seed) % cpu.period_ns;
+  return first < 10000 ? 10000 : first;
+}
+
+static int perf_event_for(pid_t tid, uint64_t period, int exclude_kernel) {
+  struct perf_event_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_TASK_CLOCK;
+  attr.sample_period = period;
+  attr.disabled = 1;
+  attr.exclude_kernel = (unsigned)exclude_kernel;
+  attr.exclude_hv = 1;
+  return (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
+                      PERF_FLAG_FD_CLOEXEC);
+}
+
+/* A perf task clock for thread tid, signalling it, enabled. Caller holds
+ * cpu.lock. Returns 0, or -1 with errno set. */
+static int perf_create_for(pid_t tid, thread_timer *t) {
+  int fd = perf_event_for(tid, first_period(), cpu.perf_exclude_kernel);
+  if (fd < 0)
+    return -1;
+  if (cpu.perf_fd_floor > 0 && fd < cpu.perf_fd_floor) {
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, cpu.perf_fd_floor);
+    close(fd);
+    if (high < 0)
+      return -1;
+    fd = high;
+  }
+  struct f_owner_ex owner = {F_OWNER_TID, tid};
+  struct stat st;
+  if (fd >= PERF_FD_LIMIT || fcntl(fd, F_SETOWN_EX, &owner) != 0 ||
+      fcntl(fd, F_SETSIG, cpu.signal) != 0 ||
+      fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0 || fstat(fd, &st) != 0) {
+    int err = fd >= PERF_FD_LIMIT ? EMFILE : errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  uint64_t bit = 1ull << (fd % 64);
+  atomic_fetch_and(&perf_fd_first_done[fd / 64], ~bit);
+  atomic_fetch_or_explicit(&perf_fds[fd / 64], bit, memory_order_release);
+  t->fd = fd;
+  t->dev = st.st_dev;
+  t->ino = st.st_ino;
+  if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
+    int err = errno;
+    atomic_fetch_and(&perf_fds[fd / 64], ~bit);
+    close(fd);
+    t->fd = -1;
+    errno = err;
+    return -1;
+  }
+  cpu.nperf++;
+  return 0;
+}
+
+/* Closes t's perf event if its descriptor is still it: the application may
+ * have closed it (closefrom, a daemon's loop) and opened a file of its own
+ * under the number. */
+static void perf_close(thread_timer *t) {
+  if (t->fd < 0)
+    return;
+  uint64_t bit = 1ull << (t->fd % 64);
+  atomic_fetch_and_explicit(&perf_fds[t->fd / 64], ~bit, memory_order_release);
+  struct stat st;
+  if (fstat(t->fd, &st) == 0 && st.st_dev == t->dev && st.st_ino == t->ino)
+    close(t->fd);
+  t->fd = -1;
+  cpu.nperf--;
+}
+
+/* Which clock serves this run: perf task clocks unless configured off or
+ * refused here (tried on the calling thread, kernel mode included first). */
+static void choose_clock(const cp_config *cfg) {
+  cpu.perf = 0;
+  if (cfg->cpu_clock == CP_CPU_CLOCK_POSIX)
+    return;
+  pid_t self = (pid_t)syscall(SYS_gettid);
+  int fd = -1;
+  for (int exclude_kernel = 0; exclude_kernel <= 1 && fd < 0;
+       exclude_kernel++) {
+    fd = perf_event_for(self, cpu.period_ns, exclude_kernel);
+    cpu.perf_exclude_kernel = exclude_kernel;
+  }
+  if (fd < 0) {
+    if (cfg->cpu_clock == CP_CPU_CLOCK_PERF)
+      cp_warn("CONTPROF_CPU_CLOCK=perf: perf_event_open refused (%s); using "
+              "POSIX CPU timers",
+              strerror(errno));
+    else
+      cp_info("CPU samples from POSIX CPU timers (perf_event_open: %s)",
+              strerror(errno));
+    return;
+  }
+  close(fd);
+  /* One descriptor per thread, taken from the application's allowance: at
+   * most an eighth of it, and (when the limit leaves room) above the
+   * numbers select() can watch, so that the application's own descriptors
+   * keep the numbers they would have had. Threads past it get POSIX timers. */
+  struct rlimit nofile = {1024, 1024};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  rlim_t soft =
+      nofile.rlim_cur == RLIM_INFINITY ? (rlim_t)1 << 20 : nofile.rlim_cur;
+  cpu.perf_budget = (size_t)(soft / 8);
+  cpu.perf_fd_floor = soft >= 2 * FD_SETSIZE ? FD_SETSIZE : 0;
+  cpu.nperf = 0;
+  cpu.perf = cpu.perf_budget > 0;
+  cp_info("CPU samples from perf task clocks%s, up to %zu threads",
+          cpu.perf_exclude_kernel ? " (user mode only)" : "", cpu.perf_budget);
+}
+
 static void start_itimer_fallback(int err) {
   if (cpu.signal != SIGPROF) {
     static int reported;
@@ -146,11 +357,40 @@ static void start_itimer_fallback(int err) {
   setitimer(ITIMER_PROF, &itv, NULL);
 }
 
+/* Caller holds cpu.lock. A perf task clock, else a POSIX timer. Returns 0,
+ * or -1 with errno set by the POSIX timer's creation. */
+static int clock_create_for(pid_t tid, thread_timer *t) {
+  *t = (thread_timer){.tid = tid, .timer_id = -1, .fd = -1};
+  if (cpu.perf && cpu.nperf >= cpu.perf_budget) {
+    if (!cpu.perf_failed_logged++)
+      cp_info("%zu threads (an eighth of RLIMIT_NOFILE) have perf task "
+              "clocks: threads that start meanwhile get POSIX CPU timers",
+              cpu.perf_budget);
+  } else if (cpu.perf) {
+    if (perf_create_for(tid, t) == 0)
+      return 0;
+    if (errno == ESRCH)
+      return -1; /* the thread ended meanwhile */
+    if (!cpu.perf_failed_logged++)
+      cp_warn("perf task clock refused for a thread (%s); threads refused "
+              "get POSIX CPU timers",
+              strerror(errno));
+  }
+  return timer_create_for(tid, &t->timer_id);
+}
+
+/* Caller holds cpu.lock. */
+static void clock_delete(thread_timer *t) {
+  perf_close(t);
+  if (t->timer_id >= 0)
+    syscall(SYS_timer_delete, t->timer_id);
+  t->timer_id = -1;
+}
+
 static void cpu_thread_started(pid_t tid) {
   if (atomic_load(&cpu.itimer_fallback))
     return;
   pthread_mutex_lock(&cpu.lock);
-  int id;
   if (cpu.ntimers == cpu.cap) {
     size_t cap = cpu.cap ? cpu.cap * 2 : 64;
     thread_timer *grown = realloc(cpu.timers, cap * sizeof *grown);
@@ -161,8 +401,9 @@ static void cpu_thread_started(pid_t tid) {
     cpu.timers = grown;
     cpu.cap = cap;
   }
-  if (timer_create_for(tid, &id) == 0) {
-    cpu.timers[cpu.ntimers++] = (thread_timer){tid, id};
+  thread_timer t;
+  if (clock_create_for(tid, &t) == 0) {
+    cpu.timers[cpu.ntimers++] = t;
   } else if (errno != ESRCH && errno != EINVAL) {
     /* EINVAL/ESRCH: the thread ended meanwhile. Anything else (EAGAIN: the
      * timer limit) means per-thread timers cannot serve this process. */
@@ -175,7 +416,7 @@ static void cpu_thread_exited(pid_t tid) {
   pthread_mutex_lock(&cpu.lock);
   for (size_t i = 0; i < cpu.ntimers; i++) {
     if (cpu.timers[i].tid == tid) {
-      syscall(SYS_timer_delete, cpu.timers[i].timer_id);
+      clock_delete(&cpu.timers[i]);
       cpu.timers[i] = cpu.timers[--cpu.ntimers];
       break;
     }
@@ -184,8 +425,23 @@ static void cpu_thread_exited(pid_t tid) {
 }
 
 static void cpu_after_fork_child(void) {
-  /* POSIX timers are not inherited; the table describes the parent's. */
+  /* POSIX timers are not inherited; the table describes the parent's. Its
+   * perf descriptors are inherited and count the parent's threads: they are
+   * closed, found from the bitmap (a lost thread may have been changing the
+   * table) and checked to be perf events still. */
   pthread_mutex_init(&cpu.lock, NULL);
+  for (int w = 0; w < PERF_FD_LIMIT / 64; w++) {
+    uint64_t bits = atomic_exchange(&perf_fds[w], 0);
+    for (; bits; bits &= bits - 1) {
+      int fd = w * 64 + __builtin_ctzll(bits);
+      char path[32], target[64];
+      snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+      ssize_t n = readlink(path, target, sizeof target - 1);
+      if (n > 0 && (target[n] = 0, strcmp(target, PERF_FD_LINK) == 0))
+        close(fd);
+    }
+  }
+  cpu.nperf = 0;
   cpu.ntimers = 0;
   atomic_store(&cpu.active, 0);
   atomic_store(&cpu.itimer_fallback, 0);
@@ -203,6 +459,9 @@ static int cpu_start(const cp_config *cfg) {
     return CONTPROF_ERR_SYSTEM;
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
+  choose_clock(cfg);
+  cpu.perf_failed_logged = 0;
+  atomic_fetch_add(&cpu.gen, 1);
   atomic_store(&cpu.itimer_fallback, 0);
   atomic_store(&cpu.active, 1);
   return 0;
@@ -216,7 +475,7 @@ static void cpu_stop(void) {
   }
   pthread_mutex_lock(&cpu.lock);
   for (size_t i = 0; i < cpu.ntimers; i++)
-    syscall(SYS_timer_delete, cpu.timers[i].timer_id);
+    clock_delete(&cpu.timers[i]);
   cpu.ntimers = 0;
   pthread_mutex_unlock(&cpu.lock);
 }

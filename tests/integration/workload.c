@@ -5,7 +5,7 @@
  *   exit3                   works briefly, exits with status 3
  *   sigterm                 works briefly, dies of SIGTERM
  *   threads200              200 short-lived threads; prints the POSIX timers
- *                           left once they are gone
+ *                           and perf descriptors left once they are gone
  *   fork                    forks children that work and exit()
  *   prefork                 a pre-fork server: while a thread computes and
  *                           allocates under labels, forks 2 workers that
@@ -114,6 +114,26 @@ static int count_timers(void) {
   return n;
 }
 
+/* Open perf event descriptors (the profiler's task clocks). */
+static int count_perf_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d)
+    return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char path[300], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    if (len > 0) {
+      target[len] = 0;
+      n += strcmp(target, "anon_inode:[perf_event]") == 0;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
 static int threads200(void) {
   for (int batch = 0; batch < 10; batch++) {
     pthread_t t[20];
@@ -123,7 +143,7 @@ static int threads200(void) {
     for (int i = 0; i < 20; i++)
       pthread_join(t[i], NULL);
   }
-  printf("timers=%d\n", count_timers());
+  printf("timers=%d perf_fds=%d\n", count_timers(), count_perf_fds());
   return 0;
 }
 
@@ -134,6 +154,9 @@ static void *fork_from_thread(void *arg) {
   pid_t pid = fork();
   if (pid == 0) {
     work_beta(100000000);
+    /* The parent's perf descriptors (two threads) are not the child's. */
+    printf("thread_child_perf_fds=%d\n", count_perf_fds());
+    fflush(stdout);
     exit(5);
   }
   int status = 0;
