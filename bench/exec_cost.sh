@@ -7,7 +7,8 @@
 #              library and its dependencies are loaded, nothing starts;
 #   profiled   LD_PRELOAD=... with the defaults: every child starts the
 #              profiler, stops at exit and (having recorded nothing) writes
-#              no profile.
+#              no profile (CPU samples from perf task clocks);
+#   profiled-posix  the same with CONTPROF_CPU_CLOCK=posix.
 # Reported: wall and CPU (user + system, the children's included) per child,
 # median [interquartile range] over rounds, and the profiles written (0).
 #
@@ -21,7 +22,7 @@ EXEC_CHILDREN=${EXEC_CHILDREN:-200}
 bench_build
 tmp=$(mktemp -d /tmp/contprof-exec-cost.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-variants=(plain disabled profiled)
+variants=(plain disabled profiled profiled-posix)
 script="i=0; while [ \$i -lt $EXEC_CHILDREN ]; do /bin/true; i=\$((i+1)); done"
 
 run() {
@@ -34,6 +35,10 @@ run() {
   profiled)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
       CONTPROF_OUTPUT_DIR="$tmp/prof" /bin/sh -c "$script" ;;
+  profiled-posix)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+      CONTPROF_OUTPUT_DIR="$tmp/prof" CONTPROF_CPU_CLOCK=posix \
+      /bin/sh -c "$script" ;;
   esac
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Overhead of CPU profiling at 100 Hz. bench/cpu_work (2 threads, a fixed
 # amount of work, ~30-frame stacks) runs plain, under contprof
-# (LD_PRELOAD=libcontprof_preload.so CONTPROF_CPU_HZ=100) and under
+# (LD_PRELOAD=libcontprof_preload.so CONTPROF_CPU_HZ=100; its default perf
+# task clocks, and CONTPROF_CPU_CLOCK=posix as contprof-posix) and under
 # gperftools (LD_PRELOAD=libprofiler.so CPUPROFILE_FREQUENCY=100), in
 # interleaved rounds whose order rotates; each round also has a second plain
 # run (an A/A control: the noise floor) and, for each of the three, a run with
@@ -36,7 +37,7 @@ bench_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-overhead.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-variants=(plain contprof gperftools plain-again)
+variants=(plain contprof contprof-posix gperftools plain-again)
 
 # run VARIANT REQUESTS LOG: one run, appending "wall user sys status" to LOG.
 run() {
@@ -46,10 +47,12 @@ run() {
   case $v in
   plain*)
     "$BENCH_BIN/cpurun" "$log" "${cmd[@]}" >"$tmp/out" ;;
-  contprof)
+  contprof | contprof-posix)
+    local clock=auto
+    [[ $v == contprof-posix ]] && clock=posix
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
       CONTPROF_CPU_HZ="$OVERHEAD_HZ" CONTPROF_OUTPUT_DIR="$tmp/prof" \
-      "${cmd[@]}" >"$tmp/out" ;;
+      CONTPROF_CPU_CLOCK="$clock" "${cmd[@]}" >"$tmp/out" ;;
   gperftools)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$GPERFTOOLS_LIB" \
       CPUPROFILE="$tmp/g.prof" CPUPROFILE_FREQUENCY="$OVERHEAD_HZ" \
@@ -61,7 +64,7 @@ run() {
   # A profiler that silently did nothing would look free: check its output.
   local samples=0
   case $v in
-  contprof) samples=$("$BENCH_BIN/proftotal" "$tmp"/prof/*.pb.gz | awk '{print $2}') ;;
+  contprof*) samples=$("$BENCH_BIN/proftotal" "$tmp"/prof/*.pb.gz | awk '{print $2}') ;;
   gperftools) samples=$("$BENCH_BIN/proftotal" "$tmp/g.prof" | awk '{print $2}') ;;
   esac
   if [[ $v != plain* && $samples -lt 10 ]]; then
@@ -74,7 +77,7 @@ bench_machine
 echo "overhead: cpu_work $OVERHEAD_THREADS threads x $OVERHEAD_REQUESTS requests, $OVERHEAD_HZ Hz, $OVERHEAD_ROUNDS rounds (+1 warm-up)"
 bench_rounds "$OVERHEAD_ROUNDS" "$OVERHEAD_REQUESTS" "${variants[@]}"
 bench_overhead_table "workers CPU" '$1 / $3' "${variants[@]}"
-echo "Ratios: median [interquartile range] over $OVERHEAD_ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
+echo "Ratios: median [interquartile range] over $OVERHEAD_ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), contprof-posix $(bench_quantiles <"$tmp/contprof-posix.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
 paste -d' ' "$tmp/contprof.threads" "$tmp/contprof" | awk '{print $2, $2 / $3}' |
   sort -g | awk '{ms[NR] = $1 * 1000; ps[NR] = $2} END {
     k = int((NR + 1) / 2)
