@@ -47,8 +47,9 @@ contprof.stop()
 def shares_run(libdir, tmp_path_factory):
     """One run for the whole module: about 9 s of CPU time. A CPU sample
     lands where the sampler finally got the GIL: behind two threads running
-    Python that can take 100 to 300 ms, and what the worker's last work_30
-    ms then count as work_10's. 9 s keeps one such wait within 3.3 points."""
+    Python that can take 100 to 360 ms, and the worker's last work_30 ms
+    then count as work_10's. With 9 s, one such wait moves a share by at
+    most 4 points."""
     return runner(libdir, tmp_path_factory.mktemp("shares"))(WORKLOAD)
 
 
