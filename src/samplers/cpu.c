@@ -59,12 +59,11 @@ typedef struct thread_timer {
 } thread_timer;
 
 /* The descriptors of our perf events, for the handler to tell their
- * signals from the application's (si_fd) without a lock. Bit set: ours and
- * open; first bit set: its first (random, shorter) period is over. */
+ * signals from the application's (si_fd) without a lock: bit set, ours and
+ * open. */
 #define PERF_FD_LIMIT 65536
 #define PERF_FD_LINK "anon_inode:[perf_event]" /* /proc/self/fd/N of one */
 static _Atomic uint64_t perf_fds[PERF_FD_LIMIT / 64];
-static _Atomic uint64_t perf_fd_first_done[PERF_FD_LIMIT / 64];
 
 static struct {
   pthread_mutex_t lock; /* guards the timer table */
@@ -78,6 +77,7 @@ static struct {
   int perf;                /* perf task clocks serve this run */
   int perf_exclude_kernel; /* 1 when only user-mode sampling is allowed */
   int perf_failed_logged;
+  int perf_lost_logged;
   _Atomic unsigned gen; /* runs started: tells a thread's perf_last stale */
   size_t nperf;         /* perf descriptors open */
   size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
@@ -117,17 +117,27 @@ static int64_t perf_cpu_since_last(void) {
   return since;
 }
 
-/* Async-signal-safe: one or two ioctls on our own descriptor. The overflow
- * disabled the event (its refresh limit of 1); this enables it for one
- * more period, a full one after the first. */
+/* The thread's generator of sampling intervals (xorshift64; 0 = unseeded). */
+static CP_TLS uint64_t perf_rng;
+
+/* Async-signal-safe: two ioctls on our own descriptor. The overflow disabled
+ * the event (its refresh limit of 1); this enables it for one more
+ * interval, drawn uniformly in [period/2, 3 period/2). A fixed interval
+ * locks onto work that is periodic in CPU time: 2 ms of one function then
+ * 2 ms of another, sampled every exact 4 ms, puts every sample in the same
+ * one. The weights are CPU time, so the mean interval does not matter. */
 static void perf_rearm(int fd) {
-  uint64_t bit = 1ull << (fd % 64);
-  if (!(atomic_fetch_or_explicit(&perf_fd_first_done[fd / 64], bit,
-                                 memory_order_relaxed) &
-        bit)) {
-    uint64_t period = cpu.period_ns;
-    ioctl(fd, PERF_EVENT_IOC_PERIOD, &period);
-  }
+  uint64_t x = perf_rng;
+  if (!x)
+    x = (cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32)) | 1;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  perf_rng = x;
+  uint64_t interval = cpu.period_ns / 2 + x % cpu.period_ns;
+  if (interval < 10000)
+    interval = 10000; /* the kernel's floor for a task clock */
+  ioctl(fd, PERF_EVENT_IOC_PERIOD, &interval);
   ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
 }
 
@@ -263,7 +273,6 @@ static int perf_create_for(pid_t tid, thread_timer *t) {
     return -1;
   }
   uint64_t bit = 1ull << (fd % 64);
-  atomic_fetch_and(&perf_fd_first_done[fd / 64], ~bit);
   atomic_fetch_or_explicit(&perf_fds[fd / 64], bit, memory_order_release);
   t->fd = fd;
   t->dev = st.st_dev;
@@ -424,6 +433,31 @@ static void cpu_thread_exited(pid_t tid) {
   pthread_mutex_unlock(&cpu.lock);
 }
 
+/* Once a second: a perf descriptor the application closed (a daemon's
+ * close loop, closefrom) or replaced (dup2) is made again, so that thread
+ * keeps its CPU samples. Its first new sample weighs the CPU time since its
+ * last one, so none of the time without a clock is lost, only its stacks. */
+static void cpu_tick(void) {
+  pthread_mutex_lock(&cpu.lock);
+  for (size_t i = 0; i < cpu.ntimers; i++) {
+    thread_timer *t = &cpu.timers[i];
+    struct stat st;
+    if (t->fd < 0 ||
+        (fstat(t->fd, &st) == 0 && st.st_dev == t->dev && st.st_ino == t->ino))
+      continue;
+    perf_close(t); /* forgets it; closes nothing that is not ours */
+    thread_timer fresh;
+    if (clock_create_for(t->tid, &fresh) == 0) {
+      *t = fresh;
+      if (!cpu.perf_lost_logged++)
+        cp_info("the application closed a perf task clock's descriptor "
+                "(thread %d); it was made again",
+                (int)fresh.tid);
+    }
+  }
+  pthread_mutex_unlock(&cpu.lock);
+}
+
 static void cpu_after_fork_child(void) {
   /* POSIX timers are not inherited; the table describes the parent's. Its
    * perf descriptors are inherited and count the parent's threads: they are
@@ -460,7 +494,7 @@ static int cpu_start(const cp_config *cfg) {
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
   choose_clock(cfg);
-  cpu.perf_failed_logged = 0;
+  cpu.perf_failed_logged = cpu.perf_lost_logged = 0;
   atomic_fetch_add(&cpu.gen, 1);
   atomic_store(&cpu.itimer_fallback, 0);
   atomic_store(&cpu.active, 1);
@@ -488,4 +522,5 @@ const cp_sampler cp_cpu_sampler = {
     .thread_started = cpu_thread_started,
     .thread_exited = cpu_thread_exited,
     .after_fork_child = cpu_after_fork_child,
+    .tick = cpu_tick,
 };

@@ -25,6 +25,9 @@ typedef struct cp_sampler {
    * thread and timer of the parent and stop sampling, without taking locks
    * another thread may have held. May be NULL. */
   void (*after_fork_child)(void);
+  /* Once a second on the profiler's thread, with the thread registry
+   * locked (after its rescan). May be NULL. */
+  void (*tick)(void);
   /* On the uploader thread, with the finished generation before it is
    * encoded: a snapshot sampler (the live heap) adds its samples here. May
    * be NULL. */

@@ -135,6 +135,9 @@ void cp_threads_rescan(void) {
   for (size_t i = reg.ntids; i-- > 0;)
     if (!seen || !bsearch(&reg.tids[i], seen, nseen, sizeof *seen, compare_tid))
       announce_exit(reg.tids[i]);
+  for (size_t i = 0; i < reg.nsamplers; i++)
+    if (reg.samplers[i]->tick)
+      reg.samplers[i]->tick();
   pthread_mutex_unlock(&reg.lock);
   free(seen);
 }

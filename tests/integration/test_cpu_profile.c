@@ -230,6 +230,32 @@ static void test_two_hundred_short_threads(void) { check_short_threads(0); }
  * a CPU. */
 static void test_short_threads_oversubscribed(void) { check_short_threads(3); }
 
+/* The program closes every descriptor above 2 (a daemon's close loop),
+ * perf task clocks included: they are made again within a second, and the
+ * first new sample carries the CPU time without them. 2 s of work_beta at
+ * 1000 Hz: a 2.2% standard error, 10% is 4.5 of them. */
+static void test_closed_descriptors_come_back(void) {
+  char *dir = make_temp_dir("closefds");
+  char *argv[] = {CONTPROF, "run", "--hz",   "1000",      "--output",
+                  dir,      "--",  WORKLOAD, "close-fds", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "closed=") != NULL);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    double beta = (double)top_cum(&top, "work_beta") / 1e9;
+    printf("after closing its descriptors: work_beta %.3f s of 2 s\n", beta);
+    CHECK_NEAR(beta, 2.0, 0.2);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
 static void test_fork_children_exit_cleanly(void) {
   char *dir = make_temp_dir("fork");
   char *argv[] = {CONTPROF, "run", "--hz",   "1000", "--output",
@@ -400,6 +426,7 @@ TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_total_1000hz_4_threads), T(test_exit_status_passes_through),
           T(test_killed_by_signal), T(test_two_hundred_short_threads),
           T(test_short_threads_oversubscribed),
+          T(test_closed_descriptors_come_back),
           T(test_fork_children_exit_cleanly),
           T(test_application_sigprof_keeps_working),
           T(test_deep_stack_is_marked_truncated),

@@ -6,6 +6,7 @@
  *   sigterm                 works briefly, dies of SIGTERM
  *   threads200              200 short-lived threads; prints the POSIX timers
  *                           and perf descriptors left once they are gone
+ *   close-fds               works, closes every descriptor above 2, works
  *   fork                    forks children that work and exit()
  *   prefork                 a pre-fork server: while a thread computes and
  *                           allocates under labels, forks 2 workers that
@@ -132,6 +133,27 @@ static int count_perf_fds(void) {
   }
   closedir(d);
   return n;
+}
+
+/* close-fds: works, closes every descriptor above 2 as a daemon does (the
+ * profiler's perf task clocks among them), works again. */
+static int close_fds(void) {
+  work_alpha(300000000);
+  int fds[1024], n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL && n < 1024) {
+    int fd = atoi(e->d_name);
+    if (fd > 2 && fd != dirfd(d))
+      fds[n++] = fd;
+  }
+  if (d)
+    closedir(d);
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+  work_beta(2000000000);
+  printf("closed=%d\n", n);
+  return 0;
 }
 
 static int threads200(void) {
@@ -367,6 +389,8 @@ int main(int argc, char **argv) {
     raise(SIGTERM);
     return 0;
   }
+  if (strcmp(argv[1], "close-fds") == 0)
+    return close_fds();
   if (strcmp(argv[1], "threads200") == 0)
     return threads200();
   if (strcmp(argv[1], "deep") == 0)
