@@ -157,6 +157,18 @@ static void test_killed_by_signal(void) {
   remove_dir(dir);
 }
 
+/* Runs `workload MODE` under `contprof run --hz HZ --output DIR` with extra
+ * environment env (may be NULL); checks that it exited 0. */
+static run_result *run_mode(const char *hz, const char *dir, const char *mode,
+                            const char *const *env) {
+  char *argv[] = {CONTPROF,    "run", "--hz",   (char *)hz,   "--output",
+                  (char *)dir, "--",  WORKLOAD, (char *)mode, NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  return r;
+}
+
 /* 200 threads x 10 ms of CPU in work_alpha, 20 at a time, at 1000 Hz, with
  * `hogs` busy processes next to it; env is extra environment. Returns the
  * CPU time the profile gives work_alpha, in seconds (-1 if none), and sets
@@ -171,15 +183,11 @@ static double short_threads(int hogs, const char *const *env, int *perf) {
         __asm__ volatile("" ::: "memory");
     }
   char *dir = make_temp_dir("threads");
-  char *argv[] = {CONTPROF, "run", "--hz",   "1000",       "--output",
-                  dir,      "--",  WORKLOAD, "threads200", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  run_result *r = run_mode("1000", dir, "threads200", env);
   for (int i = 0; i < hogs && i < 4; i++) {
     kill(hog[i], SIGKILL);
     waitpid(hog[i], NULL, 0);
   }
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
   int timers = -1, perf_fds = -1;
   sscanf(r->out, "timers=%d perf_fds=%d", &timers, &perf_fds);
   /* Only the main thread's clock is left once the 200 threads are gone. */
@@ -236,11 +244,7 @@ static void test_short_threads_oversubscribed(void) { check_short_threads(3); }
  * 1000 Hz: a 2.2% standard error, 10% is 4.5 of them. */
 static void test_closed_descriptors_come_back(void) {
   char *dir = make_temp_dir("closefds");
-  char *argv[] = {CONTPROF, "run", "--hz",   "1000",      "--output",
-                  dir,      "--",  WORKLOAD, "close-fds", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_mode("1000", dir, "close-fds", NULL);
   CHECK(strstr(r->out, "closed=") != NULL);
   pprof_top top;
   pprof_profile *p = NULL;
@@ -258,11 +262,7 @@ static void test_closed_descriptors_come_back(void) {
 
 static void test_fork_children_exit_cleanly(void) {
   char *dir = make_temp_dir("fork");
-  char *argv[] = {CONTPROF, "run", "--hz",   "1000", "--output",
-                  dir,      "--",  WORKLOAD, "fork", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_mode("1000", dir, "fork", NULL);
   int child = -1, thread_child = -1;
   const char *line = strstr(r->out, "child=");
   CHECK_EQ_INT(
@@ -289,11 +289,7 @@ static void test_fork_children_exit_cleanly(void) {
 
 static void test_application_sigprof_keeps_working(void) {
   char *dir = make_temp_dir("ownprof");
-  char *argv[] = {CONTPROF, "run", "--hz",   "250",         "--output",
-                  dir,      "--",  WORKLOAD, "own-sigprof", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_mode("250", dir, "own-sigprof", NULL);
   int ticks = -1;
   sscanf(r->out, "own_ticks=%d", &ticks);
   /* 1 s of CPU with its own 10 ms ITIMER_PROF: about 100 of its ticks
