@@ -37,6 +37,7 @@ static void check(const cp_config *c) {
   EXPECT(c->service && c->env && c->version && c->output_dir);
   EXPECT(c->profiles != 0 && (c->profiles & ~0x1fu) == 0);
   IN(c->cpu_hz, 1, 1000);
+  IN((int)c->cpu_clock, CP_CPU_CLOCK_AUTO, CP_CPU_CLOCK_POSIX);
   IN(c->max_frames, 1, 1024);
   IN(c->upload_period_s, 1, 86400);
   IN(c->max_memory_bytes, (size_t)1 << 20, (size_t)65536 << 20);

@@ -176,8 +176,7 @@ static int set_string(char **dst, const char *value) {
   return *dst ? 0 : CONTPROF_ERR_NOMEM;
 }
 
-/* ---- upload settings ------------------------------------------------------
- */
+/* ---- upload settings ---------------------------------------------------- */
 
 /* Go-style durations ("15s", "1m30s", "500ms", "2h") or plain seconds
  * ("10", "0.5"), into milliseconds. */

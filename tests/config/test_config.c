@@ -126,6 +126,11 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   CHECK_EQ_STR(cfg.service, "pyro-app");
   cp_config_free(&cfg);
 
+  fake_env clocks = {{{"CONTPROF_CPU_CLOCK", "posix"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &clocks, err, sizeof err), 0);
+  CHECK_EQ_INT(cfg.cpu_clock, CP_CPU_CLOCK_POSIX);
+  cp_config_free(&cfg);
+
   /* Durations as the Datadog and Pyroscope clients write them. */
   fake_env durations = {{{"PYROSCOPE_UPLOAD_INTERVAL", "1m30s"},
                          {"CONTPROF_EXIT_TIMEOUT", "1.5s"},
@@ -183,6 +188,8 @@ static void test_bad_values(void) {
             offsetof(cp_config, upload_period_s), 60);
   check_bad("DD_PROFILING_UPLOAD_PERIOD", "0x20", "60",
             offsetof(cp_config, upload_period_s), 60);
+  check_bad("CONTPROF_CPU_CLOCK", "fast", "auto",
+            offsetof(cp_config, cpu_clock), CP_CPU_CLOCK_AUTO);
   check_bad("CONTPROF_ENABLED", "maybe", "true", offsetof(cp_config, enabled),
             1);
   check_bad("CONTPROF_PROFILES", "cpu,gpu", "using cpu",
