@@ -62,6 +62,7 @@ typedef struct thread_timer {
  * signals from the application's (si_fd) without a lock: bit set, ours and
  * open. */
 #define PERF_FD_LIMIT 65536
+#define PERF_MIN_PERIOD_NS 10000 /* the kernel's floor for a task clock */
 #define PERF_FD_LINK "anon_inode:[perf_event]" /* /proc/self/fd/N of one */
 static _Atomic uint64_t perf_fds[PERF_FD_LIMIT / 64];
 
@@ -135,8 +136,8 @@ static void perf_rearm(int fd) {
   x ^= x << 17;
   perf_rng = x;
   uint64_t interval = cpu.period_ns / 2 + x % cpu.period_ns;
-  if (interval < 10000)
-    interval = 10000; /* the kernel's floor for a task clock */
+  if (interval < PERF_MIN_PERIOD_NS)
+    interval = PERF_MIN_PERIOD_NS;
   ioctl(fd, PERF_EVENT_IOC_PERIOD, &interval);
   ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
 }
@@ -199,6 +200,12 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   errno = saved_errno;
 }
 
+/* A thread's first sampling point: random in (0, period], so that
+ * short-lived threads get their fair share. Caller holds cpu.lock. */
+static uint64_t first_expiry(void) {
+  return 1 + (uint64_t)rand_r(&cpu.seed) % cpu.period_ns;
+}
+
 static int timer_create_for(pid_t tid, int *timer_id) {
   clockid_t clock =
       (clockid_t)((~(unsigned)tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD);
@@ -211,9 +218,7 @@ static int timer_create_for(pid_t tid, int *timer_id) {
   int id;
   if (syscall(SYS_timer_create, clock, &sev, &id) != 0)
     return -1;
-  /* The first expiry is random in (0, period] so that short-lived threads
-   * get their fair share of samples. */
-  uint64_t first = 1 + (uint64_t)rand_r(&cpu.seed) % cpu.period_ns;
+  uint64_t first = first_expiry();
   struct itimerspec its = {
       .it_interval = {(time_t)(cpu.period_ns / 1000000000ull),
                       (long)(cpu.period_ns % 1000000000ull)},
@@ -226,13 +231,6 @@ static int timer_create_for(pid_t tid, int *timer_id) {
   }
   *timer_id = id;
   return 0;
-}
-
-/* The first period: random in (0, period], at least the 10 us the kernel
- * clamps a task clock's period to. */
-static uint64_t first_period(void) {
-  uint64_t first = 1 + (uint64_t)rand_r(&cpu.seed) % cpu.period_ns;
-  return first < 10000 ? 10000 : first;
 }
 
 static int perf_event_for(pid_t tid, uint64_t period, int exclude_kernel) {
@@ -252,7 +250,10 @@ static int perf_event_for(pid_t tid, uint64_t period, int exclude_kernel) {
 /* A perf task clock for thread tid, signalling it, enabled. Caller holds
  * cpu.lock. Returns 0, or -1 with errno set. */
 static int perf_create_for(pid_t tid, thread_timer *t) {
-  int fd = perf_event_for(tid, first_period(), cpu.perf_exclude_kernel);
+  uint64_t first = first_expiry();
+  if (first < PERF_MIN_PERIOD_NS)
+    first = PERF_MIN_PERIOD_NS;
+  int fd = perf_event_for(tid, first, cpu.perf_exclude_kernel);
   if (fd < 0)
     return -1;
   if (cpu.perf_fd_floor > 0 && fd < cpu.perf_fd_floor) {
@@ -289,19 +290,28 @@ static int perf_create_for(pid_t tid, thread_timer *t) {
   return 0;
 }
 
-/* Closes t's perf event if its descriptor is still it: the application may
- * have closed it (closefrom, a daemon's loop) and opened a file of its own
- * under the number. */
-static void perf_close(thread_timer *t) {
-  if (t->fd < 0)
-    return;
+/* Whether t's descriptor is still its perf event: the application may have
+ * closed it (closefrom, a daemon's loop) or dup2'd over it, and opened a file
+ * of its own under the number. */
+static int perf_fd_still_ours(const thread_timer *t) {
+  struct stat st;
+  return fstat(t->fd, &st) == 0 && st.st_dev == t->dev && st.st_ino == t->ino;
+}
+
+/* Forgets t's perf event, closing the descriptor if `ours`. */
+static void perf_forget(thread_timer *t, int ours) {
   uint64_t bit = 1ull << (t->fd % 64);
   atomic_fetch_and_explicit(&perf_fds[t->fd / 64], ~bit, memory_order_release);
-  struct stat st;
-  if (fstat(t->fd, &st) == 0 && st.st_dev == t->dev && st.st_ino == t->ino)
+  if (ours)
     close(t->fd);
   t->fd = -1;
   cpu.nperf--;
+}
+
+/* Closes t's perf event, unless its number now holds another file. */
+static void perf_close(thread_timer *t) {
+  if (t->fd >= 0)
+    perf_forget(t, perf_fd_still_ours(t));
 }
 
 /* Which clock serves this run: perf task clocks unless configured off or
@@ -441,11 +451,9 @@ static void cpu_tick(void) {
   pthread_mutex_lock(&cpu.lock);
   for (size_t i = 0; i < cpu.ntimers; i++) {
     thread_timer *t = &cpu.timers[i];
-    struct stat st;
-    if (t->fd < 0 ||
-        (fstat(t->fd, &st) == 0 && st.st_dev == t->dev && st.st_ino == t->ino))
+    if (t->fd < 0 || perf_fd_still_ours(t))
       continue;
-    perf_close(t); /* forgets it; closes nothing that is not ours */
+    perf_forget(t, 0);
     thread_timer fresh;
     if (clock_create_for(t->tid, &fresh) == 0) {
       *t = fresh;
