@@ -72,6 +72,8 @@ char *cp_strdup(const char *s) { return strdup(s ? s : ""); }
 
 int cp_make_dirs(const char *dir) {
   char path[4096];
+  if (!*dir) /* as mkdir(""); the walk below starts at the second byte */
+    return errno = ENOENT, -1;
   if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
     return errno = ENAMETOOLONG, -1;
   for (char *p = path + 1;; p++) {

@@ -1,8 +1,11 @@
 /* The file sink: one gzip pprof per period named
  * <service>.<pid>.<UTC time>.<seq>.pb.gz in the output directory (created
- * 0700 if missing), written under a temporary name and linked into place so a
- * reader never sees half a file and nothing is overwritten. Failures are
- * reported once per kind until a write succeeds again; the program runs on. */
+ * 0700 if missing, refused unless trusted: safe_dir.h), written under a
+ * temporary name and linked into place so a reader never sees half a file
+ * and nothing is overwritten. Every file is made relative to the directory's
+ * descriptor with O_EXCL|O_NOFOLLOW: a link planted at either name is never
+ * followed. Failures are reported once per kind until a write succeeds
+ * again; the program runs on. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,21 +17,22 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "safe_dir.h"
 #include "sink.h"
 
 typedef struct file_sink {
   cp_sink base;
-  char *dir;
-  int last_errno; /* the failure already reported, 0 after a success */
+  cp_safe_dir dir; /* kept open for the sink's life */
+  int last_errno;  /* the failure already reported, 0 after a success */
 } file_sink;
 
-static void report(file_sink *fs, const char *what, const char *path, int err) {
+static void report(file_sink *fs, const char *name, int err) {
   if (fs->last_errno == err)
     return;
   fs->last_errno = err;
-  cp_error("cannot write profiles: %s %s: %s; this period's profile is lost, "
+  cp_error("cannot write profiles: %s/%s: %s; this period's profile is lost, "
            "profiling goes on",
-           what, path, strerror(err));
+           fs->dir.path, name, strerror(err));
 }
 
 static int write_all(int fd, const uint8_t *p, size_t len) {
@@ -68,53 +72,58 @@ static int file_send(cp_sink *self, const cp_generation *g,
     return -1;
   }
   int rc = -1;
-  char service[128], stamp[32], final_path[4600], tmp_path[4600];
+  char service[128], stamp[32], final_name[320], tmp_name[256], why[1024];
   safe_name(meta->cfg->service, service, sizeof service);
   time_t secs = (time_t)(meta->end_ns / 1000000000ull);
   struct tm tm;
   gmtime_r(&secs, &tm);
   strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-  snprintf(tmp_path, sizeof tmp_path, "%s/.%s.%d.%" PRIu64 ".tmp", fs->dir,
-           service, (int)meta->pid, meta->seq);
-  if (cp_make_dirs(fs->dir) != 0) {
-    report(fs, "directory", fs->dir, errno);
+  snprintf(tmp_name, sizeof tmp_name, ".%s.%d.%" PRIu64 ".tmp", service,
+           (int)meta->pid, meta->seq);
+  int dfd = cp_safe_dir_get(&fs->dir, why, sizeof why);
+  if (dfd < 0) {
+    if (fs->last_errno != errno)
+      cp_error("cannot write profiles to the output directory: %s; this "
+               "period's profile is lost, profiling goes on",
+               why);
+    fs->last_errno = errno;
     goto out;
   }
-  int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = cp_safe_dir_create_file(dfd, tmp_name);
   if (fd < 0) {
-    report(fs, "file", tmp_path, errno);
+    report(fs, tmp_name, errno);
     goto out;
   }
   if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
     int err = errno;
     close(fd);
-    unlink(tmp_path);
-    report(fs, "file", tmp_path, err);
+    unlinkat(dfd, tmp_name, 0);
+    report(fs, tmp_name, err);
     goto out;
   }
   close(fd);
-  /* link() fails with EEXIST instead of replacing: never overwrite. */
+  /* linkat() fails with EEXIST instead of replacing (a link planted at the
+   * final name included): never overwrite. */
   for (int attempt = 0; attempt < 100; attempt++) {
     if (attempt == 0)
-      snprintf(final_path, sizeof final_path, "%s/%s.%d.%s.%" PRIu64 ".pb.gz",
-               fs->dir, service, (int)meta->pid, stamp, meta->seq);
+      snprintf(final_name, sizeof final_name, "%s.%d.%s.%" PRIu64 ".pb.gz",
+               service, (int)meta->pid, stamp, meta->seq);
     else
-      snprintf(final_path, sizeof final_path,
-               "%s/%s.%d.%s.%" PRIu64 "-%d.pb.gz", fs->dir, service,
-               (int)meta->pid, stamp, meta->seq, attempt);
-    if (link(tmp_path, final_path) == 0) {
+      snprintf(final_name, sizeof final_name, "%s.%d.%s.%" PRIu64 "-%d.pb.gz",
+               service, (int)meta->pid, stamp, meta->seq, attempt);
+    if (linkat(dfd, tmp_name, dfd, final_name, 0) == 0) {
       rc = 0;
       break;
     }
     if (errno != EEXIST) {
-      report(fs, "file", final_path, errno);
+      report(fs, final_name, errno);
       break;
     }
   }
-  unlink(tmp_path);
+  unlinkat(dfd, tmp_name, 0);
   if (rc == 0) {
     fs->last_errno = 0;
-    cp_info("wrote %s (%zu bytes)", final_path, len);
+    cp_info("wrote %s/%s (%zu bytes)", fs->dir.path, final_name, len);
   }
 out:
   free(data);
@@ -123,13 +132,13 @@ out:
 
 static void file_destroy(cp_sink *self) {
   file_sink *fs = (file_sink *)self;
-  free(fs->dir);
+  cp_safe_dir_release(&fs->dir);
   free(fs);
 }
 
 cp_sink *cp_file_sink_create(const cp_config *cfg) {
   file_sink *fs = calloc(1, sizeof *fs);
-  if (!fs || !(fs->dir = strdup(cfg->output_dir))) {
+  if (!fs || cp_safe_dir_init(&fs->dir, cfg->output_dir) != 0) {
     free(fs);
     return NULL;
   }

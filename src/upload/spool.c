@@ -1,8 +1,15 @@
 /* The bounded spool of an HTTP sink (see spool.h). Files are named
  * <sink>.<order, 20 digits>.<pid>.<n>.spool so that a directory listing
- * sorts them in delivery order and names the process that owns them. */
+ * sorts them in delivery order and names the process that owns them. The
+ * directory is a trusted one (safe_dir.h) and every file is made, read,
+ * renamed and removed relative to its descriptor. A file read back is input
+ * like any other: it must be a regular file of this user that nobody else
+ * can write, of bounded size, and its target a plain path
+ * (cp_spool_target_ok), else it is removed (docs/security.md, "Spool
+ * files"). */
 #include "spool.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,12 +22,13 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "safe_dir.h"
 
 #define SPOOL_MAGIC "CPSPOOL1"
 #define SPOOL_MAX_FILE ((size_t)1 << 30)
 
 struct cp_spool {
-  char *dir;
+  cp_safe_dir dir; /* dir.path NULL: memory only */
   char *sink;
   size_t max_items, max_bytes;
   cp_spool_item *head, *tail;
@@ -125,36 +133,7 @@ static void put_str(wbuf *w, const char *s) {
   put_bytes(w, s, s ? strlen(s) : 0);
 }
 
-static int write_file(const char *path, const uint8_t *p, size_t len) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return -1;
-  while (len) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      int err = n == 0 ? ENOSPC : errno;
-      close(fd);
-      unlink(tmp);
-      return errno = err, -1;
-    }
-    p += n;
-    len -= (size_t)n;
-  }
-  if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-    int err = errno;
-    unlink(tmp);
-    return errno = err, -1;
-  }
-  return 0;
-}
-
-static void persist(cp_spool *s, cp_spool_item *it) {
-  if (!s->dir || it->file)
-    return;
+int cp_spool_encode(const cp_spool_item *it, uint8_t **out, size_t *len) {
   wbuf w = {0};
   put(&w, SPOOL_MAGIC, 8);
   put_str(&w, it->target);
@@ -167,22 +146,94 @@ static void persist(cp_spool *s, cp_spool_item *it) {
     put_str(&w, it->parts[i].content_type);
     put_bytes(&w, it->parts[i].data, it->parts[i].len);
   }
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s.%020" PRIu64 ".%d.%" PRIu64 ".spool",
-           s->dir, s->sink, it->order, (int)getpid(), s->next_file++);
-  if (!w.failed && cp_make_dirs(s->dir) == 0 &&
-      write_file(path, w.p, w.len) == 0) {
-    it->file = strdup(path);
+  if (w.failed) {
+    free(w.p);
+    return errno = ENOMEM, -1;
+  }
+  *out = w.p;
+  *len = w.len;
+  return 0;
+}
+
+/* The spool directory's descriptor, or -1 (said once, until a file is
+ * written again). */
+static int spool_dir(cp_spool *s) {
+  if (!s->dir.path)
+    return -1;
+  char why[1024];
+  int fd = cp_safe_dir_get(&s->dir, why, sizeof why);
+  if (fd < 0 && !s->dir_error_reported) {
+    s->dir_error_reported = 1;
+    cp_error("%s: cannot use the spool directory: %s; undelivered profiles "
+             "stay in memory only",
+             s->sink, why);
+  }
+  return fd;
+}
+
+static void remove_file(cp_spool *s, const cp_spool_item *it) {
+  int dfd;
+  if (it->file && (dfd = spool_dir(s)) >= 0)
+    unlinkat(dfd, it->file, 0);
+}
+
+/* Written under a temporary name (O_EXCL|O_NOFOLLOW) and renamed into place:
+ * a reader never sees half a file. */
+static int write_file(int dfd, const char *name, const uint8_t *p, size_t len) {
+  char tmp[320];
+  snprintf(tmp, sizeof tmp, "%s.tmp", name);
+  int fd = cp_safe_dir_create_file(dfd, tmp);
+  if (fd < 0)
+    return -1;
+  int err = 0;
+  while (len && !err) {
+    ssize_t n = write(fd, p, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      err = n == 0 ? ENOSPC : errno;
+      break;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  if (!err && fsync(fd) != 0)
+    err = errno;
+  if (close(fd) != 0 && !err)
+    err = errno;
+  if (!err && renameat(dfd, tmp, dfd, name) != 0)
+    err = errno;
+  if (err) {
+    unlinkat(dfd, tmp, 0);
+    return errno = err, -1;
+  }
+  return 0;
+}
+
+static void persist(cp_spool *s, cp_spool_item *it) {
+  if (!s->dir.path || it->file)
+    return;
+  char name[256];
+  snprintf(name, sizeof name, "%s.%020" PRIu64 ".%d.%" PRIu64 ".spool", s->sink,
+           it->order, (int)getpid(), s->next_file++);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  int dfd = spool_dir(s);
+  if (dfd < 0)
+    return;
+  if (cp_spool_encode(it, &data, &len) == 0 &&
+      write_file(dfd, name, data, len) == 0) {
+    it->file = strdup(name);
     if (!it->file)
-      unlink(path);
+      unlinkat(dfd, name, 0);
     s->dir_error_reported = 0;
   } else if (!s->dir_error_reported) {
     s->dir_error_reported = 1;
-    cp_error("cannot write to the spool directory %s: %s; undelivered "
+    cp_error("%s: cannot write to the spool directory %s: %s; undelivered "
              "profiles stay in memory only",
-             s->dir, strerror(w.failed ? ENOMEM : errno));
+             s->sink, s->dir.path, strerror(errno));
   }
-  free(w.p);
+  free(data);
 }
 
 typedef struct rbuf {
@@ -228,32 +279,47 @@ static uint8_t *get_bytes(rbuf *r, size_t *len, int *isnull) {
   return out;
 }
 
-static cp_spool_item *read_item(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return NULL;
-  struct stat st;
-  uint8_t *data = NULL;
-  if (fstat(fd, &st) != 0 || (size_t)st.st_size > SPOOL_MAX_FILE ||
-      !(data = malloc((size_t)st.st_size + 1))) {
-    close(fd);
-    return NULL;
-  }
-  size_t got = 0;
-  while (got < (size_t)st.st_size) {
-    ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
-    if (n < 0 && errno == EINTR)
+int cp_spool_target_ok(const char *target) {
+  if (!*target)
+    return 1; /* the base URL alone: Datadog's agentless intake */
+  if (target[0] != '/' || target[1] == '/')
+    return 0; /* "@host/x", ".evil.com/x", "//host/x": another host */
+  static const char allowed[] = "-._~!$&'()*+,;=:/?";
+  size_t n = 0;
+  for (const char *p = target; *p; p++, n++) {
+    unsigned char c = (unsigned char)*p;
+    if (n >= CP_SPOOL_MAX_TARGET)
+      return 0;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+        (c >= '0' && c <= '9') || strchr(allowed, c))
       continue;
-    if (n <= 0)
-      break;
-    got += (size_t)n;
+    if (c == '%' && isxdigit((unsigned char)p[1]) &&
+        isxdigit((unsigned char)p[2]))
+      continue; /* the two digits pass as alphanumerics */
+    return 0;   /* '@', '\\', '#', spaces, controls, non-ASCII */
   }
-  close(fd);
-  rbuf r = {data, got, 0, 0};
+  return 1;
+}
+
+/* Part names, file names and content types go into the multipart headers
+ * of the body: printable ASCII without quotes or backslashes. */
+static int header_word_ok(const char *s, size_t len) {
+  if (!s)
+    return 1;
+  if (strlen(s) != len || len > 256)
+    return 0;
+  for (; *s; s++)
+    if (*s < 0x20 || *s > 0x7e || *s == '"' || *s == '\\')
+      return 0;
+  return 1;
+}
+
+cp_spool_item *cp_spool_parse(const uint8_t *buf, size_t buf_len) {
+  rbuf r = {buf, buf_len, 0, 0};
   char magic[8];
   get(&r, magic, 8);
   cp_spool_item *it = NULL;
-  size_t len;
+  size_t len = 0;
   int isnull;
   char *target = NULL;
   if (!r.failed && memcmp(magic, SPOOL_MAGIC, 8) == 0)
@@ -261,16 +327,20 @@ static cp_spool_item *read_item(const char *path) {
   uint64_t order = 0, nparts = 0;
   get(&r, &order, sizeof order);
   get(&r, &nparts, sizeof nparts);
-  if (target && !r.failed && nparts <= CP_SPOOL_MAX_PARTS)
+  /* The target is appended to the sink's base URL, with its credentials:
+   * only a path on that host. */
+  if (target && !r.failed && nparts <= CP_SPOOL_MAX_PARTS &&
+      strlen(target) == len && cp_spool_target_ok(target))
     it = cp_spool_item_new(target, order);
   for (uint64_t i = 0; it && i < nparts; i++) {
     int n1, n2, n3, n4;
-    size_t dlen = 0;
-    char *name = (char *)get_bytes(&r, &len, &n1);
-    char *filename = (char *)get_bytes(&r, &len, &n2);
-    char *type = (char *)get_bytes(&r, &len, &n3);
+    size_t l1 = 0, l2 = 0, l3 = 0, dlen = 0;
+    char *name = (char *)get_bytes(&r, &l1, &n1);
+    char *filename = (char *)get_bytes(&r, &l2, &n2);
+    char *type = (char *)get_bytes(&r, &l3, &n3);
     uint8_t *d = get_bytes(&r, &dlen, &n4);
-    if (r.failed || !name || n4 ||
+    if (r.failed || !name || n4 || !header_word_ok(name, l1) ||
+        !header_word_ok(filename, l2) || !header_word_ok(type, l3) ||
         cp_spool_item_add_part(it, name, filename, type, d, dlen) != 0) {
       cp_spool_item_free(it);
       it = NULL;
@@ -285,6 +355,49 @@ static cp_spool_item *read_item(const char *path) {
     it = NULL;
   }
   free(target);
+  return it;
+}
+
+/* Reads the spool file name in dfd. NULL when it is refused: *unsafe set
+ * when the file itself is not one this user wrote (a link, a FIFO or
+ * device, another owner, writable by others, too large), clear when its
+ * content is malformed or its target not a plain path. Nothing is opened
+ * before it is known to be a regular file: opening a FIFO would block, a
+ * device could act. */
+static cp_spool_item *read_item(const cp_spool *s, int dfd, const char *name,
+                                int *unsafe) {
+  uint64_t max = s->max_bytes + ((size_t)1 << 20);
+  if (max > SPOOL_MAX_FILE)
+    max = SPOOL_MAX_FILE;
+  uid_t euid = geteuid();
+  struct stat ls, st;
+  *unsafe = 1;
+  if (fstatat(dfd, name, &ls, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(ls.st_mode))
+    return NULL;
+  int fd = openat(dfd, name,
+                  O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
+    return NULL;
+  uint8_t *data = NULL;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != ls.st_ino ||
+      st.st_dev != ls.st_dev || st.st_uid != euid ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) || st.st_size < 0 ||
+      (uint64_t)st.st_size > max || !(data = malloc((size_t)st.st_size + 1))) {
+    close(fd);
+    return NULL;
+  }
+  *unsafe = 0;
+  size_t got = 0;
+  while (got < (size_t)st.st_size) {
+    ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    got += (size_t)n;
+  }
+  close(fd);
+  cp_spool_item *it = cp_spool_parse(data, got);
   free(data);
   return it;
 }
@@ -297,8 +410,7 @@ static void drop_oldest(cp_spool *s) {
   s->count--;
   s->bytes -= it->bytes;
   s->dropped++;
-  if (it->file)
-    unlink(it->file);
+  remove_file(s, it);
   cp_spool_item_free(it);
 }
 
@@ -333,11 +445,19 @@ static int name_cmp(const void *a, const void *b) {
 
 /* Adopts the files of processes that are gone (and of an earlier profiler
  * in this very process), claiming each with a rename so that two starting
- * processes never both deliver it. */
+ * processes never both deliver it. Files refused on reading are removed. */
 static void adopt_files(cp_spool *s) {
-  DIR *d = opendir(s->dir);
-  if (!d)
+  int dfd = spool_dir(s);
+  if (dfd < 0)
     return;
+  /* Its own descriptor for the listing: readdir moves the offset. */
+  int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+  if (!d) {
+    if (lfd >= 0)
+      close(lfd);
+    return;
+  }
   char **names = NULL;
   size_t n = 0, cap = 0;
   size_t prefix = strlen(s->sink);
@@ -361,25 +481,27 @@ static void adopt_files(cp_spool *s) {
   closedir(d);
   if (n > 1) /* names is NULL when the directory had none */
     qsort(names, n, sizeof *names, name_cmp);
-  size_t adopted = 0, bad = 0;
+  size_t adopted = 0, unsafe_files = 0, bad = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t order, num;
-    int pid;
+    int pid, unsafe;
     if (sscanf(names[i] + prefix + 1, "%20" SCNu64 ".%d.%" SCNu64, &order, &pid,
                &num) != 3)
       goto next;
     if (pid != getpid() && (kill(pid, 0) == 0 || errno == EPERM))
       goto next; /* a live process owns it */
-    char from[4200], to[4200];
-    snprintf(from, sizeof from, "%s/%s", s->dir, names[i]);
-    snprintf(to, sizeof to, "%s/%s.%020" PRIu64 ".%d.%" PRIu64 ".spool", s->dir,
-             s->sink, order, (int)getpid(), s->next_file++);
-    if (strcmp(from, to) != 0 && rename(from, to) != 0)
+    char to[256];
+    snprintf(to, sizeof to, "%s.%020" PRIu64 ".%d.%" PRIu64 ".spool", s->sink,
+             order, (int)getpid(), s->next_file++);
+    if (strcmp(names[i], to) != 0 && renameat(dfd, names[i], dfd, to) != 0)
       goto next; /* another process claimed it */
-    cp_spool_item *it = read_item(to);
+    cp_spool_item *it = read_item(s, dfd, to, &unsafe);
     if (!it) {
-      bad++;
-      unlink(to);
+      if (unsafe)
+        unsafe_files++;
+      else
+        bad++;
+      unlinkat(dfd, to, 0);
       goto next;
     }
     it->file = strdup(to);
@@ -391,10 +513,13 @@ static void adopt_files(cp_spool *s) {
   free(names);
   if (adopted)
     cp_info("%s: %zu undelivered profiles found in %s, sending them first",
-            s->sink, adopted, s->dir);
-  if (bad)
-    cp_warn("%s: %zu unreadable files in the spool directory %s removed",
-            s->sink, bad, s->dir);
+            s->sink, adopted, s->dir.path);
+  if (unsafe_files || bad)
+    cp_warn("%s: removed %zu spool file%s unsent from %s: %zu not regular "
+            "files of uid %u that only it can write (or too large), %zu "
+            "malformed or aimed at another URL",
+            s->sink, unsafe_files + bad, unsafe_files + bad == 1 ? "" : "s",
+            s->dir.path, unsafe_files, (unsigned)geteuid(), bad);
 }
 
 cp_spool *cp_spool_create(const char *dir, const char *sink_name,
@@ -402,15 +527,15 @@ cp_spool *cp_spool_create(const char *dir, const char *sink_name,
   cp_spool *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
+  s->dir.fd = -1;
   s->sink = strdup(sink_name);
-  s->dir = dir ? strdup(dir) : NULL;
-  if (!s->sink || (dir && !s->dir)) {
+  if (!s->sink || (dir && cp_safe_dir_init(&s->dir, dir) != 0)) {
     cp_spool_destroy(s);
     return NULL;
   }
   s->max_items = max_items ? max_items : 1;
   s->max_bytes = max_bytes ? max_bytes : 1;
-  if (s->dir)
+  if (s->dir.path)
     adopt_files(s);
   return s;
 }
@@ -424,7 +549,7 @@ void cp_spool_destroy(cp_spool *s) {
     cp_spool_item_free(it);
   }
   cp_spool_item_free(s->taken);
-  free(s->dir);
+  cp_safe_dir_release(&s->dir);
   free(s->sink);
   free(s);
 }
@@ -446,8 +571,7 @@ cp_spool_item *cp_spool_take(cp_spool *s) {
 void cp_spool_finish(cp_spool *s, cp_spool_item *it) {
   if (s->taken == it)
     s->taken = NULL;
-  if (it->file)
-    unlink(it->file);
+  remove_file(s, it);
   cp_spool_item_free(it);
 }
 
@@ -457,8 +581,7 @@ int cp_spool_put_back(cp_spool *s, cp_spool_item *it) {
     s->taken = NULL;
   if (doomed || over_bounds(s, 1, it->bytes)) {
     s->dropped++;
-    if (it->file)
-      unlink(it->file);
+    remove_file(s, it);
     cp_spool_item_free(it);
     return 1;
   }

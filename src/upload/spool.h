@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #define CP_SPOOL_MAX_PARTS 4
+#define CP_SPOOL_MAX_TARGET 4096 /* bytes of a target read from a file */
 
 typedef struct cp_spool_part {
   char *name, *filename, *content_type; /* filename, type may be NULL */
@@ -26,7 +27,7 @@ typedef struct cp_spool_item {
   size_t nparts;
   cp_spool_part parts[CP_SPOOL_MAX_PARTS];
   size_t bytes;
-  char *file; /* its file in the spool directory, or NULL */
+  char *file; /* its file's name in the spool directory, or NULL */
   int attempts;
 } cp_spool_item;
 
@@ -59,6 +60,21 @@ void cp_spool_finish(cp_spool *s, cp_spool_item *it);
 int cp_spool_put_back(cp_spool *s, cp_spool_item *it);
 /* Writes every queued item not on disk yet (at stop). */
 void cp_spool_persist_all(cp_spool *s);
+
+/* The file format (native byte order: files stay on this machine): a magic,
+ * the target, the order, the parts. Encode: 0, or -1 on ENOMEM (*out is
+ * malloc'd). Parse: the item (no file name), or NULL when the buffer is
+ * malformed, not exactly one item, or names a target that is not a plain
+ * path (cp_spool_target_ok); the reader of spool files and fuzz/fuzz_spool.c
+ * call it. */
+int cp_spool_encode(const cp_spool_item *it, uint8_t **out, size_t *len);
+cp_spool_item *cp_spool_parse(const uint8_t *buf, size_t len);
+/* 1 when target may be appended to a sink's base URL: empty, or a path that
+ * starts with a single '/' and holds only URL path and query characters (no
+ * '@', '\', '#', spaces, controls or non-ASCII; '%' with two hex digits),
+ * at most CP_SPOOL_MAX_TARGET bytes. A file could otherwise send the sink's
+ * credentials to another host ("@evil:9999/x", ".evil.com/x", "//evil/x"). */
+int cp_spool_target_ok(const char *target);
 
 size_t cp_spool_count(const cp_spool *s); /* queued, not counting taken */
 uint64_t cp_spool_dropped(const cp_spool *s);

@@ -2,3 +2,11 @@
 cp_unit_test(test_upload upload/test_upload.c)
 target_include_directories(test_upload PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/upload)
 set_tests_properties(test_upload PROPERTIES TIMEOUT 120)
+
+# Files the sinks write and read against a hostile local user: planted links,
+# untrusted output and spool directories, planted spool files (issue #15).
+cp_unit_test(test_upload_files upload/test_upload_files.c)
+target_include_directories(test_upload_files PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/upload)
+add_dependencies(test_upload_files contprof_preload)
+set_tests_properties(test_upload_files PROPERTIES TIMEOUT 120)
