@@ -70,31 +70,6 @@ void cp_sleep_ns(uint64_t ns) {
 
 char *cp_strdup(const char *s) { return strdup(s ? s : ""); }
 
-int cp_make_dirs(const char *dir) {
-  char path[4096];
-  if (!*dir) /* as mkdir(""); the walk below starts at the second byte */
-    return errno = ENOENT, -1;
-  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-    return errno = ENAMETOOLONG, -1;
-  for (char *p = path + 1;; p++) {
-    if (*p == '/' || *p == 0) {
-      char saved = *p;
-      *p = 0;
-      if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return -1;
-      *p = saved;
-      if (!saved)
-        break;
-    }
-  }
-  struct stat st;
-  if (stat(path, &st) != 0)
-    return -1;
-  if (!S_ISDIR(st.st_mode))
-    return errno = ENOTDIR, -1;
-  return 0;
-}
-
 int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
                              const char *name) {
   sigset_t all, old;

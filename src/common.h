@@ -37,12 +37,6 @@ void cp_gettid_reset(void);
 /* Sleeps ns nanoseconds (restarting after signals). */
 void cp_sleep_ns(uint64_t ns);
 
-/* mkdir -p: creates the missing directories of dir with mode 0700 and checks
- * that dir is a directory. Returns 0, or -1 with errno set ("": ENOENT).
- * It checks neither owner nor mode and follows links: directories the
- * profiler writes files into go through src/upload/safe_dir.h instead. */
-int cp_make_dirs(const char *dir);
-
 /* Starts one of the profiler's own threads, named `name` (at most 15 chars),
  * with every signal blocked so that no sampling signal lands on it. Returns
  * 0 or pthread_create's error. */
