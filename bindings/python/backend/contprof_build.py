@@ -174,9 +174,10 @@ def tool(argv0, what):
         "Debian: apt-get install %s)" % (what, argv0, package))
 
 
-def run(argv, cwd=None, what=None, echo=True):
+def run(argv, cwd=None, what=None, echo=True, step=None):
     """Runs a build step (its output to stdout, where pip -v shows it); a
-    failure ends in one line after that output."""
+    failure ends in one line after that output: the step's `#error
+    "contprof: ..."` if the compiler stopped on one, else what failed."""
     try:
         proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT,
@@ -187,9 +188,13 @@ def run(argv, cwd=None, what=None, echo=True):
         sys.stdout.write(proc.stdout)
         sys.stdout.flush()
     if proc.returncode != 0:
+        m = re.search(r'#error "contprof: ([^"]*)"', proc.stdout)
+        if m:
+            raise BuildError("%s (this is CPython %d.%d)" %
+                             (m.group(1), *sys.version_info[:2]))
         raise BuildError("%s failed (exit %d, output above)%s" %
-                         (" ".join(argv[:2]), proc.returncode,
-                          "; " + what if what else ""))
+                         (step or os.path.basename(argv[0]),
+                          proc.returncode, "; " + what if what else ""))
     return proc.stdout
 
 
@@ -238,10 +243,11 @@ def libcontprof(root, work):
     log("building libcontprof.a with CMake in %s" % build_dir)
     run([cmake, "-S", root, "-B", build_dir,
          "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCONTPROF_BUILD_TESTS=OFF"],
+        step="configuring libcontprof with CMake",
         what="libcontprof's libraries may be missing (on Debian: apt-get "
         "install %s)" % LIB_PACKAGES)
     run([cmake, "--build", build_dir, "--target", "contprof_static",
-         "-j%d" % (os.cpu_count() or 1)])
+         "-j%d" % (os.cpu_count() or 1)], step="building libcontprof.a")
     return os.path.join(build_dir, "libcontprof.a")
 
 
@@ -309,7 +315,8 @@ def build_extension(out_dir):
         log("compiling %s" % src)
         run(cc + config_cmd("CFLAGS") + config_cmd("CCSHARED") + env_flags +
             ["-I" + d for d in includes] + COMPILE_ARGS + ["-c", src, "-o",
-                                                           obj])
+                                                           obj],
+            step="compiling contprof/_contprof.c")
         ldshared = config_cmd("LDSHARED") or cc + ["-shared"]
         if os.environ.get("CC"):
             # As distutils: $CC replaces the compiler that LDSHARED names.
@@ -321,7 +328,9 @@ def build_extension(out_dir):
             [obj, lib] + ["-l" + n for n in LIBRARIES] +
             ["-Wl,--exclude-libs,ALL",
              "-Wl,--version-script=" +
-             os.path.join(HERE, "contprof", "_contprof.map"), "-o", dest])
+             os.path.join(HERE, "contprof", "_contprof.map"), "-o", dest],
+            step="linking the extension", what="libcontprof's libraries may "
+            "be missing (on Debian: apt-get install %s)" % LIB_PACKAGES)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

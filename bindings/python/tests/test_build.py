@@ -207,3 +207,18 @@ def test_sdist_carries_what_builds_libcontprof(tmp_path):
     where = backend("print(b.source_root())", env=env,
                     cwd=str(tmp_path / "x" / base))
     assert where.stdout.strip() == str(tmp_path / "x" / base / "libcontprof")
+
+
+def test_compile_error_line_becomes_the_message():
+    """A compiler stopped by _contprof.c's `#error "contprof: ..."` (an
+    interpreter the extension does not know) ends the build with that
+    line; any other failed step with the step's name."""
+    proc = backend("b.run(['sh', '-c', 'echo \\'x.c:3:2: error: #error "
+                   "\"contprof: layout unknown\"\\'; exit 1'])")
+    assert proc.returncode == 1
+    assert contprof_lines(proc.stderr) == [
+        "contprof: layout unknown (this is CPython %d.%d)" %
+        sys.version_info[:2]], proc.stderr
+    proc = backend("b.run(['false'], step='linking the extension')")
+    assert contprof_lines(proc.stderr) == [
+        "contprof: linking the extension failed (exit 1, output above)"]
