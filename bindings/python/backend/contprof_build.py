@@ -106,8 +106,10 @@ def source_root():
                 os.path.join(root, "include", "contprof", "runtime.h")):
             return os.path.abspath(root)
     raise BuildError(
-        "the contprof repository was not found (looked at %s and its "
-        "grandparent); set CONTPROF_SOURCE_DIR to a checkout" % HERE)
+        "the contprof repository was not found (no include/contprof/"
+        "runtime.h in %s nor %s); set CONTPROF_SOURCE_DIR to a checkout" %
+        (os.path.join(HERE, "libcontprof"),
+         os.path.dirname(os.path.dirname(HERE))))
 
 
 def version(root=None):

@@ -222,3 +222,30 @@ def test_compile_error_line_becomes_the_message():
     proc = backend("b.run(['false'], step='linking the extension')")
     assert contprof_lines(proc.stderr) == [
         "contprof: linking the extension failed (exit 1, output above)"]
+
+
+def test_copy_without_repository_is_one_line(tmp_path):
+    """bindings/python copied elsewhere builds only with
+    CONTPROF_SOURCE_DIR naming a checkout; otherwise one line says so."""
+    src = tmp_path / "src"
+    shutil.copytree(PKG, str(src), ignore=shutil.ignore_patterns(
+        "build", "__pycache__", "tests"))
+    env = {k: v for k, v in os.environ.items()
+           if k != "CONTPROF_SOURCE_DIR"}
+    proc = backend("b.build_wheel(%r)" % str(tmp_path), env=env,
+                   cwd=str(src))
+    assert proc.returncode == 1
+    lines = contprof_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith(
+        "contprof: the contprof repository was not found"), proc.stderr
+    assert lines[0].endswith("set CONTPROF_SOURCE_DIR to a checkout")
+    env["CONTPROF_SOURCE_DIR"] = str(tmp_path)
+    proc = backend("b.build_wheel(%r)" % str(tmp_path), env=env,
+                   cwd=str(src))
+    assert contprof_lines(proc.stderr) == [
+        "contprof: CONTPROF_SOURCE_DIR=%s is not a contprof checkout (no "
+        "include/contprof/runtime.h)" % tmp_path], proc.stderr
+    env["CONTPROF_SOURCE_DIR"] = ROOT
+    proc = backend("print(b.source_root(), b.version())", env=env,
+                   cwd=str(src))
+    assert proc.stdout.split() == [ROOT, project_version()]
