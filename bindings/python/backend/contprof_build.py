@@ -302,9 +302,12 @@ def build_extension(out_dir):
             "Python.h was not found in %s (on Debian: apt-get install "
             "python%d.%d-dev)" % (include, *sys.version_info[:2]))
     work = build_root()
-    lib = unhooked_archive(libcontprof(root, work), work)
+    lib = libcontprof(root, work)
+    # This build's own files (objects, the renamed archive) in a directory of
+    # its own: builds for several interpreters may run at once.
     tmp = tempfile.mkdtemp(prefix="contprof-ext-", dir=work)
     try:
+        lib = unhooked_archive(lib, tmp)
         src = os.path.join(HERE, "contprof", "_contprof.c")
         obj = os.path.join(tmp, "_contprof.o")
         includes = [include]
