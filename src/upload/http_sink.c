@@ -256,10 +256,11 @@ static void free_sink(http_sink *s) {
   free(s);
 }
 
-/* How long past the exit deadline a sink's thread may take to end once
- * aborted (docs/configuration.md, CONTPROF_EXIT_TIMEOUT). An abort ends a
- * transfer at once; this only matters for a thread stuck where the abort
- * does not reach (a name resolution libcurl waits for, a slow disk). */
+/* The least time a sink's thread is given to end once aborted, when the
+ * exit deadline is nearer (docs/configuration.md, CONTPROF_EXIT_TIMEOUT).
+ * An abort ends a transfer at once; the bound only matters for a thread
+ * stuck where the abort does not reach (a name resolution libcurl waits
+ * for, a slow disk). */
 #define JOIN_GRACE_NS 100000000u
 
 /* Joins the sink's thread by the exit deadline (at least JOIN_GRACE_NS after
