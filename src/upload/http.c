@@ -5,12 +5,23 @@
  * libcurl is loaded with dlopen when the first HTTP sink is made, not linked:
  * it brings some 35 libraries (TLS, Kerberos, LDAP...), and loading them cost
  * every preloaded process, most of which (short-lived children, file
- * output) never upload. */
+ * output) never upload.
+ *
+ * No descriptor outlives a request: the easy and multi handles (the
+ * connection, the multi handle's wakeup pair, the resolver's) are made for
+ * each attempt and closed before cp_http_post returns. An application that
+ * closes descriptors it does not know of (3..63 before exec-ing, a daemon
+ * closing all) then never has libcurl close, read or write one of its own
+ * files later; the cost is a new connection per upload (docs/security.md,
+ * "Descriptors shared with the application"). */
 #include "http.h"
 
 #define CURL_DISABLE_TYPECHECK
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,8 +33,8 @@
 #include "contprof/profiler.h"
 
 struct cp_http_client {
-  CURLM *multi;
-  CURL *easy; /* reused: keeps the connection alive between uploads */
+  pthread_mutex_t lock; /* guards multi against cp_http_abort */
+  CURLM *multi;         /* of the request in flight, else NULL */
   _Atomic int aborted;
 };
 
@@ -33,7 +44,6 @@ struct cp_http_client {
   X(curl_global_init, CURLcode, (long))                                        \
   X(curl_easy_init, CURL *, (void))                                            \
   X(curl_easy_cleanup, void, (CURL *))                                         \
-  X(curl_easy_reset, void, (CURL *))                                           \
   X(curl_easy_setopt, CURLcode, (CURL *, CURLoption, ...))                     \
   X(curl_easy_getinfo, CURLcode, (CURL *, CURLINFO, ...))                      \
   X(curl_easy_strerror, const char *, (CURLcode))                              \
@@ -55,7 +65,13 @@ struct cp_http_client {
   X(curl_multi_poll, CURLMcode,                                                \
     (CURLM *, struct curl_waitfd *, unsigned int, int, int *))                 \
   X(curl_multi_wakeup, CURLMcode, (CURLM *))                                   \
-  X(curl_multi_info_read, CURLMsg *, (CURLM *, int *))
+  X(curl_multi_info_read, CURLMsg *, (CURLM *, int *))                         \
+  X(curl_url, CURLU *, (void))                                                 \
+  X(curl_url_cleanup, void, (CURLU *))                                         \
+  X(curl_url_dup, CURLU *, (CURLU *))                                          \
+  X(curl_url_set, CURLUcode, (CURLU *, CURLUPart, const char *, unsigned int)) \
+  X(curl_url_get, CURLUcode, (CURLU *, CURLUPart, char **, unsigned int))      \
+  X(curl_free, void, (void *))
 
 #define CURL_POINTER(name, ret, params) ret(*fn_##name) params;
 static struct { CURL_FUNCTIONS(CURL_POINTER) } curl_api;
@@ -66,7 +82,6 @@ static struct { CURL_FUNCTIONS(CURL_POINTER) } curl_api;
 #define curl_global_init curl_api.fn_curl_global_init
 #define curl_easy_init curl_api.fn_curl_easy_init
 #define curl_easy_cleanup curl_api.fn_curl_easy_cleanup
-#define curl_easy_reset curl_api.fn_curl_easy_reset
 #define curl_easy_setopt curl_api.fn_curl_easy_setopt
 #define curl_easy_getinfo curl_api.fn_curl_easy_getinfo
 #define curl_easy_strerror curl_api.fn_curl_easy_strerror
@@ -87,6 +102,12 @@ static struct { CURL_FUNCTIONS(CURL_POINTER) } curl_api;
 #define curl_multi_poll curl_api.fn_curl_multi_poll
 #define curl_multi_wakeup curl_api.fn_curl_multi_wakeup
 #define curl_multi_info_read curl_api.fn_curl_multi_info_read
+#define curl_url curl_api.fn_curl_url
+#define curl_url_cleanup curl_api.fn_curl_url_cleanup
+#define curl_url_dup curl_api.fn_curl_url_dup
+#define curl_url_set curl_api.fn_curl_url_set
+#define curl_url_get curl_api.fn_curl_url_get
+#define curl_free curl_api.fn_curl_free
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static int curl_ready;
@@ -113,36 +134,343 @@ static void curl_init_once(void) {
   curl_ready = curl_load() && curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
 }
 
-cp_http_client *cp_http_client_create(void) {
+int cp_http_init(void) {
   pthread_once(&curl_once, curl_init_once);
-  if (!curl_ready)
+  return curl_ready ? 0 : -1;
+}
+
+/* Restricts e to http and https; 0, or -1 when this libcurl cannot (then no
+ * request may be made: a redirect-free but otherwise any-protocol transfer
+ * is not what we promise). CURLOPT_PROTOCOLS_STR came in 7.85; older ones
+ * only know the bitmask. */
+static int restrict_protocols(CURL *e) {
+  CURLcode rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (rc == CURLE_OK)
+    return 0;
+  if (rc != CURLE_UNKNOWN_OPTION)
+    return -1;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS,
+                        (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#pragma GCC diagnostic pop
+  return rc == CURLE_OK ? 0 : -1;
+}
+
+cp_http_client *cp_http_client_create(void) {
+  if (cp_http_init() != 0)
     return NULL;
+  /* Find out once, with a handle that makes no connection, whether this
+   * libcurl can be restricted to http and https. */
+  CURL *probe = curl_easy_init();
+  int restricted = probe && restrict_protocols(probe) == 0;
+  if (probe)
+    curl_easy_cleanup(probe);
+  if (!restricted) {
+    cp_error("libcurl cannot restrict uploads to http and https "
+             "(CURLOPT_PROTOCOLS_STR): profiles are not uploaded");
+    return NULL;
+  }
   cp_http_client *c = calloc(1, sizeof *c);
   if (!c)
     return NULL;
-  c->multi = curl_multi_init();
-  c->easy = curl_easy_init();
-  if (!c->multi || !c->easy) {
-    cp_http_client_destroy(c);
-    return NULL;
-  }
+  pthread_mutex_init(&c->lock, NULL);
   return c;
 }
 
 void cp_http_client_destroy(cp_http_client *c) {
   if (!c)
     return;
-  if (c->easy)
-    curl_easy_cleanup(c->easy);
-  if (c->multi)
-    curl_multi_cleanup(c->multi);
+  pthread_mutex_destroy(&c->lock);
   free(c);
 }
 
 void cp_http_abort(cp_http_client *c) {
+  pthread_mutex_lock(&c->lock);
   atomic_store(&c->aborted, 1);
-  curl_multi_wakeup(c->multi);
+  /* The multi handle exists only while a request is in flight; the lock
+   * keeps cp_http_post from closing it under this call. */
+  if (c->multi)
+    curl_multi_wakeup(c->multi);
+  pthread_mutex_unlock(&c->lock);
 }
+
+/* ---- URLs ------------------------------------------------------------- */
+
+int cp_http_host_is_loopback(const char *host) {
+  if (!host)
+    return 0;
+  if (strcasecmp(host, "localhost") == 0)
+    return 1;
+  char buf[64];
+  size_t n = strlen(host);
+  if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+    host++;
+    n -= 2;
+  }
+  if (n >= sizeof buf)
+    return 0;
+  memcpy(buf, host, n);
+  buf[n] = 0;
+  /* inet_pton takes only the plain forms (four decimal parts for IPv4):
+   * a name that starts like an address is a name, resolved by DNS. */
+  struct in_addr a4;
+  if (inet_pton(AF_INET, buf, &a4) == 1)
+    return (ntohl(a4.s_addr) >> 24) == 127;
+  struct in6_addr a6;
+  if (inet_pton(AF_INET6, buf, &a6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&a6);
+  return 0;
+}
+
+/* A scheme as libcurl recognises one before "://"; without it libcurl's
+ * easy interface guesses plain http. */
+static int has_scheme(const char *url) {
+  size_t i = 0;
+  if (!isalpha((unsigned char)url[0]))
+    return 0;
+  while (isalnum((unsigned char)url[i]) || url[i] == '+' || url[i] == '-' ||
+         url[i] == '.')
+    i++;
+  return strncmp(url + i, "://", 3) == 0;
+}
+
+static void set_why(char *why, size_t len, const char *text) {
+  if (why && len)
+    snprintf(why, len, "%s", text);
+}
+
+/* Parses an http or https URL (no scheme: http) into a new handle; NULL with
+ * why set otherwise. libcurl must be loaded. */
+static CURLU *parse_http(const char *url, int *https, char *why, size_t len) {
+  CURLU *u = curl_url();
+  if (!u) {
+    set_why(why, len, "out of memory");
+    return NULL;
+  }
+  CURLUcode rc;
+  if (has_scheme(url)) {
+    rc = curl_url_set(u, CURLUPART_URL, url, 0);
+  } else {
+    size_t n = strlen(url) + 8;
+    char *full = malloc(n);
+    if (!full) {
+      curl_url_cleanup(u);
+      set_why(why, len, "out of memory");
+      return NULL;
+    }
+    snprintf(full, n, "http://%s", url);
+    rc = curl_url_set(u, CURLUPART_URL, full, 0);
+    free(full);
+  }
+  char *scheme = NULL, *host = NULL;
+  if (rc == CURLUE_UNSUPPORTED_SCHEME) {
+    set_why(why, len, "the scheme must be http://, https:// or unix://");
+  } else if (rc != CURLUE_OK ||
+             curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+             curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
+    set_why(why, len, "not a URL libcurl can parse, or no host");
+  } else if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0) {
+    set_why(why, len, "the scheme must be http://, https:// or unix://");
+  } else {
+    *https = strcmp(scheme, "https") == 0;
+    curl_free(scheme);
+    curl_free(host);
+    return u;
+  }
+  curl_free(scheme);
+  curl_free(host);
+  curl_url_cleanup(u);
+  return NULL;
+}
+
+cp_url_kind cp_http_check_url(const char *url, cp_url_info *info) {
+  cp_url_info scratch;
+  if (!info)
+    info = &scratch;
+  memset(info, 0, sizeof *info);
+  if (!url || !*url) {
+    set_why(info->why, sizeof info->why, "empty");
+    return CP_URL_INVALID;
+  }
+  if (strncmp(url, "unix://", 7) == 0) {
+    if (url[7] != '/') {
+      set_why(info->why, sizeof info->why,
+              "unix:// needs an absolute socket path (unix:///path)");
+      return CP_URL_INVALID;
+    }
+    snprintf(info->shown, sizeof info->shown, "%s", url);
+    return CP_URL_UNIX;
+  }
+  if (cp_http_init() != 0) {
+    set_why(info->why, sizeof info->why, "libcurl cannot be loaded");
+    return CP_URL_INVALID;
+  }
+  int https = 0;
+  CURLU *u = parse_http(url, &https, info->why, sizeof info->why);
+  if (!u)
+    return CP_URL_INVALID;
+  char *host = NULL, *port = NULL, *path = NULL, *user = NULL, *pass = NULL;
+  curl_url_get(u, CURLUPART_HOST, &host, 0);
+  curl_url_get(u, CURLUPART_PORT, &port, 0);
+  curl_url_get(u, CURLUPART_PATH, &path, 0);
+  info->has_userinfo =
+      curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+      curl_url_get(u, CURLUPART_PASSWORD, &pass, 0) == CURLUE_OK;
+  cp_url_kind kind = https                            ? CP_URL_HTTPS
+                     : cp_http_host_is_loopback(host) ? CP_URL_HTTP_LOOPBACK
+                                                      : CP_URL_HTTP_REMOTE;
+  snprintf(info->shown, sizeof info->shown, "%s://%s%s%s%s",
+           https ? "https" : "http", host ? host : "", port ? ":" : "",
+           port ? port : "", path && strcmp(path, "/") != 0 ? path : "");
+  if (user)
+    explicit_bzero(user, strlen(user));
+  if (pass)
+    explicit_bzero(pass, strlen(pass));
+  curl_free(host);
+  curl_free(port);
+  curl_free(path);
+  curl_free(user);
+  curl_free(pass);
+  curl_url_cleanup(u);
+  return kind;
+}
+
+int cp_http_credentials_allowed(cp_url_kind kind) {
+  return kind == CP_URL_HTTPS || kind == CP_URL_HTTP_LOOPBACK ||
+         kind == CP_URL_UNIX;
+}
+
+int cp_http_is_insecure_remote(const char *url) {
+  return !cp_http_credentials_allowed(cp_http_check_url(url, NULL));
+}
+
+/* "" or '/' then printable ASCII without '#' or space: what our sinks make.
+ * Anything else (a spool file's "@host/x", ".evil.com/x") is refused, not
+ * repaired. */
+static int target_ok(const char *target) {
+  if (*target && *target != '/')
+    return 0;
+  size_t n = 0;
+  for (const unsigned char *p = (const unsigned char *)target; *p; p++, n++)
+    if (*p <= 0x20 || *p >= 0x7f || *p == '#' || n >= 8192)
+      return 0;
+  return 1;
+}
+
+/* 1 when part what of a and b is the same (both absent counts). */
+static int same_part(CURLU *a, CURLU *b, CURLUPart what) {
+  char *x = NULL, *y = NULL;
+  CURLUcode rx = curl_url_get(a, what, &x, 0);
+  CURLUcode ry = curl_url_get(b, what, &y, 0);
+  int same = rx == ry && (rx != CURLUE_OK || strcmp(x, y) == 0);
+  if (x)
+    explicit_bzero(x, strlen(x)); /* user info */
+  if (y)
+    explicit_bzero(y, strlen(y));
+  curl_free(x);
+  curl_free(y);
+  return same;
+}
+
+/* The request URL of base and target as a handle (see cp_http_compose_url);
+ * NULL with why set. The URL is written out and parsed again whole (setting
+ * the path part alone would re-case the target's %-escapes), then its
+ * scheme, user info, host and port must be the base's: whatever a target
+ * holds, it cannot send the request elsewhere. */
+static CURLU *compose(const char *base, const char *target, char *why,
+                      size_t len) {
+  if (!target_ok(target)) {
+    set_why(why, len, "the request path is not a /-path; not sent");
+    return NULL;
+  }
+  int https;
+  CURLU *u = parse_http(base, &https, why, len);
+  if (!u)
+    return NULL;
+  char *bpath = NULL, *bquery = NULL, *origin = NULL;
+  curl_url_get(u, CURLUPART_PATH, &bpath, 0);
+  curl_url_get(u, CURLUPART_QUERY, &bquery, 0);
+  CURLU *o = curl_url_dup(u);
+  /* scheme://[user info@]host[:port]/ of the base. */
+  int ok = o && curl_url_set(o, CURLUPART_PATH, "/", 0) == CURLUE_OK &&
+           curl_url_set(o, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+           curl_url_set(o, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
+           curl_url_get(o, CURLUPART_URL, &origin, 0) == CURLUE_OK;
+  curl_url_cleanup(o);
+  const char *q = strchr(target, '?');
+  size_t tpath_len = q ? (size_t)(q - target) : strlen(target);
+  size_t blen = bpath ? strlen(bpath) : 0;
+  while (blen > 0 && bpath[blen - 1] == '/')
+    blen--;
+  size_t olen = origin ? strlen(origin) : 0;
+  if (olen > 0 && origin[olen - 1] == '/')
+    olen--;
+  size_t flen =
+      olen + blen + strlen(target) + (bquery ? strlen(bquery) : 0) + 4;
+  char *full = ok ? malloc(flen) : NULL;
+  CURLU *v = NULL;
+  if (full) {
+    const char *tq = q ? q + 1 : NULL;
+    int n = snprintf(full, flen, "%.*s%.*s%.*s", (int)olen, origin, (int)blen,
+                     bpath, (int)tpath_len, target);
+    if (!blen && !tpath_len)
+      n += snprintf(full + n, flen - (size_t)n, "/");
+    if (bquery || tq)
+      snprintf(full + n, flen - (size_t)n, "?%s%s%s", bquery ? bquery : "",
+               bquery && tq ? "&" : "", tq ? tq : "");
+    v = curl_url();
+    ok = v && curl_url_set(v, CURLUPART_URL, full, 0) == CURLUE_OK &&
+         same_part(u, v, CURLUPART_SCHEME) && same_part(u, v, CURLUPART_USER) &&
+         same_part(u, v, CURLUPART_PASSWORD) &&
+         same_part(u, v, CURLUPART_HOST) && same_part(u, v, CURLUPART_PORT) &&
+         same_part(u, v, CURLUPART_ZONEID);
+    explicit_bzero(full, strlen(full));
+    free(full);
+  } else {
+    ok = 0;
+  }
+  if (origin)
+    explicit_bzero(origin, strlen(origin));
+  curl_free(origin);
+  curl_free(bpath);
+  curl_free(bquery);
+  curl_url_cleanup(u);
+  if (!ok) {
+    set_why(why, len, "cannot build the request URL");
+    curl_url_cleanup(v);
+    return NULL;
+  }
+  return v;
+}
+
+int cp_http_compose_url(const char *base, const char *target, char *out,
+                        size_t len, char *why, size_t why_len) {
+  if (cp_http_init() != 0) {
+    set_why(why, why_len, "libcurl cannot be loaded");
+    return -1;
+  }
+  CURLU *u = compose(base, target, why, why_len);
+  if (!u)
+    return -1;
+  char *url = NULL;
+  int rc = -1;
+  if (curl_url_get(u, CURLUPART_URL, &url, 0) != CURLUE_OK)
+    set_why(why, why_len, "cannot build the request URL");
+  else if (strlen(url) >= len)
+    set_why(why, why_len, "the request URL is too long");
+  else {
+    memcpy(out, url, strlen(url) + 1);
+    rc = 0;
+  }
+  if (url)
+    explicit_bzero(url, strlen(url)); /* may hold user info */
+  curl_free(url);
+  curl_url_cleanup(u);
+  return rc;
+}
+
+/* ---- requests ----------------------------------------------------------- */
 
 /* Printable, one line, bounded: server messages end up in our logs. */
 static void clean_message(char *m) {
@@ -187,8 +515,13 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
   }
   long connect_ms =
       r->connect_timeout_ms < timeout_ms ? r->connect_timeout_ms : timeout_ms;
-  CURL *e = c->easy;
-  curl_easy_reset(e);
+  CURLU *url =
+      compose(r->base_url, r->target, resp->message, sizeof resp->message);
+  if (!url)
+    return CP_HTTP_UNUSABLE;
+  /* Fresh handles for this attempt only: see the top of this file. */
+  CURL *e = curl_easy_init();
+  CURLM *multi = curl_multi_init();
   char errbuf[CURL_ERROR_SIZE] = "";
   body_capture body = {resp->message, sizeof resp->message, 0};
   struct curl_slist *headers = curl_slist_append(NULL, "Expect:");
@@ -201,8 +534,8 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
       headers = h;
     }
   }
-  curl_mime *mime = curl_mime_init(e);
-  int ok = headers && mime;
+  curl_mime *mime = e ? curl_mime_init(e) : NULL;
+  int ok = e && multi && headers && mime;
   for (size_t i = 0; ok && i < r->nparts; i++) {
     const cp_http_part *p = &r->parts[i];
     curl_mimepart *part = curl_mime_addpart(mime);
@@ -212,18 +545,29 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
         (!p->filename || curl_mime_filename(part, p->filename) == CURLE_OK) &&
         (!p->content_type || curl_mime_type(part, p->content_type) == CURLE_OK);
   }
+  cp_http_outcome out = CP_HTTP_RETRY;
+  int added = 0;
   if (!ok) {
-    curl_mime_free(mime);
-    curl_slist_free_all(headers);
     snprintf(resp->message, sizeof resp->message, "out of memory");
-    return CP_HTTP_RETRY;
+    goto cleanup;
   }
-  curl_easy_setopt(e, CURLOPT_URL, r->url);
+  if (restrict_protocols(e) != 0) {
+    snprintf(resp->message, sizeof resp->message,
+             "libcurl cannot restrict the protocols; not sent");
+    out = CP_HTTP_UNUSABLE;
+    goto cleanup;
+  }
+  /* The handle, not a string: libcurl connects to exactly the host that
+   * compose kept. */
+  curl_easy_setopt(e, CURLOPT_CURLU, url);
   if (r->unix_socket)
     curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, r->unix_socket);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+  /* A name still resolving when we give up (stop, exit) is left to its
+   * thread instead of waited for (libcurl >= 7.87; older ones ignore it). */
+  curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
@@ -235,19 +579,28 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
   /* TLS: libcurl verifies the peer and the host name by default; we never
    * turn that off. */
 
-  cp_http_outcome out = CP_HTTP_RETRY;
   CURLcode code = CURLE_OK;
   int done = 0, aborted = 0;
-  if (curl_multi_add_handle(c->multi, e) != CURLM_OK) {
+  pthread_mutex_lock(&c->lock);
+  c->multi = multi;
+  aborted = atomic_load(&c->aborted);
+  pthread_mutex_unlock(&c->lock);
+  if (aborted) {
+    out = CP_HTTP_ABORTED;
+    snprintf(resp->message, sizeof resp->message, "stopped waiting");
+    goto cleanup;
+  }
+  if (curl_multi_add_handle(multi, e) != CURLM_OK) {
     snprintf(resp->message, sizeof resp->message, "curl_multi_add_handle");
     goto cleanup;
   }
+  added = 1;
   for (;;) {
     int running = 0;
-    curl_multi_perform(c->multi, &running);
+    curl_multi_perform(multi, &running);
     int left;
     CURLMsg *msg;
-    while ((msg = curl_multi_info_read(c->multi, &left)) != NULL)
+    while ((msg = curl_multi_info_read(multi, &left)) != NULL)
       if (msg->msg == CURLMSG_DONE && msg->easy_handle == e) {
         code = msg->data.result;
         done = 1;
@@ -267,9 +620,8 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
       if (left_ms < (uint64_t)wait_ms)
         wait_ms = (int)left_ms;
     }
-    curl_multi_poll(c->multi, NULL, 0, wait_ms, NULL);
+    curl_multi_poll(multi, NULL, 0, wait_ms, NULL);
   }
-  curl_multi_remove_handle(c->multi, e);
   if (aborted) {
     out = CP_HTTP_ABORTED;
     snprintf(resp->message, sizeof resp->message, "stopped waiting");
@@ -293,11 +645,19 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
   }
 cleanup:
   clean_message(resp->message);
+  /* No cp_http_abort may wake a handle being closed. */
+  pthread_mutex_lock(&c->lock);
+  c->multi = NULL;
+  pthread_mutex_unlock(&c->lock);
+  if (added)
+    curl_multi_remove_handle(multi, e);
+  if (e)
+    curl_easy_cleanup(e); /* closes the connection (never reused) */
+  if (multi)
+    curl_multi_cleanup(multi); /* closes the wakeup pair */
   curl_mime_free(mime);
   curl_slist_free_all(headers);
-  /* curl_easy_reset at the next request clears the pointers to the
-   * buffers above. */
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
+  curl_url_cleanup(url);
   return out;
 }
 
@@ -315,32 +675,6 @@ void cp_http_redact_url(const char *url, char *out, size_t len) {
              (int)(url + q - (at + 1)), at + 1);
   else
     snprintf(out, len, "%.*s", (int)q, url);
-}
-
-int cp_http_is_insecure_remote(const char *url) {
-  if (strncasecmp(url, "http://", 7) != 0)
-    return 0;
-  const char *host = url + 7;
-  const char *end = host + strcspn(host, "/?#");
-  for (const char *p = host; p < end; p++)
-    if (*p == '@')
-      host = p + 1;
-  char name[256];
-  size_t n;
-  if (*host == '[') {
-    host++;
-    n = strcspn(host, "]");
-  } else {
-    n = strcspn(host, ":/?#");
-  }
-  if (n >= sizeof name)
-    return 1;
-  memcpy(name, host, n);
-  name[n] = 0;
-  if (strcasecmp(name, "localhost") == 0 || strcmp(name, "::1") == 0 ||
-      strncmp(name, "127.", 4) == 0)
-    return 0;
-  return 1;
 }
 
 int cp_base64(const char *data, size_t len, char *out, size_t out_len) {

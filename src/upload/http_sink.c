@@ -85,15 +85,14 @@ static int attempt(http_sink *s) {
   uint64_t deadline = s->finishing ? s->deadline_ns : 0;
   pthread_mutex_unlock(&s->lock);
 
-  char url[8192];
-  snprintf(url, sizeof url, "%s%s", s->base_url, it->target);
   cp_http_part parts[CP_SPOOL_MAX_PARTS];
   for (size_t i = 0; i < it->nparts; i++)
     parts[i] = (cp_http_part){it->parts[i].name, it->parts[i].filename,
                               it->parts[i].content_type, it->parts[i].data,
                               it->parts[i].len};
   cp_http_request req = {
-      .url = url,
+      .base_url = s->base_url,
+      .target = it->target,
       .unix_socket = s->unix_socket,
       .headers = (const char *const *)s->headers,
       .nheaders = s->nheaders,
@@ -131,6 +130,14 @@ static int attempt(http_sink *s) {
     else
       cp_debug("%s: HTTP %ld again; profile dropped", s->name, resp.status);
     s->last_rejected_status = resp.status;
+    cp_spool_finish(s->spool, it);
+    return 0;
+  case CP_HTTP_UNUSABLE:
+    /* The URL check refused it (a target that is not a /-path: a planted
+     * or damaged spool file), or libcurl cannot be restricted: never sent,
+     * never retried. */
+    cp_error("%s: a queued profile was not sent: %s; it is dropped", s->name,
+             resp.message);
     cp_spool_finish(s->spool, it);
     return 0;
   case CP_HTTP_RETRY:
@@ -249,6 +256,50 @@ static void free_sink(http_sink *s) {
   free(s);
 }
 
+/* The least time a sink's thread is given to end once aborted, when the
+ * exit deadline is nearer (docs/configuration.md, CONTPROF_EXIT_TIMEOUT).
+ * An abort ends a transfer at once; the bound only matters for a thread
+ * stuck where the abort does not reach (a name resolution libcurl waits
+ * for, a slow disk). */
+#define JOIN_GRACE_NS 100000000u
+
+/* Joins the sink's thread by the exit deadline (at least JOIN_GRACE_NS after
+ * the abort). Returns 1 when joined; 0 when the thread is still running: it
+ * is detached and its sink left allocated (it still uses it), what is queued
+ * is written to the spool directory if the lock can be had, and one message
+ * says what was lost. The application's exit is not held longer. */
+static int join_bounded(http_sink *s) {
+  uint64_t now = cp_monotonic_ns();
+  uint64_t limit = s->deadline_ns > now + JOIN_GRACE_NS ? s->deadline_ns
+                                                        : now + JOIN_GRACE_NS;
+  /* pthread_timedjoin_np takes CLOCK_REALTIME; the deadline is monotonic. */
+  uint64_t at = cp_realtime_ns() + (limit - now);
+  struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
+  int rc = pthread_timedjoin_np(s->thread, NULL, &ts);
+  if (rc == 0)
+    return 1;
+  pthread_detach(s->thread);
+  size_t left = 1; /* the request in flight */
+  uint64_t lock_at = cp_realtime_ns() + JOIN_GRACE_NS / 2;
+  struct timespec lts = {(time_t)(lock_at / 1000000000u),
+                         (long)(lock_at % 1000000000u)};
+  int kept = 0;
+  if (pthread_mutex_timedlock(&s->lock, &lts) == 0) {
+    left += cp_spool_count(s->spool);
+    if (s->persistent) {
+      cp_spool_persist_all(s->spool);
+      kept = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  cp_warn("%s: its upload thread did not stop by the exit deadline "
+          "(CONTPROF_EXIT_TIMEOUT); not waiting for it: %zu request%s %s",
+          s->name, left, left == 1 ? "" : "s",
+          kept ? "kept in CONTPROF_SPOOL_DIR for the next start"
+               : "lost (set CONTPROF_SPOOL_DIR to keep them)");
+  return 0;
+}
+
 static void http_destroy(cp_sink *self) {
   http_sink *s = (http_sink *)self;
   if (s->owner != getpid())
@@ -275,7 +326,8 @@ static void http_destroy(cp_sink *self) {
   if (!s->exited)
     cp_http_abort(s->client);
   pthread_mutex_unlock(&s->lock);
-  pthread_join(s->thread, NULL);
+  if (!join_bounded(s))
+    return;
   size_t left = cp_spool_count(s->spool);
   cp_spool_persist_all(s->spool);
   if (left)
@@ -289,11 +341,26 @@ static void http_destroy(cp_sink *self) {
 
 cp_sink *cp_http_sink_create(const cp_config *cfg,
                              const cp_http_sink_spec *spec) {
+  /* The URL rules of docs/security.md ("Backends: URLs and credentials"),
+   * with libcurl's own parser: what it would connect to is what is
+   * checked. */
   char redacted[512];
-  cp_http_redact_url(spec->base_url, redacted, sizeof redacted);
-  if (spec->has_secret && cp_http_is_insecure_remote(spec->base_url)) {
+  cp_url_info info;
+  cp_url_kind kind = cp_http_check_url(spec->base_url, &info);
+  if (kind == CP_URL_INVALID) {
+    cp_http_redact_url(spec->base_url, redacted, sizeof redacted);
+    cp_error("%s: cannot upload to '%s': %s; %s upload disabled", spec->name,
+             redacted, info.why, spec->name);
+    if (spec->free_ctx)
+      spec->free_ctx(spec->ctx);
+    return NULL;
+  }
+  snprintf(redacted, sizeof redacted, "%s", info.shown);
+  if ((spec->has_secret || info.has_userinfo) &&
+      !cp_http_credentials_allowed(kind)) {
     cp_error("%s: refusing to send credentials over plain http to %s; use "
-             "https (or a loopback address); %s upload disabled",
+             "https (or a literal loopback address: 127.0.0.0/8, [::1], "
+             "localhost); %s upload disabled",
              spec->name, redacted, spec->name);
     if (spec->free_ctx)
       spec->free_ctx(spec->ctx);

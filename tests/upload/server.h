@@ -222,6 +222,29 @@ static test_server *srv_create(const char *unix_path) {
   return s;
 }
 
+/* Like srv_create(NULL) but on the IPv4 or IPv6 literal ip (::1, a
+ * non-loopback address of this host); NULL when it cannot bind there. */
+static test_server *srv_create_ip(const char *ip) {
+  struct sockaddr_in6 a6 = {.sin6_family = AF_INET6};
+  struct sockaddr_in a4 = {.sin_family = AF_INET};
+  int v6 = inet_pton(AF_INET6, ip, &a6.sin6_addr) == 1;
+  if (!v6 && inet_pton(AF_INET, ip, &a4.sin_addr) != 1)
+    return NULL;
+  int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr *sa = v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4;
+  socklen_t len = v6 ? sizeof a6 : sizeof a4;
+  if (fd < 0 || bind(fd, sa, len) != 0 || getsockname(fd, sa, &len) != 0) {
+    if (fd >= 0)
+      close(fd);
+    return NULL;
+  }
+  test_server *s = srv_create(NULL);
+  close(s->fd);
+  s->fd = fd;
+  s->port = ntohs(v6 ? a6.sin6_port : a4.sin_port);
+  return s;
+}
+
 static void srv_listen(test_server *s) {
   listen(s->fd, 64);
   pthread_create(&s->thread, NULL, srv_accept_thread, s);

@@ -4,9 +4,13 @@
  * 500, 429, 400, a server that never answers, a full spool, a restart with
  * a spool directory). */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <regex.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -21,6 +25,7 @@
 #include "server.h"
 #include "test.h"
 #include "upload/datadog.h"
+#include "upload/http.h"
 #include "upload/http_sink.h"
 
 /* ---- environment for cp_config_load ---------------------------------------
@@ -1049,10 +1054,494 @@ static void test_spool_no_secret(void) {
   srv_stop(srv);
 }
 
+/* ---- URLs and credentials (docs/security.md) ------------------------------
+ */
+
+/* Where credentials may go: https anywhere, plain http only to a literal
+ * loopback address. A URL without a scheme is plain http (libcurl speaks
+ * http to it); a name that merely starts with 127. is a name. */
+static void test_url_rules(void) {
+  static const char *const insecure[] = {
+      "192.0.2.2:9999", /* no scheme: libcurl speaks http */
+      "pyroscope.example:4040",
+      "http://127.attacker.example:4040",
+      "http://127.0.0.1.nip.io:4040",
+      "http://127.0.0.1@192.0.2.9/",
+      "http://192.0.2.7/api/v2/profile",
+      "http://[fd00::2]:4040",
+      "ftp://127.0.0.1/",
+      "file:///etc/passwd",
+      "",
+  };
+  for (size_t i = 0; i < CP_ARRAY_SIZE(insecure); i++)
+    if (!cp_http_is_insecure_remote(insecure[i])) {
+      fprintf(stderr, "credentials allowed to '%s'\n", insecure[i]);
+      CHECK(0);
+    }
+  static const char *const allowed[] = {
+      "http://127.0.0.1:4040", "http://127.1.2.3/",    "http://localhost:8126",
+      "http://LOCALHOST",      "http://[::1]:4040/x",  "127.0.0.1:4040",
+      "https://192.0.2.2",     "https://pyro.example", "unix:///var/run/a.sock",
+  };
+  for (size_t i = 0; i < CP_ARRAY_SIZE(allowed); i++)
+    if (cp_http_is_insecure_remote(allowed[i])) {
+      fprintf(stderr, "credentials refused to '%s'\n", allowed[i]);
+      CHECK(0);
+    }
+  /* The classifier itself: literal addresses only, no DNS. */
+  CHECK(cp_http_host_is_loopback("127.0.0.1"));
+  CHECK(cp_http_host_is_loopback("127.255.0.9"));
+  CHECK(cp_http_host_is_loopback("[::1]"));
+  CHECK(cp_http_host_is_loopback("localhost"));
+  CHECK(!cp_http_host_is_loopback("127.attacker.example"));
+  CHECK(!cp_http_host_is_loopback("127.0.0.1.nip.io"));
+  CHECK(!cp_http_host_is_loopback("localhost.attacker.example"));
+  CHECK(!cp_http_host_is_loopback("128.0.0.1"));
+  CHECK(!cp_http_host_is_loopback("[::2]"));
+  CHECK(!cp_http_host_is_loopback(""));
+  cp_url_info info;
+  CHECK_EQ_INT(cp_http_check_url("192.0.2.2:9999", &info), CP_URL_HTTP_REMOTE);
+  CHECK_EQ_STR(info.shown, "http://192.0.2.2:9999");
+  CHECK_EQ_INT(cp_http_check_url("http://u:pw@127.0.0.1:1/p?k=v", &info),
+               CP_URL_HTTP_LOOPBACK);
+  CHECK(info.has_userinfo);
+  CHECK_EQ_STR(info.shown, "http://127.0.0.1:1/p");
+  CHECK_EQ_INT(cp_http_check_url("gopher://h/", &info), CP_URL_INVALID);
+
+  /* A request's path never changes the host. */
+  char url[512], why[160];
+  CHECK_EQ_INT(cp_http_compose_url("http://127.0.0.1:4040/prefix/",
+                                   "/ingest?name=a%7Bb%7D&x=1", url, sizeof url,
+                                   why, sizeof why),
+               0);
+  CHECK_EQ_STR(url, "http://127.0.0.1:4040/prefix/ingest?name=a%7Bb%7D&x=1");
+  CHECK_EQ_INT(cp_http_compose_url("https://intake.example/api/v2/profile", "",
+                                   url, sizeof url, why, sizeof why),
+               0);
+  CHECK_EQ_STR(url, "https://intake.example/api/v2/profile");
+  CHECK_EQ_INT(cp_http_compose_url("localhost:8126", "/profiling/v1/input", url,
+                                   sizeof url, why, sizeof why),
+               0);
+  CHECK_EQ_STR(url, "http://localhost:8126/profiling/v1/input");
+  CHECK_EQ_INT(cp_http_compose_url("http://127.0.0.1:4040", "//evil.example/x",
+                                   url, sizeof url, why, sizeof why),
+               0);
+  CHECK(strncmp(url, "http://127.0.0.1:4040/", 22) == 0);
+  static const char *const bad_targets[] = {
+      "@127.0.0.2:9999/steal", ".evil.example/x", "evil", "/a b", "/a#b",
+      "/a\r\nHost: x"};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(bad_targets); i++)
+    CHECK_EQ_INT(cp_http_compose_url("https://intake.example", bad_targets[i],
+                                     url, sizeof url, why, sizeof why),
+                 -1);
+}
+
+/* A non-loopback IPv4 address of this host, or 0. */
+static int local_address(char *out, size_t len) {
+  struct ifaddrs *ifs = NULL, *i;
+  int found = 0;
+  if (getifaddrs(&ifs) != 0)
+    return 0;
+  for (i = ifs; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+      continue;
+    struct sockaddr_in *a = (struct sockaddr_in *)i->ifa_addr;
+    if ((ntohl(a->sin_addr.s_addr) >> 24) == 127)
+      continue;
+    found = inet_ntop(AF_INET, &a->sin_addr, out, (socklen_t)len) != NULL;
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
+static size_t requests_with_header(test_server *srv, const char *name) {
+  size_t n = 0;
+  char h[512];
+  pthread_mutex_lock(&srv->lock);
+  for (size_t i = 0; i < srv->nreqs; i++)
+    n += srv_header(srv->reqs[i].headers, name, h, sizeof h);
+  pthread_mutex_unlock(&srv->lock);
+  return n;
+}
+
+/* One Pyroscope sink to address with a token: returns whether it was made
+ * and, when made, sends a profile and waits for the server. */
+static int pyro_with_token(const char *address, const char *extra, char **err) {
+  char addr[160];
+  snprintf(addr, sizeof addr, "PYROSCOPE_SERVER_ADDRESS=%s", address);
+  env_list e = {{addr, "PYROSCOPE_AUTH_TOKEN=tok-must-stay-secret",
+                 "CONTPROF_LOG_LEVEL=warn", extra, NULL}};
+  cp_config cfg;
+  load_config(&cfg, &e);
+  capture_start();
+  cp_sink *s = cp_pyroscope_sink_create(&cfg);
+  if (s) {
+    cp_generation *g = make_generation(3, CONTPROF_KIND_CPU, 0, 0);
+    send_one(s, &cfg, 0, g);
+    finish(s, 2000);
+    cp_gen_destroy(g);
+  }
+  *err = capture_end();
+  cp_config_free(&cfg);
+  return s != NULL;
+}
+
+/* The bypasses of the plain-http guard: a URL without a scheme (libcurl
+ * speaks http to it) and names that start with 127. Nothing is sent, one
+ * message, the token never printed. Loopback literals still get the
+ * token. */
+static void test_credentials_plain_http(void) {
+  char *err;
+  static const char *const refused[] = {"192.0.2.2:9999",
+                                        "http://127.attacker.example:4040",
+                                        "http://127.0.0.1.nip.io:4040"};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(refused); i++) {
+    CHECK(!pyro_with_token(refused[i], NULL, &err));
+    CHECK_EQ_INT(count_lines_with(err, "refusing to send credentials"), 1);
+    CHECK(strstr(err, "tok-must-stay-secret") == NULL);
+  }
+  /* Basic auth in the URL itself is a credential too. */
+  env_list ui = {{"PYROSCOPE_SERVER_ADDRESS=http://alice:pw-in-url@192.0.2.9",
+                  "CONTPROF_LOG_LEVEL=warn", NULL}};
+  cp_config cfg;
+  load_config(&cfg, &ui);
+  capture_start();
+  CHECK(cp_pyroscope_sink_create(&cfg) == NULL);
+  err = capture_end();
+  CHECK_EQ_INT(count_lines_with(err, "refusing to send credentials"), 1);
+  CHECK(strstr(err, "pw-in-url") == NULL);
+  cp_config_free(&cfg);
+
+  /* For real: a server on this host's own non-loopback address, named
+   * without a scheme, never sees the token. */
+  char ip[64];
+  test_server *far = local_address(ip, sizeof ip) ? srv_create_ip(ip) : NULL;
+  if (far) {
+    srv_listen(far);
+    char address[96];
+    snprintf(address, sizeof address, "%s:%d", ip, far->port);
+    pyro_with_token(address, "CONTPROF_UPLOAD_TIMEOUT=2s", &err);
+    CHECK_EQ_INT(requests_with_header(far, "Authorization"), 0);
+    srv_stop(far);
+  } else {
+    printf("SKIP the live part: no non-loopback IPv4 address\n");
+  }
+
+  /* Loopback literals: 127.0.0.1 (also without a scheme), localhost and
+   * [::1] get the token. */
+  test_server *srv = srv_start(NULL);
+  char address[96];
+  snprintf(address, sizeof address, "http://127.0.0.1:%d", srv->port);
+  CHECK(pyro_with_token(address, NULL, &err));
+  snprintf(address, sizeof address, "127.0.0.1:%d", srv->port);
+  CHECK(pyro_with_token(address, NULL, &err));
+  snprintf(address, sizeof address, "http://localhost:%d", srv->port);
+  CHECK(pyro_with_token(address, NULL, &err));
+  CHECK_EQ_INT(requests_with_header(srv, "Authorization"), 3);
+  srv_stop(srv);
+  test_server *v6 = srv_create_ip("::1");
+  if (v6) {
+    srv_listen(v6);
+    snprintf(address, sizeof address, "http://[::1]:%d", v6->port);
+    CHECK(pyro_with_token(address, NULL, &err));
+    CHECK_EQ_INT(requests_with_header(v6, "Authorization"), 1);
+    srv_stop(v6);
+  } else {
+    printf("SKIP [::1]: no IPv6 loopback\n");
+  }
+}
+
+/* ---- descriptors shared with the application ------------------------------
+ */
+
+/* user+system clock ticks of this process's thread named comm, or -1. */
+static long thread_ticks(const char *comm) {
+  DIR *d = opendir("/proc/self/task");
+  struct dirent *e;
+  long ticks = -1;
+  while (d && ticks < 0 && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], buf[1024] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+      close(fd);
+    if (n <= 0 || strncmp(buf, comm, strlen(comm)) != 0)
+      continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+    fd = open(path, O_RDONLY);
+    n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+      close(fd);
+    if (n <= 0)
+      continue;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    /* After the name: state, then fields 4..13, then utime, stime. */
+    if (p &&
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+               &ut, &st) == 2)
+      ticks = (long)(ut + st);
+  }
+  if (d)
+    closedir(d);
+  return ticks;
+}
+
+#define APP_OBJECTS 12
+
+/* What the application of test_app_closes_descriptors owns: files (fd,
+ * inode, offset) and socket pairs. */
+typedef struct app_fds {
+  int file[APP_OBJECTS];
+  ino_t ino[APP_OBJECTS];
+  int pair[APP_OBJECTS][2];
+} app_fds;
+
+/* Marks the open descriptors below 1024 in open_fds; returns how many were
+ * not marked in before (NULL: none was). */
+static int open_descriptors(const char *before, char *open_fds) {
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  int n = 0;
+  if (open_fds)
+    memset(open_fds, 0, 1024);
+  while (d && (e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name);
+    if (e->d_name[0] == '.' || fd == dirfd(d) || fd >= 1024)
+      continue;
+    if (open_fds)
+      open_fds[fd] = 1;
+    n += !before || !before[fd];
+  }
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static int wait_parent(int fd) {
+  char c;
+  return read(fd, &c, 1) == 1 ? 0 : -1;
+}
+
+/* The child of test_app_closes_descriptors: profiles into the server at
+ * port, closes 3..63 once an upload went through, opens its own files and
+ * sockets, uploads again (the server never answers that one) and checks
+ * that nothing of its own was closed, read, moved or written, and that the
+ * sink's thread waits instead of spinning. Exits 7 when all is well. */
+static void app_child(int port, const char *dir, int from_parent) {
+  /* The sink alone, as the uploader drives it: no sampler, whose unwinding
+   * (libunwind keeps a descriptor of its own, a separate finding) would
+   * run into the application's descriptors too. */
+  char url[96];
+  snprintf(url, sizeof url, "DD_TRACE_AGENT_URL=http://127.0.0.1:%d", port);
+  env_list e = {
+      {url, "CONTPROF_LOG_LEVEL=error", "CONTPROF_UPLOAD_TIMEOUT=30s", NULL}};
+  cp_config cfg;
+  load_config(&cfg, &e);
+  static char inherited[1024]; /* the test's own, from fork */
+  open_descriptors(NULL, inherited);
+  cp_sink *s = cp_datadog_sink_create(&cfg);
+  if (!s)
+    _exit(99);
+  cp_generation *g = make_generation(5, CONTPROF_KIND_CPU, 0, 0);
+  send_one(s, &cfg, 0, g);
+  if (wait_parent(from_parent) != 0) /* the first upload arrived */
+    _exit(98);
+  /* Between uploads no descriptor is ours: once the sink's thread is done
+   * with the answer, only 0, 1, 2 and the pipe from the parent are open. */
+  int bad = 0, kept = 0;
+  for (int waited = 0; waited < 10000; waited += 10) {
+    if ((kept = open_descriptors(inherited, NULL)) == 0)
+      break;
+    usleep(10000);
+  }
+  if (kept) {
+    fprintf(stderr, "descriptors: %d kept between uploads\n", kept);
+    bad = 1;
+  }
+  for (int fd = 3; fd < 64; fd++)
+    close(fd);
+  app_fds a;
+  for (int i = 0; i < APP_OBJECTS; i++) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/app-%d", dir, i);
+    a.file[i] = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    char line[32];
+    int n = snprintf(line, sizeof line, "file %02d\n", i);
+    bad |= write(a.file[i], line, (size_t)n) != n;
+    struct stat st;
+    fstat(a.file[i], &st);
+    a.ino[i] = st.st_ino;
+    bad |= socketpair(AF_UNIX, SOCK_STREAM, 0, a.pair[i]) != 0;
+  }
+  send_one(s, &cfg, 1, g);
+  if (wait_parent(from_parent) != 0) /* the second upload is in flight */
+    _exit(98);
+  long t0 = thread_ticks("contprof-datado");
+  uint64_t w0 = cp_monotonic_ns();
+  usleep(1500000);
+  long t1 = thread_ticks("contprof-datado");
+  double wall = (double)(cp_monotonic_ns() - w0) / 1e9;
+  double cpu = (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK);
+  fprintf(stderr, "descriptors: sink thread used %.2f s of CPU in %.2f s\n",
+          cpu, wall);
+  if (t0 < 0 || t1 < 0 || cpu > wall / 2) {
+    fprintf(stderr, "descriptors: the sink's thread spins\n");
+    bad = 1;
+  }
+  for (int i = 0; i < APP_OBJECTS; i++) {
+    struct stat st;
+    if (fstat(a.file[i], &st) != 0 || st.st_ino != a.ino[i] ||
+        lseek(a.file[i], 0, SEEK_CUR) != 8) {
+      fprintf(stderr, "descriptors: file %d (fd %d) closed or moved\n", i,
+              a.file[i]);
+      bad = 1;
+    }
+    for (int k = 0; k < 2; k++) {
+      struct pollfd p = {a.pair[i][k], POLLIN, 0};
+      int r = poll(&p, 1, 0);
+      if (r != 0 || fcntl(a.pair[i][k], F_GETFD) < 0) {
+        fprintf(stderr, "descriptors: socket %d (fd %d) closed or written\n", i,
+                a.pair[i][k]);
+        bad = 1;
+      }
+    }
+  }
+  /* As at exit: the stop aborts the upload in flight (a wakeup). */
+  finish(s, 1000);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  /* _exit: the test's own memory, copied by fork (its server), is not
+   * LeakSanitizer's business here. */
+  _exit(bad ? 3 : 7);
+}
+
+static int wait_child(pid_t pid, int timeout_s, int *status) {
+  for (int i = 0; i < timeout_s * 50; i++) {
+    if (waitpid(pid, status, WNOHANG) == pid)
+      return 0;
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return -1;
+}
+
+/* A program that closes descriptors 3..63 between uploads (as daemons and
+ * exec wrappers do) and opens its own: libcurl must not close, read, write
+ * or spin on them (docs/security.md). */
+static void test_app_closes_descriptors(void) {
+  if (CP_TEST_TSAN) { /* TSan cannot start threads in such a child */
+    printf("SKIP under TSan: a forked child of a threaded test starts the "
+           "profiler\n");
+    return;
+  }
+  char dir[] = "/tmp/contprof-fds-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  test_server *srv = srv_start(NULL);
+  pthread_mutex_lock(&srv->lock);
+  srv->script[0] = 200;
+  srv->script[1] = 0; /* the upload after the close: never answered */
+  srv->nscript = 2;
+  pthread_mutex_unlock(&srv->lock);
+  int p[2];
+  CHECK_EQ_INT(pipe(p), 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[0], 100); /* above what the application closes */
+    close(p[0]);
+    close(p[1]);
+    app_child(srv->port, dir, 100);
+  }
+  close(p[0]);
+  CHECK_EQ_INT(srv_wait(srv, 1, 10000), 1);
+  CHECK_EQ_INT(write(p[1], "1", 1), 1);
+  CHECK_EQ_INT(srv_wait(srv, 2, 10000), 2);
+  CHECK_EQ_INT(write(p[1], "2", 1), 1);
+  int status = 0;
+  CHECK_EQ_INT(wait_child(pid, 60, &status), 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+  close(p[1]);
+  /* After exit too: nothing written into the application's files. */
+  for (int i = 0; i < APP_OBJECTS; i++) {
+    char path[256], buf[64] = "", want[32];
+    snprintf(path, sizeof path, "%s/app-%d", dir, i);
+    snprintf(want, sizeof want, "file %02d\n", i);
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+      close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    CHECK_EQ_STR(buf, want);
+    unlink(path);
+  }
+  rmdir(dir);
+  srv_stop(srv);
+}
+
+/* ---- the exit deadline when libcurl cannot be woken ----------------------
+ */
+
+/* Name resolution that does not end for one name: libcurl waits for its
+ * resolver thread where cp_http_abort cannot reach (like a DNS server that
+ * does not answer). Exported to libcurl (tests.cmake). */
+#define SLOW_HOST "contprof-slow-dns.test"
+int getaddrinfo(const char *node, const char *service,
+                const struct addrinfo *hints, struct addrinfo **res) {
+  if (node && strcmp(node, SLOW_HOST) == 0) {
+    sleep(600);
+    return EAI_AGAIN;
+  }
+  static int (*real)(const char *, const char *, const struct addrinfo *,
+                     struct addrinfo **);
+  if (!real)
+    *(void **)&real = dlsym(RTLD_NEXT, "getaddrinfo");
+  return real(node, service, hints, res);
+}
+
+/* A process whose sink is stuck where no abort reaches still exits, by the
+ * exit deadline, with its own status. */
+static void test_stuck_sink_exit(void) {
+  if (CP_TEST_TSAN) { /* TSan cannot start threads in such a child */
+    printf("SKIP under TSan: a forked child of a threaded test starts the "
+           "profiler\n");
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("DD_TRACE_AGENT_URL", "http://" SLOW_HOST ":9", 1);
+    setenv("CONTPROF_LOG_LEVEL", "warn", 1);
+    setenv("CONTPROF_UPLOAD_PERIOD", "3600", 1);
+    setenv("CONTPROF_EXIT_TIMEOUT", "1s", 1);
+    if (contprof_start(NULL) != 0)
+      _exit(99);
+    uint64_t stack[2] = {frame("dns_leaf", 0), frame("dns_root", 0)};
+    contprof_record_sample(stack, 2, 0, 0, CONTPROF_KIND_CPU, 1, 1000);
+    contprof_flush();
+    usleep(200000); /* the sink's thread is resolving by now */
+    contprof_record_sample(stack, 2, 0, 0, CONTPROF_KIND_CPU, 1, 1000);
+    exit(7);
+  }
+  int status = 0;
+  /* Generous: a hang is 600 s, the deadline 1 s. */
+  CHECK_EQ_INT(wait_child(pid, 30, &status), 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+}
+
 TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
           T(test_datadog_unix_socket), T(test_datadog_agentless),
           T(test_pyroscope_families), T(test_pyroscope_limits),
           T(test_backend_down_then_up), T(test_500), T(test_429),
           T(test_400_not_retried), T(test_spool_full),
           T(test_hung_server_exit_deadline), T(test_spool_dir_restart),
-          T(test_spool_no_secret))
+          T(test_spool_no_secret), T(test_url_rules),
+          T(test_credentials_plain_http), T(test_app_closes_descriptors),
+          T(test_stuck_sink_exit))

@@ -2,6 +2,9 @@
 cp_unit_test(test_upload upload/test_upload.c)
 target_include_directories(test_upload PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/upload)
 set_tests_properties(test_upload PROPERTIES TIMEOUT 120)
+# test_stuck_sink_exit's getaddrinfo must be the one the dlopened libcurl
+# calls.
+target_link_options(test_upload PRIVATE -Wl,--export-dynamic-symbol=getaddrinfo)
 
 # Files the sinks write and read against a hostile local user: planted links,
 # untrusted output and spool directories, planted spool files (issue #15).
