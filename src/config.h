@@ -23,6 +23,15 @@ typedef enum cp_cpu_clock {
   CP_CPU_CLOCK_POSIX, /* a POSIX timer on each thread's CPU clock */
 } cp_cpu_clock;
 
+/* Bounds of the names and tags that go into every profile, file name and
+ * request (docs/configuration.md, "Names and tags"): a longer name is cut, a
+ * longer or further tag is left out, with one `contprof:` line. */
+enum {
+  CP_MAX_NAME_BYTES = 100, /* service, env, version (Datadog's service bound) */
+  CP_MAX_TAG_BYTES = 200,  /* one tag, key:value (Datadog's tag bound) */
+  CP_MAX_TAGS = 64,        /* per variable: CONTPROF_TAGS, PYROSCOPE_LABELS */
+};
+
 typedef struct cp_tag {
   char *key;
   char *value;
