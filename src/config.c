@@ -1,6 +1,7 @@
 /* Configuration: reads options and the environment (CONTPROF_*, then the
  * Datadog and Pyroscope variables users already set) into a cp_config. The
- * only file that calls getenv. Bad values get one `contprof:` line naming the
+ * only file that reads the environment (secure_getenv), and none of it in a
+ * privileged program. Bad values get one `contprof:` line naming the
  * variable, the value and the fallback. */
 #include "config.h"
 
@@ -12,15 +13,46 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct source {
   cp_getenv_fn get;
   void *ctx;
 } source;
 
+const char *cp_config_getenv(const char *name) { return secure_getenv(name); }
+
 static const char *env_get(const source *src, const char *name) {
-  const char *v = src->get ? src->get(name, src->ctx) : getenv(name);
+  const char *v = src->get ? src->get(name, src->ctx) : secure_getenv(name);
   return (v && *v) ? v : NULL;
+}
+
+/* The source of a privileged program: nothing is set. */
+static const char *no_env(const char *name, void *ctx) {
+  (void)name;
+  (void)ctx;
+  return NULL;
+}
+
+int cp_config_privileged(void) {
+  return getauxval(AT_SECURE) != 0 || getuid() != geteuid() ||
+         getgid() != getegid();
+}
+
+/* Owned by root, not writable by group or others, of the given type. */
+static int root_only(const char *path, mode_t type) {
+  struct stat st;
+  return lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == type &&
+         st.st_uid == 0 && !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+int cp_config_setuid_allowed(void) {
+  char dir[sizeof CP_ALLOW_SETUID_FILE];
+  memcpy(dir, CP_ALLOW_SETUID_FILE, sizeof dir);
+  *strrchr(dir, '/') = 0;
+  return root_only(dir, S_IFDIR) && root_only(CP_ALLOW_SETUID_FILE, S_IFREG);
 }
 
 /* The length of s cut to at most max bytes, not inside a UTF-8 sequence. */
@@ -527,6 +559,16 @@ static int set_name(char **dst, const char *what, const char *value) {
   return *dst ? 0 : CONTPROF_ERR_NOMEM;
 }
 
+/* The executable's file name: what the kernel ran, not argv[0], which the
+ * invoking user chooses. */
+static void exe_name(char *out, size_t len) {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  path[n > 0 ? n : 0] = 0;
+  const char *slash = strrchr(path, '/');
+  snprintf(out, len, "%s", slash && slash[1] ? slash + 1 : "setuid");
+}
+
 static int load(cp_config *cfg, const contprof_options *opts, source src) {
   static const contprof_options no_options;
   int rc;
@@ -701,8 +743,41 @@ fail:
   return rc;
 }
 
+int cp_config_load_privileged(cp_config *cfg, const contprof_options *opts,
+                              int allowed) {
+  /* With nothing set, load gives the program's options and the defaults:
+   * every variable, and a binding's options (which fall back to variables),
+   * are the invoking user's to choose. Only the defaults that come from the
+   * invocation change: the name (argv[0] is the user's too) and the
+   * directory. */
+  contprof_options o = opts ? *opts : (contprof_options){0};
+  char name[256];
+  if (!o.service) {
+    exe_name(name, sizeof name);
+    o.service = name;
+  }
+  if (!o.output_dir)
+    o.output_dir = CP_PRIVILEGED_OUTPUT_DIR;
+  int rc = load(cfg, &o, (source){no_env, NULL});
+  if (rc)
+    return rc;
+  cfg->privileged = 1;
+  cfg->enabled = allowed;
+  if (allowed)
+    cp_info("privileged program (setuid, setgid or capabilities): the "
+            "environment is ignored; profiles go to %s (docs/security.md)",
+            cfg->output_dir);
+  else
+    cp_info("privileged program (setuid, setgid or capabilities): profiling "
+            "is off unless root creates " CP_ALLOW_SETUID_FILE
+            " (docs/security.md)");
+  return 0;
+}
+
 int cp_config_load(cp_config *cfg, const contprof_options *opts,
                    cp_getenv_fn get, void *ctx) {
+  if (cp_config_privileged())
+    return cp_config_load_privileged(cfg, opts, cp_config_setuid_allowed());
   return load(cfg, opts, (source){get, ctx});
 }
 

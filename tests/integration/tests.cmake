@@ -121,3 +121,13 @@ set_target_properties(mixed_workload PROPERTIES
 cp_unit_test(test_valgrind integration/test_valgrind.c)
 add_dependencies(test_valgrind mixed_workload contprof_preload)
 set_tests_properties(test_valgrind PROPERTIES TIMEOUT 240)
+
+# Privileged programs: a setuid-root copy of a program linked with
+# libcontprof.so, run as nobody with a hostile environment (needs root).
+add_executable(setuid_prog integration/setuid_prog.c)
+target_link_libraries(setuid_prog PRIVATE contprof)
+set_target_properties(setuid_prog PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_setuid integration/test_setuid.c)
+add_dependencies(test_setuid setuid_prog workload contprof_preload)
+set_tests_properties(test_setuid PROPERTIES TIMEOUT 120)
