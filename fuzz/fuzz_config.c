@@ -57,10 +57,20 @@ static void check(const cp_config *c) {
   IN(c->retry_initial_ms, 1, 3600000);
   IN(c->retry_max_ms, c->retry_initial_ms, 86400000);
   EXPECT(c->spool_max_profiles > 0 && c->spool_max_bytes > 0);
+  /* The bounds of names and tags (config.h, docs/configuration.md). */
+  EXPECT(strlen(c->service) <= CP_MAX_NAME_BYTES &&
+         strlen(c->env) <= CP_MAX_NAME_BYTES &&
+         strlen(c->version) <= CP_MAX_NAME_BYTES);
+  EXPECT(c->ntags <= CP_MAX_TAGS && c->npyroscope_labels <= CP_MAX_TAGS);
   for (size_t i = 0; i < c->ntags; i++)
-    EXPECT(c->tags[i].key && c->tags[i].key[0] && c->tags[i].value);
+    EXPECT(c->tags[i].key && c->tags[i].key[0] && c->tags[i].value &&
+           strlen(c->tags[i].key) + 1 + strlen(c->tags[i].value) <=
+               CP_MAX_TAG_BYTES);
   for (size_t i = 0; i < c->npyroscope_labels; i++)
-    EXPECT(c->pyroscope_labels[i].key && c->pyroscope_labels[i].value);
+    EXPECT(c->pyroscope_labels[i].key && c->pyroscope_labels[i].value &&
+           strlen(c->pyroscope_labels[i].key) + 1 +
+                   strlen(c->pyroscope_labels[i].value) <=
+               CP_MAX_TAG_BYTES);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,6 +1,7 @@
 /* Configuration: reads options and the environment (CONTPROF_*, then the
  * Datadog and Pyroscope variables users already set) into a cp_config. The
- * only file that calls getenv. Bad values get one `contprof:` line naming the
+ * only file that reads the environment (secure_getenv), and none of it in a
+ * privileged program. Bad values get one `contprof:` line naming the
  * variable, the value and the fallback. */
 #include "config.h"
 
@@ -12,15 +13,56 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct source {
   cp_getenv_fn get;
   void *ctx;
 } source;
 
+const char *cp_config_getenv(const char *name) { return secure_getenv(name); }
+
 static const char *env_get(const source *src, const char *name) {
-  const char *v = src->get ? src->get(name, src->ctx) : getenv(name);
+  const char *v = src->get ? src->get(name, src->ctx) : secure_getenv(name);
   return (v && *v) ? v : NULL;
+}
+
+/* The source of a privileged program: nothing is set. */
+static const char *no_env(const char *name, void *ctx) {
+  (void)name;
+  (void)ctx;
+  return NULL;
+}
+
+int cp_config_privileged(void) {
+  return getauxval(AT_SECURE) != 0 || getuid() != geteuid() ||
+         getgid() != getegid();
+}
+
+/* Owned by root, not writable by group or others, of the given type. */
+static int root_only(const char *path, mode_t type) {
+  struct stat st;
+  return lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == type &&
+         st.st_uid == 0 && !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+int cp_config_setuid_allowed(void) {
+  char dir[sizeof CP_ALLOW_SETUID_FILE];
+  memcpy(dir, CP_ALLOW_SETUID_FILE, sizeof dir);
+  *strrchr(dir, '/') = 0;
+  return root_only(dir, S_IFDIR) && root_only(CP_ALLOW_SETUID_FILE, S_IFREG);
+}
+
+/* The length of s cut to at most max bytes, not inside a UTF-8 sequence. */
+static size_t cut_length(const char *s, size_t max) {
+  size_t n = strlen(s);
+  if (n <= max)
+    return n;
+  while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+    max--;
+  return max;
 }
 
 /* The first set variable among names; *which receives its name. */
@@ -132,43 +174,79 @@ const char *cp_profiles_string(unsigned profiles, char *buf, size_t len) {
 
 static int tag_key_ok(const char *k) { return *k != 0; }
 
-/* Parses "k1:v1,k2:v2" (DD_TAGS also allows spaces as separators). Malformed
- * entries are skipped with one message for the variable. */
+/* What a tag list left out, reported in one line for the variable. */
+typedef struct tag_trouble {
+  int malformed, too_long, too_many;
+} tag_trouble;
+
+static void report_tags(const char *name, const char *sep,
+                        const tag_trouble *t) {
+  if (!t->malformed && !t->too_long && !t->too_many)
+    return;
+  char what[256] = "";
+  size_t used = 0;
+  if (t->malformed)
+    used += (size_t)snprintf(what + used, sizeof what - used,
+                             "%d not key%svalue", t->malformed, sep);
+  if (t->too_long && used < sizeof what)
+    used += (size_t)snprintf(what + used, sizeof what - used,
+                             "%s%d longer than %d bytes", used ? ", " : "",
+                             t->too_long, CP_MAX_TAG_BYTES);
+  if (t->too_many && used < sizeof what)
+    snprintf(what + used, sizeof what - used, "%s%d beyond the first %d",
+             used ? ", " : "", t->too_many, CP_MAX_TAGS);
+  cp_warn("%s: entries ignored: %s", name, what);
+}
+
+/* Appends key/value to a tag list within the bounds of config.h; 1 if it
+ * was left out (counted in *t), CONTPROF_ERR_NOMEM, or 0. */
+static int add_tag(cp_tag **list, size_t *n, const char *key, const char *value,
+                   tag_trouble *t) {
+  if (strlen(key) + 1 + strlen(value) > CP_MAX_TAG_BYTES)
+    return t->too_long++, 1;
+  if (*n >= CP_MAX_TAGS)
+    return t->too_many++, 1;
+  cp_tag *grown = realloc(*list, (*n + 1) * sizeof *grown);
+  if (!grown)
+    return CONTPROF_ERR_NOMEM;
+  *list = grown;
+  cp_tag *tag = &grown[*n];
+  tag->key = strdup(key);
+  tag->value = strdup(value);
+  if (!tag->key || !tag->value) {
+    free(tag->key);
+    free(tag->value);
+    return CONTPROF_ERR_NOMEM;
+  }
+  (*n)++;
+  return 0;
+}
+
+/* Parses "k1:v1,k2:v2" (DD_TAGS also allows spaces as separators). Malformed,
+ * too long and too many entries are skipped with one message for the
+ * variable. */
 static int parse_tags(cp_config *cfg, const char *name, const char *s) {
   char *copy = strdup(s);
   if (!copy)
     return CONTPROF_ERR_NOMEM;
-  int bad = 0;
+  tag_trouble trouble = {0};
+  int rc = 0;
   char *save = NULL;
   for (char *tok = strtok_r(copy, ", \t", &save); tok;
        tok = strtok_r(NULL, ", \t", &save)) {
     char *colon = strchr(tok, ':');
     if (!colon || colon == tok || !tag_key_ok(tok)) {
-      bad = 1;
+      trouble.malformed++;
       continue;
     }
     *colon = 0;
-    cp_tag *grown = realloc(cfg->tags, (cfg->ntags + 1) * sizeof *grown);
-    if (!grown) {
-      free(copy);
-      return CONTPROF_ERR_NOMEM;
-    }
-    cfg->tags = grown;
-    cp_tag *t = &cfg->tags[cfg->ntags];
-    t->key = strdup(tok);
-    t->value = strdup(colon + 1);
-    if (!t->key || !t->value) {
-      free(t->key);
-      free(t->value);
-      free(copy);
-      return CONTPROF_ERR_NOMEM;
-    }
-    cfg->ntags++;
+    if ((rc = add_tag(&cfg->tags, &cfg->ntags, tok, colon + 1, &trouble)) < 0)
+      break;
+    rc = 0;
   }
-  if (bad)
-    cp_warn("%s='%s': entries that are not key:value were ignored", name, s);
+  report_tags(name, ":", &trouble);
   free(copy);
-  return 0;
+  return rc;
 }
 
 static int set_string(char **dst, const char *value) {
@@ -242,12 +320,13 @@ static long duration_setting(const source *src, const char *name, long lo_ms,
   return ms;
 }
 
-/* "k=v,k2=v2" (PYROSCOPE_LABELS). */
+/* "k=v,k2=v2" (PYROSCOPE_LABELS), within the bounds of the tags. */
 static int parse_pyroscope_labels(cp_config *cfg, const char *s) {
   char *copy = strdup(s);
   if (!copy)
     return CONTPROF_ERR_NOMEM;
-  int bad = 0, rc = 0;
+  tag_trouble trouble = {0};
+  int rc = 0;
   char *save = NULL;
   for (char *tok = strtok_r(copy, ",", &save); tok;
        tok = strtok_r(NULL, ",", &save)) {
@@ -255,32 +334,16 @@ static int parse_pyroscope_labels(cp_config *cfg, const char *s) {
       tok++;
     char *eq = strchr(tok, '=');
     if (!eq || eq == tok) {
-      bad = 1;
+      trouble.malformed++;
       continue;
     }
     *eq = 0;
-    cp_tag *grown = realloc(cfg->pyroscope_labels,
-                            (cfg->npyroscope_labels + 1) * sizeof *grown);
-    if (!grown) {
-      rc = CONTPROF_ERR_NOMEM;
+    if ((rc = add_tag(&cfg->pyroscope_labels, &cfg->npyroscope_labels, tok,
+                      eq + 1, &trouble)) < 0)
       break;
-    }
-    cfg->pyroscope_labels = grown;
-    cp_tag *t = &cfg->pyroscope_labels[cfg->npyroscope_labels];
-    t->key = strdup(tok);
-    t->value = strdup(eq + 1);
-    if (!t->key || !t->value) {
-      free(t->key);
-      free(t->value);
-      rc = CONTPROF_ERR_NOMEM;
-      break;
-    }
-    cfg->npyroscope_labels++;
+    rc = 0;
   }
-  if (bad)
-    cp_warn("PYROSCOPE_LABELS='%s': entries that are not key=value were "
-            "ignored",
-            s);
+  report_tags("PYROSCOPE_LABELS", "=", &trouble);
   free(copy);
   return rc;
 }
@@ -484,10 +547,30 @@ static int load_upload(cp_config *cfg, const source *src,
   return 0;
 }
 
-int cp_config_load(cp_config *cfg, const contprof_options *opts,
-                   cp_getenv_fn get, void *ctx) {
+/* A name cut to CP_MAX_NAME_BYTES, with one message naming its source. */
+static int set_name(char **dst, const char *what, const char *value) {
+  if (!value)
+    return set_string(dst, "");
+  size_t n = cut_length(value, CP_MAX_NAME_BYTES);
+  if (value[n])
+    cp_warn("%s is %zu bytes long; using its first %zu (at most %d)", what,
+            strlen(value), n, CP_MAX_NAME_BYTES);
+  *dst = strndup(value, n);
+  return *dst ? 0 : CONTPROF_ERR_NOMEM;
+}
+
+/* The executable's file name: what the kernel ran, not argv[0], which the
+ * invoking user chooses. */
+static void exe_name(char *out, size_t len) {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  path[n > 0 ? n : 0] = 0;
+  const char *slash = strrchr(path, '/');
+  snprintf(out, len, "%s", slash && slash[1] ? slash + 1 : "setuid");
+}
+
+static int load(cp_config *cfg, const contprof_options *opts, source src) {
   static const contprof_options no_options;
-  const source src = {get, ctx};
   int rc;
   memset(cfg, 0, sizeof *cfg);
   if (!opts)
@@ -528,20 +611,26 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
 
   static const char *const service_vars[] = {
       "CONTPROF_SERVICE", "DD_SERVICE", "PYROSCOPE_APPLICATION_NAME", NULL};
-  const char *service =
-      opts->service ? opts->service : env_first(&src, service_vars, NULL);
-  if (!service)
-    service = program_invocation_short_name;
   static const char *const env_vars[] = {"CONTPROF_ENV", "DD_ENV", NULL};
   static const char *const version_vars[] = {"CONTPROF_VERSION", "DD_VERSION",
                                              NULL};
-  if ((rc = set_string(&cfg->service, service)) ||
-      (rc = set_string(&cfg->env, opts->env
-                                      ? opts->env
-                                      : env_first(&src, env_vars, NULL))) ||
-      (rc = set_string(&cfg->version,
-                       opts->version ? opts->version
-                                     : env_first(&src, version_vars, NULL))))
+  const char *service_from = "service option", *env_from = "env option",
+             *version_from = "version option";
+  const char *service = opts->service
+                            ? opts->service
+                            : env_first(&src, service_vars, &service_from);
+  if (!service) {
+    service = program_invocation_short_name;
+    service_from = "the program's name";
+  }
+  const char *env =
+      opts->env ? opts->env : env_first(&src, env_vars, &env_from);
+  const char *version = opts->version
+                            ? opts->version
+                            : env_first(&src, version_vars, &version_from);
+  if ((rc = set_name(&cfg->service, service_from, service)) ||
+      (rc = set_name(&cfg->env, env_from, env)) ||
+      (rc = set_name(&cfg->version, version_from, version)))
     goto fail;
 
   static const char *const tag_vars[] = {"CONTPROF_TAGS", "DD_TAGS", NULL};
@@ -652,6 +741,44 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
 fail:
   cp_config_free(cfg);
   return rc;
+}
+
+int cp_config_load_privileged(cp_config *cfg, const contprof_options *opts,
+                              int allowed) {
+  /* With nothing set, load gives the program's options and the defaults:
+   * every variable, and a binding's options (which fall back to variables),
+   * are the invoking user's to choose. Only the defaults that come from the
+   * invocation change: the name (argv[0] is the user's too) and the
+   * directory. */
+  contprof_options o = opts ? *opts : (contprof_options){0};
+  char name[256];
+  if (!o.service) {
+    exe_name(name, sizeof name);
+    o.service = name;
+  }
+  if (!o.output_dir)
+    o.output_dir = CP_PRIVILEGED_OUTPUT_DIR;
+  int rc = load(cfg, &o, (source){no_env, NULL});
+  if (rc)
+    return rc;
+  cfg->privileged = 1;
+  cfg->enabled = allowed;
+  if (allowed)
+    cp_info("privileged program (setuid, setgid or capabilities): the "
+            "environment is ignored; profiles go to %s (docs/security.md)",
+            cfg->output_dir);
+  else
+    cp_info("privileged program (setuid, setgid or capabilities): profiling "
+            "is off unless root creates " CP_ALLOW_SETUID_FILE
+            " (docs/security.md)");
+  return 0;
+}
+
+int cp_config_load(cp_config *cfg, const contprof_options *opts,
+                   cp_getenv_fn get, void *ctx) {
+  if (cp_config_privileged())
+    return cp_config_load_privileged(cfg, opts, cp_config_setuid_allowed());
+  return load(cfg, opts, (source){get, ctx});
 }
 
 void cp_config_free(cp_config *cfg) {

@@ -23,6 +23,21 @@ typedef enum cp_cpu_clock {
   CP_CPU_CLOCK_POSIX, /* a POSIX timer on each thread's CPU clock */
 } cp_cpu_clock;
 
+/* Bounds of the names and tags that go into every profile, file name and
+ * request (docs/configuration.md, "Names and tags"): a longer name is cut, a
+ * longer or further tag is left out, with one `contprof:` line. */
+enum {
+  CP_MAX_NAME_BYTES = 100, /* service, env, version (Datadog's service bound) */
+  CP_MAX_TAG_BYTES = 200,  /* one tag, key:value (Datadog's tag bound) */
+  CP_MAX_TAGS = 64,        /* per variable: CONTPROF_TAGS, PYROSCOPE_LABELS */
+};
+
+/* Where a privileged program (setuid, setgid, file capabilities: the kernel's
+ * AT_SECURE) writes profiles when root allows it to profile at all, by
+ * creating CP_ALLOW_SETUID_FILE (docs/security.md, "Privileged programs"). */
+#define CP_ALLOW_SETUID_FILE "/etc/contprof/allow-setuid"
+#define CP_PRIVILEGED_OUTPUT_DIR "/var/lib/contprof/setuid"
+
 typedef struct cp_tag {
   char *key;
   char *value;
@@ -30,6 +45,7 @@ typedef struct cp_tag {
 
 typedef struct cp_config {
   int enabled;
+  int privileged; /* AT_SECURE: the environment was not read */
   char *service;
   char *env;     /* "" when unset */
   char *version; /* "" when unset */
@@ -83,15 +99,38 @@ enum {
   CP_EXPORT_PYROSCOPE = 1u << 2,
 };
 
-/* Where values come from; tests pass their own. NULL means getenv. */
+/* Where values come from; tests pass their own. NULL means the environment
+ * (cp_config_getenv). */
 typedef const char *(*cp_getenv_fn)(const char *name, void *ctx);
 
 /* Fills cfg from opts (may be NULL), then the environment, then defaults.
  * Bad values are reported with one `contprof:` line each (variable, value,
  * fallback) and replaced by the fallback; this never fails except for
- * CONTPROF_ERR_NOMEM. */
+ * CONTPROF_ERR_NOMEM. In a privileged program (cp_config_privileged) neither
+ * the environment nor get is read: see cp_config_load_privileged. */
 int cp_config_load(cp_config *cfg, const contprof_options *opts,
                    cp_getenv_fn get, void *ctx);
+
+/* 1 when the invoking user's environment must not be trusted: the kernel
+ * set AT_SECURE (setuid, setgid, file capabilities) or the real and
+ * effective user or group ids differ. */
+int cp_config_privileged(void);
+
+/* The configuration of a privileged program: opts (the program's own code)
+ * and built-in defaults only, the file sink into CP_PRIVILEGED_OUTPUT_DIR
+ * unless opts names a directory; cfg->enabled only if allowed (root created
+ * CP_ALLOW_SETUID_FILE). cp_config_load calls it; tests call it directly. */
+int cp_config_load_privileged(cp_config *cfg, const contprof_options *opts,
+                              int allowed);
+
+/* 1 if CP_ALLOW_SETUID_FILE and its directory exist, are owned by root and
+ * are writable by nobody else (not followed if a symbolic link). */
+int cp_config_setuid_allowed(void);
+
+/* The environment variable name, or NULL: secure_getenv, so NULL in a
+ * privileged program whatever cp_config_load decided. For the bindings'
+ * option callbacks, which fall back to the environment. */
+const char *cp_config_getenv(const char *name);
 void cp_config_free(cp_config *cfg);
 
 /* "cpu,wall" for a CP_PROFILE_* mask, into buf. */

@@ -18,9 +18,19 @@
  *
  * A vfork child (which shares the parent's memory and runs on the parent's
  * stack) must not touch the profiler: its pid is not the one the profiler
- * started in, and then only the environment is edited, on the stack. Profiling
- * does not follow into posix_spawn's children through these hooks (glibc execs
- * there internally); they get LD_PRELOAD as is.
+ * started in, and then only the environment is edited. Profiling does not
+ * follow into posix_spawn's children through these hooks (glibc execs there
+ * internally); they get LD_PRELOAD as is.
+ *
+ * Stack: a few hundred bytes, whatever the environment's size (a thread's
+ * stack may be small, and a vfork child runs on its parent's). The
+ * environment is passed on untouched unless LD_PRELOAD must lose this
+ * library; that copy goes in a mapping of its own (mmap, which a vfork child
+ * may call, unlike malloc), unmapped if exec comes back. A vfork child whose
+ * exec succeeded leaves its mapping in the address space it shared: the
+ * thread that called vfork, the only one that can see the record (in its
+ * thread-local storage), unmaps it at its next exec (docs/security.md, "exec
+ * hooks").
  *
  * exec from a signal handler that interrupted the profiler (or malloc) may
  * deadlock in the stop: POSIX allows execve there, the stop does not. */
@@ -29,6 +39,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -60,12 +71,12 @@ static const char *own_basename(void) {
   return n;
 }
 
-/* Writes value with the entries naming this library removed into out
- * (size len); returns 0, or -1 if it does not fit. LD_PRELOAD separates
- * entries with ':' or spaces. */
-static int strip_preload(const char *value, char *out, size_t len) {
+/* Copies the entries of an LD_PRELOAD value (separated by ':' or spaces)
+ * that do not name this library into out (NULL: only counts; else at least
+ * strlen(value) + 1 bytes), ':'-separated. Returns how many named it. */
+static size_t strip_preload(const char *value, char *out) {
   const char *self = own_basename();
-  size_t self_len = strlen(self), used = 0;
+  size_t self_len = strlen(self), used = 0, removed = 0;
   const char *p = value;
   while (*p) {
     while (*p == ':' || *p == ' ')
@@ -82,9 +93,9 @@ static int strip_preload(const char *value, char *out, size_t len) {
         base = q + 1;
     int ours = self_len && (size_t)(end - base) == self_len &&
                memcmp(base, self, self_len) == 0;
-    if (!ours) {
-      if (used + n + 2 > len)
-        return -1;
+    if (ours) {
+      removed++;
+    } else if (out) {
       if (used)
         out[used++] = ':';
       memcpy(out + used, p, n);
@@ -92,53 +103,99 @@ static int strip_preload(const char *value, char *out, size_t len) {
     }
     p = end;
   }
-  out[used] = 0;
-  return 0;
+  if (out)
+    out[used] = 0;
+  return removed;
 }
 
-#define PRELOAD_MAX 4096
+#define PRELOAD_VAR "LD_PRELOAD="
+#define PRELOAD_VAR_LEN (sizeof PRELOAD_VAR - 1)
 
-/* The environment the new image gets: envp as is when exec is followed,
- * else a copy (in `copy`, on the caller's stack, with the new LD_PRELOAD in
- * `buf`) without this library in LD_PRELOAD. */
-static char *const *exec_environment(char *const *envp, char **copy,
-                                     size_t ncopy, char *buf) {
+/* A mapping that holds a changed environment. */
+typedef struct env_map {
+  void *addr;
+  size_t len;
+  pid_t pid; /* the process that made it */
+} env_map;
+
+/* This thread's mapping in use by an exec, or left by a vfork child whose
+ * exec succeeded (then pid is not ours). Initial-exec TLS: no allocation. */
+static CP_TLS env_map pending_env;
+
+static pid_t current_pid(void) { return (pid_t)syscall(SYS_getpid); }
+
+/* Unmaps a mapping a vfork child left: this thread runs again, so that
+ * child has exec'd (or exited) and nothing uses it. One of this process's
+ * own is in use by an exec hook this thread is in (a signal handler's exec
+ * interrupted it): left alone. */
+static void reclaim_env(void) {
+  if (pending_env.addr && pending_env.pid != current_pid()) {
+    munmap(pending_env.addr, pending_env.len);
+    pending_env.addr = NULL;
+  }
+}
+
+/* After an exec that came back: the copy is not needed any more. */
+static void release_env(env_map *m) {
+  if (!m->addr)
+    return;
+  if (pending_env.addr == m->addr)
+    pending_env.addr = NULL;
+  munmap(m->addr, m->len);
+  m->addr = NULL;
+}
+
+/* The environment the new image gets: envp itself when exec is followed or
+ * when no LD_PRELOAD entry names this library; else a copy in which those
+ * entries do not, in a mapping described in *m. If the mapping cannot be
+ * made, envp as is (the new image then profiles itself). */
+static char *const *exec_environment(char *const *envp, env_map *m) {
   if (cp_profiler_follow_exec() || !envp)
     return envp;
-  size_t n = 0, at = (size_t)-1;
+  size_t n = 0, text = 0;
   for (; envp[n]; n++)
-    if (strncmp(envp[n], "LD_PRELOAD=", 11) == 0)
-      at = n;
-  if (at == (size_t)-1 || n + 1 > ncopy)
+    if (strncmp(envp[n], PRELOAD_VAR, PRELOAD_VAR_LEN) == 0 &&
+        strip_preload(envp[n] + PRELOAD_VAR_LEN, NULL))
+      text += strlen(envp[n]) + 1;
+  if (!text)
     return envp;
-  memcpy(buf, "LD_PRELOAD=", 11);
-  if (strip_preload(envp[at] + 11, buf + 11, PRELOAD_MAX - 11) != 0)
+  size_t len = (n + 1) * sizeof(char *) + text;
+  void *addr = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (addr == MAP_FAILED)
     return envp;
-  for (size_t i = 0; i < n; i++)
-    copy[i] = i == at ? buf : envp[i];
+  *m = (env_map){addr, len, current_pid()};
+  if (!pending_env.addr) /* else a hook this thread is in holds it */
+    pending_env = *m;
+  char **copy = addr;
+  char *out = (char *)(copy + n + 1);
+  for (size_t i = 0; i < n; i++) {
+    copy[i] = envp[i];
+    if (strncmp(envp[i], PRELOAD_VAR, PRELOAD_VAR_LEN) == 0 &&
+        strip_preload(envp[i] + PRELOAD_VAR_LEN, NULL)) {
+      copy[i] = out;
+      memcpy(out, PRELOAD_VAR, PRELOAD_VAR_LEN);
+      strip_preload(envp[i] + PRELOAD_VAR_LEN, out + PRELOAD_VAR_LEN);
+      out += strlen(out) + 1;
+    }
+  }
   copy[n] = NULL;
   return copy;
 }
 
-static size_t env_count(char *const *envp) {
-  size_t n = 0;
-  while (envp && envp[n])
-    n++;
-  return n + 1;
-}
-
-/* The body every hook shares: stop, call, restart if it came back. */
+/* The body every hook shares: stop, call, restart if it came back. Fixed
+ * stack use, whatever the environment. */
 #define EXEC_WITH(envp_in, call)                                               \
   do {                                                                         \
-    size_t ncopy_ = env_count(envp_in);                                        \
-    char *copy_[ncopy_];                                                       \
-    char buf_[PRELOAD_MAX];                                                    \
-    char *const *env = exec_environment((envp_in), copy_, ncopy_, buf_);       \
+    reclaim_env();                                                             \
+    env_map map_ = {0};                                                        \
+    char *const *env = exec_environment((envp_in), &map_);                     \
     int stopped_ = cp_profiler_before_exec();                                  \
     int rc_ = (call);                                                          \
     int errno_ = errno;                                                        \
     if (stopped_)                                                              \
       cp_profiler_exec_failed();                                               \
+    release_env(&map_);                                                        \
     errno = errno_;                                                            \
     return rc_;                                                                \
   } while (0)

@@ -170,12 +170,12 @@ static void teardown_locked(int keep_config) {
     cp_config_free(&prof.cfg);
 }
 
-/* A binding's options first, then the environment. */
+/* A binding's options first, then the environment (read by config.c). */
 static const char *runtime_option(const char *name, void *ctx) {
   (void)ctx;
   const char *v =
       prof.runtime.option ? prof.runtime.option(name, prof.runtime.ctx) : NULL;
-  return v ? v : getenv(name);
+  return v ? v : cp_config_getenv(name);
 }
 
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
@@ -249,7 +249,8 @@ static int start_locked(const contprof_options *opts,
   int rc =
       cp_config_load(&prof.cfg, opts, runtime ? runtime_option : NULL, NULL);
   if (rc == 0 && !prof.cfg.enabled) {
-    cp_info("profiling disabled by CONTPROF_ENABLED");
+    if (!prof.cfg.privileged) /* config.c said why */
+      cp_info("profiling disabled by CONTPROF_ENABLED");
     cp_config_free(&prof.cfg);
     rc = CONTPROF_ERR_DISABLED;
   } else if (rc == 0 && (rc = start_configured()) != 0) {

@@ -15,7 +15,7 @@
 /* The preload library next to this binary (build tree), in ../lib (install
  * tree), or in the configured install libdir. */
 static int find_preload(char *out, size_t len) {
-  const char *forced = getenv("CONTPROF_PRELOAD_LIBRARY");
+  const char *forced = secure_getenv("CONTPROF_PRELOAD_LIBRARY");
   if (forced && access(forced, R_OK) == 0)
     return snprintf(out, len, "%s", forced), 0;
   char exe[PATH_MAX - 64];
@@ -105,7 +105,7 @@ int cp_cmd_run(int argc, char **argv) {
             "unprofiled\n",
             PRELOAD_NAME);
   } else {
-    const char *old = getenv("LD_PRELOAD");
+    const char *old = secure_getenv("LD_PRELOAD");
     char *preload = NULL;
     if (old && *old) {
       if (asprintf(&preload, "%s:%s", lib, old) < 0)

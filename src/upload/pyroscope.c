@@ -17,6 +17,11 @@
 #define PYROSCOPE_MAX_SAMPLES 16000
 #define PYROSCOPE_MAX_BYTES ((size_t)4 << 20)
 #define PYROSCOPE_MAX_LABEL_NAMES 30
+/* The application name with its tags, percent-encoded, in the request
+ * target: whole tags are left out past it (docs/security.md, "Names and
+ * tags"), so that the target stays well within the URL buffers and the
+ * request lines servers and proxies accept (8 KiB is common). */
+#define PYROSCOPE_MAX_NAME 4096
 /* The server takes time_nanos in [now - 1 h, now + 10 min]: older spooled
  * profiles would be refused. */
 #define PYROSCOPE_MAX_AGE_NS (3300ull * 1000000000ull)
@@ -38,7 +43,7 @@ static const family families[] = {
 };
 
 typedef struct pyro_ctx {
-  char name_escaped[2048]; /* APP{k=v,...}, percent-encoded */
+  char name_escaped[PYROSCOPE_MAX_NAME + 1]; /* APP{k=v,...}, encoded */
   size_t max_labels;
 } pyro_ctx;
 
@@ -84,7 +89,7 @@ static int pyro_build(void *ctx, const cp_generation *g,
       cp_info("pyroscope: %zu light samples of %s folded into [other] "
               "(limits: %d samples, %zu bytes)",
               folded, f->name, PYROSCOPE_MAX_SAMPLES, PYROSCOPE_MAX_BYTES);
-    char target[2600];
+    char target[PYROSCOPE_MAX_NAME + 256];
     snprintf(target, sizeof target,
              "/ingest?name=%s&from=%" PRIu64 "&until=%" PRIu64
              "&spyName=contprof&sampleRate=%d",
@@ -107,45 +112,110 @@ fail:
   return -1;
 }
 
-/* App names take [a-zA-Z0-9_./-], tag keys [a-zA-Z0-9_.]; values may not
- * hold the syntax characters of APP{k=v,k2=v2}. */
-static void add_clean(char *out, size_t len, const char *s, int kind) {
-  size_t o = strlen(out);
-  for (; *s && o + 1 < len; s++) {
-    char ch = *s;
-    int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-             (ch >= '0' && ch <= '9') || ch == '_' || ch == '.';
-    if (kind == 0)
-      ok |= ch == '/' || ch == '-';
-    if (kind == 2)
-      ok = ch != '{' && ch != '}' && ch != ',' && ch != '=' &&
-           (unsigned char)ch >= 0x20;
-    out[o++] = ok ? ch : '_';
+/* App names take [a-zA-Z0-9_./-] (kind 0), tag keys [a-zA-Z0-9_.] (kind 1);
+ * values (kind 2) may not hold the syntax characters of APP{k=v,k2=v2}.
+ * Other characters become '_'. */
+static char clean_char(char ch, int kind) {
+  int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch >= '0' && ch <= '9') || ch == '_' || ch == '.';
+  if (kind == 0)
+    ok |= ch == '/' || ch == '-';
+  if (kind == 2)
+    ok = ch != '{' && ch != '}' && ch != ',' && ch != '=' &&
+         (unsigned char)ch >= 0x20;
+  return ok ? ch : '_';
+}
+
+/* The percent-encoded length of a character (as cp_url_escape writes it). */
+static size_t escaped_len(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' ||
+                 ch == '.' || ch == '~'
+             ? 1
+             : 3;
+}
+
+/* The encoded length of s cleaned as kind. */
+static size_t piece_len(const char *s, int kind) {
+  size_t n = 0;
+  for (; *s; s++)
+    n += escaped_len(clean_char(*s, kind));
+  return n;
+}
+
+/* Appends s cleaned as kind and percent-encoded (as cp_url_escape does) to
+ * out at *used, as far as it fits in cap bytes; a NUL follows. */
+static void add_piece(char *out, size_t *used, size_t cap, const char *s,
+                      int kind) {
+  static const char hex[] = "0123456789ABCDEF";
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)clean_char(*s, kind);
+    size_t n = escaped_len((char)ch);
+    if (*used + n > cap)
+      break;
+    if (n == 1) {
+      out[(*used)++] = (char)ch;
+    } else {
+      out[(*used)++] = '%';
+      out[(*used)++] = hex[ch >> 4];
+      out[(*used)++] = hex[ch & 15];
+    }
   }
-  out[o] = 0;
+  out[*used] = 0;
+}
+
+/* Appends literal (already encoded) text; the caller made room for it. */
+static void add_raw(char *out, size_t *used, const char *text) {
+  size_t n = strlen(text);
+  memcpy(out + *used, text, n + 1);
+  *used += n;
+}
+
+/* APP{k=v,...}, encoded, into out (PYROSCOPE_MAX_NAME + 1 bytes): the service
+ * (cut if it alone would not fit), then whole tags while they fit and
+ * Pyroscope's bound on label names allows; *ntags receives how many went in.
+ * Returns how many were left out. */
+static size_t build_name(const cp_config *cfg, char *out, size_t *ntags) {
+  /* __name__ and service_name count too; one is kept for sample labels. */
+  const size_t max_tags = PYROSCOPE_MAX_LABEL_NAMES - 3;
+  const size_t braces = 6; /* %7B and %7D */
+  size_t used = 0, left_out = 0;
+  *out = 0;
+  add_piece(out, &used, PYROSCOPE_MAX_NAME - braces, cfg->service, 0);
+  add_raw(out, &used, "%7B");
+  *ntags = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const cp_tag *tags = pass ? cfg->pyroscope_labels : cfg->tags;
+    size_t n = pass ? cfg->npyroscope_labels : cfg->ntags;
+    for (size_t i = 0; i < n; i++) {
+      size_t need = (*ntags ? 3 : 0) + piece_len(tags[i].key, 1) + 3 +
+                    piece_len(tags[i].value, 2);
+      if (*ntags == max_tags || used + need + 3 > PYROSCOPE_MAX_NAME) {
+        left_out++;
+        continue;
+      }
+      if ((*ntags)++)
+        add_raw(out, &used, "%2C");
+      add_piece(out, &used, PYROSCOPE_MAX_NAME, tags[i].key, 1);
+      add_raw(out, &used, "%3D");
+      add_piece(out, &used, PYROSCOPE_MAX_NAME, tags[i].value, 2);
+    }
+  }
+  add_raw(out, &used, "%7D");
+  return left_out;
 }
 
 cp_sink *cp_pyroscope_sink_create(const cp_config *cfg) {
   pyro_ctx *c = calloc(1, sizeof *c);
   if (!c)
     return NULL;
-  char name[1600] = "";
-  add_clean(name, sizeof name, cfg->service, 0);
   size_t ntags = 0;
-  strcat(name, "{");
-  for (int pass = 0; pass < 2; pass++) {
-    const cp_tag *tags = pass ? cfg->pyroscope_labels : cfg->tags;
-    size_t n = pass ? cfg->npyroscope_labels : cfg->ntags;
-    for (size_t i = 0; i < n && strlen(name) + 8 < sizeof name; i++) {
-      if (ntags++)
-        strcat(name, ",");
-      add_clean(name, sizeof name, tags[i].key, 1);
-      strcat(name, "=");
-      add_clean(name, sizeof name, tags[i].value, 2);
-    }
-  }
-  strcat(name, "}");
-  cp_url_escape(name, c->name_escaped, sizeof c->name_escaped);
+  size_t left_out = build_name(cfg, c->name_escaped, &ntags);
+  if (left_out)
+    cp_warn("pyroscope: %zu tag%s left out of the application name (at most "
+            "%d tags and %d encoded bytes)",
+            left_out, left_out == 1 ? "" : "s", PYROSCOPE_MAX_LABEL_NAMES - 3,
+            PYROSCOPE_MAX_NAME);
   /* __name__ and service_name count too. */
   size_t room = PYROSCOPE_MAX_LABEL_NAMES - 2;
   c->max_labels = ntags + 1 < room ? room - ntags : 1;

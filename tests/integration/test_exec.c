@@ -2,12 +2,13 @@
  * chain profiles itself and none is killed by a sampling signal left
  * pending; not following removes the library from LD_PRELOAD; a failed exec
  * goes on profiling; short-lived children write no empty profile; vfork +
- * exec works. */
+ * exec works; a large environment needs no stack. */
 #include "harness.h"
 #include "test.h"
 
 #define CONTPROF CP_BUILD_DIR "/contprof"
 #define WORKLOAD CP_BUILD_DIR "/tests/workload"
+#define EXEC_BIGENV CP_BUILD_DIR "/tests/exec_bigenv"
 #define MAX_PROFILES 64
 
 static double seconds_in(const pprof_profile *p, const char *fn) {
@@ -211,7 +212,60 @@ static void test_vfork_exec(void) {
   remove_dir(dir);
 }
 
+/* Exits 3 if LD_PRELOAD still names the library. */
+#define NOT_PRELOADED                                                          \
+  "case \"$LD_PRELOAD\" in *libcontprof*) exit 3;; esac; exit 0"
+
+static run_result *run_bigenv(char *dir, const char *const *env,
+                              char *const *args) {
+  char *argv[16] = {CONTPROF, "run", "--output", dir, "--", EXEC_BIGENV};
+  size_t n = 6;
+  for (; *args && n < 15; args++)
+    argv[n++] = *args;
+  argv[n] = NULL;
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  if (WIFSIGNALED(r->status))
+    printf("exec_bigenv %s: killed by signal %d\n", argv[6],
+           WTERMSIG(r->status));
+  return r;
+}
+
+/* A thread with a 128 KiB stack execs with 20,000 more environment
+ * variables: the hooks took 8 bytes of its stack per variable plus 4 KiB
+ * (160 KB) and crashed it. Followed, the environment is passed on as is;
+ * not followed, its copy without the library is not on the stack either,
+ * and the copies 100 vfork children leave in the address space they share
+ * with the parent are unmapped (100 x 160 KB otherwise). */
+static void test_exec_big_environment_small_stack(void) {
+  char *dir = make_temp_dir("exec-bigenv");
+  char *followed[] = {"exec", "/bin/true", NULL};
+  run_result *r = run_bigenv(dir, NULL, followed);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  free(r);
+
+  const char *off[] = {"CONTPROF_FOLLOW_EXEC=0", NULL};
+  char *stripped[] = {"exec", "/bin/sh", "-c", NOT_PRELOADED, NULL};
+  r = run_bigenv(dir, off, stripped);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  free(r);
+
+  char *vforked[] = {"vfork", "100", "/bin/sh", "-c", NOT_PRELOADED, NULL};
+  r = run_bigenv(dir, off, vforked);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  int ok = -1;
+  long growth_kb = -1;
+  const char *line = strstr(r->out, "ok=");
+  CHECK(line && sscanf(line, "ok=%d anon_growth_kb=%ld", &ok, &growth_kb) == 2);
+  printf("vfork: %d of 100 children ok, anonymous memory %+ld KiB\n", ok,
+         growth_kb);
+  CHECK_EQ_INT(ok, 100);
+  CHECK(growth_kb < 4096);
+  free(r);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_exec_chain_is_followed), T(test_exec_not_followed),
           T(test_failed_exec_keeps_profiling),
           T(test_short_lived_children_write_no_empty_profile),
-          T(test_vfork_exec))
+          T(test_vfork_exec), T(test_exec_big_environment_small_stack))

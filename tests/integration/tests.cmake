@@ -20,8 +20,12 @@ add_dependencies(test_fork workload contprof_cli contprof_preload)
 set_tests_properties(test_fork PROPERTIES TIMEOUT 120)
 
 # exec: followed images, the LD_PRELOAD policy, failed exec, vfork.
+add_executable(exec_bigenv integration/exec_bigenv.c)
+target_link_libraries(exec_bigenv PRIVATE Threads::Threads)
+set_target_properties(exec_bigenv PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 cp_unit_test(test_exec integration/test_exec.c)
-add_dependencies(test_exec workload contprof_cli contprof_preload)
+add_dependencies(test_exec workload exec_bigenv contprof_cli contprof_preload)
 set_tests_properties(test_exec PROPERTIES TIMEOUT 180)
 
 # Explicit-link mode: the test links libcontprof.so like a C service would.
@@ -117,3 +121,13 @@ set_target_properties(mixed_workload PROPERTIES
 cp_unit_test(test_valgrind integration/test_valgrind.c)
 add_dependencies(test_valgrind mixed_workload contprof_preload)
 set_tests_properties(test_valgrind PROPERTIES TIMEOUT 240)
+
+# Privileged programs: a setuid-root copy of a program linked with
+# libcontprof.so, run as nobody with a hostile environment (needs root).
+add_executable(setuid_prog integration/setuid_prog.c)
+target_link_libraries(setuid_prog PRIVATE contprof)
+set_target_properties(setuid_prog PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_setuid integration/test_setuid.c)
+add_dependencies(test_setuid setuid_prog workload contprof_preload)
+set_tests_properties(test_setuid PROPERTIES TIMEOUT 120)

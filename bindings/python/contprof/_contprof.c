@@ -110,7 +110,8 @@ static const char *own_option(const char *name, void *ctx) {
   for (size_t i = 0; i < sizeof own_vars / sizeof *own_vars; i++)
     if (strcmp(own_vars[i], name) == 0) {
       const char *v = option_find(opts.user, opts.nuser, name);
-      return v ? v : getenv(name);
+      /* secure_getenv: nothing of a setuid invoker's (docs/security.md). */
+      return v ? v : secure_getenv(name);
     }
   return NULL;
 }
