@@ -2,7 +2,8 @@
  * port) or a unix socket, in threads of the test process. It records every
  * request (method, target, headers, body), answers with the status the test
  * scripted for that request (0: accept and never answer), and parses
- * multipart/form-data bodies. */
+ * multipart/form-data bodies. Its helpers are static inline: a test file
+ * includes it whole and uses what it needs. */
 #ifndef CP_TEST_SERVER_H
 #define CP_TEST_SERVER_H
 
@@ -55,7 +56,7 @@ typedef struct test_server {
   char reply_body[256];
 } test_server;
 
-static int srv_read_exact(int fd, uint8_t *buf, size_t len) {
+static inline int srv_read_exact(int fd, uint8_t *buf, size_t len) {
   while (len) {
     ssize_t n = read(fd, buf, len);
     if (n < 0 && errno == EINTR)
@@ -70,8 +71,8 @@ static int srv_read_exact(int fd, uint8_t *buf, size_t len) {
 
 /* The value of header name (case-insensitive) in raw header lines, into
  * out; 1 when found. */
-static int srv_header(const char *headers, const char *name, char *out,
-                      size_t len) {
+static inline int srv_header(const char *headers, const char *name, char *out,
+                             size_t len) {
   size_t nl = strlen(name);
   for (const char *line = headers; line && *line;) {
     const char *end = strstr(line, "\r\n");
@@ -95,7 +96,7 @@ typedef struct srv_conn_arg {
   int fd;
 } srv_conn_arg;
 
-static void *srv_conn_thread(void *arg) {
+static inline void *srv_conn_thread(void *arg) {
   srv_conn_arg a = *(srv_conn_arg *)arg;
   free(arg);
   test_server *s = a.s;
@@ -166,7 +167,7 @@ static void *srv_conn_thread(void *arg) {
   }
 }
 
-static void *srv_accept_thread(void *arg) {
+static inline void *srv_accept_thread(void *arg) {
   test_server *s = arg;
   while (!atomic_load(&s->stop)) {
     struct pollfd p = {s->fd, POLLIN, 0};
@@ -194,7 +195,7 @@ static void *srv_accept_thread(void *arg) {
 
 /* Binds (TCP on 127.0.0.1, or unix_path when non-NULL) without listening:
  * connections are refused until srv_listen. */
-static test_server *srv_create(const char *unix_path) {
+static inline test_server *srv_create(const char *unix_path) {
   test_server *s = calloc(1, sizeof *s);
   s->reqs = calloc(SRV_MAX_REQS, sizeof *s->reqs);
   s->default_status = 200;
@@ -224,7 +225,7 @@ static test_server *srv_create(const char *unix_path) {
 
 /* Like srv_create(NULL) but on the IPv4 or IPv6 literal ip (::1, a
  * non-loopback address of this host); NULL when it cannot bind there. */
-static test_server *srv_create_ip(const char *ip) {
+static inline test_server *srv_create_ip(const char *ip) {
   struct sockaddr_in6 a6 = {.sin6_family = AF_INET6};
   struct sockaddr_in a4 = {.sin_family = AF_INET};
   int v6 = inet_pton(AF_INET6, ip, &a6.sin6_addr) == 1;
@@ -245,18 +246,18 @@ static test_server *srv_create_ip(const char *ip) {
   return s;
 }
 
-static void srv_listen(test_server *s) {
+static inline void srv_listen(test_server *s) {
   listen(s->fd, 64);
   pthread_create(&s->thread, NULL, srv_accept_thread, s);
 }
 
-static test_server *srv_start(const char *unix_path) {
+static inline test_server *srv_start(const char *unix_path) {
   test_server *s = srv_create(unix_path);
   srv_listen(s);
   return s;
 }
 
-static void srv_stop(test_server *s) {
+static inline void srv_stop(test_server *s) {
   atomic_store(&s->stop, 1);
   if (s->thread)
     pthread_join(s->thread, NULL);
@@ -280,7 +281,7 @@ static void srv_stop(test_server *s) {
 
 /* Waits until at least n requests arrived or timeout_ms passed; returns the
  * count. */
-static size_t srv_wait(test_server *s, size_t n, int timeout_ms) {
+static inline size_t srv_wait(test_server *s, size_t n, int timeout_ms) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_sec += timeout_ms / 1000;
@@ -306,8 +307,8 @@ typedef struct mp_part {
   size_t len;
 } mp_part;
 
-static const uint8_t *mem_find(const uint8_t *h, size_t hl, const char *n,
-                               size_t nl) {
+static inline const uint8_t *mem_find(const uint8_t *h, size_t hl,
+                                      const char *n, size_t nl) {
   if (nl > hl)
     return NULL;
   for (size_t i = 0; i + nl <= hl; i++)
@@ -316,7 +317,8 @@ static const uint8_t *mem_find(const uint8_t *h, size_t hl, const char *n,
   return NULL;
 }
 
-static void mp_param(const char *disp, const char *key, char *out, size_t len) {
+static inline void mp_param(const char *disp, const char *key, char *out,
+                            size_t len) {
   char pat[64];
   snprintf(pat, sizeof pat, "%s=\"", key);
   out[0] = 0;
@@ -335,7 +337,7 @@ static void mp_param(const char *disp, const char *key, char *out, size_t len) {
 }
 
 /* Parses a multipart/form-data body; returns the number of parts, or -1. */
-static int mp_parse(const srv_request *r, mp_part *parts, int max) {
+static inline int mp_parse(const srv_request *r, mp_part *parts, int max) {
   char ct[512];
   if (!srv_header(r->headers, "Content-Type", ct, sizeof ct) ||
       strncmp(ct, "multipart/form-data", 19) != 0)
@@ -382,7 +384,8 @@ static int mp_parse(const srv_request *r, mp_part *parts, int max) {
   return -1;
 }
 
-static const mp_part *mp_find(const mp_part *parts, int n, const char *name) {
+static inline const mp_part *mp_find(const mp_part *parts, int n,
+                                     const char *name) {
   for (int i = 0; i < n; i++)
     if (strcmp(parts[i].name, name) == 0)
       return &parts[i];

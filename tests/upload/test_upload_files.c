@@ -217,8 +217,6 @@ static pid_t dead_pid(void) {
  * ASan report); the directories are now opened by cp_safe_dir_open alone,
  * which refuses "" with a sentence. */
 static void test_empty_dir_name(void) {
-  (void)mp_parse; /* server.h helpers this file does not use */
-  (void)mp_find;
   char why[256] = "";
   errno = 0;
   CHECK_EQ_INT(cp_safe_dir_open("", why, sizeof why), -1);
