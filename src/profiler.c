@@ -184,6 +184,7 @@ static const char *runtime_option(const char *name, void *ctx) {
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
+  cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_symbols_init();
   /* Label sets take at most a quarter of CONTPROF_MAX_MEMORY_MB; from here
    * on a set no one holds waits for the samples naming it to be exported. */
