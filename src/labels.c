@@ -74,6 +74,13 @@ static uint32_t free_head;      /* freed slots, linked by next_free */
 static uint32_t *index_table;   /* live slots by hash; rebuilt after frees */
 static size_t memory_used, memory_limit = DEFAULT_MEMORY_LIMIT;
 static int readers; /* read pins */
+/* A sweep scans every slot. While profiling, one per epoch frees all it
+ * can (a set becomes free only when the epoch moves), so a full table asks
+ * for none until then; while stopped, a sweep that freed nothing (every set
+ * held) is not repeated for SWEEP_INTERVAL_NS. */
+#define SWEEP_INTERVAL_NS 10000000ull
+static uint32_t swept_epoch = UINT32_MAX;
+static uint64_t fruitless_sweep_ns;
 static uint64_t last_warn_ns[3];
 static _Atomic uint32_t epoch;
 static _Atomic int profiling;
@@ -205,13 +212,20 @@ static void index_insert_locked(uint32_t slot, uint64_t hash) {
 }
 
 /* Frees the sets no one holds whose last samples are exported (all of them
- * while the profiler is stopped), unless a reader is pinned. Caller holds
- * intern_lock. Returns how many were freed. */
-static size_t sweep_locked(void) {
+ * while the profiler is stopped), unless a reader is pinned; `force`: even
+ * if a sweep just ran. Caller holds intern_lock. Returns how many were
+ * freed. */
+static size_t sweep_locked(int force) {
   if (readers || !index_table)
     return 0;
   uint32_t now = atomic_load(&epoch);
   int stopped = !atomic_load(&profiling);
+  uint64_t now_ns = cp_monotonic_ns();
+  if (!force && (stopped ? fruitless_sweep_ns &&
+                               now_ns - fruitless_sweep_ns < SWEEP_INTERVAL_NS
+                         : now == swept_epoch))
+    return 0;
+  swept_epoch = now;
   size_t freed = 0;
   for (uint32_t slot = 1; slot < high_water; slot++) {
     labelset *s = slot_of(slot);
@@ -235,6 +249,7 @@ static size_t sweep_locked(void) {
     free_head = slot;
     freed++;
   }
+  fruitless_sweep_ns = freed ? 0 : now_ns;
   if (freed) {
     memset(index_table, 0, INDEX_SIZE * sizeof *index_table);
     for (uint32_t slot = 1; slot < high_water; slot++) {
@@ -304,7 +319,7 @@ static uint32_t intern_locked(const cp_label *l, size_t n, int *err) {
   uint32_t slot = 0;
   if (memory_used + bytes <= memory_limit)
     slot = take_slot_locked();
-  if (!slot && sweep_locked() && memory_used + bytes <= memory_limit)
+  if (!slot && sweep_locked(0) && memory_used + bytes <= memory_limit)
     slot = take_slot_locked();
   if (!slot) {
     if (warn_due(WARN_FULL))
@@ -448,7 +463,7 @@ void contprof_labels_clear(void) {
 void cp_labels_collect(void) {
   pthread_mutex_lock(&intern_lock);
   atomic_fetch_add(&epoch, 1);
-  sweep_locked();
+  sweep_locked(1);
   pthread_mutex_unlock(&intern_lock);
 }
 
@@ -456,7 +471,7 @@ void cp_labels_set_profiling(int on) {
   pthread_mutex_lock(&intern_lock);
   atomic_store(&profiling, on);
   if (!on)
-    sweep_locked();
+    sweep_locked(1);
   pthread_mutex_unlock(&intern_lock);
 }
 
