@@ -44,6 +44,7 @@
 #define INDEX_SIZE (2u << SLOT_BITS) /* open addressing: slot or 0 */
 #define MAX_LABELS_PER_SET 32
 #define DEFAULT_MEMORY_LIMIT ((size_t)16 << 20)
+#define MIN_MEMORY_LIMIT ((size_t)2 << 20)
 #define WARN_INTERVAL_NS 60000000000ull /* one line a minute per kind */
 
 /* The state word: holders in bits 0..22, live in 23, the retiring epoch in
@@ -72,6 +73,8 @@ static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t high_water = 1; /* slots below it have been used */
 static uint32_t free_head;      /* freed slots, linked by next_free */
 static uint32_t *index_table;   /* live slots by hash; rebuilt after frees */
+/* The sets' own bytes; the tables (the index, 512 KiB, and slot chunks up
+ * to 3 MiB, kept once made) are bounded by the slot count instead. */
 static size_t memory_used, memory_limit = DEFAULT_MEMORY_LIMIT;
 static int readers; /* read pins */
 /* A sweep scans every slot. While profiling, one per epoch frees all it
@@ -274,13 +277,9 @@ static uint32_t take_slot_locked(void) {
   uint32_t slot = high_water;
   if (!atomic_load_explicit(&chunks[slot >> CHUNK_BITS],
                             memory_order_relaxed)) {
-    size_t bytes = CHUNK_SIZE * sizeof(labelset);
-    if (memory_used + bytes > memory_limit)
-      return 0;
     labelset *chunk = calloc(CHUNK_SIZE, sizeof *chunk);
     if (!chunk)
       return 0;
-    memory_used += bytes;
     atomic_store_explicit(&chunks[slot >> CHUNK_BITS], chunk,
                           memory_order_release);
   }
@@ -298,7 +297,6 @@ static uint32_t intern_locked(const cp_label *l, size_t n, int *err) {
     index_table = calloc(INDEX_SIZE, sizeof *index_table);
     if (!index_table)
       return *err = CONTPROF_ERR_NOMEM, 0;
-    memory_used += INDEX_SIZE * sizeof *index_table;
   }
   uint64_t h = hash_labels(l, n);
   for (size_t i = h & (INDEX_SIZE - 1); index_table[i];
@@ -477,7 +475,7 @@ void cp_labels_set_profiling(int on) {
 
 void cp_labels_set_memory_limit(size_t bytes) {
   pthread_mutex_lock(&intern_lock);
-  memory_limit = bytes;
+  memory_limit = bytes > MIN_MEMORY_LIMIT ? bytes : MIN_MEMORY_LIMIT;
   pthread_mutex_unlock(&intern_lock);
 }
 

@@ -53,12 +53,12 @@ void cp_labels_collect(void);
  * pending, so sets no one holds are freed at once (and now). */
 void cp_labels_set_profiling(int on);
 
-/* Bytes label sets may take in all (their strings, and the tables), a
- * quarter of CONTPROF_MAX_MEMORY_MB; 16 MiB until the profiler first
- * starts. */
+/* Bytes label sets may take (their labels and strings), a quarter of
+ * CONTPROF_MAX_MEMORY_MB, at least 2 MiB; 16 MiB until the profiler first
+ * starts. The tables come on top, at most 3.5 MiB. */
 void cp_labels_set_memory_limit(size_t bytes);
 
-/* Bytes label sets and their tables take now (for tests and the log). */
+/* Bytes label sets take now (for tests and the log). */
 size_t cp_labels_memory_used(void);
 
 #endif

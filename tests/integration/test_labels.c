@@ -3,6 +3,8 @@
  * freed once no thread, scope or live heap sample holds them, so RSS stays
  * flat and the set table never fills for good, and a live heap sample keeps
  * its labels however many periods pass. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "contprof/profiler.h"
@@ -210,7 +212,122 @@ static void test_heap_samples_keep_their_labels(void) {
   remove_dir(dir);
 }
 
+/* Label memory counts against CONTPROF_MAX_MEMORY_MB: with 8 MiB, sets
+ * take 2 MiB at most; held sets past that are refused, and once given back
+ * (and two profiles out) there is room again. */
+static void test_label_memory_is_bounded(void) {
+  char *dir = make_temp_dir("labelcap");
+  setenv("CONTPROF_MAX_MEMORY_MB", "8", 1);
+  contprof_options o = {.output_dir = dir, .upload_period_s = 3600};
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  unsetenv("CONTPROF_MAX_MEMORY_MB");
+  enum { MAX_HELD = 4000 };
+  static uint32_t held[MAX_HELD];
+  static char value[1001];
+  memset(value, 'x', 1000);
+  int n = 0, refused = 0;
+  for (; n < MAX_HELD; n++) {
+    snprintf(value, 16, "%07d", n);
+    value[7] = 'x';
+    contprof_label_scope scope;
+    int rc = contprof_label_push("blob", value, &scope);
+    if (rc != 0) {
+      refused = rc;
+      break;
+    }
+    held[n] = contprof_labels_hold(contprof_labels_current());
+    contprof_label_pop(&scope);
+  }
+  printf("%d sets of 1 kB held before %s\n", n, contprof_strerror(refused));
+  CHECK_EQ_INT(refused, CONTPROF_ERR_LABELS_FULL);
+  CHECK(n > 1000 && n * 1000 <= 2 << 20);
+  memcpy(value, "another", 7);
+  CHECK_EQ_INT(push_pop("blob", value), CONTPROF_ERR_LABELS_FULL);
+  for (int i = 0; i < n; i++)
+    contprof_labels_release(held[i]);
+  CHECK_EQ_INT(push_pop("blob", value), CONTPROF_ERR_LABELS_FULL); /* yet */
+  CHECK_EQ_INT(contprof_flush(), 0);
+  CHECK_EQ_INT(contprof_flush(), 0); /* two profiles out: freed */
+  CHECK_EQ_INT(push_pop("blob", value), 0);
+  CHECK_EQ_INT(contprof_stop(), 0);
+  remove_dir(dir);
+}
+
+static _Atomic int stress_stop;
+
+static void *stress_thread(void *arg) {
+  long id = (long)arg;
+  uint64_t frame = (uint64_t)(uintptr_t)marker;
+  char value[64];
+  for (long i = 0; !stress_stop; i++) {
+    /* A few shared values and a new one every 8th push. */
+    if (i % 8 == 0)
+      snprintf(value, sizeof value, "v-%ld-%ld", id, i);
+    else
+      snprintf(value, sizeof value, "v-shared-%ld", i % 5);
+    contprof_label_scope outer, inner;
+    if (contprof_label_push("t", value, &outer) != 0)
+      continue;
+    if (contprof_label_push("u", "inner", &inner) == 0) {
+      contprof_record_sample(&frame, 1, 0, CONTPROF_LABELS_OF_CALLER,
+                             CONTPROF_KIND_CPU, 1, 1000);
+      contprof_label_pop(&inner);
+    }
+    contprof_record_sample(&frame, 1, 0, CONTPROF_LABELS_OF_CALLER,
+                           CONTPROF_KIND_CPU, 1, 1000);
+    contprof_label_pop(&outer);
+  }
+  return NULL;
+}
+
+/* Threads push, sample and pop while periods are exported and sets freed:
+ * every label in every profile is one that was pushed (no freed or reused
+ * memory read), and nothing crashes. */
+static void test_concurrent_pushes_and_exports(void) {
+  char *dir = make_temp_dir("labelstress");
+  contprof_options o = {.output_dir = dir, .upload_period_s = 3600};
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  pthread_t t[3];
+  stress_stop = 0;
+  for (long i = 0; i < 3; i++)
+    pthread_create(&t[i], NULL, stress_thread, (void *)i);
+  for (int i = 0; i < 8; i++) {
+    usleep(50000);
+    CHECK_EQ_INT(contprof_flush(), 0);
+  }
+  stress_stop = 1;
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  CHECK_EQ_INT(contprof_stop(), 0);
+
+  pprof_profile *profiles[16];
+  size_t n = read_profiles(dir, profiles, 16, NULL);
+  long labeled = 0, bad = 0;
+  for (size_t f = 0; f < n; f++) {
+    const pprof_profile *p = profiles[f];
+    for (size_t i = 0; i < p->n_sample; i++) {
+      const Perftools__Profiles__Sample *s = p->sample[i];
+      if (!pprof_sample_has_function(p, s, "marker"))
+        continue;
+      const Perftools__Profiles__Label *l = pprof_sample_label(p, s, "t");
+      const char *v = l ? pprof_label_str(p, l) : NULL;
+      const Perftools__Profiles__Label *u = pprof_sample_label(p, s, "u");
+      const char *uv = u ? pprof_label_str(p, u) : NULL;
+      labeled += v != NULL;
+      bad += !v || strncmp(v, "v-", 2) != 0 || (uv && strcmp(uv, "inner"));
+    }
+    pprof_profile_free(profiles[f]);
+  }
+  printf("%zu profiles, %ld labeled samples, %ld bad\n", n, labeled, bad);
+  CHECK(n >= 8);
+  CHECK(labeled > 0);
+  CHECK_EQ_INT(bad, 0);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_long_values_do_not_grow_rss),
           T(test_long_value_is_cut_in_the_profile),
           T(test_sets_are_reused_over_time),
-          T(test_heap_samples_keep_their_labels))
+          T(test_heap_samples_keep_their_labels),
+          T(test_label_memory_is_bounded),
+          T(test_concurrent_pushes_and_exports))
