@@ -75,7 +75,10 @@ static uint32_t free_head;      /* freed slots, linked by next_free */
 static uint32_t *index_table;   /* live slots by hash; rebuilt after frees */
 /* The sets' own bytes; the tables (the index, 512 KiB, and slot chunks up
  * to 3 MiB, kept once made) are bounded by the slot count instead. */
-static size_t memory_used, memory_limit = DEFAULT_MEMORY_LIMIT;
+static size_t memory_used;
+/* Set without intern_lock: the profiler sets it from its fork-child
+ * handler, which may run before ours has released the lock. */
+static _Atomic size_t memory_limit = DEFAULT_MEMORY_LIMIT;
 static int readers; /* read pins */
 /* A sweep scans every slot. While profiling, one per epoch frees all it
  * can (a set becomes free only when the epoch moves), so a full table asks
@@ -465,18 +468,22 @@ void cp_labels_collect(void) {
   pthread_mutex_unlock(&intern_lock);
 }
 
+/* Lock-free but for the sweep, which is skipped when the lock is taken: in
+ * the child of fork the profiler's handler may run before ours, with the
+ * lock still held by our prepare handler (handler order follows
+ * registration, and constructors may run in either order). A later sweep
+ * frees what this one would have. */
 void cp_labels_set_profiling(int on) {
-  pthread_mutex_lock(&intern_lock);
   atomic_store(&profiling, on);
-  if (!on)
+  if (!on && pthread_mutex_trylock(&intern_lock) == 0) {
     sweep_locked(1);
-  pthread_mutex_unlock(&intern_lock);
+    pthread_mutex_unlock(&intern_lock);
+  }
 }
 
 void cp_labels_set_memory_limit(size_t bytes) {
-  pthread_mutex_lock(&intern_lock);
-  memory_limit = bytes > MIN_MEMORY_LIMIT ? bytes : MIN_MEMORY_LIMIT;
-  pthread_mutex_unlock(&intern_lock);
+  atomic_store(&memory_limit,
+               bytes > MIN_MEMORY_LIMIT ? bytes : MIN_MEMORY_LIMIT);
 }
 
 size_t cp_labels_memory_used(void) {
