@@ -217,12 +217,78 @@ static void budget_free(void *data, void *p) {
   free(p);
 }
 
+/* A varint at *p (below end), or -1 when truncated or over 10 bytes. */
+static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 70 && *p < end; shift += 7) {
+    uint8_t b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << (shift < 64 ? shift : 63);
+    if (!(b & 0x80))
+      return 0;
+  }
+  return -1;
+}
+
+/* The least memory protobuf-c will ask for to decode data: one struct (and
+ * its pointer) per repeated message or string at the top level, counted in
+ * one pass over the wire format without decoding. A file of 8M empty
+ * samples is refused here, before any of it is allocated. Malformed input
+ * ends the count; the decoder then says what is wrong. */
+static size_t least_decoded_size(const uint8_t *data, size_t len) {
+  static const size_t per_field[] = {
+      [1] = sizeof(Perftools__Profiles__ValueType),
+      [2] = sizeof(Perftools__Profiles__Sample),
+      [3] = sizeof(Perftools__Profiles__Mapping),
+      [4] = sizeof(Perftools__Profiles__Location),
+      [5] = sizeof(Perftools__Profiles__Function),
+      [6] = 1, /* a string: its bytes, counted below, and a NUL */
+  };
+  const uint8_t *p = data, *end = data + len;
+  size_t total = 0;
+  while (p < end) {
+    uint64_t key, n;
+    if (read_varint(&p, end, &key) != 0)
+      break;
+    uint64_t field = key >> 3;
+    switch (key & 7) {
+    case 0:
+      if (read_varint(&p, end, &n) != 0)
+        return total;
+      break;
+    case 1:
+      if (end - p < 8)
+        return total;
+      p += 8;
+      break;
+    case 5:
+      if (end - p < 4)
+        return total;
+      p += 4;
+      break;
+    case 2:
+      if (read_varint(&p, end, &n) != 0 || n > (uint64_t)(end - p))
+        return total;
+      p += n;
+      if (field < sizeof per_field / sizeof per_field[0] && per_field[field])
+        /* The struct, the pointer to it, and malloc's 16-byte minimum. */
+        total += per_field[field] + sizeof(void *) + 16 +
+                 (field == 6 ? (size_t)n : 0);
+      break;
+    default:
+      return total;
+    }
+  }
+  return total;
+}
+
 /* pprof_decode, naming `named_limit` when the budget is exceeded and
  * storing in *used (may be NULL) the bytes the profile keeps. */
 static int decode_within(const uint8_t *data, size_t len, size_t max_memory,
                          size_t named_limit, size_t *used, pprof_profile **out,
                          char *err, size_t errlen) {
   *out = NULL;
+  if (least_decoded_size(data, len) > max_memory)
+    return too_large(err, errlen, "decoded size", named_limit);
   alloc_budget budget = {0, max_memory, false};
   ProtobufCAllocator allocator = {budget_alloc, budget_free, &budget};
   pprof_profile *p =
