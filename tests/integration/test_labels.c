@@ -253,6 +253,39 @@ static void test_label_memory_is_bounded(void) {
   remove_dir(dir);
 }
 
+static void *push_and_exit(void *arg) {
+  char value[1001];
+  memset(value, 'y', 1000);
+  value[1000] = '\0';
+  snprintf(value, 16, "%07ld", (long)arg);
+  value[7] = 'y';
+  contprof_label_scope scope; /* never popped: the thread just ends */
+  return (void *)(long)contprof_label_push("thread", value, &scope);
+}
+
+/* A thread that ends inside a label scope gives its set back: 3000 threads
+ * each leaving a distinct 1 kB set behind would fill the 2 MiB of
+ * CONTPROF_MAX_MEMORY_MB=8 for good otherwise. */
+static void test_thread_exit_gives_labels_back(void) {
+  char *dir = make_temp_dir("labelexit");
+  setenv("CONTPROF_MAX_MEMORY_MB", "8", 1);
+  contprof_options o = {.output_dir = dir, .upload_period_s = 3600};
+  CHECK_EQ_INT(contprof_start(&o), 0); /* sets the 2 MiB limit */
+  unsetenv("CONTPROF_MAX_MEMORY_MB");
+  CHECK_EQ_INT(contprof_stop(), 0); /* stopped: unheld sets go at once */
+  int refused = 0;
+  for (long i = 0; i < 3000; i++) {
+    pthread_t t;
+    void *rc = NULL;
+    CHECK_EQ_INT(pthread_create(&t, NULL, push_and_exit, (void *)i), 0);
+    pthread_join(t, &rc);
+    refused += rc != NULL;
+  }
+  printf("3000 threads ended inside a 1 kB label: %d refused\n", refused);
+  CHECK_EQ_INT(refused, 0);
+  remove_dir(dir);
+}
+
 static _Atomic int stress_stop;
 
 static void *stress_thread(void *arg) {
@@ -330,4 +363,5 @@ TEST_MAIN(T(test_long_values_do_not_grow_rss),
           T(test_sets_are_reused_over_time),
           T(test_heap_samples_keep_their_labels),
           T(test_label_memory_is_bounded),
-          T(test_concurrent_pushes_and_exports))
+          T(test_concurrent_pushes_and_exports),
+          T(test_thread_exit_gives_labels_back))
