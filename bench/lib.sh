@@ -42,6 +42,9 @@ bench_build() {
   $cc -O2 -g -Wall -pthread -I"$bench_root/include" \
     -o "$BENCH_BIN/sample_cost" "$src/sample_cost.c" \
     -L"$BENCH_BUILD_DIR" -lcontprof -Wl,-rpath,"$BENCH_BUILD_DIR" -lm
+  $cc -O2 -g -Wall -pthread -I"$bench_root/include" \
+    -o "$BENCH_BIN/label_cost" "$src/label_cost.c" \
+    -L"$BENCH_BUILD_DIR" -lcontprof -Wl,-rpath,"$BENCH_BUILD_DIR"
   export BENCH_BUILT=$BENCH_BUILD_DIR
 }
 

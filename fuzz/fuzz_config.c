@@ -41,6 +41,7 @@ static void check(const cp_config *c) {
   IN(c->max_frames, 1, 1024);
   IN(c->upload_period_s, 1, 86400);
   IN(c->max_memory_bytes, (size_t)1 << 20, (size_t)65536 << 20);
+  IN(c->symbols_max_bytes, (size_t)1 << 20, (size_t)65536 << 20);
   IN((int)c->log_level, 0, 3);
   IN(c->wall_interval_ms, 1, 1000);
   IN(c->wall_threads_per_tick, 1, 4096);

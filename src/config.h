@@ -58,7 +58,8 @@ typedef struct cp_config {
   int upload_period_s;
   char *output_dir;
   cp_log_level log_level;
-  size_t max_memory_bytes; /* bound of one generation of the call tree */
+  size_t max_memory_bytes;  /* bound of one generation of the call tree */
+  size_t symbols_max_bytes; /* CONTPROF_SYMBOLS_MAX_MB: symbol tables */
 
   /* Samplers other than cpu. */
   int wall_interval_ms;      /* CONTPROF_WALL_INTERVAL_MS */

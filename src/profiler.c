@@ -148,6 +148,7 @@ static void after_fork_child(void) {
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
   cp_symbols_reset();
+  cp_labels_set_profiling(0); /* the parent's samples are gone */
   if (prof.cfg.follow_fork) {
     restart_kept_config();
   } else {
@@ -166,6 +167,8 @@ static void teardown_locked(int keep_config) {
   cp_uploader_stop();
   prof.nactive = 0;
   cp_agg_stop();
+  /* Nothing is pending: label sets no one holds can go now. */
+  cp_labels_set_profiling(0);
   if (!keep_config)
     cp_config_free(&prof.cfg);
 }
@@ -181,14 +184,22 @@ static const char *runtime_option(const char *name, void *ctx) {
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
+  cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_symbols_init();
-  if ((rc = cp_agg_start(&prof.cfg, tick)))
+  /* Label sets take at most a quarter of CONTPROF_MAX_MEMORY_MB; from here
+   * on a set no one holds waits for the samples naming it to be exported. */
+  cp_labels_set_memory_limit(prof.cfg.max_memory_bytes / 4);
+  cp_labels_set_profiling(1);
+  if ((rc = cp_agg_start(&prof.cfg, tick))) {
+    cp_labels_set_profiling(0);
     return rc;
+  }
 
   size_t nsinks = 0;
   cp_sink **sinks = cp_sinks_create(&prof.cfg, &nsinks);
   if (!sinks) {
     cp_agg_stop();
+    cp_labels_set_profiling(0);
     return CONTPROF_ERR_NOMEM;
   }
   if (gethostname(prof.host, sizeof prof.host) != 0)
@@ -209,6 +220,7 @@ static int start_configured(void) {
            cp_uploader_start(&prof.cfg, sinks, nsinks, &meta, before_export))) {
     cp_sinks_destroy(sinks, nsinks);
     cp_agg_stop();
+    cp_labels_set_profiling(0);
     return rc;
   }
 

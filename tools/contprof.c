@@ -12,6 +12,7 @@ static void usage(FILE *out) {
           "                    [--profiles LIST] [--service NAME] -- PROGRAM "
           "ARGS...\n"
           "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
+          "                    [--max-memory MIB]\n"
           "       contprof version\n"
           "\n"
           "run  runs PROGRAM under the profiler (LD_PRELOAD) and exits with "

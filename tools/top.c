@@ -16,14 +16,20 @@
 
 static void top_usage(FILE *out) {
   fprintf(out,
-          "usage: contprof top FILE... [-n N] [--type TYPE]\n"
+          "usage: contprof top FILE... [-n N] [--type TYPE] [--max-memory "
+          "MIB]\n"
           "       contprof top --list-types FILE...\n"
           "Prints the functions with the most samples in the pprof FILEs\n"
-          "(merged), like `go tool pprof -top`.\n"
-          "  -n N          show only the first N functions (default: all)\n"
-          "  --type TYPE   sample type to show (default: the first file's\n"
-          "                default sample type, else its last one)\n"
-          "  --list-types  list the sample types of each file\n");
+          "(merged), like `go tool pprof -top`. Control characters in names\n"
+          "are shown escaped (\\x1b).\n"
+          "  -n N              show only the first N functions (default: all)\n"
+          "  --type TYPE       sample type to show (default: the first "
+          "file's\n"
+          "                    default sample type, else its last one)\n"
+          "  --list-types      list the sample types of each file\n"
+          "  --max-memory MIB  memory for reading all FILEs (default %zu);\n"
+          "                    a file past it is skipped as too large\n",
+          PPROF_READ_MAX_MEMORY >> 20);
 }
 
 /* ---- units, as go tool pprof scales them --------------------------------- */
@@ -167,11 +173,17 @@ static void list_types(char **paths, pprof_profile **profiles, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const pprof_profile *p = profiles[i];
     int def = pprof_default_sample_type_index(p);
-    printf("%s:\n", paths[i]);
-    for (size_t t = 0; t < p->n_sample_type; t++)
-      printf("  %s/%s%s\n", pprof_str(p, p->sample_type[t]->type),
-             pprof_str(p, p->sample_type[t]->unit),
-             (int)t == def ? "  (default)" : "");
+    if (!p)
+      continue; /* unreadable: already reported */
+    pprof_fput_escaped(paths[i], stdout);
+    printf(":\n");
+    for (size_t t = 0; t < p->n_sample_type; t++) {
+      printf("  ");
+      pprof_fput_escaped(pprof_str(p, p->sample_type[t]->type), stdout);
+      printf("/");
+      pprof_fput_escaped(pprof_str(p, p->sample_type[t]->unit), stdout);
+      printf("%s\n", (int)t == def ? "  (default)" : "");
+    }
   }
 }
 
@@ -179,7 +191,9 @@ static void print_top(const pprof_top *top, size_t shown) {
   value_format vf = choose_format(top, shown);
   char total[64], flat[64], cum[64], flat_pc[32], sum_pc[32], cum_pc[32];
   format_value(total, sizeof total, top->total, &vf);
-  printf("Type: %s\n", top->type);
+  printf("Type: ");
+  pprof_fput_escaped(top->type, stdout);
+  printf("\n");
   printf("Showing top %zu of %zu functions, total %s\n", shown, top->nentries,
          total);
   printf("%10s %5s%% %5s%% %10s %5s%%\n", "flat", "flat", "sum", "cum", "cum");
@@ -193,9 +207,20 @@ static void print_top(const pprof_top *top, size_t shown) {
     format_percent(flat_pc, sizeof flat_pc, e->flat, top->total);
     format_percent(sum_pc, sizeof sum_pc, sum, top->total);
     format_percent(cum_pc, sizeof cum_pc, e->cum, top->total);
-    printf("%10s %s %s %10s %s  %s\n", flat, flat_pc, sum_pc, cum, cum_pc,
-           e->name);
+    printf("%10s %s %s %10s %s  ", flat, flat_pc, sum_pc, cum, cum_pc);
+    pprof_fput_escaped(e->name, stdout);
+    printf("\n");
   }
+}
+
+/* "contprof: PREFIX: MESSAGE\n" on stderr, with both escaped: a message
+ * may quote a profile's strings, a path may hold anything. */
+static void report(const char *prefix, const char *message) {
+  fputs("contprof: ", stderr);
+  pprof_fput_escaped(prefix, stderr);
+  fputs(": ", stderr);
+  pprof_fput_escaped(message, stderr);
+  fputs("\n", stderr);
 }
 
 /* Parses -n's argument: a positive integer. */
@@ -210,7 +235,7 @@ static int parse_count(const char *s, size_t *out) {
 }
 
 int cp_cmd_top(int argc, char **argv) {
-  size_t limit = SIZE_MAX, npaths = 0;
+  size_t limit = SIZE_MAX, npaths = 0, max_memory = PPROF_READ_MAX_MEMORY;
   const char *type = NULL;
   int want_types = 0, status = 0;
   char **paths = calloc(argc > 0 ? (size_t)argc : 1, sizeof *paths);
@@ -247,6 +272,16 @@ int cp_cmd_top(int argc, char **argv) {
         status = EXIT_USAGE;
         goto out;
       }
+    } else if (strcmp(a, "--max-memory") == 0 ||
+               strncmp(a, "--max-memory=", 13) == 0) {
+      const char *v = a[12] == '=' ? a + 13 : (i + 1 < argc ? argv[++i] : NULL);
+      size_t mib;
+      if (!v || parse_count(v, &mib) != 0 || mib > (SIZE_MAX >> 21)) {
+        fprintf(stderr, "contprof: top: --max-memory needs a size in MiB\n");
+        status = EXIT_USAGE;
+        goto out;
+      }
+      max_memory = mib << 20;
     } else if (strcmp(a, "--list-types") == 0) {
       want_types = 1;
     } else {
@@ -262,15 +297,24 @@ int cp_cmd_top(int argc, char **argv) {
     goto out;
   }
 
+  /* One budget for every file: what a profile keeps is subtracted before
+   * the next one is read. A file that fails is reported and skipped; the
+   * others are still shown, and the exit status says one failed. */
+  size_t nread = 0;
   for (size_t i = 0; i < npaths; i++) {
     char err[256];
     const char *path = strcmp(paths[i], "-") == 0 ? "/dev/stdin" : paths[i];
-    if (pprof_read_file(path, &profiles[i], err, sizeof err) != 0) {
-      fprintf(stderr, "contprof: %s: %s\n", paths[i], err);
+    size_t used = 0;
+    if (pprof_read_file_within(path, max_memory, &used, &profiles[i], err,
+                               sizeof err) != 0) {
+      report(paths[i], err);
       status = EXIT_INPUT;
+      continue;
     }
+    max_memory = used < max_memory ? max_memory - used : 0;
+    nread++;
   }
-  if (status)
+  if (nread == 0)
     goto out;
 
   if (want_types) {
@@ -278,19 +322,35 @@ int cp_cmd_top(int argc, char **argv) {
     goto out;
   }
 
+  /* The readable ones, in order. */
+  size_t nkept = 0;
+  for (size_t i = 0; i < npaths; i++)
+    if (profiles[i]) {
+      profiles[nkept] = profiles[i];
+      paths[nkept++] = paths[i];
+    }
+  for (size_t i = nkept; i < npaths; i++)
+    profiles[i] = NULL;
+  npaths = nkept;
+
   pprof_top top;
   char err[256];
   if (pprof_top_compute((const pprof_profile *const *)profiles, npaths, type,
                         &top, err, sizeof err) != 0) {
-    fprintf(stderr, "contprof: top: %s%s\n", err,
-            type ? " (see --list-types)" : "");
+    if (type)
+      snprintf(err + strlen(err), sizeof err - strlen(err),
+               " (see --list-types)");
+    report("top", err);
     status = EXIT_INPUT;
     goto out;
   }
   for (size_t i = 0; i < npaths; i++)
-    if (pprof_sample_type_index(profiles[i], top.type) < 0)
-      fprintf(stderr, "contprof: %s: no sample type %s, contributes nothing\n",
-              paths[i], top.type);
+    if (pprof_sample_type_index(profiles[i], top.type) < 0) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "no sample type %s, contributes nothing",
+               top.type);
+      report(paths[i], msg);
+    }
   print_top(&top, limit < top.nentries ? limit : top.nentries);
   pprof_top_free(&top);
   if (fflush(stdout) != 0) {

@@ -40,6 +40,15 @@ uint64_t contprof_frame_intern(const char *function, const char *file,
  * a signal handler) and passes it to contprof_record_sample. */
 uint32_t contprof_labels_current(void);
 
+/* A label set no one holds is freed two profiles after its last use (see
+ * docs/security.md), and its id then reads as no labels. A binding that keeps
+ * an id longer than the thread's scope (a live heap sample) holds the set:
+ * contprof_labels_hold returns the id (0 when it no longer names a set: use
+ * 0 then), and each hold is given back once with contprof_labels_release.
+ * Both are async-signal-safe and lock-free. */
+uint32_t contprof_labels_hold(uint32_t labels);
+void contprof_labels_release(uint32_t labels);
+
 #define CONTPROF_LABELS_OF_CALLER UINT32_MAX
 
 /* Records one sample of `kind` with `count` and `quantity` (for example 1 and

@@ -88,7 +88,12 @@ typedef struct elf_file {
   size_t nloads;
   sym_entry *syms; /* sorted by start, starts unique */
   size_t nsyms;
-  char *arena; /* every name of syms, NUL-terminated */
+  char *arena;  /* every name of syms, NUL-terminated */
+  size_t bytes; /* what this table takes, counted in symbols.table_bytes */
+  /* The newest generation that may hold pointers into the table (evictable
+   * below symbols.oldest_live_gen), and a lookup counter for LRU order. */
+  uint64_t last_used_gen;
+  uint64_t last_used_tick;
 } elf_file;
 
 /* One executable mapping. pub is what callers see; it stays first so that a
@@ -127,7 +132,16 @@ static struct {
   int change_pending; /* a mapping came or went since cp_symbols_refresh */
   uint64_t last_forced_read_ns;
   int maps_warned;
-} symbols;
+  /* The budget (cp_symbols_set_budget): every table counts against it;
+   * the least recently used ones no live generation uses are evicted to
+   * make room, and a file whose table does not fit gets .dynsym only, else
+   * no function names. */
+  size_t budget;
+  size_t table_bytes;
+  uint64_t oldest_live_gen; /* from cp_symbols_collect */
+  uint64_t tick;
+  uint64_t last_budget_warn_ns;
+} symbols = {.budget = CP_SYMBOLS_DEFAULT_BUDGET};
 
 /* ---- Demangling ---------------------------------------------------------- */
 
@@ -168,8 +182,9 @@ static int sym_needs_demangling(const sym_entry *s) {
   return (s->flags & (SYM_MANGLED | SYM_DEMANGLED)) == SYM_MANGLED;
 }
 
-/* Demangles s in place the first time it is looked up. */
-static void sym_demangle(sym_entry *s) {
+/* Demangles s (of table f, may be NULL) in place the first time it is
+ * looked up; the name counts in f's bytes. */
+static void sym_demangle(elf_file *f, sym_entry *s) {
   if (!sym_needs_demangling(s))
     return;
   s->flags |= SYM_DEMANGLED;
@@ -180,6 +195,11 @@ static void sym_demangle(sym_entry *s) {
   if (status == 0 && plain) {
     s->name = plain;
     s->flags |= SYM_OWNED;
+    if (f) {
+      size_t n = strlen(plain) + 1;
+      f->bytes += n;
+      symbols.table_bytes += n;
+    }
   } else {
     free(plain);
   }
@@ -392,7 +412,22 @@ typedef struct sym_builder {
   char **strtabs;
   size_t nstrtabs, strtabs_cap;
   int failed; /* out of memory */
+  /* Bytes held while building (sections read, candidates, the table)
+   * against `limit`, and the room the table kept may take; over: it would
+   * not fit in one of them. */
+  size_t bytes, limit, table_room;
+  int over;
 } sym_builder;
+
+/* Whether `more` bytes fit in the builder's budget; counts them if so. */
+static int builder_take(sym_builder *b, uint64_t more) {
+  if (more > b->limit || b->bytes > b->limit - more) {
+    b->over = 1;
+    return 0;
+  }
+  b->bytes += more;
+  return 1;
+}
 
 /* Returns array v (of *cap elements of elem bytes) with room for need
  * elements, possibly moved, or NULL (v untouched) when out of memory. */
@@ -457,12 +492,15 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
   if (strsec->sh_type != SHT_STRTAB || strsec->sh_size == 0)
     return;
   uint64_t count = symtab->sh_size / sizeof(elf_sym);
+  if (b->over || !builder_take(b, count * sizeof(elf_sym) + strsec->sh_size))
+    return;
   elf_sym *syms = (elf_sym *)reader_read_alloc(r, symtab->sh_offset,
                                                count * sizeof(elf_sym));
   char *strtab = reader_read_alloc(r, strsec->sh_offset, strsec->sh_size);
   if (!syms || !strtab) { /* out of bounds, or too big: skip the table */
     free(syms);
     free(strtab);
+    b->bytes -= count * sizeof(elf_sym) + strsec->sh_size;
     return;
   }
   char **strtabs =
@@ -471,6 +509,7 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
     b->failed = 1;
     free(syms);
     free(strtab);
+    b->bytes -= count * sizeof(elf_sym) + strsec->sh_size;
     return;
   }
   b->strtabs = strtabs;
@@ -486,6 +525,9 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
     const char *name = strtab + s->st_name;
     if (name[0] == '\0')
       continue;
+    if (b->n + 1 > b->cap &&
+        !builder_take(b, (b->cap ? b->cap : 64) * sizeof *b->v))
+      break; /* the doubling would not fit */
     sym_candidate *v = grow_array(b->v, &b->cap, b->n + 1, sizeof *v);
     if (!v) {
       b->failed = 1;
@@ -499,6 +541,7 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
                                    .rank = symbol_rank(s, name)};
   }
   free(syms);
+  b->bytes -= count * sizeof(elf_sym);
 }
 
 /* Adds the symbols of every section of type `type`; returns how many such
@@ -525,7 +568,8 @@ static int candidate_cmp(const void *pa, const void *pb) {
 
 /* Sorts and dedupes the candidates into f->syms with names in one arena.
  * Size-0 symbols cover up to the next symbol (or their section's end); those
- * inside a sized function are labels within it and are dropped. */
+ * inside a sized function are labels within it and are dropped. Returns 0,
+ * -1 (ENOMEM) or -2 (the table would not fit in b's budget). */
 static int build_table(sym_builder *b, elf_file *f) {
   if (b->n == 0)
     return 0;
@@ -557,6 +601,9 @@ static int build_table(sym_builder *b, elf_file *f) {
   }
   if (out == 0)
     return 0;
+  size_t table = out * sizeof *f->syms + arena_bytes;
+  if (table > b->table_room || !builder_take(b, table))
+    return -2; /* over the budget */
 
   f->syms = malloc(out * sizeof *f->syms);
   f->arena = malloc(arena_bytes ? arena_bytes : 1);
@@ -664,6 +711,7 @@ static void collect_separate_debug(const elf_reader *r, const char *path,
 /* ---- Symbol tables ------------------------------------------------------- */
 
 static void file_free(elf_file *f) {
+  symbols.table_bytes -= f->bytes;
   for (size_t i = 0; i < f->nsyms; i++)
     if (f->syms[i].flags & SYM_OWNED)
       free((char *)f->syms[i].name);
@@ -673,8 +721,76 @@ static void file_free(elf_file *f) {
   free(f);
 }
 
+static void file_unref(elf_file *f);
+
+/* Drops the table of f from every mapping: current ones read it again when
+ * next used, unloaded ones (whose file may be gone) keep no names. Only for
+ * tables no live generation uses. */
+static void evict_locked(elf_file *f) {
+  f->refs++; /* alive until every mapping has let go */
+  for (size_t i = 0; i < symbols.nmaps; i++) {
+    map_rec *m = symbols.maps[i];
+    if (m->file == f) {
+      m->file = NULL;
+      m->file_read = 0;
+      m->pub.build_id = "";
+      file_unref(f);
+    }
+  }
+  for (map_rec *m = symbols.retired; m; m = m->next_retired) {
+    if (m->file == f) {
+      m->file = NULL;
+      m->pub.build_id = "";
+      file_unref(f);
+    }
+  }
+  file_unref(f);
+}
+
+/* Evicts least recently used tables that no live generation uses until
+ * `need` more bytes fit in the budget, or none is left to evict. */
+static void make_room_locked(size_t need) {
+  if (need > symbols.budget)
+    need = symbols.budget;
+  while (symbols.table_bytes + need > symbols.budget) {
+    elf_file *victim = NULL;
+    for (elf_file *f = symbols.files; f; f = f->next)
+      if (f->last_used_gen < symbols.oldest_live_gen &&
+          (!victim || f->last_used_tick < victim->last_used_tick))
+        victim = f;
+    if (!victim)
+      return;
+    cp_debug("symbols: dropping a table of %zu kB (CONTPROF_SYMBOLS_MAX_MB)",
+             victim->bytes >> 10);
+    evict_locked(victim);
+  }
+}
+
+/* At most what the table of r's symbol sections keeps: an entry per
+ * symbol (as large as an ELF symbol) and its names. */
+static uint64_t table_estimate(const elf_reader *r) {
+  uint64_t est = 0;
+  for (size_t i = 0; i < r->shnum; i++) {
+    const elf_shdr *sh = &r->shdrs[i];
+    if (sh->sh_type != SHT_SYMTAB && sh->sh_type != SHT_DYNSYM)
+      continue;
+    est += sh->sh_size;
+    if (sh->sh_link < r->shnum)
+      est += r->shdrs[sh->sh_link].sh_size;
+  }
+  return est;
+}
+
+/* Building one table (its sections read whole, a sorting buffer) may take
+ * the budget again, and at least this: a small budget bounds what is kept,
+ * not whether a library's table can be built at all. */
+#define MIN_BUILD_BYTES ((size_t)64 << 20)
+
 /* Parses an ELF image. path (NULL for memory images) locates debug files.
- * Returns a file with refs == 1, or NULL when the image is not usable ELF. */
+ * Returns a file with refs == 1, or NULL when the image is not usable ELF.
+ * The table stays within the symbol budget: when .symtab (with .dynsym)
+ * does not fit, .dynsym alone; when that does not either, no symbols (the
+ * build id and segments still serve module+offset). */
 static elf_file *file_parse(elf_reader *r, const char *path) {
   if (reader_open(r) != 0) {
     reader_close(r);
@@ -696,14 +812,59 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
       f->loads[f->nloads++] = (load_segment){
           ph->p_offset, ph->p_vaddr, ph->p_filesz, ph->p_memsz, ph->p_flags};
   }
+  size_t fixed = sizeof *f + (r->phnum ? r->phnum : 1) * sizeof *f->loads;
 
+  uint64_t est = table_estimate(r);
+  make_room_locked(est > SIZE_MAX - fixed ? SIZE_MAX : (size_t)est + fixed);
+  size_t room = symbols.budget > symbols.table_bytes
+                    ? symbols.budget - symbols.table_bytes
+                    : 0;
+  size_t build =
+      symbols.budget > MIN_BUILD_BYTES ? symbols.budget : MIN_BUILD_BYTES;
+  room = room > fixed ? room - fixed : 0;
+  b.limit = build;
+  b.table_room = room;
   if (collect_tables(r, SHT_SYMTAB, &b) == 0)
     collect_separate_debug(r, path, f->build_id, &b);
   collect_tables(r, SHT_DYNSYM, &b);
-  if (b.failed || build_table(&b, f) != 0)
+  int rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
+  if (rc == -2) {
+    /* Too big with .symtab: the exported functions alone. */
+    free(f->syms);
+    free(f->arena);
+    f->syms = NULL;
+    f->arena = NULL;
+    builder_free(&b);
+    b = (sym_builder){.limit = build, .table_room = room};
+    collect_tables(r, SHT_DYNSYM, &b);
+    rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
+    uint64_t now = cp_monotonic_ns();
+    if (now - symbols.last_budget_warn_ns >= 60000000000ull ||
+        !symbols.last_budget_warn_ns) {
+      symbols.last_budget_warn_ns = now;
+      cp_warn("symbols: the symbol table of %s does not fit in "
+              "CONTPROF_SYMBOLS_MAX_MB (%zu MiB, %zu kB left): %s",
+              path ? path : "[vdso]", symbols.budget >> 20, room >> 10,
+              rc == -2 ? "its functions are shown as module+offset"
+                       : "only its exported functions are named");
+    }
+    if (rc == -2) {
+      free(f->syms);
+      free(f->arena);
+      f->syms = NULL;
+      f->arena = NULL;
+      f->nsyms = 0;
+      rc = 0;
+    }
+  }
+  if (rc != 0)
     goto fail;
   builder_free(&b);
   reader_close(r);
+  f->bytes = fixed + f->nsyms * sizeof *f->syms;
+  for (size_t i = 0; i < f->nsyms; i++)
+    f->bytes += strlen(f->syms[i].name) + 1;
+  symbols.table_bytes += f->bytes;
   return f;
 
 fail:
@@ -1114,6 +1275,13 @@ int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
       return -1;
     }
     map_read_file(m);
+    if (m->file) {
+      /* Not evicted before the caller marks its generation: at least as
+       * recent as every live one. */
+      m->file->last_used_tick = ++symbols.tick;
+      if (m->file->last_used_gen < symbols.oldest_live_gen)
+        m->file->last_used_gen = symbols.oldest_live_gen;
+    }
     out->mapping = &m->pub;
     out->elf_address = pc + m->elf_delta;
     sym_entry *s = m->file ? file_find(m->file, out->elf_address) : NULL;
@@ -1123,7 +1291,7 @@ int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
       continue; /* the tables may have changed meanwhile */
     }
     if (s) {
-      sym_demangle(s);
+      sym_demangle(m->file, s);
       out->function = s->name;
     }
     pthread_mutex_unlock(&symbols_lock);
@@ -1138,11 +1306,15 @@ void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen) {
   map_rec *rec = (map_rec *)((char *)m - offsetof(map_rec, pub));
   if (gen > rec->pub.last_used_generation)
     rec->pub.last_used_generation = gen;
+  if (rec->file && gen > rec->file->last_used_gen)
+    rec->file->last_used_gen = gen;
   pthread_mutex_unlock(&symbols_lock);
 }
 
 void cp_symbols_collect(uint64_t oldest_gen) {
   symbols_lock_acquire();
+  if (oldest_gen > symbols.oldest_live_gen)
+    symbols.oldest_live_gen = oldest_gen;
   map_rec **p = &symbols.retired;
   while (*p) {
     map_rec *m = *p;
@@ -1179,14 +1351,18 @@ void cp_symbols_reset(void) {
        * lock: that thread does not exist here and the tables may be
        * half-updated, so they are leaked rather than freed and the lock is
        * made anew. */
+      size_t budget = symbols.budget;
       memset(&symbols, 0, sizeof symbols);
+      symbols.budget = budget;
       pthread_mutex_init(&symbols_lock, NULL);
       __atomic_store_n(&symbols_lock_pid, 0, __ATOMIC_RELAXED);
       return;
     }
   }
   free_all_locked();
+  size_t budget = symbols.budget;
   memset(&symbols, 0, sizeof symbols);
+  symbols.budget = budget;
   __atomic_store_n(&symbols_lock_pid, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&symbols_lock);
 }
@@ -1203,7 +1379,7 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
   elf_file *f = file_get(path, path);
   sym_entry *s = f ? file_find(f, elf_address) : NULL;
   if (s)
-    sym_demangle(s);
+    sym_demangle(f, s);
   if (s && function_size)
     snprintf(function, function_size, "%s", s->name);
   if (f && build_id_size)
@@ -1211,4 +1387,17 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
   file_unref(f);
   pthread_mutex_unlock(&symbols_lock);
   return s ? 0 : -1;
+}
+
+void cp_symbols_set_budget(size_t bytes) {
+  symbols_lock_acquire();
+  symbols.budget = bytes;
+  pthread_mutex_unlock(&symbols_lock);
+}
+
+size_t cp_symbols_memory_used(void) {
+  symbols_lock_acquire();
+  size_t used = symbols.table_bytes;
+  pthread_mutex_unlock(&symbols_lock);
+  return used;
 }

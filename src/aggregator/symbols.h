@@ -53,8 +53,20 @@ void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen);
  */
 void cp_symbols_collect(uint64_t oldest_gen);
 
-/* Drops everything (for tests and the child after fork). */
+/* Drops everything (for tests and the child after fork); the budget
+ * stays. */
 void cp_symbols_reset(void);
+
+/* The memory symbol tables may take (CONTPROF_SYMBOLS_MAX_MB): the tables
+ * kept, and a file's sections while its table is built. To make room the
+ * least recently used tables that no live generation uses are dropped (read
+ * again when needed); a file whose table does not fit keeps its exported
+ * functions (.dynsym) only, or no function names. */
+#define CP_SYMBOLS_DEFAULT_BUDGET ((size_t)128 << 20)
+void cp_symbols_set_budget(size_t bytes);
+
+/* Bytes the symbol tables take now. */
+size_t cp_symbols_memory_used(void);
 
 /* Resolves elf_address (an address in the file's own vaddr space) in the ELF
  * file at path, without any mapping: for tools and for tests that feed

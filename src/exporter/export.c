@@ -289,7 +289,7 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
   uint64_t *loc_ids = calloc(cp_gen_location_count(g) + 1, sizeof *loc_ids);
   size_t max_depth = cp_gen_node_count(g);
   uint64_t *stack = calloc(max_depth + 1, sizeof *stack);
-  int rc = -1;
+  int rc = -1, pinned = 0;
   if (!b || !loc_ids || !stack)
     goto done;
 
@@ -309,6 +309,9 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
   add_metadata(b, g, m);
   add_main_mapping_first(b, g, loc_ids);
 
+  /* No label set is freed while its strings are being copied. */
+  cp_labels_read_begin();
+  pinned = 1;
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
     const cp_sample *s = cp_gen_sample(g, i);
     int64_t values[CP_NVALUES];
@@ -357,6 +360,9 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
       goto done;
   }
 
+  cp_labels_read_end();
+  pinned = 0;
+
   uint8_t *raw = NULL;
   size_t raw_len = 0, folded = 0;
   if (encode_bounded(b, o, &raw, &raw_len, &folded) == 0) {
@@ -366,6 +372,8 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
       *samples_folded = folded;
   }
 done:
+  if (pinned)
+    cp_labels_read_end();
   free(stack);
   free(loc_ids);
   pprof_builder_destroy(b);

@@ -29,6 +29,74 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   return -1;
 }
 
+/* "256 MiB" for whole MiB, else "1000 bytes": how limits are named. */
+static const char *limit_text(size_t bytes, char *buf, size_t len) {
+  if (bytes >= ((size_t)1 << 20) && bytes % ((size_t)1 << 20) == 0)
+    snprintf(buf, len, "%zu MiB", bytes >> 20);
+  else
+    snprintf(buf, len, "%zu bytes", bytes);
+  return buf;
+}
+
+static int too_large(char *err, size_t errlen, const char *what, size_t limit) {
+  char text[48];
+  return fail(err, errlen, "profile too large (%s over the %s limit)", what,
+              limit_text(limit, text, sizeof text));
+}
+
+/* ---- escaping ------------------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid
+ * (overlong forms, surrogates and code points past U+10FFFF included). */
+static size_t utf8_length(const unsigned char *p, uint32_t *cp) {
+  unsigned c = p[0];
+  size_t n;
+  uint32_t v, min;
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  } else if (c >= 0xc2 && c <= 0xdf) {
+    n = 2, v = c & 0x1f, min = 0x80;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3, v = c & 0x0f, min = 0x800;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4, v = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  for (size_t i = 1; i < n; i++) {
+    if ((p[i] & 0xc0) != 0x80) /* also stops at the terminating NUL */
+      return 0;
+    v = (v << 6) | (p[i] & 0x3f);
+  }
+  if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+    return 0;
+  *cp = v;
+  return n;
+}
+
+void pprof_fput_escaped(const char *s, FILE *out) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    uint32_t cp = 0;
+    size_t n = utf8_length(p, &cp);
+    if (n == 0 || cp < 0x20 || cp == 0x7f) { /* invalid byte, C0, DEL */
+      fprintf(out, "\\x%02x", *p);
+      p++;
+    } else if (cp >= 0x80 && cp <= 0x9f) { /* C1: CSI is 0xc2 0x9b */
+      fprintf(out, "\\x%02x\\x%02x", p[0], p[1]);
+      p += n;
+    } else if ((cp >= 0x202a && cp <= 0x202e) ||
+               (cp >= 0x2066 && cp <= 0x2069)) {
+      fprintf(out, "\\u%04x", (unsigned)cp);
+      p += n;
+    } else {
+      fwrite(p, 1, n, out);
+      p += n;
+    }
+  }
+}
+
 /* ---- gunzip -------------------------------------------------------------- */
 
 int pprof_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out,
@@ -55,7 +123,7 @@ int pprof_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out,
   for (;;) {
     if (out_done == cap) {
       if (cap >= limit) {
-        fail(err, errlen, "uncompressed size exceeds %zu bytes", max_out);
+        too_large(err, errlen, "uncompressed size", max_out);
         goto done;
       }
       size_t ncap = cap > limit / 2 ? limit : cap * 2;
@@ -107,7 +175,7 @@ int pprof_gunzip(const uint8_t *in, size_t len, size_t max_out, uint8_t **out,
     goto done;
   }
   if (out_done > max_out) {
-    fail(err, errlen, "uncompressed size exceeds %zu bytes", max_out);
+    too_large(err, errlen, "uncompressed size", max_out);
     goto done;
   }
   *out = buf;
@@ -149,16 +217,84 @@ static void budget_free(void *data, void *p) {
   free(p);
 }
 
-int pprof_decode(const uint8_t *data, size_t len, size_t max_memory,
-                 pprof_profile **out, char *err, size_t errlen) {
+/* A varint at *p (below end), or -1 when truncated or over 10 bytes. */
+static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 70 && *p < end; shift += 7) {
+    uint8_t b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << (shift < 64 ? shift : 63);
+    if (!(b & 0x80))
+      return 0;
+  }
+  return -1;
+}
+
+/* The least memory protobuf-c will ask for to decode data: one struct (and
+ * its pointer) per repeated message or string at the top level, counted in
+ * one pass over the wire format without decoding. A file of 8M empty
+ * samples is refused here, before any of it is allocated. Malformed input
+ * ends the count; the decoder then says what is wrong. */
+static size_t least_decoded_size(const uint8_t *data, size_t len) {
+  static const size_t per_field[] = {
+      [1] = sizeof(Perftools__Profiles__ValueType),
+      [2] = sizeof(Perftools__Profiles__Sample),
+      [3] = sizeof(Perftools__Profiles__Mapping),
+      [4] = sizeof(Perftools__Profiles__Location),
+      [5] = sizeof(Perftools__Profiles__Function),
+      [6] = 1, /* a string: its bytes, counted below, and a NUL */
+  };
+  const uint8_t *p = data, *end = data + len;
+  size_t total = 0;
+  while (p < end) {
+    uint64_t key, n;
+    if (read_varint(&p, end, &key) != 0)
+      break;
+    uint64_t field = key >> 3;
+    switch (key & 7) {
+    case 0:
+      if (read_varint(&p, end, &n) != 0)
+        return total;
+      break;
+    case 1:
+      if (end - p < 8)
+        return total;
+      p += 8;
+      break;
+    case 5:
+      if (end - p < 4)
+        return total;
+      p += 4;
+      break;
+    case 2:
+      if (read_varint(&p, end, &n) != 0 || n > (uint64_t)(end - p))
+        return total;
+      p += n;
+      if (field < sizeof per_field / sizeof per_field[0] && per_field[field])
+        /* The struct, the pointer to it, and malloc's 16-byte minimum. */
+        total += per_field[field] + sizeof(void *) + 16 +
+                 (field == 6 ? (size_t)n : 0);
+      break;
+    default:
+      return total;
+    }
+  }
+  return total;
+}
+
+/* pprof_decode, naming `named_limit` when the budget is exceeded and
+ * storing in *used (may be NULL) the bytes the profile keeps. */
+static int decode_within(const uint8_t *data, size_t len, size_t max_memory,
+                         size_t named_limit, size_t *used, pprof_profile **out,
+                         char *err, size_t errlen) {
   *out = NULL;
+  if (least_decoded_size(data, len) > max_memory)
+    return too_large(err, errlen, "decoded size", named_limit);
   alloc_budget budget = {0, max_memory, false};
   ProtobufCAllocator allocator = {budget_alloc, budget_free, &budget};
   pprof_profile *p =
       perftools__profiles__profile__unpack(&allocator, len, data);
   if (!p && budget.exceeded)
-    return fail(err, errlen, "decoding needs more than %zu bytes of memory",
-                max_memory);
+    return too_large(err, errlen, "decoded size", named_limit);
   if (!p)
     return fail(err, errlen, "not a pprof profile (protobuf decoding failed)");
   /* budget_alloc hands out plain malloc memory: pprof_profile_free releases
@@ -167,36 +303,73 @@ int pprof_decode(const uint8_t *data, size_t len, size_t max_memory,
     pprof_profile_free(p);
     return -1;
   }
+  if (used)
+    *used = budget.used;
   *out = p;
   return 0;
 }
 
-int pprof_read_buffer(const uint8_t *data, size_t len, size_t max_bytes,
-                      pprof_profile **out, char *err, size_t errlen) {
+int pprof_decode(const uint8_t *data, size_t len, size_t max_memory,
+                 pprof_profile **out, char *err, size_t errlen) {
+  return decode_within(data, len, max_memory, max_memory, NULL, out, err,
+                       errlen);
+}
+
+/* Gunzips (when gzip) and decodes within max_memory bytes for the
+ * uncompressed copy and the decoded profile together; named_limit is the
+ * limit messages name (the caller's whole budget). */
+static int read_buffer_within(const uint8_t *data, size_t len, size_t max_bytes,
+                              size_t max_memory, size_t named_limit,
+                              size_t *used, pprof_profile **out, char *err,
+                              size_t errlen) {
   *out = NULL;
   if (len == 0)
     return fail(err, errlen, "empty file");
   uint8_t *plain = NULL;
+  size_t remaining = max_memory;
   if (len >= 2 && data[0] == 0x1f && data[1] == 0x8b) {
-    if (pprof_gunzip(data, len, max_bytes, &plain, &len, err, errlen))
+    size_t max_out = max_bytes < max_memory ? max_bytes : max_memory;
+    if (pprof_gunzip(data, len, max_out, &plain, &len, err, errlen)) {
+      if (max_out == max_memory && strstr(err ? err : "", "too large"))
+        too_large(err, errlen, "uncompressed size", named_limit);
       return -1;
+    }
     data = plain;
+    remaining -= len;
   } else if (len > max_bytes) {
-    return fail(err, errlen, "profile larger than %zu bytes", max_bytes);
+    return too_large(err, errlen, "uncompressed size", max_bytes);
   }
   size_t budget = PPROF_DECODE_MEMORY_FLOOR;
   budget = len > (SIZE_MAX - budget) / PPROF_DECODE_MEMORY_RATIO
                ? SIZE_MAX
                : budget + len * PPROF_DECODE_MEMORY_RATIO;
-  int rc = pprof_decode(data, len, budget, out, err, errlen);
+  if (budget > remaining)
+    budget = remaining;
+  int rc =
+      decode_within(data, len, budget, named_limit, used, out, err, errlen);
   free(plain);
   return rc;
 }
 
+int pprof_read_buffer(const uint8_t *data, size_t len, size_t max_bytes,
+                      pprof_profile **out, char *err, size_t errlen) {
+  return read_buffer_within(data, len, max_bytes, PPROF_READ_MAX_MEMORY,
+                            PPROF_READ_MAX_MEMORY, NULL, out, err, errlen);
+}
+
 int pprof_read_file(const char *path, pprof_profile **out, char *err,
                     size_t errlen) {
+  return pprof_read_file_within(path, PPROF_READ_MAX_MEMORY, NULL, out, err,
+                                errlen);
+}
+
+int pprof_read_file_within(const char *path, size_t max_memory, size_t *used,
+                           pprof_profile **out, char *err, size_t errlen) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* The file's own bytes count too; it is read whole. */
+  size_t max_file =
+      max_memory < PPROF_READ_MAX_BYTES ? max_memory : PPROF_READ_MAX_BYTES;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0)
     return fail(err, errlen, "%s", strerror(errno));
   struct stat st;
@@ -209,10 +382,9 @@ int pprof_read_file(const char *path, pprof_profile **out, char *err,
     close(fd);
     return fail(err, errlen, "is a directory");
   }
-  if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > PPROF_READ_MAX_BYTES) {
+  if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_file) {
     close(fd);
-    return fail(err, errlen, "file larger than %zu bytes",
-                PPROF_READ_MAX_BYTES);
+    return too_large(err, errlen, "file size", max_file);
   }
   /* Read to EOF rather than trusting st_size, so pipes work too. */
   size_t cap = 0, len = 0;
@@ -221,15 +393,14 @@ int pprof_read_file(const char *path, pprof_profile **out, char *err,
   size_t want = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 0;
   for (;;) {
     if (len == cap) {
-      if (cap > PPROF_READ_MAX_BYTES) {
+      if (cap > max_file) {
         free(buf);
         close(fd);
-        return fail(err, errlen, "file larger than %zu bytes",
-                    PPROF_READ_MAX_BYTES);
+        return too_large(err, errlen, "file size", max_file);
       }
       size_t ncap = cap ? cap * 2 : (want > 1 ? want : 65536);
-      if (ncap > PPROF_READ_MAX_BYTES + 1)
-        ncap = PPROF_READ_MAX_BYTES + 1;
+      if (ncap > max_file + 1)
+        ncap = max_file + 1;
       uint8_t *nb = realloc(buf, ncap);
       if (!nb) {
         free(buf);
@@ -253,7 +424,9 @@ int pprof_read_file(const char *path, pprof_profile **out, char *err,
     len += (size_t)n;
   }
   close(fd);
-  int rc = pprof_read_buffer(buf, len, PPROF_READ_MAX_BYTES, out, err, errlen);
+  size_t rest = max_memory > cap ? max_memory - cap : 0;
+  int rc = read_buffer_within(buf, len, PPROF_READ_MAX_BYTES, rest, max_memory,
+                              used, out, err, errlen);
   free(buf);
   return rc;
 }

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "profile.pb-c.h"
 
@@ -16,13 +17,29 @@ typedef Perftools__Profiles__Profile pprof_profile;
 /* The largest file, and the largest uncompressed profile, accepted. */
 #define PPROF_READ_MAX_BYTES ((size_t)512 << 20)
 
-/* Reads path (gzip-compressed or not), decodes and validates it. On success
- * *out is the profile (free it with pprof_profile_free) and 0 is returned;
- * otherwise -1 with the reason in err (may be NULL). */
+/* The memory reading one file may take by default: the file, its
+ * uncompressed bytes and the decoded profile together. A hostile file of a
+ * few kB can otherwise ask for gigabytes (8M empty samples: 32 kB gzipped,
+ * 1.3 GB decoded). Our own profiles decode to 8 to 17 times their
+ * uncompressed size, so this takes profiles of 15 MB and more; `contprof top
+ * --max-memory` raises it. */
+#define PPROF_READ_MAX_MEMORY ((size_t)256 << 20)
+
+/* Reads path (gzip-compressed or not), decodes and validates it within
+ * PPROF_READ_MAX_MEMORY. On success *out is the profile (free it with
+ * pprof_profile_free) and 0 is returned; otherwise -1 with the reason in err
+ * (may be NULL): "profile too large (... over the N MiB limit)" past the
+ * budget. */
 int pprof_read_file(const char *path, pprof_profile **out, char *err,
                     size_t errlen);
 
-/* The same for a buffer, refusing an uncompressed size over max_bytes. */
+/* The same within max_memory bytes; *used (may be NULL) receives what the
+ * decoded profile keeps, for a caller that shares one budget among files. */
+int pprof_read_file_within(const char *path, size_t max_memory, size_t *used,
+                           pprof_profile **out, char *err, size_t errlen);
+
+/* The same for a buffer, refusing an uncompressed size over max_bytes, and
+ * within PPROF_READ_MAX_MEMORY (besides the caller's buffer). */
 int pprof_read_buffer(const uint8_t *data, size_t len, size_t max_bytes,
                       pprof_profile **out, char *err, size_t errlen);
 
@@ -36,6 +53,14 @@ int pprof_read_buffer(const uint8_t *data, size_t len, size_t max_bytes,
 #define PPROF_DECODE_MEMORY_RATIO 32
 int pprof_decode(const uint8_t *data, size_t len, size_t max_memory,
                  pprof_profile **out, char *err, size_t errlen);
+
+/* Writes s to out with what a terminal would act on escaped: C0 controls,
+ * DEL and C1 controls as \xHH (the C1 ones as their two UTF-8 bytes),
+ * bytes that are not valid UTF-8 as \xHH, and the bidirectional overrides
+ * and isolates (U+202A..U+202E, U+2066..U+2069) as \uHHHH. A profile's
+ * strings are data from whoever wrote the file: printed raw, "\x1b[2J"
+ * would clear the reader's screen. */
+void pprof_fput_escaped(const char *s, FILE *out);
 
 /* gunzips (gzip or zlib, concatenated gzip members too) into a malloc'd
  * buffer of at most max_out bytes. Returns 0 or -1 with err set. */

@@ -415,7 +415,9 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra) {
         n = keep;
       }
       e->tid = tid;
-      e->labels = labels;
+      /* The live sample keeps its label set from being freed; the heap
+       * table gives the hold back when the entry goes. */
+      e->labels = cp_labels_hold(labels);
       e->count = count;
       e->bytes = bytes;
       e->nframes = (uint32_t)n;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "labels.h"
 #include "unwind.h"
 
 #define PROBES 32
@@ -161,8 +162,11 @@ cp_heap_entry *cp_heap_entry_take(void) {
   return NULL;
 }
 
-/* Async-signal-safe. */
+/* Async-signal-safe. Every entry leaves through here: its label set's hold
+ * (cp_labels_hold when it was filled) is given back once. */
 void cp_heap_entry_abandon(cp_heap_entry *e) {
+  cp_labels_release(e->labels);
+  e->labels = 0;
   atomic_store_explicit(&e->addr, 0, memory_order_relaxed);
   end_write(e);
   push_free(e);

@@ -13,6 +13,7 @@
 #include "aggregator/symbols.h"
 #include "common.h"
 #include "contprof/profiler.h"
+#include "labels.h"
 #include "samplers/threads.h"
 
 static struct {
@@ -83,6 +84,9 @@ static void export_period(void) {
   free(endpoints);
   cp_gen_destroy(g);
   cp_symbols_collect(cp_agg_oldest_live_generation());
+  /* The period's samples are out: label sets unused since the period
+   * before can go. */
+  cp_labels_collect();
 }
 
 static void *uploader_thread(void *arg) {

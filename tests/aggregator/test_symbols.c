@@ -7,6 +7,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/auxv.h>
@@ -481,6 +482,123 @@ static void test_debuglink(void) {
   rmdir(dir);
 }
 
+/* ---- the symbol budget (issue #15, item 7) --------------------------------
+ */
+
+typedef struct budget_module {
+  const char *lib, *function; /* lib NULL: this test binary */
+  uint64_t pc;
+} budget_module;
+
+/* Heap bytes in use: what the tables really take, whatever symbols.c
+ * counts. */
+static size_t heap_in_use(void) { return mallinfo2().uordblks; }
+
+/* Resolves every module's function once per round, each lookup in a new
+ * generation that is then the only live one (as the aggregator does
+ * period by period). Returns the most heap in use above `base` after any
+ * lookup; *named counts lookups that found the right name. */
+static size_t resolve_rounds(budget_module *mods, size_t n, int rounds,
+                             size_t base, size_t *named) {
+  static uint64_t gen = 100;
+  size_t peak = 0;
+  *named = 0;
+  for (int r = 0; r < rounds; r++)
+    for (size_t i = 0; i < n; i++) {
+      cp_symbol s;
+      int rc = cp_symbols_lookup(mods[i].pc, &s);
+      if (rc == 0 && s.function && strstr(s.function, mods[i].function))
+        ++*named;
+      cp_symbols_mark_used(s.mapping, gen);
+      cp_symbols_collect(++gen); /* that generation is exported */
+      size_t used = heap_in_use();
+      if (used > base && used - base > peak)
+        peak = used - base;
+    }
+  return peak;
+}
+
+/* Symbol tables (sections up to 512 MiB each) were kept for good, however
+ * many modules were resolved. With a budget of half what all the tables of
+ * a dozen libraries take, the heap stays within it (plus the mapping
+ * records), every lookup still finds its function (tables no live
+ * generation uses are dropped, least recently used first, and read again),
+ * and a budget smaller than a table gives module+offset, not a crash. */
+static void test_tables_stay_within_budget(void) {
+  static budget_module mods[] = {
+      {NULL, "local_helper", 0},
+      {"libc.so.6", "getpid", 0},
+      {"libstdc++.so.6", "__cxa_demangle", 0},
+      {"libm.so.6", "cos", 0},
+      {"libz.so.1", "zlibVersion", 0},
+      {"liblzma.so.5", "lzma_version_string", 0},
+      {"libbz2.so.1.0", "BZ2_bzlibVersion", 0},
+      {"libexpat.so.1", "XML_ExpatVersion", 0},
+      {"libsqlite3.so.0", "sqlite3_libversion", 0},
+      {"libcrypto.so.3", "OpenSSL_version", 0},
+      {"libcurl.so.4", "curl_version", 0},
+  };
+  void *handles[CP_ARRAY_SIZE(mods)] = {0};
+  size_t n = 0;
+  for (size_t i = 0; i < CP_ARRAY_SIZE(mods); i++) {
+    uint64_t pc = PC(local_helper);
+    if (mods[i].lib) {
+      handles[i] = dlopen(mods[i].lib, RTLD_NOW | RTLD_LOCAL);
+      void *fn = handles[i] ? dlsym(handles[i], mods[i].function) : NULL;
+      if (!fn)
+        continue;
+      pc = (uint64_t)(uintptr_t)fn;
+    }
+    mods[n] = mods[i];
+    mods[n++].pc = pc;
+  }
+  CHECK(n >= 6);
+
+  /* Unbounded: what the tables take. */
+  cp_symbols_set_budget((size_t)1 << 40);
+  cp_symbols_reset();
+  CHECK_EQ_INT(cp_symbols_init(), 0);
+  malloc_trim(0);
+  size_t base = heap_in_use(), named;
+  size_t all = resolve_rounds(mods, n, 1, base, &named);
+  size_t counted_all = cp_symbols_memory_used();
+  CHECK_EQ_INT(named, n);
+
+  /* Half of that: still every name, within the budget. */
+  /* Measured, whatever symbols.c counts (sanitizers' allocators keep
+   * mallinfo at 0: then counted). */
+  size_t budget = (all ? all : counted_all) / 2;
+  cp_symbols_set_budget(budget);
+  cp_symbols_reset();
+  CHECK_EQ_INT(cp_symbols_init(), 0);
+  malloc_trim(0);
+  base = heap_in_use();
+  size_t peak = resolve_rounds(mods, n, 3, base, &named);
+  printf("%zu modules: tables %zu kB (heap +%zu kB) unbounded; budget %zu "
+         "kB: heap peak +%zu kB, counted %zu kB, %zu of %zu lookups named\n",
+         n, counted_all >> 10, all >> 10, budget >> 10, peak >> 10,
+         cp_symbols_memory_used() >> 10, named, 3 * n);
+  CHECK(cp_symbols_memory_used() <= budget);
+  /* The mapping records and /proc/self/maps reading come on top. */
+  CHECK(all == 0 || peak <= budget + (256 << 10));
+  CHECK_EQ_INT(named, 3 * n);
+
+  /* Smaller than any table: module+offset, nothing kept. */
+  cp_symbols_set_budget(4096);
+  cp_symbols_reset();
+  cp_symbol s;
+  CHECK_EQ_INT(cp_symbols_lookup(PC(local_helper), &s), -1);
+  CHECK(s.mapping != NULL);
+  CHECK(s.function == NULL);
+  CHECK(cp_symbols_memory_used() <= 4096);
+
+  cp_symbols_set_budget(CP_SYMBOLS_DEFAULT_BUDGET);
+  cp_symbols_reset();
+  for (size_t i = 0; i < CP_ARRAY_SIZE(handles); i++)
+    if (handles[i])
+      dlclose(handles[i]);
+}
+
 static void test_reset_frees_everything(void) { cp_symbols_reset(); }
 
 TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
@@ -489,4 +607,5 @@ TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
           T(test_vdso), T(test_dlopen_and_dlclose),
           T(test_lookups_after_reset_and_in_forked_child),
           T(test_concurrent_lookups), T(test_corrupt_elf_files),
-          T(test_debuglink), T(test_reset_frees_everything))
+          T(test_debuglink), T(test_tables_stay_within_budget),
+          T(test_reset_frees_everything))

@@ -64,6 +64,7 @@ static void test_defaults(void) {
   CHECK_EQ_STR(cfg.output_dir, "./profiles");
   CHECK_EQ_INT(cfg.log_level, CP_LOG_WARN);
   CHECK_EQ_INT(cfg.max_memory_bytes, 64u << 20);
+  CHECK_EQ_INT(cfg.symbols_max_bytes, 128u << 20);
   cp_config_free(&cfg);
 }
 
@@ -79,6 +80,7 @@ static void test_all_variables(void) {
                    {"CONTPROF_OUTPUT_DIR", "/var/tmp/p"},
                    {"CONTPROF_LOG_LEVEL", "error"},
                    {"CONTPROF_MAX_MEMORY_MB", "8"},
+                   {"CONTPROF_SYMBOLS_MAX_MB", "16"},
                    {"CONTPROF_ENABLED", "true"}}};
   cp_config cfg;
   char err[4096];
@@ -102,6 +104,7 @@ static void test_all_variables(void) {
   CHECK_EQ_STR(cfg.output_dir, "/var/tmp/p");
   CHECK_EQ_INT(cfg.log_level, CP_LOG_ERROR);
   CHECK_EQ_INT(cfg.max_memory_bytes, 8u << 20);
+  CHECK_EQ_INT(cfg.symbols_max_bytes, 16u << 20);
   cp_config_free(&cfg);
   cp_log_set_level(CP_LOG_WARN);
 }

@@ -3,11 +3,13 @@
  * hostile input; top's flat/cum values are checked exactly; and go tool pprof
  * must accept the file we write and agree with our top. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -510,7 +512,7 @@ static void test_gzip_roundtrip(void) {
   CHECK_EQ_INT(pprof_gunzip(gz, gz_len, sizeof data - 1, &back, &back_len, err,
                             sizeof err),
                -1);
-  CHECK(strstr(err, "exceeds") != NULL);
+  CHECK(strstr(err, "too large") != NULL);
   /* Two members, as `cat a.gz b.gz` makes. */
   uint8_t *two = malloc(2 * gz_len);
   memcpy(two, gz, gz_len);
@@ -633,10 +635,10 @@ static void test_hostile_gzip(void) {
   size_t bomb_len;
   CHECK_EQ_INT(pprof_gzip(zeros, 4 << 20, &bomb, &bomb_len), 0);
   CHECK(bomb_len < 16 << 10);
-  expect_reject(bomb, bomb_len, 1 << 20, "exceeds");
+  expect_reject(bomb, bomb_len, 1 << 20, "over the 1 MiB limit");
   free(bomb);
   free(zeros);
-  /* And through pprof_read_file, with its 512 MiB limit, from a gzip stream
+  /* And through pprof_read_file, with its 256 MiB budget, from a gzip stream
    * of 513 MiB of zeros made piecewise (never held uncompressed). */
   z_stream zs;
   memset(&zs, 0, sizeof zs);
@@ -664,7 +666,8 @@ static void test_hostile_gzip(void) {
   char err[256] = "";
   CHECK_EQ_INT(pprof_read_file(path, &p, err, sizeof err), -1);
   CHECK(p == NULL);
-  CHECK(strstr(err, "exceeds") != NULL);
+  CHECK(strstr(err, "profile too large (uncompressed size over the 256 MiB "
+                    "limit)") != NULL);
   free(raw);
   free(gz);
 }
@@ -682,7 +685,7 @@ static void test_hostile_amplification(void) {
   char err[256] = "";
   CHECK_EQ_INT(pprof_decode(buf, 2 * n, 4 << 20, &p, err, sizeof err), -1);
   CHECK(p == NULL);
-  CHECK(strstr(err, "memory") != NULL);
+  CHECK(strstr(err, "too large (decoded size over the 4 MiB limit)") != NULL);
   /* With room enough it decodes, and fails validation instead. */
   CHECK_EQ_INT(pprof_decode(buf, 2 * n, 64 << 20, &p, err, sizeof err), -1);
   CHECK(strstr(err, "string table") != NULL);
@@ -1139,6 +1142,196 @@ static void test_go_tool_pprof(void) {
   pprof_profile_free(p);
 }
 
+/* ---- contprof top on hostile files --------------------------------------- */
+
+/* Writes header followed by `count` copies of unit, gzipped piecewise (the
+ * uncompressed profile is never held). */
+static void write_gzip_repeated(const char *path, const uint8_t *header,
+                                size_t header_len, const uint8_t *unit,
+                                size_t unit_len, size_t count) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  CHECK_EQ_INT(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY),
+               Z_OK);
+  static uint8_t chunk[1 << 16], out[1 << 16];
+  size_t per_chunk = sizeof chunk / unit_len;
+  for (size_t i = 0; i < per_chunk; i++)
+    memcpy(chunk + i * unit_len, unit, unit_len);
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  size_t left = count;
+  int first = 1, zrc = Z_OK;
+  for (;;) {
+    int finish = left == 0 && !first;
+    if (first) {
+      zs.next_in = (Bytef *)header;
+      zs.avail_in = (uInt)header_len;
+      first = 0;
+    } else if (!finish) {
+      size_t n = left < per_chunk ? left : per_chunk;
+      zs.next_in = chunk;
+      zs.avail_in = (uInt)(n * unit_len);
+      left -= n;
+    }
+    do {
+      zs.next_out = out;
+      zs.avail_out = sizeof out;
+      zrc = deflate(&zs, finish ? Z_FINISH : Z_NO_FLUSH);
+      fwrite(out, 1, sizeof out - zs.avail_out, f);
+    } while (zs.avail_out == 0);
+    if (finish && zrc == Z_STREAM_END)
+      break;
+  }
+  deflateEnd(&zs);
+  fclose(f);
+}
+
+/* Runs the contprof binary with args (NULL-terminated after argv[0]),
+ * stdout and stderr into files; returns the exit status (-1 for a signal)
+ * and the child's peak RSS in KiB. */
+static int run_contprof(char *const argv[], const char *out_path,
+                        const char *err_path, long *maxrss_kib) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+      _exit(126);
+    execv(CP_BUILD_DIR "/contprof", argv);
+    _exit(127);
+  }
+  int st = 0;
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  if (pid < 0 || wait4(pid, &st, 0, &ru) != pid)
+    return -2;
+  *maxrss_kib = ru.ru_maxrss;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  char *buf = calloc(1, 1 << 20);
+  *len = f && buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+  if (f)
+    fclose(f);
+  return buf;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RSS_IS_MEASURABLE 0
+#else
+#define RSS_IS_MEASURABLE 1
+#endif
+
+/* Issue #15 item 8: a 32 kB .pb.gz of 8M one-value samples decoded to
+ * 1.28 GB (the budget grew with the input to about 16 GiB). `contprof top`
+ * now refuses it within an absolute budget with one line, and still shows
+ * the other files it was given. */
+static void test_top_refuses_sample_bomb(void) {
+  /* string_table "", "n"; sample_type {type 1, unit 1}; then samples
+   * {value: [1]} (field 2, 2 bytes: field 2 varint 1). */
+  static const uint8_t header[] = {0x32, 0x00, 0x32, 0x01, 'n', 0x0a,
+                                   0x04, 0x08, 0x01, 0x10, 0x01};
+  static const uint8_t sample[] = {0x12, 0x02, 0x10, 0x01};
+  char bomb[256];
+  snprintf(bomb, sizeof bomb, "%s", tmp_path("bomb8m.pb.gz"));
+  write_gzip_repeated(bomb, header, sizeof header, sample, sizeof sample,
+                      (size_t)8 << 20);
+  struct stat st;
+  CHECK_EQ_INT(stat(bomb, &st), 0);
+  CHECK(st.st_size < 64 << 10); /* a few tens of kB */
+  char good[256];
+  snprintf(good, sizeof good, "%s", write_reference("top_good.pb.gz"));
+  char out_path[256], err_path[256];
+  snprintf(out_path, sizeof out_path, "%s", tmp_path("top.out"));
+  snprintf(err_path, sizeof err_path, "%s", tmp_path("top.err"));
+
+  char *argv[] = {"contprof", "top", bomb, good, NULL};
+  long maxrss = 0;
+  int rc = run_contprof(argv, out_path, err_path, &maxrss);
+  size_t out_len, err_len;
+  char *out = slurp(out_path, &out_len), *err = slurp(err_path, &err_len);
+  printf("note: contprof top on the 8M-sample bomb: exit %d, max RSS %ld MiB,"
+         " stderr: %s",
+         rc, maxrss >> 10, err);
+  CHECK_EQ_INT(rc, 1);
+  char want[512];
+  snprintf(want, sizeof want,
+           "contprof: %s: profile too large (decoded size over the 256 MiB "
+           "limit)\n",
+           bomb);
+  CHECK_EQ_STR(err, want);
+  CHECK(strstr(out, "Showing top") != NULL); /* the good file still */
+  /* The budget, plus the program, the file and malloc's slack (not under
+   * a sanitizer: its shadow memory and allocator count in the RSS). */
+  CHECK(!RSS_IS_MEASURABLE || maxrss < (256 + 64) << 10);
+
+  /* A smaller budget stops it earlier, at its uncompressed size. */
+  char *small[] = {"contprof", "top", "--max-memory", "1", bomb, good, NULL};
+  CHECK_EQ_INT(run_contprof(small, out_path, err_path, &maxrss), 1);
+  free(out);
+  free(err);
+  out = slurp(out_path, &out_len);
+  err = slurp(err_path, &err_len);
+  CHECK(strstr(out, "Showing top") != NULL);
+  CHECK(strstr(err, "profile too large (uncompressed size over the 1 MiB "
+                    "limit)\n") != NULL);
+  CHECK(!RSS_IS_MEASURABLE || maxrss < 64 << 10);
+  free(out);
+  free(err);
+}
+
+/* Names come from whoever wrote the file: "\x1b[2J" printed raw would
+ * clear the reader's terminal. Controls, DEL, C1, invalid UTF-8 and bidi
+ * overrides come out escaped; other UTF-8 as it is. */
+static void test_top_escapes_names(void) {
+  static const char evil[] = "evil\x1b[2J\a\x7f\xc2\x9b\xff\xe2\x80\xae"
+                             "caf\xc3\xa9";
+  pprof_builder *b = pprof_builder_create();
+  pprof_add_sample_type(b, "samples\x1b]0;owned\x07", "count");
+  uint64_t fn = pprof_add_function(b, evil, evil, "x.c", 1);
+  uint64_t loc = pprof_add_location(b, 0, 0x1000, fn, 1);
+  int64_t v = 5;
+  CHECK_EQ_INT(pprof_add_sample(b, &loc, 1, &v, 1, NULL, 0), 0);
+  uint8_t *raw;
+  size_t len;
+  CHECK_EQ_INT(pprof_encode(b, &raw, &len), 0);
+  pprof_builder_destroy(b);
+  char path[256], out_path[256], err_path[256];
+  snprintf(path, sizeof path, "%s", tmp_path("evil.pb"));
+  snprintf(out_path, sizeof out_path, "%s", tmp_path("evil.out"));
+  snprintf(err_path, sizeof err_path, "%s", tmp_path("evil.err"));
+  CHECK_EQ_INT(write_file(path, raw, len), 0);
+  free(raw);
+
+  char *argv[] = {"contprof", "top", path, NULL};
+  long maxrss;
+  CHECK_EQ_INT(run_contprof(argv, out_path, err_path, &maxrss), 0);
+  size_t out_len, err_len;
+  char *out = slurp(out_path, &out_len), *err = slurp(err_path, &err_len);
+  printf("%s", out);
+  for (size_t i = 0; i < out_len; i++) {
+    unsigned char c = (unsigned char)out[i];
+    CHECK(c >= 0x20 || c == '\n');
+    CHECK(c != 0x7f && c != 0x9b && c != 0xff);
+  }
+  CHECK(strstr(out, "evil\\x1b[2J\\x07\\x7f\\xc2\\x9b\\xff\\u202e"
+                    "caf\xc3\xa9\n") != NULL);
+  CHECK(strstr(out, "Type: samples\\x1b]0;owned\\x07\n") != NULL);
+  /* --list-types prints the same strings. */
+  char *list[] = {"contprof", "top", "--list-types", path, NULL};
+  CHECK_EQ_INT(run_contprof(list, out_path, err_path, &maxrss), 0);
+  free(out);
+  out = slurp(out_path, &out_len);
+  CHECK(strchr(out, 0x1b) == NULL && strchr(out, 0x07) == NULL);
+  CHECK(strstr(out, "samples\\x1b]0;owned\\x07/count") != NULL);
+  free(out);
+  free(err);
+}
+
 static void test_cleanup(void) { tmp_cleanup(); }
 
 TEST_MAIN(T(test_roundtrip), T(test_builder_rejects), T(test_builder_many),
@@ -1146,4 +1339,5 @@ TEST_MAIN(T(test_roundtrip), T(test_builder_rejects), T(test_builder_many),
           T(test_hostile_mutations), T(test_hostile_gzip),
           T(test_hostile_amplification), T(test_hostile_invalid),
           T(test_read_file_errors), T(test_top_values), T(test_top_inline),
-          T(test_go_tool_pprof), T(test_cleanup))
+          T(test_go_tool_pprof), T(test_top_refuses_sample_bomb),
+          T(test_top_escapes_names), T(test_cleanup))

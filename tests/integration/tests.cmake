@@ -36,6 +36,14 @@ target_include_directories(test_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(test_api PRIVATE _GNU_SOURCE)
 add_test(NAME test_api COMMAND test_api)
 
+# Label memory: bounded values, sets freed when unheld (issue #15, item 7).
+add_executable(test_labels integration/test_labels.c)
+target_link_libraries(test_labels PRIVATE contprof contprof_pprof_reader
+  Threads::Threads)
+target_include_directories(test_labels PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(test_labels PRIVATE _GNU_SOURCE)
+add_test(NAME test_labels COMMAND test_labels)
+
 add_test(NAME test_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_install.sh
   ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 

@@ -595,8 +595,12 @@ static void heap_reset(void) {
   if (!heap.entries)
     return;
   memset(heap.index, 0, (heap.index_mask + 1) * sizeof *heap.index);
-  for (size_t i = 1; i < heap.next_unused; i++)
+  for (size_t i = 1; i < heap.next_unused; i++) {
+    if (heap.entries[i].ptr)
+      contprof_labels_release(heap.entries[i].labels);
     heap.entries[i].ptr = NULL;
+    heap.entries[i].labels = 0;
+  }
   heap.free_head = 0;
   heap.next_unused = 1;
   heap.live = 0;
@@ -637,6 +641,8 @@ static void heap_forget(void *p) {
   pthread_mutex_lock(&heap.lock);
   uint32_t id = heap.index[slot];
   heap.entries[id].ptr = NULL;
+  contprof_labels_release(heap.entries[id].labels);
+  heap.entries[id].labels = 0;
   heap.entries[id].next_free = heap.free_head;
   heap.free_head = id;
   heap.live--;
@@ -674,7 +680,8 @@ static void heap_track(PyThreadState *ts, void *p, const uint64_t *frames,
   e->count = count;
   e->bytes = bytes;
   e->tid = (pid_t)gettid();
-  e->labels = contprof_labels_current();
+  /* Held while the allocation lives: the set outlives the scope. */
+  e->labels = contprof_labels_hold(contprof_labels_current());
   e->span_id = t ? t->span_id : 0;
   e->local_root_span_id = t ? t->local_root_span_id : 0;
   e->nframes = (uint32_t)(n < HEAP_FRAMES ? n : HEAP_FRAMES);
