@@ -36,7 +36,7 @@ static const value_type datadog_types[] = {
     {CP_V_LOCK_WAIT, "lock-acquire-wait", "nanoseconds", CP_PROFILE_LOCK},
 };
 
-/* Pyroscope's names (FORMATS.md: no '-'); "samples" repeats across
+/* Pyroscope's names (docs/formats.md: no '-'); "samples" repeats across
  * families, which is why a Pyroscope profile holds one family. */
 static const value_type pyroscope_types[] = {
     {CP_V_CPU_SAMPLES, "samples", "count", CP_PROFILE_CPU},

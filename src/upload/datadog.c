@@ -3,7 +3,7 @@
  * with DD-API-KEY: part `event` (event.json: attachments, tags_profiler,
  * start, end, family, version "4", endpoint_counts, process_tags, internal,
  * info) and part `profile.pprof` (gzip pprof with every sample type), with
- * the DD-EVP-ORIGIN headers and the container headers. See FORMATS.md. */
+ * the DD-EVP-ORIGIN headers and the container headers. See docs/formats.md. */
 #include "datadog.h"
 
 #include <inttypes.h>

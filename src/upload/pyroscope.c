@@ -4,7 +4,7 @@
  * &sampleRate=, multipart part `profile` (profile.pprof, gzip pprof in the
  * Pyroscope dialect: at most 16000 samples and 4 MiB uncompressed, the
  * lightest stacks folded into `[other]`). Bearer token or basic auth, and
- * X-Scope-OrgID. See FORMATS.md. */
+ * X-Scope-OrgID. See docs/formats.md. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
