@@ -162,14 +162,22 @@ static int word_readable(uintptr_t addr) {
   return ok;
 }
 
-/* libunwind's access_mem with a descriptor-free check (see above).
+/* A word at any address (libunwind asks for unaligned ones too). */
+typedef unw_word_t unaligned_word __attribute__((aligned(1), may_alias));
+
+/* libunwind's access_mem with a descriptor-free check (see above). The
+ * load reads other frames' stack slots, as libunwind's own (uninstrumented)
+ * code did: not instrumented by AddressSanitizer either (scripts/sanitize).
  * Async-signal-safe and bounded. */
-static int cp_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val,
-                         int write, void *arg) {
+__attribute__((no_sanitize("address"))) static int
+cp_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
+              void *arg) {
   if (write)
     return libunwind_access_mem(as, addr, val, write, arg);
   if (ACCESS_VALIDATES(arg)) {
     uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(CP_PAGE - 1);
+    if (page == 0)
+      return -1; /* never mapped; also what an empty readable_page holds */
     int same_page = ((uintptr_t)addr + sizeof(unw_word_t) - 1 - page) < CP_PAGE;
     int known = 0;
     if (in_own_unwind && same_page)
@@ -177,12 +185,12 @@ static int cp_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val,
         known = readable_page[i] == page;
     if (!known) {
       if (!word_readable((uintptr_t)addr))
-        return -UNW_EINVAL;
+        return -1; /* what libunwind's check returns */
       if (in_own_unwind && same_page)
         readable_page[readable_next++ % READABLE_PAGES] = page;
     }
   }
-  memcpy(val, (const void *)(uintptr_t)addr, sizeof *val);
+  *val = *(const unaligned_word *)(uintptr_t)addr;
   return 0;
 }
 
