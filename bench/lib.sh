@@ -38,6 +38,11 @@ bench_build() {
     -o "$BENCH_BIN/proftotal" "$src/proftotal.c" \
     "$BENCH_BUILD_DIR/libcontprof.a" -lprotobuf-c -lz -lunwind -lpthread \
     -ldl -lm
+  # Calls unwind.c's functions directly: linked with the static library.
+  $cc -O2 -g -Wall -pthread -I"$bench_root/src" \
+    -o "$BENCH_BIN/unwind_validate" "$src/unwind_validate.c" \
+    "$BENCH_BUILD_DIR/libcontprof.a" -lprotobuf-c -lz -lunwind -lpthread \
+    -ldl -lm
   # Links the shared library like an application would.
   $cc -O2 -g -Wall -pthread -I"$bench_root/include" \
     -o "$BENCH_BIN/sample_cost" "$src/sample_cost.c" \

@@ -21,6 +21,7 @@
 #include "unwind.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <libunwind.h>
 #include <link.h>
 #include <signal.h>
@@ -95,8 +96,119 @@ int sigaltstack(const stack_t *ss, stack_t *old) {
 extern __typeof(sigaltstack) cp_own_sigaltstack __attribute__((
     alias("sigaltstack"), visibility("hidden"), copy(sigaltstack)));
 
+/* Reading memory for libunwind without its pipe.
+ *
+ * libunwind (1.6 to 1.8 on x86_64) checks an address before it reads it
+ * whenever the cursor's validate flag is set: on every unw_step (it is built
+ * with CONSERVATIVE_CHECKS), so on our slow path, and on unw_backtrace's
+ * fast path after a cache miss or a guessed frame. It checks by read() of
+ * one byte from a pipe it opened at its initialisation and kept in two
+ * static descriptor numbers, reopening it (close of both numbers) when
+ * read() fails otherwise than with EAGAIN, then by a write() of one byte at
+ * the address into the other end. An application that closed those numbers
+ * and reused them (closefrom, a daemon closing 3..N, then its own sockets)
+ * had a sampling handler block in read() on its socket for ever, or lose a
+ * byte of its data, have a byte written into its file or its descriptors
+ * closed (docs/security.md, "Descriptors shared with the application").
+ *
+ * So the local address space's access_mem accessor (the one caller of that
+ * check) is replaced by ours at cp_unwind_init: unvalidated reads are plain
+ * loads as before; validated ones are checked with a system call that takes
+ * no descriptor. rt_sigprocmask with an invalid `how` copies the new mask in
+ * first (EFAULT if any of its 8 bytes is unreadable) and then refuses `how`
+ * (EINVAL), changing nothing. The pipe stays open but is never used again.
+ * Other users of libunwind in the process get the same accessor (the same
+ * semantics); the code stays mapped (the shared libraries are linked
+ * -z nodelete; Python and Ruby never unload their extensions, which link it
+ * statically). Within one of our unwinds, the pages found readable are
+ * remembered (libunwind's own check remembered 4 pages per thread for the
+ * life of the thread; ours forgets them at the next unwind, so a page
+ * unmapped meanwhile is not trusted past it). */
+#if UNW_VERSION >= UNW_VERSION_CODE(1, 6)
+/* libunwind 1.6+ passes the ucontext with the validate flag in bit 0. */
+#define ACCESS_VALIDATES(arg) (((uintptr_t)(arg)&1) != 0)
+#else
+/* Older ones pass the cursor there: check every read. */
+#define ACCESS_VALIDATES(arg) 1
+#endif
+#define CP_PAGE 4096u
+#define READABLE_PAGES 8
+typedef int (*access_mem_fn)(unw_addr_space_t, unw_word_t, unw_word_t *, int,
+                             void *);
+static access_mem_fn libunwind_access_mem;
+static CP_TLS int in_own_unwind; /* readable_page is ours to use */
+static CP_TLS uintptr_t readable_page[READABLE_PAGES];
+static CP_TLS unsigned readable_next;
+
+/* Starts one of our unwinds on this thread: no page is known readable yet.
+ * Async-signal-safe. */
+static void own_unwind_begin(void) {
+  for (int i = 0; i < READABLE_PAGES; i++)
+    readable_page[i] = 0;
+  in_own_unwind = 1;
+}
+
+static void own_unwind_end(void) { in_own_unwind = 0; }
+
+/* Whether the 8 bytes at addr can be read. One system call, no descriptor;
+ * errno is kept. Async-signal-safe. */
+static int word_readable(uintptr_t addr) {
+  if (addr < CP_PAGE)
+    return 0; /* a NULL mask would be accepted without a read */
+  int saved = errno;
+  long rc = syscall(SYS_rt_sigprocmask, -1, addr, NULL, (size_t)8);
+  int ok = rc == -1 && errno == EINVAL;
+  errno = saved;
+  return ok;
+}
+
+/* A word at any address (libunwind asks for unaligned ones too). */
+typedef unw_word_t unaligned_word __attribute__((aligned(1), may_alias));
+
+/* libunwind's access_mem with a descriptor-free check (see above). The
+ * load reads other frames' stack slots, as libunwind's own (uninstrumented)
+ * code did: not instrumented by AddressSanitizer either (scripts/sanitize).
+ * Async-signal-safe and bounded. */
+__attribute__((no_sanitize("address"))) static int
+cp_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
+              void *arg) {
+  if (write)
+    return libunwind_access_mem(as, addr, val, write, arg);
+  if (ACCESS_VALIDATES(arg)) {
+    uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(CP_PAGE - 1);
+    if (page == 0)
+      return -1; /* never mapped; also what an empty readable_page holds */
+    int same_page = ((uintptr_t)addr + sizeof(unw_word_t) - 1 - page) < CP_PAGE;
+    int known = 0;
+    if (in_own_unwind && same_page)
+      for (int i = 0; i < READABLE_PAGES && !known; i++)
+        known = readable_page[i] == page;
+    if (!known) {
+      if (!word_readable((uintptr_t)addr))
+        return -1; /* what libunwind's check returns */
+      if (in_own_unwind && same_page)
+        readable_page[readable_next++ % READABLE_PAGES] = page;
+    }
+  }
+  *val = *(const unaligned_word *)(uintptr_t)addr;
+  return 0;
+}
+
+/* Installs cp_access_mem in libunwind's local address space (once; later
+ * calls find it there). Not signal-safe: before sampling. */
+static void replace_access_mem(void) {
+  unw_accessors_t *acc = unw_get_accessors(unw_local_addr_space);
+  if (!acc || acc->access_mem == cp_access_mem)
+    return;
+  libunwind_access_mem = acc->access_mem;
+  __atomic_store_n(&acc->access_mem, cp_access_mem, __ATOMIC_RELEASE);
+}
+
 void cp_unwind_init(void) {
   resolve_dl_iterate_phdr();
+  /* Before the first unwind of ours: unw_get_accessors initialises
+   * libunwind (and opens its pipe, unused from then on). */
+  replace_access_mem();
   alt_cache_ok =
       dlsym(RTLD_DEFAULT, "sigaltstack") == (void *)cp_own_sigaltstack;
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
@@ -172,19 +284,11 @@ static int loader_busy(void) {
          in_dl_iterate_phdr;
 }
 
-/* Async-signal-safe. */
-size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
-                        int may_build_cache, int *truncated) {
-  ucontext_t *uc = ucontext;
+/* cp_unwind_signal once unwinding may start. Async-signal-safe. */
+static size_t unwind_signal(ucontext_t *uc, uint64_t *frames, size_t max_frames,
+                            int may_build_cache, int *truncated) {
   uint64_t pc = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   size_t capacity = max_frames + CP_UNWIND_SLACK;
-  *truncated = 0;
-  if (alt_stack_short(uc) || loader_busy()) {
-    /* No room to unwind, or unwinding could deadlock with the loader: the
-     * sample keeps its leaf only. */
-    frames[0] = pc;
-    return 1;
-  }
   /* The cache is built at the second busy sample: a thread sampled once
    * (a short burst) may be idle for the rest of its life. */
   if (!warmed_up && (!may_build_cache || ++busy_samples < 2))
@@ -203,6 +307,23 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
       n = max_frames;
   }
   memmove(frames, frames + skip, n * sizeof *frames);
+  return n;
+}
+
+/* Async-signal-safe. */
+size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
+                        int may_build_cache, int *truncated) {
+  ucontext_t *uc = ucontext;
+  *truncated = 0;
+  if (alt_stack_short(uc) || loader_busy()) {
+    /* No room to unwind, or unwinding could deadlock with the loader: the
+     * sample keeps its leaf only. */
+    frames[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    return 1;
+  }
+  own_unwind_begin();
+  size_t n = unwind_signal(uc, frames, max_frames, may_build_cache, truncated);
+  own_unwind_end();
   return n;
 }
 
@@ -243,7 +364,9 @@ size_t cp_unwind_here(uint64_t *frames, size_t max_frames, uint64_t caller_ra,
   /* A sampling signal arriving meanwhile must not unwind on top of this
    * unwind (libunwind's per-thread cache): its handler drops its sample. */
   cp_in_sampling_handler = 1;
+  own_unwind_begin();
   int got = unw_backtrace((void **)frames, (int)capacity);
+  own_unwind_end();
   cp_in_sampling_handler = 0;
   size_t skip = 0;
   while ((int)skip < got && skip < CP_UNWIND_SLACK && frames[skip] != caller_ra)

@@ -119,6 +119,19 @@ add_dependencies(test_hardening hostile_workload cp_test_plugin contprof_cli
   contprof_preload)
 set_tests_properties(test_hardening PROPERTIES TIMEOUT 240)
 
+# An application that puts its own sockets and files on descriptors 3..63
+# while sampled: none is read, written or closed by the unwinding, and the
+# process does not hang (test_unwind_descriptors.c).
+add_executable(fd_takeover_workload integration/fd_takeover_workload.c)
+target_link_libraries(fd_takeover_workload PRIVATE Threads::Threads)
+target_compile_options(fd_takeover_workload PRIVATE -O1 -g)
+set_target_properties(fd_takeover_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_unwind_descriptors integration/test_unwind_descriptors.c)
+add_dependencies(test_unwind_descriptors fd_takeover_workload contprof_cli
+  contprof_preload)
+set_tests_properties(test_unwind_descriptors PROPERTIES TIMEOUT 120)
+
 # The preload path under valgrind's memcheck: every sampler on in a
 # multithreaded program (test_valgrind.c; bench/soak.sh runs it for long).
 add_executable(mixed_workload integration/mixed_workload.c)

@@ -6,3 +6,6 @@ cp_unit_test(test_alloc samplers/test_alloc.c)
 # checks what they really do.
 target_compile_options(test_alloc PRIVATE -fno-builtin -Wno-use-after-free)
 set_tests_properties(test_alloc PROPERTIES TIMEOUT 120)
+# unwind.c's memory accessor for libunwind: unreadable addresses fail,
+# registers that point nowhere end the stack (test_unwind.c).
+cp_unit_test(test_unwind samplers/test_unwind.c)

@@ -1,0 +1,132 @@
+/* unwind.c's memory accessor for libunwind (cp_access_mem): checked reads
+ * of unreadable addresses (the first page, PROT_NONE, unmapped, a word
+ * straddling into an unreadable page) fail instead of faulting, readable
+ * ones return the word, errno is kept; and an unwind in a signal handler
+ * from registers that point nowhere (no unwind info at the pc, a frame
+ * pointer in the first page or in a PROT_NONE page) ends the stack instead
+ * of crashing the process. */
+#define UNW_LOCAL_ONLY
+#include <errno.h>
+#include <libunwind.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "samplers/unwind.h"
+#include "test.h"
+
+typedef int (*access_mem_fn)(unw_addr_space_t, unw_word_t, unw_word_t *, int,
+                             void *);
+static access_mem_fn stock_access_mem;
+static char *pages; /* readable page, PROT_NONE page, unmapped page */
+
+static void setup(void) {
+  if (pages)
+    return;
+  stock_access_mem = unw_get_accessors(unw_local_addr_space)->access_mem;
+  cp_unwind_init();
+  long ps = sysconf(_SC_PAGESIZE);
+  pages = mmap(NULL, 3 * (size_t)ps, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) {
+    pages = NULL;
+    return;
+  }
+  memset(pages, 0x5a, (size_t)ps);
+  mprotect(pages + ps, (size_t)ps, PROT_NONE);
+  munmap(pages + 2 * ps, (size_t)ps);
+}
+
+/* The accessor with libunwind 1.6's "validate" flag (bit 0 of its argument)
+ * set or not; errno must be what it was before. */
+static int read_word(uintptr_t addr, unw_word_t *val, int validate) {
+  access_mem_fn fn = unw_get_accessors(unw_local_addr_space)->access_mem;
+  errno = 12345;
+  int rc = fn(unw_local_addr_space, addr, val, 0, (void *)(uintptr_t)validate);
+  CHECK_EQ_INT(errno, 12345);
+  return rc;
+}
+
+static void test_checked_reads(void) {
+  setup();
+  CHECK(pages != NULL);
+  if (!pages)
+    return;
+  CHECK(unw_get_accessors(unw_local_addr_space)->access_mem !=
+        stock_access_mem);
+  long ps = sysconf(_SC_PAGESIZE);
+  unw_word_t v = 0, expect;
+  memset(&expect, 0x5a, sizeof expect);
+  CHECK_EQ_INT(read_word((uintptr_t)pages + 8, &v, 1), 0);
+  CHECK(v == expect);
+  v = 0;
+  CHECK_EQ_INT(read_word((uintptr_t)pages + 8, &v, 0), 0);
+  CHECK(v == expect);
+  uint64_t local = 0x1122334455667788ull;
+  CHECK_EQ_INT(read_word((uintptr_t)&local, &v, 1), 0);
+  CHECK(v == local);
+  CHECK_EQ_INT(read_word(0, &v, 1), -1);
+  CHECK_EQ_INT(read_word(4, &v, 1), -1);
+  CHECK_EQ_INT(read_word((uintptr_t)pages + ps, &v, 1), -1);
+  CHECK_EQ_INT(read_word((uintptr_t)pages + 2 * ps + 16, &v, 1), -1);
+  /* The last 4 bytes of the readable page and 4 of the PROT_NONE one. */
+  CHECK_EQ_INT(read_word((uintptr_t)pages + ps - 4, &v, 1), -1);
+  CHECK_EQ_INT(read_word(~(uintptr_t)0 - 64, &v, 1), -1);
+}
+
+/* Registers pointing nowhere, unwound from a signal handler as the
+ * samplers do. */
+static volatile struct {
+  uintptr_t rip, rbp, rsp;
+  size_t frames;
+  uint64_t first;
+} bogus;
+
+static void on_usr1(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  (void)si;
+  ucontext_t uc = *(ucontext_t *)ctx;
+  uc.uc_mcontext.gregs[REG_RIP] = (greg_t)bogus.rip;
+  uc.uc_mcontext.gregs[REG_RBP] = (greg_t)bogus.rbp;
+  uc.uc_mcontext.gregs[REG_RSP] = (greg_t)bogus.rsp;
+  uint64_t frames[64 + CP_UNWIND_SLACK];
+  int truncated;
+  bogus.frames = cp_unwind_signal(&uc, frames, 64, 0, &truncated);
+  bogus.first = frames[0];
+}
+
+static void unwind_bogus(uintptr_t rip, uintptr_t rbp, uintptr_t rsp) {
+  bogus.rip = rip;
+  bogus.rbp = rbp;
+  bogus.rsp = rsp;
+  bogus.frames = 0;
+  raise(SIGUSR1);
+  CHECK(bogus.frames >= 1 && bogus.frames <= 64);
+  CHECK(bogus.first == rip);
+}
+
+static void test_unwind_from_bogus_registers(void) {
+  setup();
+  if (!pages)
+    return;
+  long ps = sysconf(_SC_PAGESIZE);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_usr1;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGUSR1, &sa, NULL);
+  uintptr_t none = (uintptr_t)pages + (uintptr_t)ps;
+  uintptr_t unmapped = (uintptr_t)pages + 2 * (uintptr_t)ps;
+  /* No unwind info at any of these pcs: libunwind falls back to checked
+   * reads at the pc (a PLT stub?) and through the frame pointer. */
+  unwind_bogus(0x10, 8, 16);
+  unwind_bogus(0x10, none + 64, none + 32);
+  unwind_bogus(unmapped + 8, 8, unmapped);
+  unwind_bogus(none, (uintptr_t)pages + 64, (uintptr_t)pages + 32);
+  unwind_bogus((uintptr_t)pages, 4, 4);
+}
+
+TEST_MAIN(T(test_checked_reads), T(test_unwind_from_bogus_registers))
