@@ -1,5 +1,6 @@
-/* contprof: the command line. `contprof run` profiles an unmodified program,
- * `contprof top` prints the hottest functions of profiles. */
+/* contprof: the command line. `contprof run` profiles an unmodified program;
+ * `top`, `merge`, `folded`, `flame` and `diff` are the local view of
+ * profiles. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,11 +14,14 @@ static void usage(FILE *out) {
           "ARGS...\n"
           "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
           "                    [--max-memory MIB]\n"
+          "       contprof merge -o OUT [--type T] [--drop-labels K,...] "
+          "FILE|DIR...\n"
           "       contprof version\n"
           "\n"
-          "run  runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
+          "run    runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
           "its status.\n"
-          "top  prints flat and cumulative top functions of pprof files.\n");
+          "top    prints flat and cumulative top functions of pprof files.\n"
+          "merge  merges pprof files by function into one.\n");
 }
 
 int main(int argc, char **argv) {
@@ -30,6 +34,8 @@ int main(int argc, char **argv) {
     return cp_cmd_run(argc - 1, argv + 1);
   if (strcmp(verb, "top") == 0)
     return cp_cmd_top(argc - 1, argv + 1);
+  if (strcmp(verb, "merge") == 0)
+    return cp_cmd_merge(argc - 1, argv + 1);
   if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
     printf("contprof %s\n", CONTPROF_VERSION_STRING);
     return 0;

@@ -1,0 +1,535 @@
+/* The local view from the command line (issue #17): `contprof merge`,
+ * `folded`, `flame` and `diff` run as a user would, on profiles built here;
+ * their output is decoded and checked value for value, and go tool pprof
+ * reads what merge writes. */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exporter/pprof.h"
+#include "exporter/pprof_read.h"
+#include "test.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static char tmp_dir[64];
+
+static const char *tmp_path(const char *name) {
+  static char path[8][256];
+  static int next;
+  if (!tmp_dir[0]) {
+    strcpy(tmp_dir, "/tmp/cp_test_lv_XXXXXX");
+    if (!mkdtemp(tmp_dir)) {
+      perror("mkdtemp");
+      exit(1);
+    }
+  }
+  char *p = path[next++ % 8];
+  snprintf(p, sizeof path[0], "%s/%s", tmp_dir, name);
+  return p;
+}
+
+static int write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f)
+    return -1;
+  size_t n = fwrite(data, 1, len, f);
+  return fclose(f) == 0 && n == len ? 0 : -1;
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  while (f && buf) {
+    if (cap - n < 2)
+      buf = realloc(buf, cap *= 2);
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    if (r == 0)
+      break;
+    n += r;
+  }
+  if (f)
+    fclose(f);
+  if (buf)
+    buf[n] = '\0';
+  if (len)
+    *len = n;
+  return buf;
+}
+
+/* Runs contprof with argv (NULL-terminated), stdout and stderr into
+ * OUT/ERR files under the temp dir; returns the exit status. */
+static int contprof(char *const argv[], char **out, char **err) {
+  char out_path[256], err_path[256];
+  snprintf(out_path, sizeof out_path, "%s", tmp_path("cmd.out"));
+  snprintf(err_path, sizeof err_path, "%s", tmp_path("cmd.err"));
+  pid_t pid = fork();
+  if (pid == 0) {
+    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+      _exit(126);
+    execv(CP_BUILD_DIR "/contprof", argv);
+    _exit(127);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid)
+    return -2;
+  if (out)
+    *out = slurp(out_path, NULL);
+  if (err)
+    *err = slurp(err_path, NULL);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A shell command's stdout (to be freed) and exit status. */
+static char *run(const char *cmd, int *status) {
+  char full[2048];
+  snprintf(full, sizeof full, "HOME='%s' PPROF_TMPDIR='%s' %s 2>'%s'", tmp_dir,
+           tmp_dir, cmd, tmp_path("run.err"));
+  FILE *f = popen(full, "r");
+  if (!f)
+    return NULL;
+  size_t cap = 4096, len = 0, n;
+  char *out = malloc(cap);
+  while ((n = fread(out + len, 1, cap - len - 1, f)) > 0) {
+    len += n;
+    if (cap - len < 2)
+      out = realloc(out, cap *= 2);
+  }
+  out[len] = '\0';
+  int st = pclose(f);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+static int have_go(void) {
+  int status;
+  char *go = run("command -v go", &status);
+  int ok = go && status == 0 && go[0];
+  free(go);
+  if (!ok)
+    printf("note: go is not installed; skipping the go tool pprof check\n");
+  return ok;
+}
+
+/* ---- profiles of one program, two builds --------------------------------- */
+
+/* Stacks root first by function index; values (samples, cpu ns). */
+static const char *const fnames[] = {"main",   "serve", "parse", "hash",
+                                     "memcpy", "inl_a", "inl_b"};
+typedef struct stack_def {
+  int frames[6];
+  int nframes;
+  int64_t samples, nanos;
+  int thread;
+} stack_def;
+static const stack_def stacks[] = {
+    {{0, 1, 2}, 3, 5, 50000000, 1},    {{0, 1, 2}, 3, 2, 20000000, 2},
+    {{0, 1, 3, 4}, 4, 7, 70000000, 1}, {{0, 3}, 2, 1, 10000000, 1},
+    {{0, 1, 2, 4}, 4, 4, 40000000, 2},
+};
+
+/* Builds the profile of "build" b: the same functions, but other
+ * addresses, another mapping start and functions added in another order,
+ * so that ids and addresses all differ between builds. */
+static const char *write_build(const char *name, int build, int scale) {
+  pprof_builder *pb = pprof_builder_create();
+  pprof_add_sample_type(pb, "samples", "count");
+  pprof_add_sample_type(pb, "cpu", "nanoseconds");
+  pprof_set_default_sample_type(pb, "cpu");
+  pprof_set_period(pb, "cpu", "nanoseconds", 10000000);
+  pprof_set_time(pb, 1700000000000000000 + build * 60000000000ll, 60000000000);
+  uint64_t base = build ? 0x7f1200000000ull : 0x400000ull;
+  uint64_t map = pprof_add_mapping(pb, base, base + 0x100000, 0, "/usr/bin/app",
+                                   build ? "b2" : "b1", 1);
+  uint64_t fid[5], lid[5];
+  for (int k = 0; k < 5; k++) {
+    int i = build ? 4 - k : k;
+    fid[i] = pprof_add_function(pb, fnames[i], fnames[i], "app.c", 10 * i);
+  }
+  for (int k = 0; k < 5; k++) {
+    int i = build ? 4 - k : k;
+    lid[i] = pprof_add_location(pb, map,
+                                base + 0x1000 + 0x10 * i + (build ? 0x777 : 0),
+                                fid[i], 100 + i);
+  }
+  for (size_t s = 0; s < sizeof stacks / sizeof stacks[0]; s++) {
+    uint64_t ids[6];
+    for (int k = 0; k < stacks[s].nframes; k++) /* leaf first */
+      ids[k] = lid[stacks[s].frames[stacks[s].nframes - 1 - k]];
+    int64_t v[2] = {stacks[s].samples * scale, stacks[s].nanos * scale};
+    pprof_label l = {"thread id", NULL, stacks[s].thread, NULL};
+    CHECK_EQ_INT(pprof_add_sample(pb, ids, stacks[s].nframes, v, 2, &l, 1), 0);
+  }
+  uint8_t *raw, *gz;
+  size_t len, gzlen;
+  CHECK_EQ_INT(pprof_encode(pb, &raw, &len), 0);
+  CHECK_EQ_INT(pprof_gzip(raw, len, &gz, &gzlen), 0);
+  const char *path = tmp_path(name);
+  CHECK_EQ_INT(write_file(path, gz, gzlen), 0);
+  free(raw);
+  free(gz);
+  pprof_builder_destroy(pb);
+  return path;
+}
+
+static pprof_profile *read_profile(const char *path) {
+  pprof_profile *p = NULL;
+  char err[256];
+  if (pprof_read_file(path, &p, err, sizeof err) != 0)
+    fprintf(stderr, "read %s: %s\n", path, err);
+  CHECK(p != NULL);
+  return p;
+}
+
+/* A profile as "root;...;leaf|labels" -> values, for comparing. */
+typedef struct flat_sample {
+  char key[512];
+  int64_t v[4];
+} flat_sample;
+typedef struct flat_profile {
+  flat_sample s[64];
+  size_t n, ntypes;
+  int64_t total[4];
+} flat_profile;
+
+static void flatten(const pprof_profile *p, flat_profile *f) {
+  memset(f, 0, sizeof *f);
+  f->ntypes = p->n_sample_type;
+  for (size_t i = 0; i < p->n_sample; i++) {
+    const Perftools__Profiles__Sample *s = p->sample[i];
+    char key[512] = "";
+    for (size_t j = s->n_location_id; j-- > 0;) {
+      const Perftools__Profiles__Location *l =
+          pprof_find_location(p, s->location_id[j]);
+      for (size_t k = l->n_line; k-- > 0;) {
+        const Perftools__Profiles__Function *fn =
+            pprof_find_function(p, l->line[k]->function_id);
+        snprintf(key + strlen(key), sizeof key - strlen(key), "%s:%" PRId64 ";",
+                 pprof_str(p, fn->name), l->line[k]->line);
+      }
+    }
+    for (size_t j = 0; j < s->n_label; j++)
+      snprintf(key + strlen(key), sizeof key - strlen(key), "|%s=%" PRId64,
+               pprof_str(p, s->label[j]->key), s->label[j]->num);
+    size_t at = 0;
+    while (at < f->n && strcmp(f->s[at].key, key) != 0)
+      at++;
+    CHECK(at < 64);
+    if (at == f->n) {
+      snprintf(f->s[f->n++].key, sizeof key, "%s", key);
+    }
+    for (size_t t = 0; t < p->n_sample_type && t < 4; t++) {
+      f->s[at].v[t] += s->value[t];
+      f->total[t] += s->value[t];
+    }
+  }
+}
+
+static const flat_sample *flat_find(const flat_profile *f, const char *key) {
+  for (size_t i = 0; i < f->n; i++)
+    if (strcmp(f->s[i].key, key) == 0)
+      return &f->s[i];
+  return NULL;
+}
+
+/* ---- merge --------------------------------------------------------------- */
+
+/* Merging a profile with itself doubles every value, sample by sample;
+ * merging two builds (other addresses, ids, mapping) merges by function:
+ * the result has the first build's samples with the sum of values. */
+static void test_merge_values(void) {
+  char a[256], b[256], c[256], out[256];
+  snprintf(a, sizeof a, "%s", write_build("a.pb.gz", 0, 1));
+  snprintf(b, sizeof b, "%s", write_build("b.pb.gz", 1, 3));
+  snprintf(c, sizeof c, "%s", write_build("c.pb.gz", 0, 5));
+  snprintf(out, sizeof out, "%s", tmp_path("twice.pb.gz"));
+  pprof_profile *pa = read_profile(a), *pb = read_profile(b);
+  flat_profile fa, fb, fm;
+  flatten(pa, &fa);
+  flatten(pb, &fb);
+  CHECK_EQ_INT(fa.n, 5);
+
+  char *twice[] = {"contprof", "merge", "-o", out, a, a, NULL};
+  char *err = NULL;
+  CHECK_EQ_INT(contprof(twice, NULL, &err), 0);
+  CHECK_EQ_STR(err, "");
+  free(err);
+  pprof_profile *pm = read_profile(out);
+  if (!pa || !pb || !pm)
+    return;
+  flatten(pm, &fm);
+  CHECK_EQ_INT(fm.n, fa.n);
+  for (size_t i = 0; i < fa.n; i++) {
+    const flat_sample *s = flat_find(&fm, fa.s[i].key);
+    CHECK(s != NULL);
+    for (size_t t = 0; s && t < 2; t++)
+      CHECK_EQ_INT(s->v[t], 2 * fa.s[i].v[t]);
+  }
+  CHECK_EQ_INT(pm->n_sample_type, 2);
+  CHECK_EQ_STR(pprof_str(pm, pm->default_sample_type), "cpu");
+  CHECK(pm->n_comment == 1 &&
+        strstr(pprof_str(pm, pm->comment[0]), "2 profiles") != NULL);
+  pprof_profile_free(pm);
+
+  /* Three inputs, two builds: totals are the sums, stacks by function. */
+  char *builds[] = {"contprof", "merge", "-o", out, a, b, c, NULL};
+  CHECK_EQ_INT(contprof(builds, NULL, NULL), 0);
+  pm = read_profile(out);
+  if (!pm)
+    return;
+  flatten(pm, &fm);
+  CHECK_EQ_INT(fm.n, fa.n); /* not 10: b's addresses differ */
+  CHECK_EQ_INT(pm->n_location, pa->n_location);
+  CHECK_EQ_INT(pm->n_function, pa->n_function);
+  for (size_t t = 0; t < 2; t++)
+    CHECK_EQ_INT(fm.total[t], fa.total[t] * (1 + 3 + 5));
+  for (size_t i = 0; i < fa.n; i++) {
+    const flat_sample *s = flat_find(&fm, fa.s[i].key);
+    CHECK(s != NULL && flat_find(&fb, fa.s[i].key) != NULL);
+    for (size_t t = 0; s && t < 2; t++)
+      CHECK_EQ_INT(s->v[t], 9 * fa.s[i].v[t]);
+  }
+  /* The time span of the inputs: a and c at t0, b a minute later. */
+  CHECK_EQ_INT(pm->time_nanos, 1700000000000000000);
+  CHECK_EQ_INT(pm->duration_nanos, 120000000000);
+  CHECK(strstr(pprof_str(pm, pm->comment[0]),
+               "3 profiles, from 2023-11-14T22:13:20Z to "
+               "2023-11-14T22:15:20Z (120.000 s)") != NULL);
+  pprof_profile_free(pm);
+
+  /* Dropping the thread id folds the stacks that differed only by it. */
+  char *drop[] = {
+      "contprof", "merge", "--drop-labels", "thread id,x", "-o", out, a,
+      b,          NULL};
+  CHECK_EQ_INT(contprof(drop, NULL, NULL), 0);
+  pm = read_profile(out);
+  if (pm) {
+    flatten(pm, &fm);
+    CHECK_EQ_INT(fm.n, 4);
+    const flat_sample *s = flat_find(&fm, "main:100;serve:101;parse:102;");
+    CHECK(s != NULL && s->v[0] == (5 + 2) * 4 && s->v[1] == 70000000 * 4);
+    CHECK_EQ_INT(fm.total[0], fa.total[0] * 4);
+    pprof_profile_free(pm);
+  }
+
+  /* A directory: its .pb.gz files, nothing else. */
+  const char *dir = tmp_path("dir");
+  mkdir(dir, 0700);
+  char path[300];
+  snprintf(path, sizeof path, "%s/x.pb.gz", dir);
+  CHECK_EQ_INT(rename(c, path), 0);
+  snprintf(path, sizeof path, "%s/notes.txt", dir);
+  write_file(path, "hello", 5);
+  char dir_copy[256];
+  snprintf(dir_copy, sizeof dir_copy, "%s", dir);
+  char *dirs[] = {"contprof", "merge", "-o", out, dir_copy, a, NULL};
+  CHECK_EQ_INT(contprof(dirs, NULL, NULL), 0);
+  pm = read_profile(out);
+  if (pm) {
+    flatten(pm, &fm);
+    CHECK_EQ_INT(fm.total[1], fa.total[1] * 6);
+    pprof_profile_free(pm);
+  }
+  pprof_profile_free(pa);
+  pprof_profile_free(pb);
+}
+
+/* Inline chains: a location with two Lines (inl_a inlined into serve)
+ * stays one location with the same two Lines, distinct from inl_b's. */
+static void test_merge_inline_chains(void) {
+  typedef Perftools__Profiles__Line LI;
+  typedef Perftools__Profiles__Location LO;
+  typedef Perftools__Profiles__Function FU;
+  char *strings[] = {"", "samples", "count", "serve", "inl_a", "inl_b"};
+  FU f[3];
+  FU *fp[3];
+  for (int i = 0; i < 3; i++) {
+    perftools__profiles__function__init(&f[i]);
+    f[i].id = 10 + i;
+    f[i].name = 3 + i;
+    fp[i] = &f[i];
+  }
+  LI l[4];
+  LI *lp[4];
+  for (int i = 0; i < 4; i++) {
+    perftools__profiles__line__init(&l[i]);
+    lp[i] = &l[i];
+  }
+  l[0].function_id = 11, l[0].line = 5;  /* inl_a */
+  l[1].function_id = 10, l[1].line = 50; /* in serve */
+  l[2].function_id = 12, l[2].line = 7;  /* inl_b */
+  l[3].function_id = 10, l[3].line = 50; /* in serve */
+  LO lo[2];
+  LO *lop[2];
+  for (int i = 0; i < 2; i++) {
+    perftools__profiles__location__init(&lo[i]);
+    lo[i].id = 20 + i;
+    lo[i].address = 0x1000 + i;
+    lo[i].n_line = 2;
+    lo[i].line = lp + 2 * i;
+    lop[i] = &lo[i];
+  }
+  Perftools__Profiles__ValueType vt = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
+  Perftools__Profiles__ValueType *vtp = &vt;
+  vt.type = 1, vt.unit = 2;
+  Perftools__Profiles__Sample s[2];
+  Perftools__Profiles__Sample *sp[2];
+  uint64_t locs[2] = {20, 21};
+  int64_t vals[2] = {3, 4};
+  for (int i = 0; i < 2; i++) {
+    perftools__profiles__sample__init(&s[i]);
+    s[i].n_location_id = 1;
+    s[i].location_id = &locs[i];
+    s[i].n_value = 1;
+    s[i].value = &vals[i];
+    sp[i] = &s[i];
+  }
+  Perftools__Profiles__Profile p = PERFTOOLS__PROFILES__PROFILE__INIT;
+  p.n_sample_type = 1, p.sample_type = &vtp;
+  p.n_sample = 2, p.sample = sp;
+  p.n_location = 2, p.location = lop;
+  p.n_function = 3, p.function = fp;
+  p.n_string_table = 6, p.string_table = strings;
+  size_t len = perftools__profiles__profile__get_packed_size(&p);
+  uint8_t *buf = malloc(len);
+  perftools__profiles__profile__pack(&p, buf);
+  char in[256], out[256];
+  snprintf(in, sizeof in, "%s", tmp_path("inline.pb"));
+  snprintf(out, sizeof out, "%s", tmp_path("inline_out.pb.gz"));
+  CHECK_EQ_INT(write_file(in, buf, len), 0);
+  free(buf);
+  char *argv[] = {"contprof", "merge", "-o", out, in, in, NULL};
+  CHECK_EQ_INT(contprof(argv, NULL, NULL), 0);
+  pprof_profile *m = read_profile(out);
+  if (!m)
+    return;
+  flat_profile fm;
+  flatten(m, &fm);
+  CHECK_EQ_INT(m->n_location, 2);
+  CHECK_EQ_INT(m->n_function, 3);
+  const flat_sample *a = flat_find(&fm, "serve:50;inl_a:5;");
+  const flat_sample *b = flat_find(&fm, "serve:50;inl_b:7;");
+  CHECK(a && a->v[0] == 6);
+  CHECK(b && b->v[0] == 8);
+  pprof_profile_free(m);
+}
+
+/* go tool pprof -top on the merged file prints what contprof top prints
+ * on the inputs, row for row. */
+static void test_merge_go_top(void) {
+  if (!have_go())
+    return;
+  char a[256], b[256], out[256];
+  snprintf(a, sizeof a, "%s", write_build("ga.pb.gz", 0, 1));
+  snprintf(b, sizeof b, "%s", write_build("gb.pb.gz", 1, 2));
+  snprintf(out, sizeof out, "%s", tmp_path("gm.pb.gz"));
+  char *argv[] = {"contprof", "merge", "-o", out, a, b, NULL};
+  CHECK_EQ_INT(contprof(argv, NULL, NULL), 0);
+  for (int t = 0; t < 2; t++) {
+    const char *type = t ? "cpu" : "samples";
+    char *top[] = {"contprof", "top", "--type", (char *)type, a, b, NULL};
+    char *ours = NULL;
+    CHECK_EQ_INT(contprof(top, &ours, NULL), 0);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "go tool pprof -top -nodefraction=0 -symbolize=none "
+             "-sample_index=%s '%s'",
+             type, out);
+    int status;
+    char *go = run(cmd, &status);
+    CHECK_EQ_INT(status, 0);
+    /* The table: everything from the header row on. */
+    const char *ot = ours ? strstr(ours, "      flat") : NULL;
+    const char *gt = go ? strstr(go, "      flat") : NULL;
+    CHECK(ot && gt);
+    if (ot && gt) {
+      CHECK_EQ_STR(ot, gt);
+      CHECK(strstr(ot, "parse") && strstr(ot, "memcpy"));
+    }
+    /* And the total. */
+    const char *otot = ours ? strstr(ours, "total ") : NULL;
+    const char *gtot = go ? strstr(go, "% of ") : NULL;
+    CHECK(otot && gtot &&
+          strncmp(otot + 6, gtot + 5, strcspn(otot + 6, "\n")) == 0);
+    free(ours);
+    free(go);
+  }
+}
+
+/* Hostile or mismatched inputs: one clear line, exit 1, no output file. */
+static void test_merge_refuses(void) {
+  char empty[256], a[256], other[256], out[256];
+  snprintf(empty, sizeof empty, "%s", tmp_path("empty.pb.gz"));
+  CHECK_EQ_INT(write_file(empty, "", 0), 0);
+  snprintf(a, sizeof a, "%s", write_build("ra.pb.gz", 0, 1));
+  snprintf(out, sizeof out, "%s", tmp_path("never.pb.gz"));
+  pprof_builder *pb = pprof_builder_create();
+  pprof_add_sample_type(pb, "alloc_space", "bytes");
+  pprof_add_sample_type(pb, "samples", "count");
+  uint64_t f = pprof_add_function(pb, "main", "main", "app.c", 1);
+  uint64_t l = pprof_add_location(pb, 0, 0x10, f, 1);
+  int64_t v[2] = {4096, 1};
+  pprof_add_sample(pb, &l, 1, v, 2, NULL, 0);
+  uint8_t *raw;
+  size_t len;
+  CHECK_EQ_INT(pprof_encode(pb, &raw, &len), 0);
+  pprof_builder_destroy(pb);
+  snprintf(other, sizeof other, "%s", tmp_path("heap.pb"));
+  write_file(other, raw, len);
+  free(raw);
+
+  char *err = NULL, want[1024];
+  char *e1[] = {"contprof", "merge", "-o", out, a, empty, NULL};
+  CHECK_EQ_INT(contprof(e1, NULL, &err), 1);
+  snprintf(want, sizeof want, "contprof: merge: %s: empty file\n", empty);
+  CHECK_EQ_STR(err, want);
+  free(err);
+  char *e2[] = {"contprof", "merge", "-o", out, a, other, NULL};
+  CHECK_EQ_INT(contprof(e2, NULL, &err), 1);
+  snprintf(want, sizeof want,
+           "contprof: merge: %s: sample types (alloc_space/bytes, "
+           "samples/count) differ from those of %s (samples/count, "
+           "cpu/nanoseconds); keep one with --type\n",
+           other, a);
+  CHECK_EQ_STR(err, want);
+  free(err);
+  struct stat st;
+  CHECK(stat(out, &st) != 0); /* nothing written */
+  /* --type keeps the one they share. */
+  char *e3[] = {"contprof", "merge", "--type", "samples", "-o",
+                out,        a,       other,    NULL};
+  CHECK_EQ_INT(contprof(e3, NULL, NULL), 0);
+  pprof_profile *m = read_profile(out);
+  if (m) {
+    flat_profile fm;
+    flatten(m, &fm);
+    CHECK_EQ_INT(m->n_sample_type, 1);
+    CHECK_EQ_INT(fm.total[0], 5 + 2 + 7 + 1 + 4 + 1);
+    pprof_profile_free(m);
+  }
+  char *e4[] = {"contprof", "merge", "--type", "wall", "-o", out, a, NULL};
+  CHECK_EQ_INT(contprof(e4, NULL, &err), 1);
+  snprintf(want, sizeof want, "contprof: merge: %s: no sample type wall\n", a);
+  CHECK_EQ_STR(err, want);
+  free(err);
+}
+
+static void test_cleanup(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+  if (tmp_dir[0] && system(cmd) != 0)
+    fprintf(stderr, "note: could not remove %s\n", tmp_dir);
+}
+
+TEST_MAIN(T(test_merge_values), T(test_merge_inline_chains),
+          T(test_merge_go_top), T(test_merge_refuses), T(test_cleanup))
