@@ -16,12 +16,18 @@ static void usage(FILE *out) {
           "                    [--max-memory MIB]\n"
           "       contprof merge -o OUT [--type T] [--drop-labels K,...] "
           "FILE|DIR...\n"
+          "       contprof folded [--type T] [-o OUT] FILE|DIR...\n"
+          "       contprof flame [-o OUT] [--type T] [--svg] FILE|DIR...\n"
+          "       contprof diff [-o OUT] [--type T] BASE NEW\n"
           "       contprof version\n"
           "\n"
           "run    runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
           "its status.\n"
           "top    prints flat and cumulative top functions of pprof files.\n"
-          "merge  merges pprof files by function into one.\n");
+          "merge  merges pprof files by function into one.\n"
+          "folded prints collapsed stacks (root;...;leaf VALUE).\n"
+          "flame  writes a flame graph: self-contained HTML, or SVG.\n"
+          "diff   writes a differential flame graph of BASE and NEW.\n");
 }
 
 int main(int argc, char **argv) {
@@ -36,6 +42,12 @@ int main(int argc, char **argv) {
     return cp_cmd_top(argc - 1, argv + 1);
   if (strcmp(verb, "merge") == 0)
     return cp_cmd_merge(argc - 1, argv + 1);
+  if (strcmp(verb, "folded") == 0)
+    return cp_cmd_folded(argc - 1, argv + 1);
+  if (strcmp(verb, "flame") == 0)
+    return cp_cmd_flame(argc - 1, argv + 1);
+  if (strcmp(verb, "diff") == 0)
+    return cp_cmd_diff(argc - 1, argv + 1);
   if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
     printf("contprof %s\n", CONTPROF_VERSION_STRING);
     return 0;

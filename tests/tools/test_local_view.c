@@ -524,6 +524,222 @@ static void test_merge_refuses(void) {
   free(err);
 }
 
+/* ---- folded, flame, diff --------------------------------------------------
+ */
+
+/* Total per "root;...;leaf" of one value index, summed from a profile. */
+static void stack_totals(const pprof_profile *p, int vi, flat_profile *f) {
+  memset(f, 0, sizeof *f);
+  for (size_t i = 0; i < p->n_sample; i++) {
+    const Perftools__Profiles__Sample *s = p->sample[i];
+    char key[512] = "";
+    for (size_t j = s->n_location_id; j-- > 0;) {
+      const Perftools__Profiles__Location *l =
+          pprof_find_location(p, s->location_id[j]);
+      for (size_t k = l->n_line; k-- > 0;)
+        snprintf(key + strlen(key), sizeof key - strlen(key), "%s%s",
+                 key[0] ? ";" : "",
+                 pprof_str(
+                     p, pprof_find_function(p, l->line[k]->function_id)->name));
+    }
+    size_t at = 0;
+    while (at < f->n && strcmp(f->s[at].key, key) != 0)
+      at++;
+    if (at == f->n && at < 64)
+      snprintf(f->s[f->n++].key, sizeof key, "%s", key);
+    if (at < 64)
+      f->s[at].v[0] += s->value[vi];
+    f->total[0] += s->value[vi];
+  }
+}
+
+/* Parses folded lines into f. */
+static void parse_folded(const char *text, flat_profile *f) {
+  memset(f, 0, sizeof *f);
+  for (const char *line = text; line && *line;) {
+    const char *nl = strchr(line, '\n');
+    size_t len = nl ? (size_t)(nl - line) : strlen(line);
+    const char *sp = memrchr(line, ' ', len);
+    CHECK(sp != NULL);
+    if (sp && f->n < 64) {
+      snprintf(f->s[f->n].key, sizeof f->s[0].key, "%.*s", (int)(sp - line),
+               line);
+      f->s[f->n].v[0] = strtoll(sp + 1, NULL, 10);
+      f->total[0] += f->s[f->n++].v[0];
+    }
+    line = nl ? nl + 1 : NULL;
+  }
+}
+
+/* folded of two builds, re-read, has the same total per stack as the
+ * profiles (labels folded away), for the default type and for --type. */
+static void test_folded_roundtrip(void) {
+  char a[256], b[256];
+  snprintf(a, sizeof a, "%s", write_build("fa.pb.gz", 0, 1));
+  snprintf(b, sizeof b, "%s", write_build("fb.pb.gz", 1, 2));
+  pprof_profile *pa = read_profile(a);
+  if (!pa)
+    return;
+  for (int vi = 0; vi < 2; vi++) {
+    flat_profile want, got;
+    stack_totals(pa, vi, &want);
+    char *argv[] = {"contprof", "folded", a, b, NULL, NULL, NULL};
+    if (vi == 0)
+      argv[4] = "--type", argv[5] = "samples";
+    char *out = NULL;
+    CHECK_EQ_INT(contprof(argv, &out, NULL), 0);
+    parse_folded(out, &got);
+    CHECK_EQ_INT(got.n, 4); /* 5 samples, 2 differ only by thread */
+    CHECK_EQ_INT(got.total[0], want.total[0] * 3);
+    for (size_t i = 0; i < want.n; i++) {
+      const flat_sample *s = flat_find(&got, want.s[i].key);
+      CHECK(s != NULL);
+      if (s)
+        CHECK_EQ_INT(s->v[0], want.s[i].v[0] * 3);
+    }
+    free(out);
+  }
+  pprof_profile_free(pa);
+}
+
+/* A profile whose one function has a hostile name. */
+static const char *write_evil(const char *file, const char *name) {
+  pprof_builder *pb = pprof_builder_create();
+  pprof_add_sample_type(pb, "samples", "count");
+  uint64_t f0 = pprof_add_function(pb, "main", "main", "a.c", 1);
+  uint64_t f1 = pprof_add_function(pb, name, name, "a.c", 2);
+  uint64_t l[2] = {pprof_add_location(pb, 0, 2, f1, 2),
+                   pprof_add_location(pb, 0, 1, f0, 1)};
+  int64_t v = 3;
+  pprof_add_sample(pb, l, 2, &v, 1, NULL, 0);
+  uint8_t *raw;
+  size_t len;
+  CHECK_EQ_INT(pprof_encode(pb, &raw, &len), 0);
+  pprof_builder_destroy(pb);
+  const char *path = tmp_path(file);
+  CHECK_EQ_INT(write_file(path, raw, len), 0);
+  free(raw);
+  return path;
+}
+
+static const char evil[] = "ev;il\nname\x1b[2J</script><script>alert(1)"
+                           "</script><!--&\xe2\x80\xa8\xff'\"";
+
+/* Names come from whoever wrote the profile: folded lines stay one line
+ * per stack; the page's JSON cannot close its <script>; the SVG is
+ * well-formed XML. */
+static void test_views_escape_names(void) {
+  char in[256], page[256], svg[256];
+  snprintf(in, sizeof in, "%s", write_evil("evil.pb", evil));
+  snprintf(page, sizeof page, "%s", tmp_path("evil.html"));
+  snprintf(svg, sizeof svg, "%s", tmp_path("evil.svg"));
+  char *out = NULL;
+  char *folded[] = {"contprof", "folded", in, NULL};
+  CHECK_EQ_INT(contprof(folded, &out, NULL), 0);
+  CHECK_EQ_STR(out, "main;ev?il?name?[2J</script><script>alert(1)</script>"
+                    "<!--&\xe2\x80\xa8?'\" 3\n");
+  free(out);
+
+  char *flame[] = {"contprof", "flame", "-o", page, in, NULL};
+  CHECK_EQ_INT(contprof(flame, NULL, NULL), 0);
+  size_t len;
+  char *html = slurp(page, &len);
+  CHECK(strstr(html, "<script>alert") == NULL);
+  CHECK(strstr(html, "\\u003c/script\\u003e\\u003cscript\\u003ealert(1)"
+                     "\\u003c/script\\u003e\\u003c!--\\u0026\\u2028\xef\xbf"
+                     "\xbd'\\\"") != NULL);
+  CHECK(strstr(html, "ev;il\\u000aname\\u001b[2J") != NULL);
+  /* Self-contained: nothing is fetched. */
+  CHECK(strstr(html, "://") == NULL && strstr(html, "src=") == NULL);
+  free(html);
+
+  char *flsvg[] = {"contprof", "flame", "--svg", "-o", svg, in, NULL};
+  CHECK_EQ_INT(contprof(flsvg, NULL, NULL), 0);
+  char *text = slurp(svg, &len);
+  CHECK(strstr(text, "<title>ev;il\xef\xbf\xbdname\xef\xbf\xbd[2J&lt;/script"
+                     "&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;!--&amp;"
+                     "\xe2\x80\xa8\xef\xbf\xbd&#39;&quot; (3, 100.00%)"
+                     "</title>") != NULL);
+  free(text);
+  int status;
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import sys,xml.dom.minidom as m; "
+           "m.parse(sys.argv[1])' '%s'",
+           svg);
+  free(run(cmd, &status));
+  CHECK_EQ_INT(status, 0);
+}
+
+/* The flame and diff pages in headless Chromium: each page runs its own
+ * self-test when opened with #selftest=FRAME,QUERY: it clicks FRAME
+ * (which must then fill the width), searches QUERY, and writes what it
+ * saw into <pre id="selftest">, which --dump-dom prints. */
+static char *browser_selftest(const char *page, const char *frag) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "timeout 120 chromium --headless --no-sandbox --disable-gpu "
+           "--user-data-dir='%s/chromium' --window-size=1000,700 "
+           "--virtual-time-budget=5000 --dump-dom 'file://%s#selftest=%s'",
+           tmp_dir, page, frag);
+  int status;
+  char *dom = run(cmd, &status);
+  CHECK_EQ_INT(status, 0);
+  char *st = dom ? strstr(dom, "<pre id=\"selftest\">") : NULL;
+  CHECK(st != NULL);
+  if (!st) {
+    free(dom);
+    return NULL;
+  }
+  memmove(dom, st, strlen(st) + 1);
+  printf("%.*s\n", (int)strcspn(dom, "\n"), dom);
+  return dom;
+}
+
+static void test_browser(void) {
+  int status;
+  char *which = run("command -v chromium", &status);
+  free(which);
+  if (status != 0) {
+    printf("note: chromium is not installed (scripts/deps test); skipping "
+           "the browser test\n");
+    return;
+  }
+  char a[256], b[256], page[256], dpage[256];
+  snprintf(a, sizeof a, "%s", write_build("ba.pb.gz", 0, 1));
+  snprintf(b, sizeof b, "%s", write_build("bb.pb.gz", 1, 2));
+  snprintf(page, sizeof page, "%s", tmp_path("flame.html"));
+  snprintf(dpage, sizeof dpage, "%s", tmp_path("diff.html"));
+  char *flame[] = {"contprof", "flame", "-o", page, a, b, NULL};
+  CHECK_EQ_INT(contprof(flame, NULL, NULL), 0);
+  char *r = browser_selftest(page, "serve,^hash$");
+  /* hash: 70 + 10 of 190 ms of cpu in every build. */
+  CHECK(r && strstr(r, "\"drawn\":[\"all\",\"hash\",\"main\",\"memcpy\","
+                       "\"parse\",\"serve\"]"));
+  CHECK(r && strstr(r, "\"zoomed\":\"serve\""));
+  CHECK(r && strstr(r, "\"matchedFrames\":2,\"matchedText\":\"Matched: "
+                       "42.11%\""));
+  /* The zoomed frame fills the canvas. */
+  const char *zw = r ? strstr(r, "\"zoomWidth\":") : NULL;
+  const char *cw = r ? strstr(r, "\"canvasWidth\":") : NULL;
+  CHECK(zw && cw && atoi(zw + 12) == atoi(cw + 14) && atoi(zw + 12) > 500);
+  free(r);
+
+  /* The diff: NEW spends everything in main;hash. That frame grew; the
+   * others shrank; widths are NEW's. */
+  char c[256];
+  snprintf(c, sizeof c, "%s", write_evil("dc.pb", "hash"));
+  char *diff[] = {"contprof", "diff", "-o", dpage, a, c, NULL};
+  CHECK_EQ_INT(contprof(diff, NULL, NULL), 0);
+  r = browser_selftest(dpage, "main,mem");
+  CHECK(r && strstr(r, "\"drawn\":[\"all\",\"hash\",\"main\"]"));
+  CHECK(r && strstr(r, "\"zoomed\":\"main\""));
+  CHECK(r && strstr(r, "\"grew\":[\"hash\"],\"shrank\":[\"hash\",\"memcpy\","
+                       "\"parse\",\"serve\"]"));
+  CHECK(r && strstr(r, "\"matchedText\":\"Matched: 0.00%\""));
+  free(r);
+}
+
 static void test_cleanup(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
@@ -532,4 +748,5 @@ static void test_cleanup(void) {
 }
 
 TEST_MAIN(T(test_merge_values), T(test_merge_inline_chains),
-          T(test_merge_go_top), T(test_merge_refuses), T(test_cleanup))
+          T(test_merge_go_top), T(test_merge_refuses), T(test_folded_roundtrip),
+          T(test_views_escape_names), T(test_browser), T(test_cleanup))
