@@ -740,6 +740,36 @@ static void test_browser(void) {
   free(r);
 }
 
+/* top --base: shares of each total and the change, biggest first. */
+static void test_top_base(void) {
+  char a[256], c[256];
+  snprintf(a, sizeof a, "%s", write_build("ta.pb.gz", 0, 1));
+  snprintf(c, sizeof c, "%s", write_evil("tc.pb", "hash"));
+  char *argv[] = {"contprof", "top", "--base", a, c, NULL};
+  char *out = NULL;
+  CHECK_EQ_INT(contprof(argv, &out, NULL), 0);
+  printf("%s", out ? out : "");
+  /* samples: hash is the leaf of 1 of 19 in a, on the stack of 8 of 19;
+   * all of c. parse (7 of 19 flat, 11 cum) is gone. */
+  const char *first = out ? strstr(out, "delta\n") : NULL;
+  double v[6];
+  char name[64];
+  CHECK(first && sscanf(first + 6, "%lf%% %lf%% %lf %lf%% %lf%% %lf %63s",
+                        &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], name) == 7);
+  if (first) {
+    CHECK_EQ_STR(name, "hash");
+    CHECK_NEAR(v[0], 5.26, 0.001);
+    CHECK_NEAR(v[1], 100, 0.001);
+    CHECK_NEAR(v[2], 94.74, 0.001);
+    CHECK_NEAR(v[3], 42.11, 0.001);
+    CHECK_NEAR(v[5], 57.89, 0.001);
+  }
+  CHECK(out && strstr(out, "    36.84%     0.00%   -36.84     57.89%     "
+                           "0.00%   -57.89  parse\n"));
+  CHECK(out && strstr(out, "Type: samples\n"));
+  free(out);
+}
+
 static void test_cleanup(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
@@ -749,4 +779,5 @@ static void test_cleanup(void) {
 
 TEST_MAIN(T(test_merge_values), T(test_merge_inline_chains),
           T(test_merge_go_top), T(test_merge_refuses), T(test_folded_roundtrip),
-          T(test_views_escape_names), T(test_browser), T(test_cleanup))
+          T(test_views_escape_names), T(test_browser), T(test_top_base),
+          T(test_cleanup))
