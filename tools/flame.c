@@ -320,15 +320,11 @@ static cp_merge *merge_paths(const char *verb, char **paths, size_t n,
     fprintf(stderr, "contprof: %s: out of memory\n", verb);
     return NULL;
   }
-  for (size_t i = 0; i < n; i++) {
-    if (cp_merge_add_path(m, paths[i], err, sizeof err) != 0) {
-      cp_report(verb, err);
-      cp_merge_destroy(m);
-      return NULL;
-    }
-    cp_progress("reading", i + 1, n);
+  if (cp_merge_add_paths(m, paths, n, err, sizeof err) != 0) {
+    cp_report(verb, err);
+    cp_merge_destroy(m);
+    return NULL;
   }
-  cp_progress_end();
   return m;
 }
 

@@ -106,14 +106,10 @@ int cp_cmd_merge(int argc, char **argv) {
     status = 1;
     goto out;
   }
-  for (size_t i = 0; i < npaths && status == 0; i++) {
-    if (cp_merge_add_path(m, paths[i], err, sizeof err) != 0) {
-      cp_report("merge", err);
-      status = 1;
-    }
-    cp_progress("merge: inputs", i + 1, npaths);
+  if (cp_merge_add_paths(m, paths, npaths, err, sizeof err) != 0) {
+    cp_report("merge", err);
+    status = 1;
   }
-  cp_progress_end();
   if (status == 0 && cp_merge_write(m, out, err, sizeof err) != 0) {
     cp_report("merge", err);
     status = 1;

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -67,8 +68,9 @@ typedef struct m_function {
   int64_t start_line;
 } m_function;
 
+/* Compared with memcmp: no padding (its bytes would be indeterminate). */
 typedef struct m_line {
-  uint32_t function; /* output id */
+  uint64_t function; /* output id */
   int64_t line;
 } m_line;
 
@@ -83,8 +85,8 @@ typedef struct m_mapping {
   uint32_t filename, build_id;
 } m_mapping;
 
-typedef struct m_label {
-  uint32_t key, str, unit;
+typedef struct m_label { /* memcmp'd too: pad is always 0 */
+  uint32_t key, str, unit, pad;
   int64_t num;
 } m_label;
 
@@ -92,6 +94,9 @@ typedef struct m_sample {
   uint32_t stack, nstack;  /* into m->stacks (output location ids) */
   uint32_t labels, nlabel; /* into m->labels */
 } m_sample;
+
+_Static_assert(sizeof(m_line) == 16 && sizeof(m_label) == 24,
+               "m_line and m_label have no padding");
 
 /* A growable array: items of one size, with the bytes it holds counted. */
 typedef struct vec {
@@ -551,8 +556,9 @@ static int add_sample(input *in, const Perftools__Profiles__Sample *s,
     if ((m->ndrop || m->opts.drop_all_labels) &&
         dropped(m, pprof_str(p, l->key)))
       continue;
-    labels[nlabel++] = (m_label){in_str(in, l->key), in_str(in, l->str),
-                                 in_str(in, l->num_unit), l->str ? 0 : l->num};
+    labels[nlabel++] =
+        (m_label){in_str(in, l->key), in_str(in, l->str),
+                  in_str(in, l->num_unit), 0, l->str ? 0 : l->num};
   }
   if (nlabel > 1)
     qsort(labels, nlabel, sizeof *labels, label_cmp);
@@ -666,13 +672,9 @@ done:
   return rc;
 }
 
-static int add_file(cp_merge *m, const char *path, char *err, size_t errlen) {
-  char msg[512];
-  pprof_profile *p = NULL;
-  size_t budget =
-      m->bytes < m->opts.max_memory ? m->opts.max_memory - m->bytes : 0;
-  if (pprof_read_file_within(path, budget, NULL, &p, msg, sizeof msg) != 0)
-    return fail(err, errlen, "%s: %s", path, msg);
+/* Merges a profile read already, then checks the memory budget. */
+static int merge_read(cp_merge *m, pprof_profile *p, const char *path,
+                      char *err, size_t errlen) {
   int rc = merge_profile(m, p, path, err, errlen);
   pprof_profile_free(p);
   if (rc == 0 && m->bytes > m->opts.max_memory)
@@ -680,6 +682,105 @@ static int add_file(cp_merge *m, const char *path, char *err, size_t errlen) {
                 "%s: the merged profile is over the %zu MiB memory limit "
                 "(--max-memory)",
                 path, m->opts.max_memory >> 20);
+  return rc;
+}
+
+/* Reading (gunzip, decode, validate: about half the time) runs in a second
+ * thread, one file ahead of the merge. Memory stays bounded: at most two
+ * profiles are decoded at once, each within half of what the merged result
+ * leaves of the budget. */
+typedef struct reader {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  char **files;
+  size_t n;
+  cp_merge *m;
+  size_t merged_bytes; /* under mu: m->bytes after the last merge */
+  bool full, stop;     /* the hand-off slot */
+  pprof_profile *p;
+  int rc;
+  char err[512];
+} reader;
+
+static void *reader_main(void *arg) {
+  reader *r = arg;
+  for (size_t i = 0; i < r->n; i++) {
+    pthread_mutex_lock(&r->mu);
+    size_t used = r->merged_bytes, max = r->m->opts.max_memory;
+    pthread_mutex_unlock(&r->mu);
+    char msg[400];
+    pprof_profile *p = NULL;
+    int rc =
+        pprof_read_file_within(r->files[i], used < max ? (max - used) / 2 : 0,
+                               NULL, &p, msg, sizeof msg);
+    pthread_mutex_lock(&r->mu);
+    while (r->full && !r->stop)
+      pthread_cond_wait(&r->cv, &r->mu);
+    if (r->stop) {
+      pthread_mutex_unlock(&r->mu);
+      pprof_profile_free(p);
+      return NULL;
+    }
+    r->p = p;
+    r->rc = rc;
+    if (rc != 0)
+      snprintf(r->err, sizeof r->err, "%s", msg);
+    r->full = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (rc != 0)
+      return NULL;
+  }
+  return NULL;
+}
+
+static int merge_files(cp_merge *m, char **files, size_t n, char *err,
+                       size_t errlen) {
+  if (n == 1) { /* no thread for one file: it would only wait */
+    char msg[400];
+    pprof_profile *p = NULL;
+    size_t budget =
+        m->bytes < m->opts.max_memory ? m->opts.max_memory - m->bytes : 0;
+    if (pprof_read_file_within(files[0], budget, NULL, &p, msg, sizeof msg))
+      return fail(err, errlen, "%s: %s", files[0], msg);
+    return merge_read(m, p, files[0], err, errlen);
+  }
+  reader r = {.files = files, .n = n, .m = m, .merged_bytes = m->bytes};
+  pthread_mutex_init(&r.mu, NULL);
+  pthread_cond_init(&r.cv, NULL);
+  pthread_t th;
+  if (pthread_create(&th, NULL, reader_main, &r) != 0) {
+    pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.cv);
+    return fail(err, errlen, "cannot start a thread");
+  }
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    pthread_mutex_lock(&r.mu);
+    while (!r.full)
+      pthread_cond_wait(&r.cv, &r.mu);
+    pprof_profile *p = r.p;
+    int read_rc = r.rc;
+    if (read_rc != 0)
+      fail(err, errlen, "%s: %s", files[i], r.err);
+    r.full = false;
+    r.p = NULL;
+    pthread_cond_broadcast(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+    rc = read_rc != 0 ? -1 : merge_read(m, p, files[i], err, errlen);
+    pthread_mutex_lock(&r.mu);
+    r.merged_bytes = m->bytes;
+    pthread_mutex_unlock(&r.mu);
+    cp_progress("merging", i + 1, n);
+  }
+  pthread_mutex_lock(&r.mu);
+  r.stop = true;
+  pthread_cond_broadcast(&r.cv);
+  pthread_mutex_unlock(&r.mu);
+  pthread_join(th, NULL);
+  pprof_profile_free(r.p);
+  pthread_mutex_destroy(&r.mu);
+  pthread_cond_destroy(&r.cv);
   return rc;
 }
 
@@ -692,48 +793,61 @@ static bool is_pb_gz(const char *name) {
   return name[0] != '.' && n > 6 && strcmp(name + n - 6, ".pb.gz") == 0;
 }
 
-int cp_merge_add_path(cp_merge *m, const char *path, char *err, size_t errlen) {
+typedef struct file_list {
+  char **v;
+  size_t n, cap;
+} file_list;
+
+static int list_add(file_list *l, const char *a, const char *b) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    char **nv = realloc(l->v, cap * sizeof *nv);
+    if (!nv)
+      return -1;
+    l->v = nv;
+    l->cap = cap;
+  }
+  size_t len = strlen(a) + (b ? strlen(b) + 1 : 0) + 1;
+  if (!(l->v[l->n] = malloc(len)))
+    return -1;
+  snprintf(l->v[l->n++], len, "%s%s%s", a, b ? "/" : "", b ? b : "");
+  return 0;
+}
+
+/* Appends path, or a directory's *.pb.gz files in name order. */
+static int expand(file_list *l, const char *path, char *err, size_t errlen) {
   struct stat st;
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return add_file(m, path, err, errlen);
+    return list_add(l, path, NULL) ? fail(err, errlen, "out of memory") : 0;
   DIR *d = opendir(path);
   if (!d)
     return fail(err, errlen, "%s: %s", path, strerror(errno));
-  char **names = NULL;
-  size_t n = 0, cap = 0;
+  size_t first = l->n;
   int rc = 0;
   struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!is_pb_gz(e->d_name))
-      continue;
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      char **nn = realloc(names, cap * sizeof *nn);
-      if (!nn) {
-        rc = fail(err, errlen, "out of memory");
-        break;
-      }
-      names = nn;
-    }
-    size_t len = strlen(path) + strlen(e->d_name) + 2;
-    if (!(names[n] = malloc(len))) {
+  while (rc == 0 && (e = readdir(d)))
+    if (is_pb_gz(e->d_name) && list_add(l, path, e->d_name) != 0)
       rc = fail(err, errlen, "out of memory");
-      break;
-    }
-    snprintf(names[n++], len, "%s/%s", path, e->d_name);
-  }
   closedir(d);
-  if (rc == 0 && n == 0)
+  if (rc == 0 && l->n == first)
     rc = fail(err, errlen, "%s: no .pb.gz files in the directory", path);
-  if (n > 1)
-    qsort(names, n, sizeof *names, name_cmp);
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    rc = add_file(m, names[i], err, errlen);
-    cp_progress("reading", i + 1, n);
-  }
-  for (size_t i = 0; i < n; i++)
-    free(names[i]);
-  free(names);
+  if (l->n - first > 1)
+    qsort(l->v + first, l->n - first, sizeof *l->v, name_cmp);
+  return rc;
+}
+
+int cp_merge_add_paths(cp_merge *m, char *const *paths, size_t n, char *err,
+                       size_t errlen) {
+  file_list l = {0};
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    rc = expand(&l, paths[i], err, errlen);
+  if (rc == 0)
+    rc = merge_files(m, l.v, l.n, err, errlen);
+  cp_progress_end();
+  for (size_t i = 0; i < l.n; i++)
+    free(l.v[i]);
+  free(l.v);
   return rc;
 }
 

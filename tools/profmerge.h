@@ -23,12 +23,13 @@ typedef struct cp_merge_options {
 cp_merge *cp_merge_create(const cp_merge_options *opts);
 void cp_merge_destroy(cp_merge *m);
 
-/* Reads path (a file, or a directory: its *.pb.gz files in name order) and
- * merges it. Returns 0, or -1 with err set: unreadable or hostile file,
- * sample types that differ from the first input's, a sum that overflows,
- * or the memory budget exceeded. The merge stays usable after a failure
- * only for reporting; callers stop. */
-int cp_merge_add_path(cp_merge *m, const char *path, char *err, size_t errlen);
+/* Reads every path (a file, or a directory: its *.pb.gz files in name
+ * order) and merges them, in order, reading one file ahead in a second
+ * thread. Returns 0, or -1 with err set ("PATH: reason"): unreadable or
+ * hostile file, sample types that differ from the first input's, a sum
+ * that overflows, or the memory budget exceeded. Callers stop on failure. */
+int cp_merge_add_paths(cp_merge *m, char *const *paths, size_t n, char *err,
+                       size_t errlen);
 
 /* How many profiles were merged. */
 size_t cp_merge_count(const cp_merge *m);

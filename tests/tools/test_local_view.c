@@ -90,6 +90,14 @@ static int contprof(char *const argv[], char **out, char **err) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
 /* A shell command's stdout (to be freed) and exit status. */
 static char *run(const char *cmd, int *status) {
   char full[2048];
@@ -342,6 +350,90 @@ static void test_merge_values(void) {
   }
   pprof_profile_free(pa);
   pprof_profile_free(pb);
+}
+
+/* Many processes of one program: 20 profiles, each 300 stacks of a pool
+ * of 400 over 50 functions, each with its own mapping address and labels
+ * to drop. The merge has exactly one location per function and one sample
+ * per distinct stack, and every stack's sum. (Padding bytes compared with
+ * memcmp once split equal locations, at random.) */
+static void test_merge_many(void) {
+  enum { NF = 50, POOL = 400, NP = 20, PER = 300 };
+  static int depth[POOL], frames[POOL][12];
+  static int64_t want[POOL];
+  static int used[POOL];
+  for (int s = 0; s < POOL; s++) {
+    depth[s] = 3 + (int)(rng() % 10);
+    for (int d = 0; d < depth[s]; d++)
+      frames[s][d] = (int)(rng() % NF);
+  }
+  char paths[NP][256];
+  char *argv[NP + 8] = {"contprof", "merge", "--drop-labels", "thread id",
+                        "-o"};
+  char out[256];
+  snprintf(out, sizeof out, "%s", tmp_path("many.pb.gz"));
+  argv[5] = out;
+  int64_t total = 0;
+  for (int p = 0; p < NP; p++) {
+    pprof_builder *pb = pprof_builder_create();
+    pprof_add_sample_type(pb, "samples", "count");
+    uint64_t base = 0x10000000ull * (uint64_t)(p + 1);
+    uint64_t map =
+        pprof_add_mapping(pb, base, base + 0x100000, 0, "/bin/x", "", 1);
+    uint64_t lid[NF];
+    for (int f = 0; f < NF; f++) {
+      char name[32];
+      snprintf(name, sizeof name, "fn_%d", f);
+      lid[f] = pprof_add_location(pb, map, base + 16 * (uint64_t)f,
+                                  pprof_add_function(pb, name, name, "x.c", f),
+                                  100 + f);
+    }
+    for (int k = 0; k < PER; k++) {
+      int s = (int)(rng() % POOL);
+      uint64_t ids[12];
+      for (int d = 0; d < depth[s]; d++)
+        ids[d] = lid[frames[s][d]];
+      int64_t v = 1 + (int64_t)(rng() % 9);
+      pprof_label l = {"thread id", NULL, (int64_t)(rng() % 4), NULL};
+      CHECK_EQ_INT(pprof_add_sample(pb, ids, depth[s], &v, 1, &l, 1), 0);
+      want[s] += v;
+      used[s] = 1;
+      total += v;
+    }
+    uint8_t *raw;
+    size_t len;
+    CHECK_EQ_INT(pprof_encode(pb, &raw, &len), 0);
+    char name[32];
+    snprintf(name, sizeof name, "many%d.pb", p);
+    snprintf(paths[p], sizeof paths[p], "%s", tmp_path(name));
+    CHECK_EQ_INT(write_file(paths[p], raw, len), 0);
+    free(raw);
+    pprof_builder_destroy(pb);
+    argv[6 + p] = paths[p];
+  }
+  CHECK_EQ_INT(contprof(argv, NULL, NULL), 0);
+  pprof_profile *m = read_profile(out);
+  if (!m)
+    return;
+  size_t distinct = 0;
+  for (int s = 0; s < POOL; s++) /* the pool may repeat a stack */
+    for (int t = 0; used[s] && t <= s; t++)
+      if (t == s ||
+          (used[t] && depth[t] == depth[s] &&
+           memcmp(frames[t], frames[s], sizeof(int) * (size_t)depth[s]) == 0)) {
+        distinct += t == s;
+        break;
+      }
+  CHECK_EQ_INT(m->n_location, NF);
+  CHECK_EQ_INT(m->n_function, NF);
+  CHECK_EQ_INT(m->n_sample, distinct);
+  int64_t sum = 0;
+  for (size_t i = 0; i < m->n_sample; i++) {
+    sum += m->sample[i]->value[0];
+    CHECK_EQ_INT(m->sample[i]->n_label, 0);
+  }
+  CHECK_EQ_INT(sum, total);
+  pprof_profile_free(m);
 }
 
 /* Inline chains: a location with two Lines (inl_a inlined into serve)
@@ -777,7 +869,7 @@ static void test_cleanup(void) {
     fprintf(stderr, "note: could not remove %s\n", tmp_dir);
 }
 
-TEST_MAIN(T(test_merge_values), T(test_merge_inline_chains),
+TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_inline_chains),
           T(test_merge_go_top), T(test_merge_refuses), T(test_folded_roundtrip),
           T(test_views_escape_names), T(test_browser), T(test_top_base),
           T(test_cleanup))
