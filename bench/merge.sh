@@ -18,20 +18,25 @@ gcc -O2 -Wall -I"$root/src" -I"$build/proto" -o "$work/gen" \
 mkdir "$work/in"
 "$work/gen" "$work/in" "$n"
 echo "inputs: $n files, $(du -sk "$work/in" | cut -f1) kB"
+# Wall time and CPU time (user + system, all threads), best of 3; the CPU
+# time tells more on a loaded machine. Peak RSS of the last run.
 measure() { # label, command...
-  local label=$1 best=999999 rss=0
+  local label=$1 best=999999 bestcpu=999999 rss=0
   shift
   for _ in 1 2 3; do
-    /usr/bin/time -f "%e %M" -o "$work/t" "$@" >/dev/null 2>"$work/err" ||
-      { cat "$work/err" >&2; exit 1; }
-    read -r sec kib <"$work/t"
+    /usr/bin/time -f "%e %U %S %M" -o "$work/t" "$@" >/dev/null \
+      2>"$work/err" || { cat "$work/err" >&2; exit 1; }
+    read -r sec user sys kib <"$work/t"
     ms=$(awk -v s="$sec" 'BEGIN{printf "%d", s*1000}')
+    cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN{printf "%d", (u+s)*1000}')
     ((ms < best)) && best=$ms
+    ((cpu < bestcpu)) && bestcpu=$cpu
     rss=$kib
   done
-  printf '%-28s %6d ms (best of 3)  peak RSS %6d MiB\n' "$label" "$best" \
-    $((rss / 1024))
+  printf '%-26s wall %6d ms  cpu %6d ms  peak RSS %4d MiB\n' "$label" \
+    "$best" "$bestcpu" $((rss / 1024))
 }
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 measure "contprof merge" "$build/contprof" merge -o "$work/merged.pb.gz" \
   "$work/in"
 if command -v go >/dev/null; then

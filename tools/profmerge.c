@@ -685,6 +685,22 @@ static int merge_read(cp_merge *m, pprof_profile *p, const char *path,
   return rc;
 }
 
+/* The reader names the share of the budget it was given; the user knows
+ * --max-memory. */
+static int read_failed(const cp_merge *m, const char *path, const char *msg,
+                       char *err, size_t errlen) {
+  const char *what = strstr(msg, "profile too large (");
+  if (what) {
+    const char *end = strstr(msg, " over the ");
+    return fail(err, errlen,
+                "%s: profile too large (%.*s over what the %zu MiB of "
+                "--max-memory leave)",
+                path, end ? (int)(end - msg - 19) : 0, msg + 19,
+                m->opts.max_memory >> 20);
+  }
+  return fail(err, errlen, "%s: %s", path, msg);
+}
+
 /* Reading (gunzip, decode, validate: about half the time) runs in a second
  * thread, one file ahead of the merge. Memory stays bounded: at most two
  * profiles are decoded at once, each within half of what the merged result
@@ -742,7 +758,7 @@ static int merge_files(cp_merge *m, char **files, size_t n, char *err,
     size_t budget =
         m->bytes < m->opts.max_memory ? m->opts.max_memory - m->bytes : 0;
     if (pprof_read_file_within(files[0], budget, NULL, &p, msg, sizeof msg))
-      return fail(err, errlen, "%s: %s", files[0], msg);
+      return read_failed(m, files[0], msg, err, errlen);
     return merge_read(m, p, files[0], err, errlen);
   }
   reader r = {.files = files, .n = n, .m = m, .merged_bytes = m->bytes};
@@ -762,7 +778,7 @@ static int merge_files(cp_merge *m, char **files, size_t n, char *err,
     pprof_profile *p = r.p;
     int read_rc = r.rc;
     if (read_rc != 0)
-      fail(err, errlen, "%s: %s", files[i], r.err);
+      read_failed(m, files[i], r.err, err, errlen);
     r.full = false;
     r.p = NULL;
     pthread_cond_broadcast(&r.cv);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "exporter/pprof.h"
 #include "exporter/pprof_read.h"
@@ -862,6 +863,88 @@ static void test_top_base(void) {
   free(out);
 }
 
+/* Writes header then `count` copies of unit, gzipped piecewise. */
+static void write_gzip_repeated(const char *path, const uint8_t *header,
+                                size_t header_len, const uint8_t *unit,
+                                size_t unit_len, size_t count) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  CHECK_EQ_INT(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY),
+               Z_OK);
+  static uint8_t chunk[1 << 16], out[1 << 16];
+  size_t per_chunk = sizeof chunk / unit_len;
+  for (size_t i = 0; i < per_chunk; i++)
+    memcpy(chunk + i * unit_len, unit, unit_len);
+  FILE *f = fopen(path, "wb");
+  if (!f)
+    return;
+  zs.next_in = (Bytef *)header;
+  zs.avail_in = (uInt)header_len;
+  for (size_t left = count;;) {
+    int finish = left == 0 && zs.avail_in == 0;
+    if (zs.avail_in == 0 && left) {
+      size_t n = left < per_chunk ? left : per_chunk;
+      zs.next_in = chunk;
+      zs.avail_in = (uInt)(n * unit_len);
+      left -= n;
+    }
+    int zrc;
+    do {
+      zs.next_out = out;
+      zs.avail_out = sizeof out;
+      zrc = deflate(&zs, finish ? Z_FINISH : Z_NO_FLUSH);
+      fwrite(out, 1, sizeof out - zs.avail_out, f);
+    } while (zs.avail_out == 0);
+    if (finish && zrc == Z_STREAM_END)
+      break;
+  }
+  deflateEnd(&zs);
+  fclose(f);
+}
+
+/* A 40 kB file of 10 million samples (1.6 GB decoded) among good ones:
+ * each view stops with one line naming it, within the memory budget. */
+static void test_views_refuse_sample_bomb(void) {
+  static const uint8_t header[] = {0x32, 0x00, 0x32, 0x01, 'n', 0x0a,
+                                   0x04, 0x08, 0x01, 0x10, 0x01};
+  static const uint8_t sample[] = {0x12, 0x02, 0x10, 0x01};
+  char bomb[256], good[256], out[256];
+  snprintf(bomb, sizeof bomb, "%s", tmp_path("bomb.pb.gz"));
+  write_gzip_repeated(bomb, header, sizeof header, sample, sizeof sample,
+                      10000000);
+  snprintf(good, sizeof good, "%s", write_build("good.pb.gz", 0, 1));
+  snprintf(out, sizeof out, "%s", tmp_path("bomb_out.pb.gz"));
+  const char *verbs[] = {"merge", "folded", "flame"};
+  for (int v = 0; v < 3; v++) {
+    char *argv[] = {"contprof", (char *)verbs[v], "-o", out, good, bomb, NULL};
+    char *err = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+      int e = open(tmp_path("bomb.err"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(e, 2);
+      execv(CP_BUILD_DIR "/contprof", argv);
+      _exit(127);
+    }
+    int st;
+    struct rusage ru;
+    CHECK(wait4(pid, &st, 0, &ru) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    err = slurp(tmp_path("bomb.err"), NULL);
+    char want[512];
+    snprintf(want, sizeof want,
+             "contprof: %s: %s: profile too large (decoded size over what "
+             "the 256 MiB of --max-memory leave)\n",
+             verbs[v], bomb);
+    CHECK_EQ_STR(err, want);
+    printf("note: %s on the 10M-sample bomb: max RSS %ld MiB: %s", verbs[v],
+           ru.ru_maxrss >> 10, err ? err : "");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    CHECK(ru.ru_maxrss < (256 + 64) << 10);
+#endif
+    free(err);
+  }
+}
+
 static void test_cleanup(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
@@ -872,4 +955,4 @@ static void test_cleanup(void) {
 TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_inline_chains),
           T(test_merge_go_top), T(test_merge_refuses), T(test_folded_roundtrip),
           T(test_views_escape_names), T(test_browser), T(test_top_base),
-          T(test_cleanup))
+          T(test_views_refuse_sample_bomb), T(test_cleanup))
