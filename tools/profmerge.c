@@ -673,10 +673,10 @@ done:
 }
 
 /* Merges a profile read already, then checks the memory budget. */
-static int merge_read(cp_merge *m, pprof_profile *p, const char *path,
-                      char *err, size_t errlen) {
+static int merge_read(cp_merge *m, pprof_profile *p, pprof_arena *arena,
+                      const char *path, char *err, size_t errlen) {
   int rc = merge_profile(m, p, path, err, errlen);
-  pprof_profile_free(p);
+  pprof_arena_free(arena);
   if (rc == 0 && m->bytes > m->opts.max_memory)
     return fail(err, errlen,
                 "%s: the merged profile is over the %zu MiB memory limit "
@@ -714,6 +714,7 @@ typedef struct reader {
   size_t merged_bytes; /* under mu: m->bytes after the last merge */
   bool full, stop;     /* the hand-off slot */
   pprof_profile *p;
+  pprof_arena *arena;
   int rc;
   char err[512];
 } reader;
@@ -726,18 +727,20 @@ static void *reader_main(void *arg) {
     pthread_mutex_unlock(&r->mu);
     char msg[400];
     pprof_profile *p = NULL;
+    pprof_arena *arena = NULL;
     int rc =
-        pprof_read_file_within(r->files[i], used < max ? (max - used) / 2 : 0,
-                               NULL, &p, msg, sizeof msg);
+        pprof_read_file_arena(r->files[i], used < max ? (max - used) / 2 : 0,
+                              NULL, &p, &arena, msg, sizeof msg);
     pthread_mutex_lock(&r->mu);
     while (r->full && !r->stop)
       pthread_cond_wait(&r->cv, &r->mu);
     if (r->stop) {
       pthread_mutex_unlock(&r->mu);
-      pprof_profile_free(p);
+      pprof_arena_free(arena);
       return NULL;
     }
     r->p = p;
+    r->arena = arena;
     r->rc = rc;
     if (rc != 0)
       snprintf(r->err, sizeof r->err, "%s", msg);
@@ -755,11 +758,13 @@ static int merge_files(cp_merge *m, char **files, size_t n, char *err,
   if (n == 1) { /* no thread for one file: it would only wait */
     char msg[400];
     pprof_profile *p = NULL;
+    pprof_arena *arena = NULL;
     size_t budget =
         m->bytes < m->opts.max_memory ? m->opts.max_memory - m->bytes : 0;
-    if (pprof_read_file_within(files[0], budget, NULL, &p, msg, sizeof msg))
+    if (pprof_read_file_arena(files[0], budget, NULL, &p, &arena, msg,
+                              sizeof msg))
       return read_failed(m, files[0], msg, err, errlen);
-    return merge_read(m, p, files[0], err, errlen);
+    return merge_read(m, p, arena, files[0], err, errlen);
   }
   reader r = {.files = files, .n = n, .m = m, .merged_bytes = m->bytes};
   pthread_mutex_init(&r.mu, NULL);
@@ -776,14 +781,16 @@ static int merge_files(cp_merge *m, char **files, size_t n, char *err,
     while (!r.full)
       pthread_cond_wait(&r.cv, &r.mu);
     pprof_profile *p = r.p;
+    pprof_arena *arena = r.arena;
     int read_rc = r.rc;
     if (read_rc != 0)
       read_failed(m, files[i], r.err, err, errlen);
     r.full = false;
     r.p = NULL;
+    r.arena = NULL;
     pthread_cond_broadcast(&r.cv);
     pthread_mutex_unlock(&r.mu);
-    rc = read_rc != 0 ? -1 : merge_read(m, p, files[i], err, errlen);
+    rc = read_rc != 0 ? -1 : merge_read(m, p, arena, files[i], err, errlen);
     pthread_mutex_lock(&r.mu);
     r.merged_bytes = m->bytes;
     pthread_mutex_unlock(&r.mu);
@@ -794,7 +801,7 @@ static int merge_files(cp_merge *m, char **files, size_t n, char *err,
   pthread_cond_broadcast(&r.cv);
   pthread_mutex_unlock(&r.mu);
   pthread_join(th, NULL);
-  pprof_profile_free(r.p);
+  pprof_arena_free(r.arena);
   pthread_mutex_destroy(&r.mu);
   pthread_cond_destroy(&r.cv);
   return rc;
