@@ -48,6 +48,17 @@ measure "contprof flame (merged)" "$build/contprof" flame -o \
   "$work/flame.html" "$work/merged.pb.gz"
 echo "merged: $(stat -c %s "$work/merged.pb.gz") bytes; flame page:" \
   "$(stat -c %s "$work/flame.html") bytes"
+# The page's own timing (parse the JSON, lay out, first draw), from its
+# #selftest report in headless Chromium.
+if command -v chromium >/dev/null; then
+  for _ in 1 2 3; do
+    chromium --headless --no-sandbox --disable-gpu \
+      --user-data-dir="$work/chromium" --window-size=1200,800 \
+      --virtual-time-budget=20000 --dump-dom \
+      "file://$work/flame.html#selftest=all,handler_1" 2>/dev/null |
+      grep -o '"nodes":[0-9]*,"renderMs":[0-9]*'
+  done
+fi
 "$build/contprof" top -n 3 "$work/merged.pb.gz"
 if command -v go >/dev/null; then
   go tool pprof -top -nodecount=3 "$work/go.pb.gz" 2>/dev/null | tail -4
