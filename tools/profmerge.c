@@ -491,9 +491,9 @@ static uint32_t add_location(input *in,
     const m_location *e = &VEC_AT(m->locs, m_location, m->loc_ix.s[j].idx1 - 1);
     if (m->loc_ix.s[j].hash == h32 && e->nlines == l->n_line &&
         e->mapping == mapping && e->address == address &&
-        memcmp(&VEC_AT(m->lines, m_line, e->lines),
-               &VEC_AT(m->lines, m_line, first),
-               l->n_line * sizeof(m_line)) == 0)
+        (l->n_line == 0 || memcmp(&VEC_AT(m->lines, m_line, e->lines),
+                                  &VEC_AT(m->lines, m_line, first),
+                                  l->n_line * sizeof(m_line)) == 0))
       return m->loc_ix.s[j].idx1;
   }
   if (first > UINT32_MAX ||
@@ -574,8 +574,8 @@ static int add_sample(input *in, const Perftools__Profiles__Sample *s,
         &VEC_AT(m->samples, m_sample, m->sample_ix.s[j].idx1 - 1);
     if (m->sample_ix.s[j].hash == h32 && e->nstack == nstack &&
         e->nlabel == nlabel &&
-        memcmp(&VEC_AT(m->stacks, uint32_t, e->stack), stack,
-               nstack * sizeof *stack) == 0 &&
+        (nstack == 0 || memcmp(&VEC_AT(m->stacks, uint32_t, e->stack), stack,
+                               nstack * sizeof *stack) == 0) &&
         (nlabel == 0 || memcmp(&VEC_AT(m->labels, m_label, e->labels), labels,
                                nlabel * sizeof *labels) == 0)) {
       idx = m->sample_ix.s[j].idx1 - 1;
@@ -591,10 +591,12 @@ static int add_sample(input *in, const Perftools__Profiles__Sample *s,
         vec_reserve(m, &m->values, m->values.n + m->ntypes, sizeof(int64_t)))
       return fail(err, errlen, "out of memory");
     stack = m->scratch_stack.p; /* unchanged: not reserved above */
-    memcpy(&VEC_AT(m->stacks, uint32_t, m->stacks.n), stack,
-           nstack * sizeof *stack);
-    memcpy(&VEC_AT(m->labels, m_label, m->labels.n), labels,
-           nlabel * sizeof *labels);
+    if (nstack)                 /* the arrays may still be NULL when empty */
+      memcpy(&VEC_AT(m->stacks, uint32_t, m->stacks.n), stack,
+             nstack * sizeof *stack);
+    if (nlabel)
+      memcpy(&VEC_AT(m->labels, m_label, m->labels.n), labels,
+             nlabel * sizeof *labels);
     memset(&VEC_AT(m->values, int64_t, m->values.n), 0,
            m->ntypes * sizeof(int64_t));
     VEC_AT(m->samples, m_sample, m->samples.n) =
@@ -840,6 +842,8 @@ static int list_add(file_list *l, const char *a, const char *b) {
 /* Appends path, or a directory's *.pb.gz files in name order. */
 static int expand(file_list *l, const char *path, char *err, size_t errlen) {
   struct stat st;
+  if (strcmp(path, "-") == 0) /* as contprof top reads it */
+    path = "/dev/stdin";
   if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
     return list_add(l, path, NULL) ? fail(err, errlen, "out of memory") : 0;
   DIR *d = opendir(path);

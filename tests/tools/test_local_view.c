@@ -945,6 +945,45 @@ static void test_views_refuse_sample_bomb(void) {
   }
 }
 
+/* Mutated profiles (random bytes changed in an uncompressed one) merged
+ * after a good one, through the reader thread and its arena: each run
+ * exits 0 or 1, never on a signal, with at most one line on stderr. */
+static void test_merge_hostile_mutations(void) {
+  char good[256], bad[256], out[256];
+  snprintf(good, sizeof good, "%s", write_build("mgood.pb.gz", 0, 1));
+  snprintf(bad, sizeof bad, "%s", tmp_path("mutated.pb"));
+  snprintf(out, sizeof out, "%s", tmp_path("mutated_out.pb.gz"));
+  pprof_profile *p = read_profile(good);
+  if (!p)
+    return;
+  size_t len = perftools__profiles__profile__get_packed_size(p);
+  uint8_t *raw = malloc(len), *mut = malloc(len);
+  perftools__profiles__profile__pack(p, raw);
+  pprof_profile_free(p);
+  int failed = 0, merged = 0;
+  for (int round = 0; round < 150; round++) {
+    memcpy(mut, raw, len);
+    for (int k = 0; k < 1 + round % 4; k++)
+      mut[rng() % len] = (uint8_t)rng();
+    CHECK_EQ_INT(write_file(bad, mut, len), 0);
+    char *argv[] = {"contprof", "merge", "-o", out, good, bad, NULL};
+    char *err = NULL;
+    int rc = contprof(argv, NULL, &err);
+    CHECK(rc == 0 || rc == 1);
+    if (rc == 1) {
+      failed++;
+      CHECK(err && strncmp(err, "contprof: merge: ", 17) == 0 &&
+            strchr(err, '\n') == err + strlen(err) - 1);
+    } else {
+      merged++;
+    }
+    free(err);
+  }
+  printf("note: 150 mutated profiles: %d refused, %d merged\n", failed, merged);
+  free(raw);
+  free(mut);
+}
+
 static void test_cleanup(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
@@ -955,4 +994,5 @@ static void test_cleanup(void) {
 TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_inline_chains),
           T(test_merge_go_top), T(test_merge_refuses), T(test_folded_roundtrip),
           T(test_views_escape_names), T(test_browser), T(test_top_base),
-          T(test_views_refuse_sample_bomb), T(test_cleanup))
+          T(test_views_refuse_sample_bomb), T(test_merge_hostile_mutations),
+          T(test_cleanup))
