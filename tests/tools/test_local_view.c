@@ -437,6 +437,48 @@ static void test_merge_many(void) {
   pprof_profile_free(m);
 }
 
+/* Unsymbolized frames of two processes (ASLR: other mapping starts) merge
+ * by mapping file and file offset; folded names them [file]. */
+static void test_merge_unsymbolized(void) {
+  char paths[2][256], out[256];
+  for (int k = 0; k < 2; k++) {
+    pprof_builder *pb = pprof_builder_create();
+    pprof_add_sample_type(pb, "samples", "count");
+    uint64_t start = k ? 0x7f1234560000ull : 0x400000ull;
+    uint64_t map = pprof_add_mapping(pb, start, start + 0x10000, 0x1000,
+                                     "/usr/lib/libapp.so", "", 0);
+    uint64_t l[2] = {pprof_add_location(pb, map, start + 0x2345, 0, 0),
+                     pprof_add_location(pb, map, start + 0x1111, 0, 0)};
+    int64_t v = 2 + k;
+    pprof_add_sample(pb, l, 2, &v, 1, NULL, 0);
+    uint8_t *raw;
+    size_t len;
+    CHECK_EQ_INT(pprof_encode(pb, &raw, &len), 0);
+    pprof_builder_destroy(pb);
+    snprintf(paths[k], sizeof paths[k], "%s", tmp_path(k ? "u1.pb" : "u0.pb"));
+    CHECK_EQ_INT(write_file(paths[k], raw, len), 0);
+    free(raw);
+  }
+  snprintf(out, sizeof out, "%s", tmp_path("u.pb.gz"));
+  char *argv[] = {"contprof", "merge", "-o", out, paths[0], paths[1], NULL};
+  CHECK_EQ_INT(contprof(argv, NULL, NULL), 0);
+  pprof_profile *m = read_profile(out);
+  if (m) {
+    CHECK_EQ_INT(m->n_location, 2);
+    CHECK_EQ_INT(m->n_mapping, 1);
+    CHECK_EQ_INT(m->n_sample, 1);
+    CHECK(m->n_sample == 1 && m->sample[0]->value[0] == 5);
+    /* The first process's addresses. */
+    CHECK(m->n_location == 2 && m->location[0]->address == 0x402345);
+    pprof_profile_free(m);
+  }
+  char *folded[] = {"contprof", "folded", out, NULL};
+  char *text = NULL;
+  CHECK_EQ_INT(contprof(folded, &text, NULL), 0);
+  CHECK_EQ_STR(text, "[libapp.so];[libapp.so] 5\n");
+  free(text);
+}
+
 /* Inline chains: a location with two Lines (inl_a inlined into serve)
  * stays one location with the same two Lines, distinct from inl_b's. */
 static void test_merge_inline_chains(void) {
@@ -991,8 +1033,9 @@ static void test_cleanup(void) {
     fprintf(stderr, "note: could not remove %s\n", tmp_dir);
 }
 
-TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_inline_chains),
-          T(test_merge_go_top), T(test_merge_refuses), T(test_folded_roundtrip),
+TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_unsymbolized),
+          T(test_merge_inline_chains), T(test_merge_go_top),
+          T(test_merge_refuses), T(test_folded_roundtrip),
           T(test_views_escape_names), T(test_browser), T(test_top_base),
           T(test_views_refuse_sample_bomb), T(test_merge_hostile_mutations),
           T(test_cleanup))
