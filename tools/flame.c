@@ -330,10 +330,11 @@ static cp_merge *merge_paths(const char *verb, char **paths, size_t n,
 
 /* ---- output buffer ------------------------------------------------------- */
 
+/* The page or SVG is built in memory, within --max-memory like the rest. */
 typedef struct buf {
   char *p;
-  size_t n, cap;
-  bool failed;
+  size_t n, cap, limit; /* limit: 0 for none */
+  bool failed, too_big;
 } buf;
 
 static void put(buf *b, const char *s, size_t n) {
@@ -343,6 +344,10 @@ static void put(buf *b, const char *s, size_t n) {
     size_t c = b->cap ? b->cap : 65536;
     while (c < b->n + n + 1)
       c *= 2;
+    if (b->limit && c > b->limit) {
+      b->failed = b->too_big = true;
+      return;
+    }
     char *np = realloc(b->p, c);
     if (!np) {
       b->failed = true;
@@ -463,7 +468,13 @@ static void put_xml(buf *b, const char *s, size_t max_chars) {
 static int finish(const char *verb, buf *b, const char *out) {
   char err[1024];
   if (b->failed) {
-    fprintf(stderr, "contprof: %s: out of memory\n", verb);
+    if (b->too_big)
+      fprintf(stderr,
+              "contprof: %s: the output is over the %zu MiB of "
+              "--max-memory\n",
+              verb, b->limit >> 20);
+    else
+      fprintf(stderr, "contprof: %s: out of memory\n", verb);
     free(b->p);
     return 1;
   }
@@ -566,7 +577,7 @@ int cp_cmd_folded(int argc, char **argv) {
   int ti = pick_type("folded", m, va.type);
   tree t;
   if (ti >= 0 && build_tree("folded", &t, m, &ti, 1, va.max_memory) == 0) {
-    buf b = {0};
+    buf b = {.limit = va.max_memory};
     tree_walk(&t, folded_visit, &b);
     rc = finish("folded", &b, va.out ? va.out : "-");
   }
@@ -688,7 +699,7 @@ static int svg_visit(void *arg, const tree *t, uint32_t node, size_t depth,
 static void put_svg(buf *b, const tree *t, const char *title) {
   svg_ctx c = {.b = b, .total = t->values[t->slot]};
   c.scale = c.total > 0 ? SVG_WIDTH / (double)c.total : 0;
-  buf body = {0};
+  buf body = {.limit = b->limit};
   c.b = &body;
   tree_walk(t, svg_visit, &c);
   free(c.x);
@@ -701,9 +712,10 @@ static void put_svg(buf *b, const tree *t, const char *title) {
        (c.max_depth + 1) * SVG_ROW + 4);
   put_xml(b, title, 4096);
   puts_(b, "</title>\n");
-  if (body.failed)
+  if (body.failed) {
     b->failed = true;
-  else if (body.p)
+    b->too_big = body.too_big;
+  } else if (body.p)
     put(b, body.p, body.n);
   free(body.p);
   puts_(b, "</svg>\n");
@@ -745,7 +757,7 @@ int cp_cmd_flame(int argc, char **argv) {
   tree t;
   if (ti >= 0 &&
       build_tree("flame", &t, m, types, nslots, va.max_memory) == 0) {
-    buf b = {0};
+    buf b = {.limit = va.max_memory};
     char title[512];
     title_of(title, sizeof title, "contprof flame", va.paths, va.npaths);
     if (va.svg) {
@@ -810,7 +822,7 @@ int cp_cmd_diff(int argc, char **argv) {
       cp_merge_each_stack(ms[1], add_stack, &c1) != 0 || tree_link(&t) != 0) {
     fprintf(stderr, "contprof: diff: out of memory\n");
   } else {
-    buf b = {0};
+    buf b = {.limit = va.max_memory};
     char title[512];
     title_of(title, sizeof title, "contprof diff", va.paths, 2);
     int types[2] = {tn, tn};

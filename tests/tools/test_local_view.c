@@ -806,6 +806,31 @@ static void test_views_escape_names(void) {
   CHECK_EQ_INT(status, 0);
 }
 
+/* The page is built in memory within --max-memory too: a 400 kB name of
+ * '<' (2.4 MB escaped) does not fit in 2 MiB; one line says so. */
+static void test_flame_output_bounded(void) {
+  size_t n = 400 << 10;
+  char *name = malloc(n + 1);
+  memset(name, '<', n);
+  name[n] = '\0';
+  char in[256], page[256];
+  snprintf(in, sizeof in, "%s", write_evil("wide.pb", name));
+  free(name);
+  snprintf(page, sizeof page, "%s", tmp_path("wide.html"));
+  char *argv[] = {"contprof", "flame", "--max-memory", "2", "-o", page,
+                  in,         NULL};
+  char *err = NULL;
+  CHECK_EQ_INT(contprof(argv, NULL, &err), 1);
+  CHECK_EQ_STR(err, "contprof: flame: the output is over the 2 MiB of "
+                    "--max-memory\n");
+  free(err);
+  struct stat st;
+  CHECK(stat(page, &st) != 0);
+  argv[3] = "8"; /* and with room, it is written */
+  CHECK_EQ_INT(contprof(argv, NULL, NULL), 0);
+  CHECK(stat(page, &st) == 0 && st.st_size > (off_t)(6 * n));
+}
+
 /* The flame and diff pages in headless Chromium: each page runs its own
  * self-test when opened with #selftest=FRAME,QUERY: it clicks FRAME
  * (which must then fill the width), searches QUERY, and writes what it
@@ -1036,6 +1061,6 @@ static void test_cleanup(void) {
 TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_unsymbolized),
           T(test_merge_inline_chains), T(test_merge_go_top),
           T(test_merge_refuses), T(test_folded_roundtrip),
-          T(test_views_escape_names), T(test_browser), T(test_top_base),
-          T(test_views_refuse_sample_bomb), T(test_merge_hostile_mutations),
-          T(test_cleanup))
+          T(test_views_escape_names), T(test_flame_output_bounded),
+          T(test_browser), T(test_top_base), T(test_views_refuse_sample_bomb),
+          T(test_merge_hostile_mutations), T(test_cleanup))
