@@ -930,6 +930,30 @@ static void test_top_base(void) {
   free(out);
 }
 
+/* diff needs NEW's sample type in BASE, with the same unit. */
+static void test_diff_refuses_other_type(void) {
+  char a[256], page[256];
+  snprintf(a, sizeof a, "%s", write_build("da.pb.gz", 0, 1));
+  snprintf(page, sizeof page, "%s", tmp_path("never.html"));
+  const char *c = write_evil("dt.pb", "hash"); /* samples/count only */
+  char cc[256];
+  snprintf(cc, sizeof cc, "%s", c);
+  char *argv[] = {"contprof", "diff", "--type", "cpu", "-o", page, a, cc, NULL};
+  char *err = NULL, want[600];
+  CHECK_EQ_INT(contprof(argv, NULL, &err), 1);
+  CHECK_EQ_STR(err, "contprof: diff: no sample type cpu\n");
+  free(err);
+  char *swapped[] = {"contprof", "diff", "-o", page, cc, a, NULL};
+  CHECK_EQ_INT(contprof(swapped, NULL, &err), 1);
+  snprintf(want, sizeof want,
+           "contprof: diff: %s: no sample type cpu/nanoseconds as in %s\n", cc,
+           a);
+  CHECK_EQ_STR(err, want);
+  free(err);
+  struct stat st;
+  CHECK(stat(page, &st) != 0);
+}
+
 /* Writes header then `count` copies of unit, gzipped piecewise. */
 static void write_gzip_repeated(const char *path, const uint8_t *header,
                                 size_t header_len, const uint8_t *unit,
@@ -1062,5 +1086,6 @@ TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_unsymbolized),
           T(test_merge_inline_chains), T(test_merge_go_top),
           T(test_merge_refuses), T(test_folded_roundtrip),
           T(test_views_escape_names), T(test_flame_output_bounded),
-          T(test_browser), T(test_top_base), T(test_views_refuse_sample_bomb),
-          T(test_merge_hostile_mutations), T(test_cleanup))
+          T(test_browser), T(test_top_base), T(test_diff_refuses_other_type),
+          T(test_views_refuse_sample_bomb), T(test_merge_hostile_mutations),
+          T(test_cleanup))
