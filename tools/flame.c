@@ -261,7 +261,7 @@ typedef struct view_args {
   char **paths;
   size_t npaths;
   size_t max_memory;
-  bool svg, base_given;
+  bool svg;
 } view_args;
 
 static int parse_view_args(const char *verb, int argc, char **argv,

@@ -358,11 +358,9 @@ static int map_types(input *in, const char *path, char *err, size_t errlen) {
         m->unit[i] = in_str(in, p->sample_type[i]->unit);
       }
       m->ntypes = p->n_sample_type;
-      int d = pprof_default_sample_type_index(p);
       if (p->default_sample_type &&
           !(m->default_type = strdup(pprof_str(p, p->default_sample_type))))
         return fail(err, errlen, "out of memory");
-      (void)d;
     }
     snprintf(m->first_path, sizeof m->first_path, "%s", path);
   }

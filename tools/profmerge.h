@@ -64,8 +64,9 @@ int cp_write_output(const char *path, const void *data, size_t len, char *err,
 /* "contprof: PREFIX: MESSAGE" with both escaped, on stderr. */
 void cp_report(const char *prefix, const char *message);
 
-/* Progress on stderr, only when it is a terminal and the command has run
- * for a second: "contprof: merge: 120/200 files". */
+/* Progress on stderr, only when it is a terminal and a second has passed
+ * since the first call: "\rcontprof: merging 120/200"; _end clears the
+ * line. */
 void cp_progress(const char *verb, size_t done, size_t total);
 void cp_progress_end(void);
 
