@@ -677,6 +677,11 @@ static int merge_read(cp_merge *m, pprof_profile *p, pprof_arena *arena,
                       const char *path, char *err, size_t errlen) {
   int rc = merge_profile(m, p, path, err, errlen);
   pprof_arena_free(arena);
+  if (rc != 0 && strncmp(err, path, strlen(path)) != 0) { /* name the file */
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", err);
+    fail(err, errlen, "%s: %s", path, msg);
+  }
   if (rc == 0 && m->bytes > m->opts.max_memory)
     return fail(err, errlen,
                 "%s: the merged profile is over the %zu MiB memory limit "

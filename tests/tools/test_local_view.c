@@ -930,6 +930,40 @@ static void test_top_base(void) {
   free(out);
 }
 
+/* Sums are exact or refused: 2^62 alone merges; 2^62 + 2^62 overflows
+ * int64 and is one error, not a wrapped or saturated total. */
+static void test_merge_refuses_overflow(void) {
+  char path[256], out[256];
+  pprof_builder *pb = pprof_builder_create();
+  pprof_add_sample_type(pb, "bytes", "bytes");
+  uint64_t f = pprof_add_function(pb, "big", "big", "a.c", 1);
+  uint64_t l = pprof_add_location(pb, 0, 1, f, 1);
+  int64_t v = (int64_t)1 << 62;
+  pprof_add_sample(pb, &l, 1, &v, 1, NULL, 0);
+  uint8_t *raw;
+  size_t len;
+  CHECK_EQ_INT(pprof_encode(pb, &raw, &len), 0);
+  pprof_builder_destroy(pb);
+  snprintf(path, sizeof path, "%s", tmp_path("big.pb"));
+  snprintf(out, sizeof out, "%s", tmp_path("big_out.pb.gz"));
+  CHECK_EQ_INT(write_file(path, raw, len), 0);
+  free(raw);
+  char *once[] = {"contprof", "merge", "-o", out, path, NULL};
+  CHECK_EQ_INT(contprof(once, NULL, NULL), 0);
+  unlink(out);
+  char *twice[] = {"contprof", "merge", "-o", out, path, path, NULL};
+  char *err = NULL, want[512];
+  CHECK_EQ_INT(contprof(twice, NULL, &err), 1);
+  snprintf(want, sizeof want,
+           "contprof: merge: %s: the sum of bytes values overflows a 64-bit "
+           "integer\n",
+           path);
+  CHECK_EQ_STR(err, want);
+  free(err);
+  struct stat st;
+  CHECK(stat(out, &st) != 0);
+}
+
 /* diff needs NEW's sample type in BASE, with the same unit. */
 static void test_diff_refuses_other_type(void) {
   char a[256], page[256];
@@ -1084,8 +1118,8 @@ static void test_cleanup(void) {
 
 TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_unsymbolized),
           T(test_merge_inline_chains), T(test_merge_go_top),
-          T(test_merge_refuses), T(test_folded_roundtrip),
-          T(test_views_escape_names), T(test_flame_output_bounded),
-          T(test_browser), T(test_top_base), T(test_diff_refuses_other_type),
-          T(test_views_refuse_sample_bomb), T(test_merge_hostile_mutations),
-          T(test_cleanup))
+          T(test_merge_refuses), T(test_merge_refuses_overflow),
+          T(test_folded_roundtrip), T(test_views_escape_names),
+          T(test_flame_output_bounded), T(test_browser), T(test_top_base),
+          T(test_diff_refuses_other_type), T(test_views_refuse_sample_bomb),
+          T(test_merge_hostile_mutations), T(test_cleanup))
