@@ -1,5 +1,6 @@
-/* contprof: the command line. `contprof run` profiles an unmodified program,
- * `contprof top` prints the hottest functions of profiles. */
+/* contprof: the command line. `contprof run` profiles an unmodified program;
+ * `top`, `merge`, `folded`, `flame` and `diff` are the local view of
+ * profiles. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,11 +14,20 @@ static void usage(FILE *out) {
           "ARGS...\n"
           "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
           "                    [--max-memory MIB]\n"
+          "       contprof merge -o OUT [--type T] [--drop-labels K,...] "
+          "FILE|DIR...\n"
+          "       contprof folded [--type T] [-o OUT] FILE|DIR...\n"
+          "       contprof flame [-o OUT] [--type T] [--svg] FILE|DIR...\n"
+          "       contprof diff [-o OUT] [--type T] BASE NEW\n"
           "       contprof version\n"
           "\n"
-          "run  runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
+          "run    runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
           "its status.\n"
-          "top  prints flat and cumulative top functions of pprof files.\n");
+          "top    prints flat and cumulative top functions of pprof files.\n"
+          "merge  merges pprof files by function into one.\n"
+          "folded prints collapsed stacks (root;...;leaf VALUE).\n"
+          "flame  writes a flame graph: self-contained HTML, or SVG.\n"
+          "diff   writes a differential flame graph of BASE and NEW.\n");
 }
 
 int main(int argc, char **argv) {
@@ -30,6 +40,14 @@ int main(int argc, char **argv) {
     return cp_cmd_run(argc - 1, argv + 1);
   if (strcmp(verb, "top") == 0)
     return cp_cmd_top(argc - 1, argv + 1);
+  if (strcmp(verb, "merge") == 0)
+    return cp_cmd_merge(argc - 1, argv + 1);
+  if (strcmp(verb, "folded") == 0)
+    return cp_cmd_folded(argc - 1, argv + 1);
+  if (strcmp(verb, "flame") == 0)
+    return cp_cmd_flame(argc - 1, argv + 1);
+  if (strcmp(verb, "diff") == 0)
+    return cp_cmd_diff(argc - 1, argv + 1);
   if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
     printf("contprof %s\n", CONTPROF_VERSION_STRING);
     return 0;

@@ -19,6 +19,7 @@ static void top_usage(FILE *out) {
           "usage: contprof top FILE... [-n N] [--type TYPE] [--max-memory "
           "MIB]\n"
           "       contprof top --list-types FILE...\n"
+          "       contprof top --base BASE FILE... [-n N] [--type TYPE]\n"
           "Prints the functions with the most samples in the pprof FILEs\n"
           "(merged), like `go tool pprof -top`. Control characters in names\n"
           "are shown escaped (\\x1b).\n"
@@ -27,6 +28,9 @@ static void top_usage(FILE *out) {
           "file's\n"
           "                    default sample type, else its last one)\n"
           "  --list-types      list the sample types of each file\n"
+          "  --base BASE       compare with BASE: each function's share of\n"
+          "                    the total in BASE and in FILEs, and the\n"
+          "                    change in percentage points, biggest first\n"
           "  --max-memory MIB  memory for reading all FILEs (default %zu);\n"
           "                    a file past it is skipped as too large\n",
           PPROF_READ_MAX_MEMORY >> 20);
@@ -213,6 +217,73 @@ static void print_top(const pprof_top *top, size_t shown) {
   }
 }
 
+/* ---- top --base --------------------------------------------------------- */
+
+typedef struct diff_row {
+  const char *name;
+  double flat[2], cum[2]; /* share of the total in base, new (percent) */
+} diff_row;
+
+static double row_key(const diff_row *r, int cum) {
+  return fabs(cum ? r->cum[1] - r->cum[0] : r->flat[1] - r->flat[0]);
+}
+
+static int diff_row_cmp(const void *a, const void *b) {
+  const diff_row *x = a, *y = b;
+  for (int cum = 0; cum < 2; cum++)
+    if (row_key(x, cum) != row_key(y, cum))
+      return row_key(x, cum) > row_key(y, cum) ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static double share(int64_t v, int64_t total) {
+  return total ? 100.0 * (double)v / (double)total : 0;
+}
+
+/* Both tables joined by function name, normalized by their totals, so
+ * that profiles of different lengths compare. */
+static int print_top_diff(const pprof_top *base, const pprof_top *now,
+                          size_t limit) {
+  size_t cap = base->nentries + now->nentries, n = 0;
+  diff_row *rows = calloc(cap ? cap : 1, sizeof *rows);
+  if (!rows)
+    return -1;
+  for (int side = 0; side < 2; side++) {
+    const pprof_top *t = side ? now : base;
+    for (size_t i = 0; i < t->nentries; i++) {
+      const pprof_top_entry *e = &t->entries[i];
+      size_t r = 0;
+      if (side) /* linear is fine: tops are thousands of functions */
+        for (r = 0; r < n && strcmp(rows[r].name, e->name) != 0; r++)
+          ;
+      else
+        r = n;
+      if (r == n)
+        rows[n++].name = e->name;
+      rows[r].flat[side] = share(e->flat, t->total);
+      rows[r].cum[side] = share(e->cum, t->total);
+    }
+  }
+  qsort(rows, n, sizeof *rows, diff_row_cmp);
+  printf("Type: ");
+  pprof_fput_escaped(now->type, stdout);
+  printf("\nShares of the total (base %" PRId64 ", new %" PRId64
+         " %s); delta in percentage points\n",
+         base->total, now->total, now->unit);
+  printf("%10s %9s %8s %10s %9s %8s\n", "base flat", "new flat", "delta",
+         "base cum", "new cum", "delta");
+  for (size_t i = 0; i < n && i < limit; i++) {
+    const diff_row *r = &rows[i];
+    printf("%9.2f%% %8.2f%% %+8.2f %9.2f%% %8.2f%% %+8.2f  ", r->flat[0],
+           r->flat[1], r->flat[1] - r->flat[0], r->cum[0], r->cum[1],
+           r->cum[1] - r->cum[0]);
+    pprof_fput_escaped(r->name, stdout);
+    printf("\n");
+  }
+  free(rows);
+  return 0;
+}
+
 /* "contprof: PREFIX: MESSAGE\n" on stderr, with both escaped: a message
  * may quote a profile's strings, a path may hold anything. */
 static void report(const char *prefix, const char *message) {
@@ -236,7 +307,8 @@ static int parse_count(const char *s, size_t *out) {
 
 int cp_cmd_top(int argc, char **argv) {
   size_t limit = SIZE_MAX, npaths = 0, max_memory = PPROF_READ_MAX_MEMORY;
-  const char *type = NULL;
+  const char *type = NULL, *base_path = NULL;
+  pprof_profile *base = NULL;
   int want_types = 0, status = 0;
   char **paths = calloc(argc > 0 ? (size_t)argc : 1, sizeof *paths);
   pprof_profile **profiles =
@@ -282,6 +354,13 @@ int cp_cmd_top(int argc, char **argv) {
         goto out;
       }
       max_memory = mib << 20;
+    } else if (strcmp(a, "--base") == 0 || strncmp(a, "--base=", 7) == 0) {
+      base_path = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!base_path || !*base_path) {
+        fprintf(stderr, "contprof: top: --base needs a pprof file\n");
+        status = EXIT_USAGE;
+        goto out;
+      }
     } else if (strcmp(a, "--list-types") == 0) {
       want_types = 1;
     } else {
@@ -301,6 +380,17 @@ int cp_cmd_top(int argc, char **argv) {
    * the next one is read. A file that fails is reported and skipped; the
    * others are still shown, and the exit status says one failed. */
   size_t nread = 0;
+  if (base_path) {
+    char err[256];
+    size_t used = 0;
+    if (pprof_read_file_within(base_path, max_memory, &used, &base, err,
+                               sizeof err) != 0) {
+      report(base_path, err);
+      status = EXIT_INPUT;
+      goto out;
+    }
+    max_memory = used < max_memory ? max_memory - used : 0;
+  }
   for (size_t i = 0; i < npaths; i++) {
     char err[256];
     const char *path = strcmp(paths[i], "-") == 0 ? "/dev/stdin" : paths[i];
@@ -351,7 +441,26 @@ int cp_cmd_top(int argc, char **argv) {
                top.type);
       report(paths[i], msg);
     }
-  print_top(&top, limit < top.nentries ? limit : top.nentries);
+  if (base) {
+    pprof_top btop;
+    const pprof_profile *one[1] = {base};
+    if (pprof_top_compute(one, 1, top.type, &btop, err, sizeof err) != 0) {
+      report(base_path, err);
+      status = EXIT_INPUT;
+    } else if (strcmp(btop.unit, top.unit) != 0) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "sample type %s is in %s, in %s in the others",
+               top.type, btop.unit, top.unit);
+      report(base_path, msg);
+      status = EXIT_INPUT;
+    } else if (print_top_diff(&btop, &top, limit) != 0) {
+      fprintf(stderr, "contprof: top: out of memory\n");
+      status = EXIT_INPUT;
+    }
+    pprof_top_free(&btop);
+  } else {
+    print_top(&top, limit < top.nentries ? limit : top.nentries);
+  }
   pprof_top_free(&top);
   if (fflush(stdout) != 0) {
     fprintf(stderr, "contprof: top: cannot write the output: %s\n",
@@ -360,6 +469,7 @@ int cp_cmd_top(int argc, char **argv) {
   }
 
 out:
+  pprof_profile_free(base);
   for (size_t i = 0; i < npaths; i++)
     pprof_profile_free(profiles[i]);
   free(profiles);

@@ -680,10 +680,15 @@ done:
 /* ---- gzip ---------------------------------------------------------------- */
 
 int pprof_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *out_len) {
+  return pprof_gzip_level(in, len, Z_DEFAULT_COMPRESSION, out, out_len);
+}
+
+int pprof_gzip_level(const uint8_t *in, size_t len, int level, uint8_t **out,
+                     size_t *out_len) {
   z_stream zs;
   memset(&zs, 0, sizeof zs);
-  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
-                   Z_DEFAULT_STRATEGY) != Z_OK)
+  if (deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK)
     return -1;
   /* deflateBound counts the gzip wrapper, so one pass usually suffices; the
    * loop still copes with inputs beyond zlib's 32-bit counters. */
