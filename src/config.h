@@ -60,6 +60,7 @@ typedef struct cp_config {
   cp_log_level log_level;
   size_t max_memory_bytes;  /* bound of one generation of the call tree */
   size_t symbols_max_bytes; /* CONTPROF_SYMBOLS_MAX_MB: symbol tables */
+  size_t dwarf_max_bytes;   /* CONTPROF_DWARF_MAX_MB: DWARF lines */
 
   /* Samplers other than cpu. */
   int wall_interval_ms;      /* CONTPROF_WALL_INTERVAL_MS */

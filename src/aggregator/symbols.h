@@ -78,4 +78,18 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
                             char *function, size_t function_size,
                             char *build_id, size_t build_id_size);
 
+/* The demangled form of a C++ name (malloc'd), or NULL when it is not one or
+ * no demangler is at hand. cp_symbols_demangle_prepare (which may dlopen
+ * libstdc++, so not under a lock a loader callback may take) must have run
+ * for names to be demangled. */
+void cp_symbols_demangle_prepare(void);
+char *cp_symbols_demangle(const char *mangled);
+
+/* File, line and inline chain of pc in mapping m (a cp_symbol's), from DWARF
+ * (aggregator/dwarf.h); returns out->n, 0 when there is none. Off the hot
+ * path: the exporter calls it. */
+struct cp_line_chain;
+size_t cp_symbols_lines(const cp_mapping *m, uint64_t pc,
+                        struct cp_line_chain *out);
+
 #endif
