@@ -693,6 +693,17 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
               cpu_clock);
   }
 
+  cfg->symbolize_none = 0;
+  const char *symbolize = env_get(&src, "CONTPROF_SYMBOLIZE");
+  if (symbolize) {
+    if (strcmp(symbolize, "none") == 0)
+      cfg->symbolize_none = 1;
+    else if (strcmp(symbolize, "local") != 0)
+      cp_warn("CONTPROF_SYMBOLIZE='%s' is not one of local, none; using "
+              "local",
+              symbolize);
+  }
+
   int alloc_bytes, lock_ns;
   if ((rc = int_setting(&src, "CONTPROF_WALL_INTERVAL_MS", 0, 1, 1000, 10,
                         &cfg->wall_interval_ms)) ||

@@ -186,6 +186,7 @@ static const char *runtime_option(const char *name, void *ctx) {
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
+  cp_symbols_set_names(!prof.cfg.symbolize_none);
   cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_dwarf_set_budget(prof.cfg.dwarf_max_bytes);
   cp_symbols_init();

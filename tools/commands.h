@@ -4,5 +4,6 @@
 
 int cp_cmd_run(int argc, char **argv);
 int cp_cmd_top(int argc, char **argv);
+int cp_cmd_symbolize(int argc, char **argv);
 
 #endif

@@ -1,5 +1,6 @@
 /* contprof: the command line. `contprof run` profiles an unmodified program,
- * `contprof top` prints the hottest functions of profiles. */
+ * `contprof top` prints the hottest functions of profiles, `contprof
+ * symbolize` symbolizes a profile made with CONTPROF_SYMBOLIZE=none. */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,12 +13,15 @@ static void usage(FILE *out) {
           "                    [--profiles LIST] [--service NAME] -- PROGRAM "
           "ARGS...\n"
           "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
-          "                    [--max-memory MIB]\n"
+          "                    [--max-memory MIB] [--lines]\n"
+          "       contprof symbolize IN -o OUT [--debug-dir DIR]\n"
           "       contprof version\n"
           "\n"
           "run  runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
           "its status.\n"
-          "top  prints flat and cumulative top functions of pprof files.\n");
+          "top  prints flat and cumulative top functions of pprof files.\n"
+          "symbolize  adds functions, files and lines to a profile made "
+          "with\n           CONTPROF_SYMBOLIZE=none.\n");
 }
 
 int main(int argc, char **argv) {
@@ -30,6 +34,8 @@ int main(int argc, char **argv) {
     return cp_cmd_run(argc - 1, argv + 1);
   if (strcmp(verb, "top") == 0)
     return cp_cmd_top(argc - 1, argv + 1);
+  if (strcmp(verb, "symbolize") == 0)
+    return cp_cmd_symbolize(argc - 1, argv + 1);
   if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
     printf("contprof %s\n", CONTPROF_VERSION_STRING);
     return 0;

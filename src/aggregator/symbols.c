@@ -147,6 +147,10 @@ static struct {
   uint64_t last_budget_warn_ns;
 } symbols = {.budget = CP_SYMBOLS_DEFAULT_BUDGET};
 
+/* CONTPROF_SYMBOLIZE=none: files are read for their build id and segments
+ * only (cp_symbols_set_names). Kept across cp_symbols_reset. */
+static int names_off;
+
 /* ---- Demangling ---------------------------------------------------------- */
 
 typedef char *(*cxa_demangle_fn)(const char *mangled, char *buf, size_t *n,
@@ -828,9 +832,11 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
   room = room > fixed ? room - fixed : 0;
   b.limit = build;
   b.table_room = room;
-  if (collect_tables(r, SHT_SYMTAB, &b) == 0)
-    collect_separate_debug(r, path, f->build_id, &b);
-  collect_tables(r, SHT_DYNSYM, &b);
+  if (!__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
+    if (collect_tables(r, SHT_SYMTAB, &b) == 0)
+      collect_separate_debug(r, path, f->build_id, &b);
+    collect_tables(r, SHT_DYNSYM, &b);
+  }
   int rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
   if (rc == -2) {
     /* Too big with .symtab: the exported functions alone. */
@@ -1447,4 +1453,26 @@ size_t cp_symbols_lines(const cp_mapping *pub, uint64_t pc,
   if (path[0] != '/' || ends_with(path, deleted_suffix))
     return 0;
   return cp_dwarf_lookup(&obj, elf_address, out);
+}
+
+void cp_symbols_set_names(int on) {
+  __atomic_store_n(&names_off, !on, __ATOMIC_RELAXED);
+}
+
+int cp_symbols_file_address(const char *path, uint64_t file_offset,
+                            uint64_t *elf_address) {
+  symbols_lock_acquire();
+  elf_file *f = file_get(path, path);
+  int rc = -1;
+  for (size_t i = 0; f && i < f->nloads; i++) {
+    const load_segment *s = &f->loads[i];
+    if (file_offset >= s->offset && file_offset - s->offset < s->filesz) {
+      *elf_address = file_offset - s->offset + s->vaddr;
+      rc = 0;
+      break;
+    }
+  }
+  file_unref(f);
+  pthread_mutex_unlock(&symbols_lock);
+  return rc;
 }

@@ -78,6 +78,17 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
                             char *function, size_t function_size,
                             char *build_id, size_t build_id_size);
 
+/* Whether files are read for function names (CONTPROF_SYMBOLIZE=local, the
+ * default) or for their build ids and segments only (none: the profile is
+ * symbolized elsewhere). Set before the first lookup; tables already read
+ * stay until cp_symbols_reset. */
+void cp_symbols_set_names(int on);
+
+/* The address in path's own vaddr space of file offset file_offset (through
+ * its PT_LOAD segments), for symbolizing a profile offline. 0 or -1. */
+int cp_symbols_file_address(const char *path, uint64_t file_offset,
+                            uint64_t *elf_address);
+
 /* The demangled form of a C++ name (malloc'd), or NULL when it is not one or
  * no demangler is at hand. cp_symbols_demangle_prepare (which may dlopen
  * libstdc++, so not under a lock a loader callback may take) must have run

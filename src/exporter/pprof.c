@@ -418,10 +418,13 @@ uint64_t pprof_add_location_lines(pprof_builder *b, uint64_t mapping_id,
   if (!locations)
     return 0;
   b->locations = locations;
-  pp_line *all = grow(b->lines, &b->lines_cap, b->nlines + nlines, sizeof *all);
-  if (!all)
-    return 0;
-  b->lines = all;
+  if (nlines) {
+    pp_line *all =
+        grow(b->lines, &b->lines_cap, b->nlines + nlines, sizeof *all);
+    if (!all)
+      return 0;
+    b->lines = all;
+  }
   for (size_t i = 0; i < nlines; i++)
     b->lines[b->nlines + i] = (pp_line){lines[i].function_id, lines[i].line};
   b->locations[b->nlocations] =
