@@ -16,8 +16,8 @@
 
 static void top_usage(FILE *out) {
   fprintf(out,
-          "usage: contprof top FILE... [-n N] [--type TYPE] [--max-memory "
-          "MIB]\n"
+          "usage: contprof top FILE... [-n N] [--type TYPE] [--lines] "
+          "[--max-memory MIB]\n"
           "       contprof top --list-types FILE...\n"
           "Prints the functions with the most samples in the pprof FILEs\n"
           "(merged), like `go tool pprof -top`. Control characters in names\n"
@@ -26,6 +26,10 @@ static void top_usage(FILE *out) {
           "  --type TYPE       sample type to show (default: the first "
           "file's\n"
           "                    default sample type, else its last one)\n"
+          "  --lines           one row per source line (\"function "
+          "file:line\",\n"
+          "                    inlined frames each on their own), like "
+          "-lines\n"
           "  --list-types      list the sample types of each file\n"
           "  --max-memory MIB  memory for reading all FILEs (default %zu);\n"
           "                    a file past it is skipped as too large\n",
@@ -237,7 +241,7 @@ static int parse_count(const char *s, size_t *out) {
 int cp_cmd_top(int argc, char **argv) {
   size_t limit = SIZE_MAX, npaths = 0, max_memory = PPROF_READ_MAX_MEMORY;
   const char *type = NULL;
-  int want_types = 0, status = 0;
+  int want_types = 0, status = 0, lines = 0;
   char **paths = calloc(argc > 0 ? (size_t)argc : 1, sizeof *paths);
   pprof_profile **profiles =
       calloc(argc > 0 ? (size_t)argc : 1, sizeof *profiles);
@@ -284,6 +288,8 @@ int cp_cmd_top(int argc, char **argv) {
       max_memory = mib << 20;
     } else if (strcmp(a, "--list-types") == 0) {
       want_types = 1;
+    } else if (strcmp(a, "--lines") == 0) {
+      lines = 1;
     } else {
       fprintf(stderr, "contprof: top: unknown option %s\n", a);
       top_usage(stderr);
@@ -335,8 +341,8 @@ int cp_cmd_top(int argc, char **argv) {
 
   pprof_top top;
   char err[256];
-  if (pprof_top_compute((const pprof_profile *const *)profiles, npaths, type,
-                        &top, err, sizeof err) != 0) {
+  if (pprof_top_compute_lines((const pprof_profile *const *)profiles, npaths,
+                              type, lines, &top, err, sizeof err) != 0) {
     if (type)
       snprintf(err + strlen(err), sizeof err - strlen(err),
                " (see --list-types)");

@@ -195,6 +195,18 @@ static void test_inline_chains(void) {
   if (!strstr(buf, "inline_workload.c:"))
     fprintf(stderr, "go tool pprof said:\n%s\n", buf);
 
+  /* contprof top --lines: the helpers' rows name their file:line. */
+  snprintf(cmd, sizeof cmd, "%s top --lines -n 3 %s 2>&1", CONTPROF, names[0]);
+  gp = popen(cmd, "r");
+  got = fread(buf, 1, sizeof buf - 1, gp);
+  buf[got] = 0;
+  CHECK_EQ_INT(pclose(gp), 0);
+  char row[512];
+  snprintf(row, sizeof row, "heavy_mix %s:", WORKLOAD_SRC);
+  CHECK(strstr(buf, row) != NULL);
+  if (!strstr(buf, row))
+    fprintf(stderr, "contprof top --lines said:\n%s\n", buf);
+
   free(want);
   free(seen);
   for (size_t i = 0; i < np; i++)
