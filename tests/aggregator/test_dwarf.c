@@ -1,7 +1,8 @@
 /* DWARF lines (src/aggregator/dwarf.c) on inline_workload, a -O2 -g program
  * with two always-inlined helpers: inline chains from the object's own
  * sections (DWARF 5 and 4, compressed too), from a .gnu_debuglink file and
- * from a build-id tree; a truncated or foreign debug file gives no lines,
+ * from a build-id tree; C++ template members demangled; libc's lines
+ * from libc6-dbg; a truncated or foreign debug file gives no lines,
  * one message and no crash; the memory cap holds. */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -13,10 +14,12 @@
 #include <unistd.h>
 
 #include "aggregator/dwarf.h"
+#include "aggregator/symbols.h"
 #include "test.h"
 
 #define BIN CP_BUILD_DIR "/tests/inline_workload"
 #define BIN4 CP_BUILD_DIR "/tests/inline_workload_dwarf4"
+#define BINCXX CP_BUILD_DIR "/tests/inline_workload_cpp"
 
 static char tmp[64];
 
@@ -33,10 +36,11 @@ static int sh(const char *fmt, ...) {
   return rc;
 }
 
-/* driver's address range in bin, from nm. */
-static int driver_range(const char *bin, uint64_t *lo, uint64_t *hi) {
+/* The address range of the function matching pattern in bin, from nm. */
+static int function_range(const char *bin, const char *pattern, uint64_t *lo,
+                          uint64_t *hi) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "nm -S %s | grep ' driver'", bin);
+  snprintf(cmd, sizeof cmd, "nm -S %s | grep '%s'", bin, pattern);
   FILE *p = popen(cmd, "r");
   unsigned long long a = 0, size = 0;
   int ok = p && fscanf(p, "%llx %llx", &a, &size) == 2;
@@ -49,6 +53,10 @@ static int driver_range(const char *bin, uint64_t *lo, uint64_t *hi) {
 
 /* Which helpers show up inlined into driver over driver's addresses: bit 0
  * heavy_mix, bit 1 light_mix; each with a line and driver's call line. */
+static int driver_range(const char *bin, uint64_t *lo, uint64_t *hi) {
+  return function_range(bin, " driver", lo, hi);
+}
+
 static int helpers_seen(const char *path, const char *build_id,
                         const char *bin_for_range) {
   uint64_t lo, hi;
@@ -218,6 +226,84 @@ static void test_budget(void) {
   cp_dwarf_reset();
 }
 
+/* addr2line -C -i -f's chain of one address: "fn:line|fn:line|". */
+static void addr2line_chain(const char *bin, uint64_t a, char *out,
+                            size_t size) {
+  char cmd[1024], fn[1024], loc[1024];
+  snprintf(cmd, sizeof cmd, "addr2line -C -i -f -e %s %" PRIx64, bin, a);
+  FILE *p = popen(cmd, "r");
+  size_t used = 0;
+  out[0] = 0;
+  while (p && fgets(fn, sizeof fn, p) && fgets(loc, sizeof loc, p)) {
+    fn[strcspn(fn, "\n")] = 0;
+    char *colon = strrchr(loc, ':');
+    used += (size_t)snprintf(out + used, size - used, "%s:%ld|", fn,
+                             colon ? strtol(colon + 1, NULL, 10) : 0);
+    if (used >= size)
+      break;
+  }
+  if (p)
+    pclose(p);
+}
+
+/* C++: the inlined member function of a class template carries its
+ * demangled name (and its mangled one as system name); every chain equals
+ * addr2line -C -i -f's. */
+static void test_cxx_template_member(void) {
+  uint64_t lo, hi;
+  CHECK_EQ_INT(function_range(BINCXX, "cpp_driver", &lo, &hi), 0);
+  cp_line_chain *c = malloc(sizeof *c);
+  cp_dwarf_object obj = {.path = BINCXX, .build_id = ""};
+  int member = 0, compared = 0;
+  for (uint64_t a = lo; a < hi; a++) {
+    if (cp_dwarf_lookup(&obj, a, c) < 2)
+      continue;
+    if (strcmp(c->frames[0].function,
+               "Accumulator<unsigned long>::mix(long)") == 0 &&
+        strncmp(c->frames[0].system_name, "_ZN11AccumulatorImE3mixEl", 25) ==
+            0 &&
+        c->frames[0].line > 0)
+      member++;
+    char ours[2048], theirs[2048];
+    size_t used = 0;
+    ours[0] = 0;
+    for (size_t k = 0; k < c->n; k++)
+      used +=
+          (size_t)snprintf(ours + used, sizeof ours - used, "%s:%" PRId64 "|",
+                           c->frames[k].function, c->frames[k].line);
+    addr2line_chain(BINCXX, a, theirs, sizeof theirs);
+    CHECK_EQ_STR(ours, theirs);
+    compared++;
+  }
+  CHECK(member > 0);
+  CHECK(compared > 0);
+  free(c);
+}
+
+/* libc6-dbg: libc's frames get file:line through the build-id tree. */
+static void test_libc_lines(void) {
+  cp_symbol sym;
+  uint64_t pc = (uint64_t)(uintptr_t)&strtol + 4;
+  CHECK_EQ_INT(cp_symbols_lookup(pc, &sym), 0);
+  if (!sym.mapping)
+    return;
+  char debug[512];
+  snprintf(debug, sizeof debug, "/usr/lib/debug/.build-id/%.2s/%s.debug",
+           sym.mapping->build_id, sym.mapping->build_id + 2);
+  if (access(debug, R_OK) != 0) {
+    printf("SKIP test_libc_lines: no %s (libc6-dbg not installed)\n", debug);
+    return;
+  }
+  cp_line_chain *c = malloc(sizeof *c);
+  CHECK(cp_symbols_lines(sym.mapping, pc, c) >= 1);
+  if (c->n >= 1) {
+    CHECK(c->frames[c->n - 1].line > 0);
+    CHECK(strstr(c->frames[c->n - 1].file, ".c") != NULL);
+    CHECK(strstr(c->frames[c->n - 1].function, "strtol") != NULL);
+  }
+  free(c);
+}
+
 static void setup(void) {
   snprintf(tmp, sizeof tmp, "/tmp/contprof-dwarf-XXXXXX");
   CHECK(mkdtemp(tmp) != NULL);
@@ -230,4 +316,5 @@ static void cleanup(void) {
 
 TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
           T(test_build_id_tree), T(test_truncated_debug_file),
-          T(test_replaced_file), T(test_budget), T(cleanup))
+          T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
+          T(test_libc_lines), T(cleanup))

@@ -12,3 +12,8 @@ set_target_properties(inline_workload_dwarf4 PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 cp_unit_test(test_dwarf ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/test_dwarf.c)
 add_dependencies(test_dwarf inline_workload inline_workload_dwarf4)
+add_executable(inline_workload_cpp integration/inline_workload_cpp.cpp)
+target_compile_options(inline_workload_cpp PRIVATE -O2 -g)
+set_target_properties(inline_workload_cpp PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+add_dependencies(test_dwarf inline_workload_cpp)
