@@ -35,10 +35,25 @@
 /* The most modules remembered (open or not): a process maps far fewer. */
 #define MAX_MODULES 4096
 
+/* The out-of-line functions of one compile unit, indexed when an address
+ * first falls in it: lookups then descend from the function alone instead
+ * of walking the CU (dwarf_getscopes is linear in the CU's DIEs). */
+typedef struct fn_range {
+  uint64_t lo, hi; /* [lo, hi) */
+  Dwarf_Off die;   /* the DW_TAG_subprogram */
+} fn_range;
+
+typedef struct cu_info {
+  Dwarf_Off off; /* offset of the CU's DIE */
+  int counted;   /* its line table is in the module's bytes */
+  int indexed;   /* fns built */
+  fn_range *fns; /* sorted by lo */
+  size_t nfns;
+} cu_info;
+
 typedef struct cu_range {
-  uint64_t lo, hi;  /* [lo, hi) */
-  Dwarf_Off cu_off; /* offset of the CU's DIE */
-  uint32_t counted; /* its line table is in the module's bytes */
+  uint64_t lo, hi; /* [lo, hi) */
+  size_t cu;       /* index in the module's cus */
 } cu_range;
 
 /* One cached chain, serialised: frames then their strings. */
@@ -65,6 +80,8 @@ typedef struct module {
   Dwarf *dw;
   cu_range *ranges;
   size_t nranges;
+  cu_info *cus;
+  size_t ncus;
   size_t open_bytes; /* sections, line tables, ranges: freed on close */
   cache_entry **buckets;
   size_t nbuckets, nentries;
@@ -201,7 +218,7 @@ static int range_cmp(const void *pa, const void *pb) {
 /* Every compile unit's address ranges, sorted: works without
  * .debug_aranges (clang does not emit it). */
 static int build_ranges(module *m) {
-  size_t cap = 0;
+  size_t cap = 0, cus_cap = 0;
   Dwarf_CU *cu = NULL;
   Dwarf_Die cudie;
   uint8_t unit_type;
@@ -210,9 +227,22 @@ static int build_ranges(module *m) {
       continue;
     Dwarf_Addr base, lo, hi;
     ptrdiff_t off = 0;
+    int have_info = 0;
     while ((off = dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0) {
       if (hi <= lo)
         continue;
+      if (!have_info) {
+        if (m->ncus == cus_cap) {
+          size_t ncap = cus_cap ? cus_cap * 2 : 64;
+          cu_info *c = realloc(m->cus, ncap * sizeof *c);
+          if (!c)
+            return -1;
+          m->cus = c;
+          cus_cap = ncap;
+        }
+        m->cus[m->ncus++] = (cu_info){.off = dwarf_dieoffset(&cudie)};
+        have_info = 1;
+      }
       if (m->nranges == cap) {
         size_t ncap = cap ? cap * 2 : 64;
         cu_range *r = realloc(m->ranges, ncap * sizeof *r);
@@ -221,12 +251,68 @@ static int build_ranges(module *m) {
         m->ranges = r;
         cap = ncap;
       }
-      m->ranges[m->nranges++] = (cu_range){lo, hi, dwarf_dieoffset(&cudie), 0};
+      m->ranges[m->nranges++] = (cu_range){lo, hi, m->ncus - 1};
     }
   }
   if (m->nranges)
     qsort(m->ranges, m->nranges, sizeof *m->ranges, range_cmp);
   return 0;
+}
+
+static int fn_cmp(const void *pa, const void *pb) {
+  const fn_range *a = pa, *b = pb;
+  return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Adds the address ranges of the subprograms among die's children (and in
+ * namespaces, to a bounded depth) to c. */
+static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
+                          int depth) {
+  Dwarf_Die child;
+  if (depth > 8 || dwarf_child(parent, &child) != 0)
+    return 0;
+  do {
+    int tag = dwarf_tag(&child);
+    if (tag == DW_TAG_namespace || tag == DW_TAG_module) {
+      if (index_children(c, cap, &child, depth + 1) != 0)
+        return -1;
+      continue;
+    }
+    if (tag != DW_TAG_subprogram)
+      continue;
+    Dwarf_Addr base, lo, hi;
+    ptrdiff_t off = 0;
+    while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
+      if (hi <= lo)
+        continue;
+      if (c->nfns == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        fn_range *f = realloc(c->fns, ncap * sizeof *f);
+        if (!f)
+          return -1;
+        c->fns = f;
+        *cap = ncap;
+      }
+      c->fns[c->nfns++] = (fn_range){lo, hi, dwarf_dieoffset(&child)};
+    }
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return 0;
+}
+
+static void index_cu(module *m, cu_info *c, Dwarf_Die *cudie) {
+  c->indexed = 1;
+  size_t cap = 0;
+  if (index_children(c, &cap, cudie, 0) != 0) {
+    free(c->fns);
+    c->fns = NULL;
+    c->nfns = 0;
+    return;
+  }
+  if (c->nfns)
+    qsort(c->fns, c->nfns, sizeof *c->fns, fn_cmp);
+  size_t more = cap * sizeof *c->fns;
+  m->open_bytes += more;
+  st.used += more;
 }
 
 static void module_close(module *m) {
@@ -241,6 +327,11 @@ static void module_close(module *m) {
   if (m->fd >= 0)
     close(m->fd);
   free(m->ranges);
+  for (size_t i = 0; i < m->ncus; i++)
+    free(m->cus[i].fns);
+  free(m->cus);
+  m->cus = NULL;
+  m->ncus = 0;
   m->dw = NULL;
   m->elf = m->debug_elf = NULL;
   m->fd = m->debug_fd = -1;
@@ -355,7 +446,8 @@ static void module_open(module *m) {
     module_close(m);
     return;
   }
-  m->open_bytes = (size_t)bytes + m->nranges * (sizeof *m->ranges + CU_BYTES);
+  m->open_bytes = (size_t)bytes + m->nranges * sizeof *m->ranges +
+                  m->ncus * (sizeof *m->cus + CU_BYTES);
   st.used += m->open_bytes;
 }
 
@@ -414,13 +506,60 @@ static const cu_range *find_range(const module *m, uint64_t addr) {
   return NULL;
 }
 
+/* The subprogram of c holding addr, or -1. */
+static int find_function(const cu_info *c, uint64_t addr, Dwarf_Off *die) {
+  size_t lo = 0, hi = c->nfns;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->fns[mid].lo <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (size_t i = lo, seen = 0; i > 0 && seen < RANGE_LOOKBACK; i--, seen++)
+    if (addr < c->fns[i - 1].hi) {
+      *die = c->fns[i - 1].die;
+      return 0;
+    }
+  return -1;
+}
+
+/* Appends to path the inlined subroutines nested in die that hold addr,
+ * outermost first, through lexical blocks (and blocks without addresses,
+ * which may still hold some). Returns 1 when addr is in die's subtree. */
+static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
+                   int depth) {
+  Dwarf_Die child;
+  if (depth > 64 || dwarf_child(die, &child) != 0)
+    return 0;
+  do {
+    int tag = dwarf_tag(&child);
+    if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_lexical_block &&
+        tag != DW_TAG_try_block && tag != DW_TAG_catch_block)
+      continue;
+    int has = dwarf_haspc(&child, addr);
+    int no_pc = has == 0 && !dwarf_hasattr(&child, DW_AT_low_pc) &&
+                !dwarf_hasattr(&child, DW_AT_ranges);
+    if (has != 1 && !(no_pc && tag == DW_TAG_lexical_block))
+      continue;
+    int at = *n;
+    if (tag == DW_TAG_inlined_subroutine && *n < CP_DWARF_MAX_FRAMES)
+      path[(*n)++] = child;
+    if (descend(&child, addr, path, n, depth + 1) || has == 1)
+      return 1;
+    *n = at; /* an address-less block that did not hold it */
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return 0;
+}
+
 /* The chain of addr in m (open, with DWARF): the line of the innermost
  * scope, then for each inlined subroutine its call site in the caller. */
 static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
-  cu_range *r = (cu_range *)find_range(m, addr);
+  const cu_range *r = find_range(m, addr);
   Dwarf_Die cu;
-  if (!r || !dwarf_offdie(m->dw, r->cu_off, &cu))
+  if (!r || !dwarf_offdie(m->dw, m->cus[r->cu].off, &cu))
     return;
+  cu_info *c = &m->cus[r->cu];
   const char *file = NULL;
   int line = 0;
   Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
@@ -428,7 +567,7 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
     file = dwarf_linesrc(ln, NULL, NULL);
     dwarf_lineno(ln, &line);
   }
-  if (!r->counted) {
+  if (!c->counted) {
     /* libdw keeps the CU's parsed line table until the module closes. */
     Dwarf_Lines *lines;
     size_t nlines = 0;
@@ -437,49 +576,45 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
       m->open_bytes += more;
       st.used += more;
     }
-    for (size_t i = 0; i < m->nranges; i++)
-      if (m->ranges[i].cu_off == r->cu_off)
-        m->ranges[i].counted = 1;
+    c->counted = 1;
   }
+  if (!c->indexed)
+    index_cu(m, c, &cu);
 
-  Dwarf_Die *scopes = NULL;
-  int n = dwarf_getscopes(&cu, addr, &scopes);
-  if (n <= 0) {
-    free(scopes);
+  /* path[0] the subprogram, then the inlined subroutines holding addr,
+   * outermost first. */
+  Dwarf_Die path[CP_DWARF_MAX_FRAMES + 1];
+  int n = 0;
+  Dwarf_Off fn_off;
+  if (find_function(c, addr, &fn_off) != 0 ||
+      !dwarf_offdie(m->dw, fn_off, &path[0]))
     return;
-  }
-  /* dwarf_getscopes continues from an inlined instance into its abstract
-   * origin's scopes; the physical nesting of the innermost scope is what
-   * holds the call sites (as eu-addr2line -i does). */
-  Dwarf_Die inner = scopes[0];
-  free(scopes);
-  scopes = NULL;
-  n = dwarf_getscopes_die(&inner, &scopes);
+  n = 1;
+  int inl = 0;
+  descend(&path[0], addr, path + 1, &inl, 0);
+  n += inl;
+
   Dwarf_Files *files = NULL;
   size_t nfiles = 0;
   if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0)
     files = NULL;
-  for (int i = 0; i < n; i++) {
-    int tag = dwarf_tag(&scopes[i]);
-    if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_subprogram)
-      continue;
-    chain_add(out, &scopes[i], file, line);
-    if (tag == DW_TAG_subprogram)
+  /* Innermost first; deeper than CP_DWARF_MAX_FRAMES, the outermost are
+   * cut. */
+  for (int i = n - 1; i >= 0 && out->n < CP_DWARF_MAX_FRAMES; i--) {
+    chain_add(out, &path[i], file, line);
+    if (i == 0)
       break;
     Dwarf_Attribute a;
     Dwarf_Word v;
     file = NULL;
     line = 0;
     if (files &&
-        dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &a), &v) == 0 &&
+        dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_file, &a), &v) == 0 &&
         v < nfiles)
       file = dwarf_filesrc(files, v, NULL, NULL);
-    if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &a), &v) == 0)
+    if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_line, &a), &v) == 0)
       line = (int)v;
   }
-  free(scopes);
-  /* Deeper than CP_DWARF_MAX_FRAMES: the outermost frames were cut, so the
-   * last one kept is not the out-of-line function; still a valid chain. */
 }
 
 /* ---- Cache --------------------------------------------------------------- */
