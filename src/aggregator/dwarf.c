@@ -34,6 +34,9 @@
 #define CU_BYTES 512
 /* The most modules remembered (open or not): a process maps far fewer. */
 #define MAX_MODULES 4096
+/* The most modules open at once: each holds one or two file descriptors of
+ * the profiled process (O_CLOEXEC), which may be near its limit. */
+#define MAX_OPEN_MODULES 32
 
 /* The out-of-line functions of one compile unit, indexed when an address
  * first falls in it: lookups then descend from the function alone instead
@@ -376,9 +379,29 @@ static void make_room(size_t need, const module *keep) {
   }
 }
 
+/* Closes the least recently used open modules (their caches stay) while
+ * MAX_OPEN_MODULES are open. */
+static void limit_open_modules(void) {
+  for (;;) {
+    size_t open = 0;
+    module *victim = NULL;
+    for (module *m = st.modules; m; m = m->next) {
+      if (m->fd < 0)
+        continue;
+      open++;
+      if (!victim || m->tick < victim->tick)
+        victim = m;
+    }
+    if (open < MAX_OPEN_MODULES || !victim)
+      return;
+    module_close(victim);
+  }
+}
+
 /* Opens m's object and debug information. Leaves m->dw NULL when there is
  * none; says why once when there is some but it is unusable. */
 static void module_open(module *m) {
+  limit_open_modules();
   m->opened = 1;
   m->fd = m->debug_fd = -1;
   struct stat sb;

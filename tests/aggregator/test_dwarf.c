@@ -4,6 +4,7 @@
  * from a build-id tree; a library replaced on disk; C++ template members
  * demangled; libc's lines from libc6-dbg; a truncated or foreign debug file
  * gives no lines, one message and no crash; the memory cap holds. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -355,6 +356,41 @@ static void test_library_replaced_on_disk(void) {
   cp_dwarf_reset();
 }
 
+static int count_fds(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  while (d && readdir(d))
+    n++;
+  if (d)
+    closedir(d);
+  return n;
+}
+
+/* Modules open at once are bounded (each holds a descriptor of the
+ * profiled process); closed ones reopen when needed, cached chains stay. */
+static void test_open_modules_bounded(void) {
+  cp_dwarf_reset();
+  int before = count_fds();
+  CHECK_EQ_INT(sh("cd %s && mkdir -p many && for i in $(seq 1 40); do "
+                  "cp %s many/w$i; done",
+                  tmp, BIN),
+               0);
+  for (int i = 1; i <= 40; i++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/many/w%d", tmp, i);
+    CHECK_EQ_INT(helpers_seen(path, "", BIN), 3);
+  }
+  int during = count_fds();
+  CHECK(during - before <= 32);
+  /* The first one again, closed by now: reopened. */
+  char path[128];
+  snprintf(path, sizeof path, "%s/many/w1", tmp);
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 3);
+  cp_dwarf_reset();
+  CHECK_EQ_INT(count_fds(), before);
+}
+
 static void setup(void) {
   snprintf(tmp, sizeof tmp, "/tmp/contprof-dwarf-XXXXXX");
   CHECK(mkdtemp(tmp) != NULL);
@@ -368,4 +404,5 @@ static void cleanup(void) {
 TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
           T(test_build_id_tree), T(test_truncated_debug_file),
           T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
-          T(test_libc_lines), T(test_library_replaced_on_disk), T(cleanup))
+          T(test_libc_lines), T(test_library_replaced_on_disk),
+          T(test_open_modules_bounded), T(cleanup))
