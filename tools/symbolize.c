@@ -101,8 +101,8 @@ static uint64_t symbolize_location(pprof_builder *b, const pprof_profile *p,
     pick_file(p, m, debug_dir, f);
   uint64_t file_offset = loc->address - m->memory_start + m->file_offset;
   uint64_t elf_address;
-  if (f->path[0] &&
-      cp_symbols_file_address(f->path, file_offset, &elf_address) == 0) {
+  if (f->path[0] && cp_symbols_file_address(f->path, m->file_offset,
+                                            file_offset, &elf_address) == 0) {
     cp_dwarf_object obj = {.path = f->path,
                            .build_id = pprof_str(p, m->build_id)};
     if (cp_dwarf_lookup(&obj, elf_address, chain)) {
@@ -272,6 +272,10 @@ int cp_cmd_symbolize(int argc, char **argv) {
     symbolize_usage(stderr);
     return 2;
   }
+  /* Modules are opened by absolute path only. */
+  char debug_abs[PATH_MAX];
+  if (realpath(debug_dir, debug_abs))
+    debug_dir = debug_abs;
   cp_dwarf_set_debug_root(debug_dir);
   pprof_profile *p = NULL;
   char err[256];

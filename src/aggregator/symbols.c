@@ -1459,8 +1459,8 @@ void cp_symbols_set_names(int on) {
   __atomic_store_n(&names_off, !on, __ATOMIC_RELAXED);
 }
 
-int cp_symbols_file_address(const char *path, uint64_t file_offset,
-                            uint64_t *elf_address) {
+int cp_symbols_file_address(const char *path, uint64_t mapping_offset,
+                            uint64_t file_offset, uint64_t *elf_address) {
   symbols_lock_acquire();
   elf_file *f = file_get(path, path);
   int rc = -1;
@@ -1470,6 +1470,17 @@ int cp_symbols_file_address(const char *path, uint64_t file_offset,
       *elf_address = file_offset - s->offset + s->vaddr;
       rc = 0;
       break;
+    }
+  }
+  /* A separate debug file keeps its segments' addresses but not their file
+   * offsets or sizes: the mapping is then taken to start at the first
+   * executable segment's page (what the loader maps for it). */
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  for (size_t i = 0; rc != 0 && f && i < f->nloads; i++) {
+    const load_segment *s = &f->loads[i];
+    if ((s->flags & PF_X) && s->filesz == 0 && file_offset >= mapping_offset) {
+      *elf_address = file_offset - mapping_offset + (s->vaddr & ~(page - 1));
+      rc = 0;
     }
   }
   file_unref(f);

@@ -85,9 +85,12 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
 void cp_symbols_set_names(int on);
 
 /* The address in path's own vaddr space of file offset file_offset (through
- * its PT_LOAD segments), for symbolizing a profile offline. 0 or -1. */
-int cp_symbols_file_address(const char *path, uint64_t file_offset,
-                            uint64_t *elf_address);
+ * its PT_LOAD segments), for symbolizing a profile offline; in a separate
+ * debug file (segments without file contents), relative to the first
+ * executable segment's page, taken to be what the mapping at file offset
+ * mapping_offset holds. 0 or -1. */
+int cp_symbols_file_address(const char *path, uint64_t mapping_offset,
+                            uint64_t file_offset, uint64_t *elf_address);
 
 /* The demangled form of a C++ name (malloc'd), or NULL when it is not one or
  * no demangler is at hand. cp_symbols_demangle_prepare (which may dlopen

@@ -2,7 +2,8 @@
  * test's own stacks: an always-inlined helper, a plain function, libc)
  * exported with none carries addresses, mappings and build ids only; the CLI
  * symbolizes that file into the profile the process would have written with
- * local: the same functions, files and lines for every sample. */
+ * local: the same functions, files and lines for every sample; a mapping
+ * whose file is elsewhere is symbolized from its build id's debug file. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "aggregator/symbols.h"
 #include "config.h"
 #include "exporter/export.h"
+#include "exporter/pprof.h"
 #include "exporter/pprof_read.h"
 #include "test.h"
 
@@ -181,4 +183,86 @@ static void test_none_then_symbolize(void) {
   cp_config_free(&local);
 }
 
-TEST_MAIN(T(test_none_then_symbolize))
+#define WORKLOAD CP_BUILD_DIR "/tests/inline_workload"
+
+/* By build id: a profile whose mapping names a file this machine does not
+ * have is symbolized from DIR/.build-id/xx/yyyy.debug (--debug-dir). */
+static void test_symbolize_by_build_id(void) {
+  char dir[] = "/tmp/contprof-symbolize-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char cmd[1024], id[160] = "";
+  snprintf(cmd, sizeof cmd,
+           "readelf -n %s | sed -n 's/.*Build ID: *\\([0-9a-f]*\\).*/\\1/p'",
+           WORKLOAD);
+  FILE *p = popen(cmd, "r");
+  if (p && fgets(id, sizeof id, p))
+    id[strcspn(id, "\n")] = 0;
+  if (p)
+    pclose(p);
+  CHECK(strlen(id) > 8);
+  snprintf(cmd, sizeof cmd,
+           "mkdir -p %s/dbg/.build-id/%.2s && objcopy --only-keep-debug %s "
+           "%s/dbg/.build-id/%.2s/%s.debug",
+           dir, id, WORKLOAD, dir, id, id + 2);
+  CHECK_EQ_INT(system(cmd), 0);
+
+  /* An address of the workload where heavy_mix is inlined into driver. */
+  cp_line_chain *c = malloc(sizeof *c);
+  cp_dwarf_object obj = {.path = WORKLOAD, .build_id = id};
+  uint64_t where = 0;
+  for (uint64_t a = 0x1000; a < 0x1400 && !where; a++)
+    if (cp_dwarf_lookup(&obj, a, c) >= 2 &&
+        strcmp(c->frames[0].function, "heavy_mix") == 0)
+      where = a;
+  CHECK(where != 0);
+  free(c);
+
+  /* The none profile as another machine wrote it: text mapped at
+   * 0x555500001000 from file offset 0x1000 (the segment's vaddr). */
+  pprof_builder *b = pprof_builder_create();
+  pprof_add_sample_type(b, "samples", "count");
+  uint64_t m = pprof_add_mapping(b, 0x555500001000ull, 0x555500002000ull,
+                                 0x1000, "/nonexistent/inline_workload", id, 0);
+  uint64_t l =
+      pprof_add_location_lines(b, m, 0x555500000000ull + where, NULL, 0);
+  int64_t v = 7;
+  CHECK_EQ_INT(pprof_add_sample(b, &l, 1, &v, 1, NULL, 0), 0);
+  uint8_t *raw = NULL, *gz = NULL;
+  size_t raw_len = 0, gz_len = 0;
+  CHECK_EQ_INT(pprof_encode(b, &raw, &raw_len), 0);
+  CHECK_EQ_INT(pprof_gzip(raw, raw_len, &gz, &gz_len), 0);
+  pprof_builder_destroy(b);
+  char in[128], out[128];
+  snprintf(in, sizeof in, "%s/in.pb.gz", dir);
+  snprintf(out, sizeof out, "%s/out.pb.gz", dir);
+  FILE *f = fopen(in, "w");
+  CHECK(f && fwrite(gz, 1, gz_len, f) == gz_len);
+  if (f)
+    fclose(f);
+  free(raw);
+  free(gz);
+  snprintf(cmd, sizeof cmd, "%s symbolize %s -o %s --debug-dir %s/dbg",
+           CONTPROF, in, out, dir);
+  CHECK_EQ_INT(system(cmd), 0);
+  pprof_profile *s = NULL;
+  char err[256];
+  CHECK_EQ_INT(pprof_read_file(out, &s, err, sizeof err), 0);
+  if (s) {
+    const Perftools__Profiles__Location *loc =
+        pprof_find_location(s, s->sample[0]->location_id[0]);
+    CHECK(loc && loc->n_line >= 2);
+    if (loc && loc->n_line >= 2) {
+      const char *names[2];
+      pprof_location_functions(s, loc, names, 2);
+      CHECK_EQ_STR(names[0], "heavy_mix");
+      CHECK_EQ_STR(names[1], "driver");
+      CHECK(loc->line[0]->line > 0);
+    }
+    pprof_profile_free(s);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (!getenv("CP_TEST_KEEP"))
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
+TEST_MAIN(T(test_none_then_symbolize), T(test_symbolize_by_build_id))

@@ -5,4 +5,4 @@ cp_unit_test(test_pprof ${CMAKE_CURRENT_SOURCE_DIR}/exporter/test_pprof.c)
 add_dependencies(test_pprof contprof_cli)
 # CONTPROF_SYMBOLIZE=none, then `contprof symbolize`, equals local.
 cp_unit_test(test_symbolize ${CMAKE_CURRENT_SOURCE_DIR}/exporter/test_symbolize.c)
-add_dependencies(test_symbolize contprof_cli)
+add_dependencies(test_symbolize contprof_cli inline_workload)
