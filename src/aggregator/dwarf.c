@@ -34,9 +34,10 @@
 #define CU_BYTES 512
 /* The most modules remembered (open or not): a process maps far fewer. */
 #define MAX_MODULES 4096
-/* The most modules open at once: each holds one or two file descriptors of
- * the profiled process (O_CLOEXEC), which may be near its limit. */
+/* The most modules open at once (their images and parsed tables). */
 #define MAX_OPEN_MODULES 32
+/* Zero bytes after a module's image (see module.image). */
+#define IMAGE_PAD ((size_t)64 << 10)
 
 /* The out-of-line functions of one compile unit, indexed when an address
  * first falls in it: lookups then descend from the function alone instead
@@ -80,6 +81,13 @@ typedef struct module {
   int refused;      /* identity mismatch or over the cap: never DWARF */
   int fd, debug_fd; /* debug_fd -1 when the object has its own */
   Elf *elf, *debug_elf;
+  /* The file libdw reads, copied whole into memory with IMAGE_PAD zero
+   * bytes after it, and its Elf: libdw 0.188 reads past the end of a
+   * corrupt section (strlen in its line-table reader); with the image, such
+   * reads stay in our buffer and stop at a zero. No descriptor stays open. */
+  unsigned char *image;
+  size_t image_bytes;
+  Elf *image_elf;
   Dwarf *dw;
   cu_range *ranges;
   size_t nranges;
@@ -130,8 +138,9 @@ static void build_id_hex(Elf *elf, char *out) {
 /* Bytes libdw reads when it opens elf's debug information: every .debug_*
  * section (decompressed size for compressed ones); 0 when it has no
  * .debug_info. */
-static uint64_t debug_bytes(Elf *elf) {
+static uint64_t debug_bytes_inflated(Elf *elf, uint64_t *inflated) {
   size_t shstrndx;
+  *inflated = 0;
   if (elf_getshdrstrndx(elf, &shstrndx) != 0)
     return 0;
   uint64_t total = 0;
@@ -151,12 +160,19 @@ static uint64_t debug_bytes(Elf *elf) {
     uint64_t size = sh.sh_size;
     GElf_Chdr ch;
     if ((sh.sh_flags & SHF_COMPRESSED) && gelf_getchdr(scn, &ch))
-      size += ch.ch_size;
+      *inflated += ch.ch_size;
     else if (name[1] == 'z')
-      size *= 9; /* .zdebug: its size is known only once inflated */
+      *inflated += size * 8; /* .zdebug: known only once inflated */
     total += size;
   }
-  return has_info ? total : 0;
+  if (!has_info)
+    *inflated = 0;
+  return has_info ? total + *inflated : 0;
+}
+
+static uint64_t debug_bytes(Elf *elf) {
+  uint64_t inflated;
+  return debug_bytes_inflated(elf, &inflated);
 }
 
 /* A candidate debug file: open, matching the build id, with .debug_info.
@@ -318,9 +334,30 @@ static void index_cu(module *m, cu_info *c, Dwarf_Die *cudie) {
   st.used += more;
 }
 
+/* Drops the descriptors and reading-mode Elfs used to find the debug
+ * information (the image is what libdw reads). */
+static void module_release_files(module *m) {
+  if (m->debug_elf)
+    elf_end(m->debug_elf);
+  if (m->elf)
+    elf_end(m->elf);
+  if (m->debug_fd >= 0)
+    close(m->debug_fd);
+  if (m->fd >= 0)
+    close(m->fd);
+  m->elf = m->debug_elf = NULL;
+  m->fd = m->debug_fd = -1;
+}
+
 static void module_close(module *m) {
   if (m->dw)
     dwarf_end(m->dw);
+  if (m->image_elf)
+    elf_end(m->image_elf);
+  free(m->image);
+  m->image = NULL;
+  m->image_elf = NULL;
+  m->image_bytes = 0;
   if (m->debug_elf)
     elf_end(m->debug_elf);
   if (m->elf)
@@ -386,7 +423,7 @@ static void limit_open_modules(void) {
     size_t open = 0;
     module *victim = NULL;
     for (module *m = st.modules; m; m = m->next) {
-      if (m->fd < 0)
+      if (!m->dw)
         continue;
       open++;
       if (!victim || m->tick < victim->tick)
@@ -459,8 +496,41 @@ static void module_open(module *m) {
     module_close(m);
     return;
   }
+  /* libdw reads a copy of the whole file (see module.image). */
+  int dbg_fd = dbg == m->elf ? m->fd : m->debug_fd;
+  struct stat dsb;
+  uint64_t inflated = 0;
+  debug_bytes_inflated(dbg, &inflated);
+  if (fstat(dbg_fd, &dsb) != 0 || dsb.st_size <= 0 ||
+      (uint64_t)dsb.st_size + IMAGE_PAD + inflated > st.budget) {
+    cp_warn("symbols: the debug information of %s (%llu kB with its file) "
+            "does not fit in CONTPROF_DWARF_MAX_MB (%zu kB): function names "
+            "only",
+            m->path,
+            (unsigned long long)(((uint64_t)dsb.st_size + inflated) >> 10),
+            st.budget >> 10);
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  bytes = (uint64_t)dsb.st_size + IMAGE_PAD + inflated;
   make_room((size_t)bytes, m);
-  m->dw = dwarf_begin_elf(dbg, DWARF_C_READ, NULL);
+  m->image_bytes = (size_t)dsb.st_size;
+  m->image = calloc(1, m->image_bytes + IMAGE_PAD);
+  size_t got = 0;
+  while (m->image && got < m->image_bytes) {
+    ssize_t r = pread(dbg_fd, m->image + got, m->image_bytes - got, (off_t)got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  if (m->image && got == m->image_bytes)
+    m->image_elf = elf_memory((char *)m->image, m->image_bytes);
+  module_release_files(m);
+  m->dw =
+      m->image_elf ? dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL) : NULL;
   if (!m->dw || build_ranges(m) != 0) {
     cp_warn("symbols: the debug information of %s is unusable (%s): "
             "function names only",
