@@ -22,7 +22,7 @@ bin=$BENCH_BUILD_DIR/bench/upload_bench
 ${CC:-gcc} -O2 -g -Wall -D_GNU_SOURCE -pthread -I"$root/src" \
   -I"$root/include" -I"$BENCH_BUILD_DIR/proto" -o "$bin" \
   "$root/bench/upload_bench.c" "$BENCH_BUILD_DIR/libcontprof.a" \
-  -lcurl -lprotobuf-c -lz -lunwind -ldl -lm
+  -lcurl -lprotobuf-c -lz -lunwind -ldw -lelf -ldl -lm
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-upload-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

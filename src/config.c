@@ -662,7 +662,7 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
               profiles, cp_profiles_string(cfg->profiles, used, sizeof used));
   }
 
-  int memory_mb, symbols_mb;
+  int memory_mb, symbols_mb, dwarf_mb;
   if ((rc = int_setting(&src, "CONTPROF_CPU_HZ", opts->cpu_hz, 1, 1000, 100,
                         &cfg->cpu_hz)) ||
       (rc = int_setting(&src, "CONTPROF_MAX_FRAMES", opts->max_frames, 1, 1024,
@@ -672,8 +672,11 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
       (rc = int_setting(&src, "CONTPROF_MAX_MEMORY_MB", 0, 1, 65536, 64,
                         &memory_mb)) ||
       (rc = int_setting(&src, "CONTPROF_SYMBOLS_MAX_MB", 0, 1, 65536, 128,
-                        &symbols_mb)))
+                        &symbols_mb)) ||
+      (rc = int_setting(&src, "CONTPROF_DWARF_MAX_MB", 0, 1, 65536, 256,
+                        &dwarf_mb)))
     goto fail;
+  cfg->dwarf_max_bytes = (size_t)dwarf_mb << 20;
   cfg->max_memory_bytes = (size_t)memory_mb << 20;
   cfg->symbols_max_bytes = (size_t)symbols_mb << 20;
 
@@ -688,6 +691,17 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
       cp_warn("CONTPROF_CPU_CLOCK='%s' is not one of auto, perf, posix; "
               "using auto",
               cpu_clock);
+  }
+
+  cfg->symbolize_none = 0;
+  const char *symbolize = env_get(&src, "CONTPROF_SYMBOLIZE");
+  if (symbolize) {
+    if (strcmp(symbolize, "none") == 0)
+      cfg->symbolize_none = 1;
+    else if (strcmp(symbolize, "local") != 0)
+      cp_warn("CONTPROF_SYMBOLIZE='%s' is not one of local, none; using "
+              "local",
+              symbolize);
   }
 
   int alloc_bytes, lock_ns;

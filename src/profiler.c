@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
+#include "aggregator/dwarf.h"
 #include "aggregator/symbols.h"
 #include "common.h"
 #include "config.h"
@@ -148,6 +149,7 @@ static void after_fork_child(void) {
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
   cp_symbols_reset();
+  cp_dwarf_reset();
   cp_labels_set_profiling(0); /* the parent's samples are gone */
   if (prof.cfg.follow_fork) {
     restart_kept_config();
@@ -184,7 +186,9 @@ static const char *runtime_option(const char *name, void *ctx) {
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
+  cp_symbols_set_names(!prof.cfg.symbolize_none);
   cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
+  cp_dwarf_set_budget(prof.cfg.dwarf_max_bytes);
   cp_symbols_init();
   /* Label sets take at most a quarter of CONTPROF_MAX_MEMORY_MB; from here
    * on a set no one holds waits for the samples naming it to be exported. */

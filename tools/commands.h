@@ -10,6 +10,7 @@ int cp_cmd_merge(int argc, char **argv);
 int cp_cmd_folded(int argc, char **argv);
 int cp_cmd_flame(int argc, char **argv);
 int cp_cmd_diff(int argc, char **argv);
+int cp_cmd_symbolize(int argc, char **argv);
 
 /* The value of option `name` at argv[*i] ("--name V" or "--name=V"),
  * advancing *i past V; NULL when argv[*i] is not that option, or (with

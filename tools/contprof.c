@@ -1,6 +1,7 @@
 /* contprof: the command line. `contprof run` profiles an unmodified program;
  * `top`, `merge`, `folded`, `flame` and `diff` are the local view of
- * profiles. */
+ * profiles; `symbolize` symbolizes a profile made with
+ * CONTPROF_SYMBOLIZE=none. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,12 +14,13 @@ static void usage(FILE *out) {
           "                    [--profiles LIST] [--service NAME] -- PROGRAM "
           "ARGS...\n"
           "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
-          "                    [--max-memory MIB]\n"
+          "                    [--max-memory MIB] [--lines]\n"
           "       contprof merge -o OUT [--type T] [--drop-labels K,...] "
           "FILE|DIR...\n"
           "       contprof folded [--type T] [-o OUT] FILE|DIR...\n"
           "       contprof flame [-o OUT] [--type T] [--svg] FILE|DIR...\n"
           "       contprof diff [-o OUT] [--type T] BASE NEW\n"
+          "       contprof symbolize IN -o OUT [--debug-dir DIR]\n"
           "       contprof version\n"
           "\n"
           "run    runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
@@ -27,7 +29,9 @@ static void usage(FILE *out) {
           "merge  merges pprof files by function into one.\n"
           "folded prints collapsed stacks (root;...;leaf VALUE).\n"
           "flame  writes a flame graph: self-contained HTML, or SVG.\n"
-          "diff   writes a differential flame graph of BASE and NEW.\n");
+          "diff   writes a differential flame graph of BASE and NEW.\n"
+          "symbolize adds functions, files and lines to a profile made "
+          "with\n       CONTPROF_SYMBOLIZE=none.\n");
 }
 
 int main(int argc, char **argv) {
@@ -48,6 +52,8 @@ int main(int argc, char **argv) {
     return cp_cmd_flame(argc - 1, argv + 1);
   if (strcmp(verb, "diff") == 0)
     return cp_cmd_diff(argc - 1, argv + 1);
+  if (strcmp(verb, "symbolize") == 0)
+    return cp_cmd_symbolize(argc - 1, argv + 1);
   if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
     printf("contprof %s\n", CONTPROF_VERSION_STRING);
     return 0;

@@ -16,8 +16,8 @@
 
 static void top_usage(FILE *out) {
   fprintf(out,
-          "usage: contprof top FILE... [-n N] [--type TYPE] [--max-memory "
-          "MIB]\n"
+          "usage: contprof top FILE... [-n N] [--type TYPE] [--lines] "
+          "[--max-memory MIB]\n"
           "       contprof top --list-types FILE...\n"
           "       contprof top --base BASE FILE... [-n N] [--type TYPE]\n"
           "Prints the functions with the most samples in the pprof FILEs\n"
@@ -27,6 +27,10 @@ static void top_usage(FILE *out) {
           "  --type TYPE       sample type to show (default: the first "
           "file's\n"
           "                    default sample type, else its last one)\n"
+          "  --lines           one row per source line (\"function "
+          "file:line\",\n"
+          "                    inlined frames each on their own), like "
+          "-lines\n"
           "  --list-types      list the sample types of each file\n"
           "  --base BASE       compare with BASE: each function's share of\n"
           "                    the total in BASE and in FILEs, and the\n"
@@ -309,7 +313,7 @@ int cp_cmd_top(int argc, char **argv) {
   size_t limit = SIZE_MAX, npaths = 0, max_memory = PPROF_READ_MAX_MEMORY;
   const char *type = NULL, *base_path = NULL;
   pprof_profile *base = NULL;
-  int want_types = 0, status = 0;
+  int want_types = 0, status = 0, lines = 0;
   char **paths = calloc(argc > 0 ? (size_t)argc : 1, sizeof *paths);
   pprof_profile **profiles =
       calloc(argc > 0 ? (size_t)argc : 1, sizeof *profiles);
@@ -363,6 +367,8 @@ int cp_cmd_top(int argc, char **argv) {
       }
     } else if (strcmp(a, "--list-types") == 0) {
       want_types = 1;
+    } else if (strcmp(a, "--lines") == 0) {
+      lines = 1;
     } else {
       fprintf(stderr, "contprof: top: unknown option %s\n", a);
       top_usage(stderr);
@@ -425,8 +431,8 @@ int cp_cmd_top(int argc, char **argv) {
 
   pprof_top top;
   char err[256];
-  if (pprof_top_compute((const pprof_profile *const *)profiles, npaths, type,
-                        &top, err, sizeof err) != 0) {
+  if (pprof_top_compute_lines((const pprof_profile *const *)profiles, npaths,
+                              type, lines, &top, err, sizeof err) != 0) {
     if (type)
       snprintf(err + strlen(err), sizeof err - strlen(err),
                " (see --list-types)");
@@ -444,7 +450,8 @@ int cp_cmd_top(int argc, char **argv) {
   if (base) {
     pprof_top btop;
     const pprof_profile *one[1] = {base};
-    if (pprof_top_compute(one, 1, top.type, &btop, err, sizeof err) != 0) {
+    if (pprof_top_compute_lines(one, 1, top.type, lines, &btop, err,
+                                sizeof err) != 0) {
       report(base_path, err);
       status = EXIT_INPUT;
     } else if (strcmp(btop.unit, top.unit) != 0) {

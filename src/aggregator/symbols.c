@@ -17,6 +17,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "aggregator/dwarf.h"
 #include "common.h"
 
 #if UINTPTR_MAX > 0xffffffffu
@@ -104,6 +105,9 @@ typedef struct map_rec {
   uint64_t elf_delta; /* elf_address = pc + elf_delta (mod 2^64) */
   elf_file *file;     /* NULL: no symbols (deleted, unreadable, not ELF) */
   int file_read;      /* file (and elf_delta) read: on first use */
+  /* The file's build id when first read: survives an eviction of file, for
+   * checking the file DWARF lines come from (cp_symbols_lines). */
+  char build_id[MAX_BUILD_ID_BYTES * 2 + 1];
   char *path;
   struct map_rec *next_retired;
 } map_rec;
@@ -142,6 +146,10 @@ static struct {
   uint64_t tick;
   uint64_t last_budget_warn_ns;
 } symbols = {.budget = CP_SYMBOLS_DEFAULT_BUDGET};
+
+/* CONTPROF_SYMBOLIZE=none: files are read for their build id and segments
+ * only (cp_symbols_set_names). Kept across cp_symbols_reset. */
+static int names_off;
 
 /* ---- Demangling ---------------------------------------------------------- */
 
@@ -824,9 +832,11 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
   room = room > fixed ? room - fixed : 0;
   b.limit = build;
   b.table_room = room;
-  if (collect_tables(r, SHT_SYMTAB, &b) == 0)
-    collect_separate_debug(r, path, f->build_id, &b);
-  collect_tables(r, SHT_DYNSYM, &b);
+  if (!__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
+    if (collect_tables(r, SHT_SYMTAB, &b) == 0)
+      collect_separate_debug(r, path, f->build_id, &b);
+    collect_tables(r, SHT_DYNSYM, &b);
+  }
   int rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
   if (rc == -2) {
     /* Too big with .symtab: the exported functions alone. */
@@ -1081,6 +1091,8 @@ static void map_read_file(map_rec *m) {
   m->file_read = 1;
   m->file = map_load_file(m);
   m->pub.build_id = m->file ? m->file->build_id : "";
+  if (m->file)
+    snprintf(m->build_id, sizeof m->build_id, "%s", m->file->build_id);
   map_compute_delta(m);
 }
 
@@ -1400,4 +1412,78 @@ size_t cp_symbols_memory_used(void) {
   size_t used = symbols.table_bytes;
   pthread_mutex_unlock(&symbols_lock);
   return used;
+}
+
+void cp_symbols_demangle_prepare(void) { demangler_resolve(); }
+
+char *cp_symbols_demangle(const char *mangled) {
+  if (!demangler_is_resolved() || !demangler || mangled[0] != '_' ||
+      mangled[1] != 'Z' || strlen(mangled) > MAX_DEMANGLE_CHARS)
+    return NULL;
+  int status = -1;
+  char *plain = demangler(mangled, NULL, NULL, &status);
+  if (status != 0) {
+    free(plain);
+    return NULL;
+  }
+  return plain;
+}
+
+size_t cp_symbols_lines(const cp_mapping *pub, uint64_t pc,
+                        cp_line_chain *out) {
+  out->n = 0;
+  out->used = 0;
+  if (!pub)
+    return 0;
+  char path[PATH_MAX], build_id[sizeof((map_rec *)0)->build_id];
+  cp_dwarf_object obj = {.path = path, .build_id = build_id};
+  symbols_lock_acquire();
+  map_rec *m = (map_rec *)((char *)pub - offsetof(map_rec, pub));
+  map_read_file(m); /* a current mapping whose table was evicted */
+  uint64_t elf_address = pc + m->elf_delta;
+  snprintf(path, sizeof path, "%s", m->path);
+  snprintf(build_id, sizeof build_id, "%s", m->build_id);
+  if (m->file && !build_id[0]) {
+    /* No build id to check the file against: its identity when read. */
+    obj.dev = (uint64_t)m->file->dev;
+    obj.ino = (uint64_t)m->file->ino;
+  }
+  pthread_mutex_unlock(&symbols_lock);
+  /* A deleted file is not opened again by name: it is another file now. */
+  if (path[0] != '/' || ends_with(path, deleted_suffix))
+    return 0;
+  return cp_dwarf_lookup(&obj, elf_address, out);
+}
+
+void cp_symbols_set_names(int on) {
+  __atomic_store_n(&names_off, !on, __ATOMIC_RELAXED);
+}
+
+int cp_symbols_file_address(const char *path, uint64_t mapping_offset,
+                            uint64_t file_offset, uint64_t *elf_address) {
+  symbols_lock_acquire();
+  elf_file *f = file_get(path, path);
+  int rc = -1;
+  for (size_t i = 0; f && i < f->nloads; i++) {
+    const load_segment *s = &f->loads[i];
+    if (file_offset >= s->offset && file_offset - s->offset < s->filesz) {
+      *elf_address = file_offset - s->offset + s->vaddr;
+      rc = 0;
+      break;
+    }
+  }
+  /* A separate debug file keeps its segments' addresses but not their file
+   * offsets or sizes: the mapping is then taken to start at the first
+   * executable segment's page (what the loader maps for it). */
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  for (size_t i = 0; rc != 0 && f && i < f->nloads; i++) {
+    const load_segment *s = &f->loads[i];
+    if ((s->flags & PF_X) && s->filesz == 0 && file_offset >= mapping_offset) {
+      *elf_address = file_offset - mapping_offset + (s->vaddr & ~(page - 1));
+      rc = 0;
+    }
+  }
+  file_unref(f);
+  pthread_mutex_unlock(&symbols_lock);
+  return rc;
 }

@@ -78,4 +78,32 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
                             char *function, size_t function_size,
                             char *build_id, size_t build_id_size);
 
+/* Whether files are read for function names (CONTPROF_SYMBOLIZE=local, the
+ * default) or for their build ids and segments only (none: the profile is
+ * symbolized elsewhere). Set before the first lookup; tables already read
+ * stay until cp_symbols_reset. */
+void cp_symbols_set_names(int on);
+
+/* The address in path's own vaddr space of file offset file_offset (through
+ * its PT_LOAD segments), for symbolizing a profile offline; in a separate
+ * debug file (segments without file contents), relative to the first
+ * executable segment's page, taken to be what the mapping at file offset
+ * mapping_offset holds. 0 or -1. */
+int cp_symbols_file_address(const char *path, uint64_t mapping_offset,
+                            uint64_t file_offset, uint64_t *elf_address);
+
+/* The demangled form of a C++ name (malloc'd), or NULL when it is not one or
+ * no demangler is at hand. cp_symbols_demangle_prepare (which may dlopen
+ * libstdc++, so not under a lock a loader callback may take) must have run
+ * for names to be demangled. */
+void cp_symbols_demangle_prepare(void);
+char *cp_symbols_demangle(const char *mangled);
+
+/* File, line and inline chain of pc in mapping m (a cp_symbol's), from DWARF
+ * (aggregator/dwarf.h); returns out->n, 0 when there is none. Off the hot
+ * path: the exporter calls it. */
+struct cp_line_chain;
+size_t cp_symbols_lines(const cp_mapping *m, uint64_t pc,
+                        struct cp_line_chain *out);
+
 #endif

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "aggregator/dwarf.h"
 #include "aggregator/frames.h"
+#include "aggregator/symbols.h"
 #include "contprof/profiler.h"
 #include "labels.h"
 #include "pprof.h"
@@ -58,9 +60,36 @@ static const char *base_name(const char *path) {
   return slash ? slash + 1 : path;
 }
 
+uint64_t cp_export_chain_location(pprof_builder *b, uint64_t mapping,
+                                  uint64_t address,
+                                  const cp_line_chain *chain) {
+  pprof_line lines[CP_DWARF_MAX_FRAMES];
+  size_t n = 0;
+  for (size_t k = 0; k < chain->n && n < PPROF_MAX_LINES; k++) {
+    const cp_line_frame *f = &chain->frames[k];
+    if (!f->function[0])
+      continue; /* a scope without a name: its caller carries the line */
+    /* pprof shows a Line's file as its Function's: the file the line is
+     * in (the function's own file but for #include'd bodies). */
+    const char *file = f->file[0] ? f->file : f->decl_file;
+    uint64_t fn =
+        pprof_add_function(b, f->function, f->system_name, file, f->start_line);
+    if (!fn)
+      return 0;
+    lines[n++] = (pprof_line){fn, f->line};
+  }
+  return n ? pprof_add_location_lines(b, mapping, address, lines, n) : 0;
+}
+
+void cp_export_module_offset_name(const char *path, uint64_t file_offset,
+                                  char *out, size_t size) {
+  snprintf(out, size, "%s+0x%" PRIx64, base_name(path), file_offset);
+}
+
 /* The pprof location id of generation location i (made on first use). */
 static uint64_t location_id(pprof_builder *b, const cp_generation *g,
-                            uint64_t *ids, size_t i) {
+                            uint64_t *ids, size_t i, cp_line_chain *chain,
+                            int symbolize) {
   if (ids[i])
     return ids[i];
   const cp_location *l = cp_gen_location(g, i);
@@ -70,10 +99,20 @@ static uint64_t location_id(pprof_builder *b, const cp_generation *g,
   if (l->mapping) {
     const cp_mapping *m = l->mapping;
     mapping = pprof_add_mapping(b, m->start, m->limit, m->file_offset, m->path,
-                                m->build_id, 1);
+                                m->build_id, symbolize);
+    if (!symbolize) {
+      /* CONTPROF_SYMBOLIZE=none: address and mapping, for a symbolizer
+       * elsewhere (`contprof symbolize`, the backend). */
+      ids[i] = pprof_add_location_lines(b, mapping, l->address, NULL, 0);
+      return ids[i];
+    }
+    if (chain && cp_symbols_lines(m, l->address, chain) &&
+        (ids[i] = cp_export_chain_location(b, mapping, l->address, chain)))
+      return ids[i];
     if (!name) {
-      snprintf(fallback, sizeof fallback, "%s+0x%" PRIx64, base_name(m->path),
-               l->address - m->start + m->file_offset);
+      cp_export_module_offset_name(m->path,
+                                   l->address - m->start + m->file_offset,
+                                   fallback, sizeof fallback);
       name = fallback;
     }
   } else if (!name) {
@@ -91,7 +130,8 @@ static uint64_t location_id(pprof_builder *b, const cp_generation *g,
 /* pprof readers take the first mapping for the main binary: put the
  * executable's first. */
 static void add_main_mapping_first(pprof_builder *b, const cp_generation *g,
-                                   uint64_t *ids) {
+                                   uint64_t *ids, cp_line_chain *chain,
+                                   int symbolize) {
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0)
@@ -100,7 +140,7 @@ static void add_main_mapping_first(pprof_builder *b, const cp_generation *g,
   for (size_t i = 0; i < cp_gen_location_count(g); i++) {
     const cp_mapping *m = cp_gen_location(g, i)->mapping;
     if (m && strcmp(m->path, exe) == 0) {
-      location_id(b, g, ids, i);
+      location_id(b, g, ids, i, chain, symbolize);
       return;
     }
   }
@@ -289,6 +329,8 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
   uint64_t *loc_ids = calloc(cp_gen_location_count(g) + 1, sizeof *loc_ids);
   size_t max_depth = cp_gen_node_count(g);
   uint64_t *stack = calloc(max_depth + 1, sizeof *stack);
+  /* Scratch for one address's inline chain (16 kB: not on the stack). */
+  cp_line_chain *chain = malloc(sizeof *chain);
   int rc = -1, pinned = 0;
   if (!b || !loc_ids || !stack)
     goto done;
@@ -307,7 +349,7 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
   }
   pprof_set_time(b, (int64_t)m->start_ns, (int64_t)(m->end_ns - m->start_ns));
   add_metadata(b, g, m);
-  add_main_mapping_first(b, g, loc_ids);
+  add_main_mapping_first(b, g, loc_ids, chain, !m->cfg->symbolize_none);
 
   /* No label set is freed while its strings are being copied. */
   cp_labels_read_begin();
@@ -325,7 +367,8 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
     size_t depth = 0;
     for (uint32_t n = s->key.node; n != 0 && depth < max_depth;
          n = cp_gen_node(g, n)->parent) {
-      uint64_t id = location_id(b, g, loc_ids, cp_gen_node(g, n)->location);
+      uint64_t id = location_id(b, g, loc_ids, cp_gen_node(g, n)->location,
+                                chain, !m->cfg->symbolize_none);
       if (!id)
         goto done;
       stack[depth++] = id;
@@ -374,6 +417,7 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
 done:
   if (pinned)
     cp_labels_read_end();
+  free(chain);
   free(stack);
   free(loc_ids);
   pprof_builder_destroy(b);

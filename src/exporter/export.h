@@ -56,4 +56,16 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *meta,
                          const cp_export_options *opts, uint8_t **out,
                          size_t *out_len, size_t *samples_folded);
 
+/* Shared with `contprof symbolize`, so that a profile symbolized later
+ * equals one symbolized in the process: the location of address with one
+ * Line per named frame of chain (innermost first), or 0 when none is
+ * named; and the "libfoo.so+0x1234" name of a frame without a symbol. */
+struct pprof_builder;
+struct cp_line_chain;
+uint64_t cp_export_chain_location(struct pprof_builder *b, uint64_t mapping,
+                                  uint64_t address,
+                                  const struct cp_line_chain *chain);
+void cp_export_module_offset_name(const char *path, uint64_t file_offset,
+                                  char *out, size_t size);
+
 #endif

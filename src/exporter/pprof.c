@@ -29,9 +29,16 @@ typedef struct pp_function {
   int64_t name, system_name, filename, start_line;
 } pp_function;
 
-typedef struct pp_location {
-  uint64_t mapping_id, address, function_id;
+typedef struct pp_line {
+  uint64_t function_id;
   int64_t line;
+} pp_line;
+
+/* lines[first_line, first_line + nlines) of the builder: innermost (the
+ * inlined function) first, the function it was inlined into last. */
+typedef struct pp_location {
+  uint64_t mapping_id, address;
+  size_t first_line, nlines;
 } pp_location;
 
 typedef struct pp_label {
@@ -82,6 +89,8 @@ struct pprof_builder {
   pp_location *locations;
   size_t nlocations, locations_cap;
   index_map location_index;
+  pp_line *lines; /* of every location, see pp_location */
+  size_t nlines, lines_cap;
 
   pp_sample *samples;
   size_t nsamples, samples_cap;
@@ -223,6 +232,7 @@ void pprof_builder_destroy(pprof_builder *b) {
   free(b->functions);
   index_map_free(&b->function_index);
   free(b->locations);
+  free(b->lines);
   index_map_free(&b->location_index);
   for (size_t i = 0; i < b->nsamples; i++)
     free(b->samples[i].values); /* the sample's one block */
@@ -362,24 +372,45 @@ uint64_t pprof_add_function(pprof_builder *b, const char *name,
   return ++b->nfunctions;
 }
 
+/* A location being looked up: its lines are the caller's. */
+typedef struct location_key {
+  uint64_t mapping_id, address;
+  const pprof_line *lines;
+  size_t nlines;
+} location_key;
+
 static bool location_eq(const pprof_builder *b, size_t entry, const void *key) {
-  const pp_location *l = &b->locations[entry], *k = key;
-  return l->mapping_id == k->mapping_id && l->address == k->address &&
-         l->function_id == k->function_id && l->line == k->line;
+  const pp_location *l = &b->locations[entry];
+  const location_key *k = key;
+  if (l->mapping_id != k->mapping_id || l->address != k->address ||
+      l->nlines != k->nlines)
+    return false;
+  for (size_t i = 0; i < k->nlines; i++) {
+    const pp_line *have = &b->lines[l->first_line + i];
+    if (have->function_id != k->lines[i].function_id ||
+        have->line != k->lines[i].line)
+      return false;
+  }
+  return true;
 }
 
-uint64_t pprof_add_location(pprof_builder *b, uint64_t mapping_id,
-                            uint64_t address, uint64_t function_id,
-                            int64_t line) {
+uint64_t pprof_add_location_lines(pprof_builder *b, uint64_t mapping_id,
+                                  uint64_t address, const pprof_line *lines,
+                                  size_t nlines) {
   /* A dangling id would make the profile invalid for every reader. */
-  if (mapping_id > b->nmappings || function_id > b->nfunctions)
+  if (mapping_id > b->nmappings || nlines > PPROF_MAX_LINES)
     return 0;
+  for (size_t i = 0; i < nlines; i++)
+    if (lines[i].function_id == 0 || lines[i].function_id > b->nfunctions)
+      return 0;
   if (index_map_reserve(&b->location_index) != 0)
     return 0;
-  pp_location loc = {mapping_id, address, function_id, line};
+  location_key key = {mapping_id, address, lines, nlines};
   uint64_t h = hash_u64(hash_u64(HASH_SEED, mapping_id), address);
-  h = hash_finish(hash_u64(hash_u64(h, function_id), (uint64_t)line));
-  size_t slot = index_map_probe(&b->location_index, b, h, location_eq, &loc);
+  for (size_t i = 0; i < nlines; i++)
+    h = hash_u64(hash_u64(h, lines[i].function_id), (uint64_t)lines[i].line);
+  h = hash_finish(h);
+  size_t slot = index_map_probe(&b->location_index, b, h, location_eq, &key);
   if (b->location_index.slots[slot])
     return b->location_index.slots[slot];
   pp_location *locations = grow(b->locations, &b->locations_cap,
@@ -387,9 +418,30 @@ uint64_t pprof_add_location(pprof_builder *b, uint64_t mapping_id,
   if (!locations)
     return 0;
   b->locations = locations;
-  b->locations[b->nlocations] = loc;
+  if (nlines) {
+    pp_line *all =
+        grow(b->lines, &b->lines_cap, b->nlines + nlines, sizeof *all);
+    if (!all)
+      return 0;
+    b->lines = all;
+  }
+  for (size_t i = 0; i < nlines; i++)
+    b->lines[b->nlines + i] = (pp_line){lines[i].function_id, lines[i].line};
+  b->locations[b->nlocations] =
+      (pp_location){mapping_id, address, b->nlines, nlines};
+  b->nlines += nlines;
   index_map_set(&b->location_index, slot, h, b->nlocations);
   return ++b->nlocations;
+}
+
+uint64_t pprof_add_location(pprof_builder *b, uint64_t mapping_id,
+                            uint64_t address, uint64_t function_id,
+                            int64_t line) {
+  if (function_id > b->nfunctions)
+    return 0;
+  pprof_line one = {function_id, line};
+  return pprof_add_location_lines(b, mapping_id, address, &one,
+                                  function_id ? 1 : 0);
 }
 
 static int label_cmp(const void *a, const void *b) {
@@ -547,8 +599,8 @@ int pprof_encode(const pprof_builder *b, uint8_t **out, size_t *len) {
   a.function_ptrs = alloc_array(b->nfunctions, sizeof *a.function_ptrs);
   a.locations = alloc_array(b->nlocations, sizeof *a.locations);
   a.location_ptrs = alloc_array(b->nlocations, sizeof *a.location_ptrs);
-  a.lines = alloc_array(b->nlocations, sizeof *a.lines);
-  a.line_ptrs = alloc_array(b->nlocations, sizeof *a.line_ptrs);
+  a.lines = alloc_array(b->nlines, sizeof *a.lines);
+  a.line_ptrs = alloc_array(b->nlines, sizeof *a.line_ptrs);
   a.samples = alloc_array(b->nsamples, sizeof *a.samples);
   a.sample_ptrs = alloc_array(b->nsamples, sizeof *a.sample_ptrs);
   a.labels = alloc_array(b->total_labels, sizeof *a.labels);
@@ -617,14 +669,17 @@ int pprof_encode(const pprof_builder *b, uint8_t **out, size_t *len) {
     pl->id = i + 1;
     pl->mapping_id = l->mapping_id;
     pl->address = l->address;
-    if (l->function_id) {
-      Perftools__Profiles__Line *line = &a.lines[i];
+    for (size_t j = 0; j < l->nlines; j++) {
+      const pp_line *from = &b->lines[l->first_line + j];
+      Perftools__Profiles__Line *line = &a.lines[l->first_line + j];
       perftools__profiles__line__init(line);
-      line->function_id = l->function_id;
-      line->line = l->line;
-      a.line_ptrs[i] = line;
-      pl->n_line = 1;
-      pl->line = &a.line_ptrs[i];
+      line->function_id = from->function_id;
+      line->line = from->line;
+      a.line_ptrs[l->first_line + j] = line;
+    }
+    if (l->nlines) {
+      pl->n_line = l->nlines;
+      pl->line = &a.line_ptrs[l->first_line];
     }
     a.location_ptrs[i] = pl;
   }
@@ -761,7 +816,7 @@ static uint64_t fold_copy_location(pprof_builder *nb, const pprof_builder *b,
   if (loc_map[id])
     return loc_map[id];
   const pp_location *l = &b->locations[id - 1];
-  uint64_t mapping = 0, function = 0;
+  uint64_t mapping = 0;
   if (l->mapping_id) {
     const pp_mapping *m = &b->mappings[l->mapping_id - 1];
     mapping = pprof_add_mapping(nb, m->start, m->limit, m->file_offset,
@@ -770,15 +825,19 @@ static uint64_t fold_copy_location(pprof_builder *nb, const pprof_builder *b,
     if (!mapping)
       return 0;
   }
-  if (l->function_id) {
-    const pp_function *f = &b->functions[l->function_id - 1];
-    function =
+  pprof_line lines[PPROF_MAX_LINES];
+  for (size_t j = 0; j < l->nlines; j++) {
+    const pp_line *from = &b->lines[l->first_line + j];
+    const pp_function *f = &b->functions[from->function_id - 1];
+    lines[j].function_id =
         pprof_add_function(nb, str_of(b, f->name), str_of(b, f->system_name),
                            str_of(b, f->filename), f->start_line);
-    if (!function)
+    lines[j].line = from->line;
+    if (!lines[j].function_id)
       return 0;
   }
-  loc_map[id] = pprof_add_location(nb, mapping, l->address, function, l->line);
+  loc_map[id] =
+      pprof_add_location_lines(nb, mapping, l->address, lines, l->nlines);
   return loc_map[id];
 }
 

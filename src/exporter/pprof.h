@@ -50,6 +50,23 @@ uint64_t pprof_add_location(pprof_builder *b, uint64_t mapping_id,
                             uint64_t address, uint64_t function_id,
                             int64_t line);
 
+/* One Line of a location: a function and a line in it (0: unknown). */
+typedef struct pprof_line {
+  uint64_t function_id;
+  int64_t line;
+} pprof_line;
+
+/* The most Lines a location takes (an inline chain deeper than this is cut
+ * by the caller). */
+#define PPROF_MAX_LINES 64
+
+/* A location with several Lines, pprof's order: the innermost inlined
+ * function first, the function it was inlined into last. Deduplicated by
+ * (mapping, address, lines). 0 on ENOMEM, an unknown id or too many lines. */
+uint64_t pprof_add_location_lines(pprof_builder *b, uint64_t mapping_id,
+                                  uint64_t address, const pprof_line *lines,
+                                  size_t nlines);
+
 /* Adds (or merges into an identical) sample: same location ids in the same
  * order and the same set of labels, in any order; values are summed
  * (saturating). location_ids leaf first, each returned by

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <malloc.h>
 #include <stdarg.h>
@@ -770,6 +771,7 @@ typedef struct top_state {
   size_t *slots;
   size_t nslots;   /* power of two */
   uint64_t *stamp; /* per entry: the last sample that added to its cum */
+  int lines;       /* entries per "function file:line", not per function */
 } top_state;
 
 static uint64_t hash_name(const char *s) {
@@ -897,6 +899,16 @@ static int top_add_profile(top_state *st, const pprof_profile *p, int vi,
                                               loc->line[j]->function_id)
                               : SIZE_MAX;
       size_t e = fi == SIZE_MAX ? UNNAMED : func_entry[fi];
+      if (st->lines && e != UNNAMED) {
+        /* go tool pprof -lines: "function file:line" (bounded: file names
+         * come from the file). */
+        const Perftools__Profiles__Function *f = p->function[fi];
+        char key[1024];
+        snprintf(key, sizeof key, "%.500s %.400s:%" PRId64,
+                 pprof_str(p, f->name), pprof_str(p, f->filename),
+                 loc->line[j]->line);
+        e = top_entry(st, key);
+      }
       if (e == UNNAMED) /* no function, or an empty name */
         e = top_unnamed_entry(st, p, loc);
       if (e == SIZE_MAX)
@@ -960,6 +972,13 @@ static int top_entry_cmp(const void *a, const void *b) {
 int pprof_top_compute(const pprof_profile *const *profiles, size_t nprofiles,
                       const char *type, pprof_top *out, char *err,
                       size_t errlen) {
+  return pprof_top_compute_lines(profiles, nprofiles, type, 0, out, err,
+                                 errlen);
+}
+
+int pprof_top_compute_lines(const pprof_profile *const *profiles,
+                            size_t nprofiles, const char *type, int lines,
+                            pprof_top *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   for (size_t i = 0; !type && i < nprofiles; i++) {
     int d = pprof_default_sample_type_index(profiles[i]);
@@ -984,7 +1003,7 @@ int pprof_top_compute(const pprof_profile *const *profiles, size_t nprofiles,
   }
   if (!unit)
     return fail(err, errlen, "no sample type %s", type);
-  top_state st = {out, 0, NULL, 0, NULL};
+  top_state st = {out, 0, NULL, 0, NULL, lines};
   out->type = strdup(type);
   out->unit = strdup(unit);
   if (!out->type || !out->unit)

@@ -128,7 +128,8 @@ const char *pprof_label_str(const pprof_profile *p,
 /* ---- top ----------------------------------------------------------------- */
 
 typedef struct pprof_top_entry {
-  char *name;   /* function name; "[file]" or "<unknown>" when unsymbolized */
+  char *name;   /* function name ("function file:line" with lines); "[file]"
+                 * or "<unknown>" when unsymbolized */
   int64_t flat; /* where it is the leaf */
   int64_t cum;  /* anywhere on the stack, once per sample */
 } pprof_top_entry;
@@ -148,6 +149,12 @@ typedef struct pprof_top {
 int pprof_top_compute(const pprof_profile *const *profiles, size_t nprofiles,
                       const char *type, pprof_top *out, char *err,
                       size_t errlen);
+/* The same; with lines, one entry per source line like go tool pprof
+ * -lines, named "function file:line" (frames without a function keep their
+ * "[file]" entry). */
+int pprof_top_compute_lines(const pprof_profile *const *profiles,
+                            size_t nprofiles, const char *type, int lines,
+                            pprof_top *out, char *err, size_t errlen);
 void pprof_top_free(pprof_top *top);
 
 #endif

@@ -1033,6 +1033,96 @@ static void test_top_inline(void) {
   pprof_profile_free(p);
 }
 
+/* A location with an inline chain from the builder: its Lines in order
+ * (innermost first), deduplicated as a whole, kept by pprof_fold, and an
+ * unknown function id refused. */
+static void test_builder_location_lines(void) {
+  pprof_builder *b = pprof_builder_create();
+  pprof_add_sample_type(b, "samples", "count");
+  uint64_t inner = pprof_add_function(b, "helper", "helper", "a.c", 10);
+  uint64_t outer = pprof_add_function(b, "driver", "driver", "a.c", 30);
+  pprof_line chain[2] = {{inner, 12}, {outer, 33}};
+  uint64_t l = pprof_add_location_lines(b, 0, 0x1000, chain, 2);
+  CHECK(l != 0);
+  CHECK_EQ_INT(pprof_add_location_lines(b, 0, 0x1000, chain, 2), l);
+  pprof_line other[2] = {{inner, 13}, {outer, 33}};
+  CHECK(pprof_add_location_lines(b, 0, 0x1000, other, 2) != l);
+  pprof_line bad = {99, 1};
+  CHECK_EQ_INT(pprof_add_location_lines(b, 0, 0x1000, &bad, 1), 0);
+  int64_t v = 3;
+  CHECK_EQ_INT(pprof_add_sample(b, &l, 1, &v, 1, NULL, 0), 0);
+  pprof_builder *folded = pprof_fold(b, 1, "[other]");
+  CHECK(folded != NULL);
+  for (int round = 0; round < 2; round++) {
+    uint8_t *raw = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(pprof_encode(round ? folded : b, &raw, &len), 0);
+    pprof_profile *p = decode(raw, len);
+    free(raw);
+    if (!p)
+      continue;
+    const Perftools__Profiles__Location *loc =
+        pprof_find_location(p, p->sample[0]->location_id[0]);
+    CHECK(loc && loc->n_line == 2);
+    if (loc && loc->n_line == 2) {
+      const char *names[2];
+      pprof_location_functions(p, loc, names, 2);
+      CHECK_EQ_STR(names[0], "helper");
+      CHECK_EQ_STR(names[1], "driver");
+      CHECK_EQ_INT(loc->line[0]->line, 12);
+      CHECK_EQ_INT(loc->line[1]->line, 33);
+      const Perftools__Profiles__Function *f =
+          pprof_find_function(p, loc->line[0]->function_id);
+      CHECK_EQ_STR(pprof_str(p, f->filename), "a.c");
+      CHECK_EQ_INT(f->start_line, 10);
+    }
+    pprof_profile_free(p);
+  }
+  pprof_builder_destroy(folded);
+  pprof_builder_destroy(b);
+}
+
+/* top with lines: one row per (function, file, line), inlined frames on
+ * their own row, flat to the innermost; by function they merge. */
+static void test_top_lines(void) {
+  pprof_builder *b = pprof_builder_create();
+  pprof_add_sample_type(b, "samples", "count");
+  uint64_t helper = pprof_add_function(b, "helper", "helper", "a.c", 10);
+  uint64_t driver = pprof_add_function(b, "driver", "driver", "a.c", 30);
+  pprof_line at12[2] = {{helper, 12}, {driver, 33}};
+  pprof_line at13[2] = {{helper, 13}, {driver, 33}};
+  uint64_t l12 = pprof_add_location_lines(b, 0, 0x10, at12, 2);
+  uint64_t l13 = pprof_add_location_lines(b, 0, 0x20, at13, 2);
+  int64_t v3 = 3, v1 = 1;
+  CHECK_EQ_INT(pprof_add_sample(b, &l12, 1, &v3, 1, NULL, 0), 0);
+  CHECK_EQ_INT(pprof_add_sample(b, &l13, 1, &v1, 1, NULL, 0), 0);
+  uint8_t *raw = NULL;
+  size_t len = 0;
+  CHECK_EQ_INT(pprof_encode(b, &raw, &len), 0);
+  pprof_builder_destroy(b);
+  pprof_profile *p = decode(raw, len);
+  free(raw);
+  if (!p)
+    return;
+  const pprof_profile *one[1] = {p};
+  pprof_top t;
+  char err[256];
+  CHECK_EQ_INT(pprof_top_compute_lines(one, 1, NULL, 1, &t, err, sizeof err),
+               0);
+  CHECK_EQ_INT(t.nentries, 3);
+  CHECK_TOP(&t, "helper a.c:12", 3, 3);
+  CHECK_TOP(&t, "helper a.c:13", 1, 1);
+  CHECK_TOP(&t, "driver a.c:33", 0, 4);
+  pprof_top_free(&t);
+  CHECK_EQ_INT(pprof_top_compute_lines(one, 1, NULL, 0, &t, err, sizeof err),
+               0);
+  CHECK_EQ_INT(t.nentries, 2);
+  CHECK_TOP(&t, "helper", 4, 4);
+  CHECK_TOP(&t, "driver", 0, 4);
+  pprof_top_free(&t);
+  pprof_profile_free(p);
+}
+
 /* ---- go tool pprof ------------------------------------------------------- */
 
 /* Runs a shell command with HOME in our temp dir; returns its stdout (to be
@@ -1335,6 +1425,7 @@ static void test_top_escapes_names(void) {
 static void test_cleanup(void) { tmp_cleanup(); }
 
 TEST_MAIN(T(test_roundtrip), T(test_builder_rejects), T(test_builder_many),
+          T(test_builder_location_lines), T(test_top_lines),
           T(test_gzip_roundtrip), T(test_hostile_random),
           T(test_hostile_mutations), T(test_hostile_gzip),
           T(test_hostile_amplification), T(test_hostile_invalid),

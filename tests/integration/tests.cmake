@@ -152,3 +152,13 @@ set_target_properties(setuid_prog PROPERTIES
 cp_unit_test(test_setuid integration/test_setuid.c)
 add_dependencies(test_setuid setuid_prog workload contprof_preload)
 set_tests_properties(test_setuid PROPERTIES TIMEOUT 120)
+
+# DWARF lines and inline chains (#16): a -O2 -g program with always-inlined
+# hot helpers, checked against addr2line -i.
+add_executable(inline_workload integration/inline_workload.c)
+target_compile_options(inline_workload PRIVATE -O2 -g)
+set_target_properties(inline_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_lines integration/test_lines.c)
+add_dependencies(test_lines inline_workload contprof_cli contprof_preload)
+set_tests_properties(test_lines PROPERTIES TIMEOUT 180)

@@ -47,7 +47,8 @@ REPO_PARTS = ["CMakeLists.txt", "cmake", "include", "src", "preload", "tools",
               "examples"]
 # The package's own files in the wheel (the extension is added to them).
 PACKAGE_FILES = ["__init__.py", "__main__.py", "_support.py"]
-LIBRARIES = ["unwind", "protobuf-c", "curl", "z", "dl", "m", "pthread"]
+LIBRARIES = ["unwind", "dw", "elf", "protobuf-c", "curl", "z", "dl", "m",
+             "pthread"]
 COMPILE_ARGS = ["-std=gnu11", "-Wall", "-Wextra",
                 "-Wno-missing-field-initializers"]
 

@@ -33,7 +33,7 @@ abort "contprof: #{archive} is missing" unless File.exist?(archive)
 $INCFLAGS << " -I#{File.join(source, 'include')}"
 $CFLAGS << " -std=gnu11 -Wall -Wextra"
 $defs << "-D_GNU_SOURCE"
-%w[libunwind libprotobuf-c libcurl].each do |pkg|
+%w[libunwind libdw libprotobuf-c libcurl].each do |pkg|
   pkg_config(pkg) or abort "contprof: #{pkg} (pkg-config) is needed"
 end
 map = File.join(Dir.pwd, "contprof.map")

@@ -1,0 +1,925 @@
+/* DWARF line and inline-chain lookup with elfutils' libdw (docs/symbols.md):
+ * objects opened with libelf's pread mode (no mmap: a file truncated on disk
+ * cannot raise SIGBUS here), debug information found in the object, its
+ * .gnu_debuglink file or the build-id tree and checked against the build
+ * id, per-CU address ranges, a per-(module, address) cache, one budget. */
+#include "aggregator/dwarf.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "aggregator/symbols.h"
+#include "common.h"
+
+#define DEFAULT_DEBUG_ROOT "/usr/lib/debug"
+#define MAX_BUILD_ID_HEX 129
+/* How many earlier CU ranges a lookup inspects for one that holds the
+ * address (ranges of different CUs may nest, e.g. with LTO). */
+#define RANGE_LOOKBACK 16
+/* libdw's cost per parsed line-table row and per CU (struct sizes of
+ * elfutils 0.188 rounded up), counted as estimates (docs/symbols.md). */
+#define LINE_ROW_BYTES 48
+#define CU_BYTES 512
+/* The most modules remembered (open or not): a process maps far fewer. */
+#define MAX_MODULES 4096
+/* The most modules open at once (their images and parsed tables). */
+#define MAX_OPEN_MODULES 32
+/* Zero bytes after a module's image (see module.image). */
+#define IMAGE_PAD ((size_t)64 << 10)
+
+/* The out-of-line functions of one compile unit, indexed when an address
+ * first falls in it: lookups then descend from the function alone instead
+ * of walking the CU (dwarf_getscopes is linear in the CU's DIEs). */
+typedef struct fn_range {
+  uint64_t lo, hi; /* [lo, hi) */
+  Dwarf_Off die;   /* the DW_TAG_subprogram */
+} fn_range;
+
+typedef struct cu_info {
+  Dwarf_Off off; /* offset of the CU's DIE */
+  int counted;   /* its line table is in the module's bytes */
+  int indexed;   /* fns built */
+  fn_range *fns; /* sorted by lo */
+  size_t nfns;
+} cu_info;
+
+typedef struct cu_range {
+  uint64_t lo, hi; /* [lo, hi) */
+  size_t cu;       /* index in the module's cus */
+} cu_range;
+
+/* One cached chain, serialised: frames then their strings. */
+typedef struct cache_entry {
+  struct cache_entry *next; /* in its hash bucket */
+  uint64_t addr;
+  uint32_t n, bytes;
+  struct {
+    uint32_t function, system_name, file, decl_file;
+    int64_t line, start_line;
+  } f[];
+  /* strings follow the n frames */
+} cache_entry;
+
+typedef struct module {
+  struct module *next;
+  char *path;
+  uint64_t dev, ino;
+  char build_id[MAX_BUILD_ID_HEX];
+  int opened;       /* an attempt was made; dw NULL: no DWARF */
+  int refused;      /* identity mismatch or over the cap: never DWARF */
+  int fd, debug_fd; /* debug_fd -1 when the object has its own */
+  Elf *elf, *debug_elf;
+  /* The file libdw reads, copied whole into memory with IMAGE_PAD zero
+   * bytes after it, and its Elf: libdw 0.188 reads past the end of a
+   * corrupt section (strlen in its line-table reader); with the image, such
+   * reads stay in our buffer and stop at a zero. No descriptor stays open. */
+  unsigned char *image;
+  size_t image_bytes;
+  Elf *image_elf;
+  Dwarf *dw;
+  cu_range *ranges;
+  size_t nranges;
+  cu_info *cus;
+  size_t ncus;
+  size_t open_bytes; /* sections, line tables, ranges: freed on close */
+  cache_entry **buckets;
+  size_t nbuckets, nentries;
+  size_t cache_bytes;
+  uint64_t tick;
+} module;
+
+static pthread_mutex_t dwarf_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t dwarf_lock_pid;
+
+static struct {
+  module *modules;
+  size_t nmodules;
+  size_t budget, used;
+  uint64_t tick;
+  char root[PATH_MAX];
+  int elf_ready;
+} st = {.budget = CP_DWARF_DEFAULT_BUDGET, .root = DEFAULT_DEBUG_ROOT};
+
+/* ---- Opening ------------------------------------------------------------- */
+
+static int open_regular(const char *path, struct stat *sb) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void build_id_hex(Elf *elf, char *out) {
+  const void *id = NULL;
+  ssize_t n = dwelf_elf_gnu_build_id(elf, &id);
+  out[0] = '\0';
+  if (n <= 0 || n > (MAX_BUILD_ID_HEX - 1) / 2)
+    return;
+  for (ssize_t i = 0; i < n; i++)
+    snprintf(out + 2 * i, 3, "%02x", ((const unsigned char *)id)[i]);
+}
+
+/* Bytes libdw reads when it opens elf's debug information: every .debug_*
+ * section (decompressed size for compressed ones); 0 when it has no
+ * .debug_info. */
+static uint64_t debug_bytes_inflated(Elf *elf, uint64_t *inflated) {
+  size_t shstrndx;
+  *inflated = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return 0;
+  uint64_t total = 0;
+  int has_info = 0;
+  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn;
+       scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
+      continue;
+    const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
+    if (!name ||
+        (strncmp(name, ".debug_", 7) != 0 && strncmp(name, ".zdebug_", 8) != 0))
+      continue;
+    if (strcmp(name, ".debug_info") == 0 || strcmp(name, ".zdebug_info") == 0)
+      has_info = 1;
+    /* A compressed section is held twice: as read and decompressed. */
+    uint64_t size = sh.sh_size;
+    GElf_Chdr ch;
+    if ((sh.sh_flags & SHF_COMPRESSED) && gelf_getchdr(scn, &ch))
+      *inflated += ch.ch_size;
+    else if (name[1] == 'z')
+      *inflated += size * 8; /* .zdebug: known only once inflated */
+    total += size;
+  }
+  if (!has_info)
+    *inflated = 0;
+  return has_info ? total + *inflated : 0;
+}
+
+static uint64_t debug_bytes(Elf *elf) {
+  uint64_t inflated;
+  return debug_bytes_inflated(elf, &inflated);
+}
+
+/* A candidate debug file: open, matching the build id, with .debug_info.
+ * Sets *existed when the file was there at all. */
+static int try_debug_file(module *m, const char *path, int *existed) {
+  struct stat sb;
+  int fd = open_regular(path, &sb);
+  if (fd < 0)
+    return -1;
+  *existed = 1;
+  Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
+  if (elf && elf_kind(elf) == ELF_K_ELF) {
+    char id[MAX_BUILD_ID_HEX];
+    build_id_hex(elf, id);
+    if ((m->build_id[0] == '\0' || strcmp(id, m->build_id) == 0) &&
+        debug_bytes(elf) > 0) {
+      m->debug_fd = fd;
+      m->debug_elf = elf;
+      cp_debug("symbols: debug information of %s from %s", m->path, path);
+      return 0;
+    }
+  }
+  if (elf)
+    elf_end(elf);
+  close(fd);
+  return -1;
+}
+
+/* .gnu_debuglink next to the object, in .debug/ beside it and under the
+ * root; then the build-id tree. */
+static int find_debug_file(module *m, int *existed) {
+  char cand[PATH_MAX];
+  GElf_Word crc;
+  const char *link = dwelf_elf_gnu_debuglink(m->elf, &crc);
+  if (link && link[0] && !strchr(link, '/')) {
+    const char *slash = strrchr(m->path, '/');
+    int dir_len = slash ? (int)(slash - m->path) : 0;
+    const char *forms[] = {"%s%.*s/%s", "%s%.*s/.debug/%s", "%s%.*s/%s"};
+    for (size_t i = 0; i < CP_ARRAY_SIZE(forms); i++) {
+      int n = snprintf(cand, sizeof cand, forms[i], i == 2 ? st.root : "",
+                       dir_len, m->path, link);
+      if (n > 0 && (size_t)n < sizeof cand && strcmp(cand, m->path) != 0 &&
+          try_debug_file(m, cand, existed) == 0)
+        return 0;
+    }
+  }
+  if (strlen(m->build_id) > 2) {
+    int n = snprintf(cand, sizeof cand, "%s/.build-id/%.2s/%s.debug", st.root,
+                     m->build_id, m->build_id + 2);
+    if (n > 0 && (size_t)n < sizeof cand &&
+        try_debug_file(m, cand, existed) == 0)
+      return 0;
+  }
+  return -1;
+}
+
+static int range_cmp(const void *pa, const void *pb) {
+  const cu_range *a = pa, *b = pb;
+  return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Every compile unit's address ranges, sorted: works without
+ * .debug_aranges (clang does not emit it). */
+static int build_ranges(module *m) {
+  size_t cap = 0, cus_cap = 0;
+  Dwarf_CU *cu = NULL;
+  Dwarf_Die cudie;
+  uint8_t unit_type;
+  while (dwarf_get_units(m->dw, cu, &cu, NULL, &unit_type, &cudie, NULL) == 0) {
+    if (unit_type != DW_UT_compile && unit_type != DW_UT_partial)
+      continue;
+    Dwarf_Addr base, lo, hi;
+    ptrdiff_t off = 0;
+    int have_info = 0;
+    while ((off = dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0) {
+      if (hi <= lo)
+        continue;
+      if (!have_info) {
+        if (m->ncus == cus_cap) {
+          size_t ncap = cus_cap ? cus_cap * 2 : 64;
+          cu_info *c = realloc(m->cus, ncap * sizeof *c);
+          if (!c)
+            return -1;
+          m->cus = c;
+          cus_cap = ncap;
+        }
+        m->cus[m->ncus++] = (cu_info){.off = dwarf_dieoffset(&cudie)};
+        have_info = 1;
+      }
+      if (m->nranges == cap) {
+        size_t ncap = cap ? cap * 2 : 64;
+        cu_range *r = realloc(m->ranges, ncap * sizeof *r);
+        if (!r)
+          return -1;
+        m->ranges = r;
+        cap = ncap;
+      }
+      m->ranges[m->nranges++] = (cu_range){lo, hi, m->ncus - 1};
+    }
+  }
+  if (m->nranges)
+    qsort(m->ranges, m->nranges, sizeof *m->ranges, range_cmp);
+  return 0;
+}
+
+static int fn_cmp(const void *pa, const void *pb) {
+  const fn_range *a = pa, *b = pb;
+  return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Adds the address ranges of the subprograms among die's children (and in
+ * namespaces, to a bounded depth) to c. */
+static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
+                          int depth) {
+  Dwarf_Die child;
+  if (depth > 8 || dwarf_child(parent, &child) != 0)
+    return 0;
+  do {
+    int tag = dwarf_tag(&child);
+    if (tag == DW_TAG_namespace || tag == DW_TAG_module) {
+      if (index_children(c, cap, &child, depth + 1) != 0)
+        return -1;
+      continue;
+    }
+    if (tag != DW_TAG_subprogram)
+      continue;
+    Dwarf_Addr base, lo, hi;
+    ptrdiff_t off = 0;
+    while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
+      if (hi <= lo)
+        continue;
+      if (c->nfns == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        fn_range *f = realloc(c->fns, ncap * sizeof *f);
+        if (!f)
+          return -1;
+        c->fns = f;
+        *cap = ncap;
+      }
+      c->fns[c->nfns++] = (fn_range){lo, hi, dwarf_dieoffset(&child)};
+    }
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return 0;
+}
+
+static void index_cu(module *m, cu_info *c, Dwarf_Die *cudie) {
+  c->indexed = 1;
+  size_t cap = 0;
+  if (index_children(c, &cap, cudie, 0) != 0) {
+    free(c->fns);
+    c->fns = NULL;
+    c->nfns = 0;
+    return;
+  }
+  if (c->nfns)
+    qsort(c->fns, c->nfns, sizeof *c->fns, fn_cmp);
+  size_t more = cap * sizeof *c->fns;
+  m->open_bytes += more;
+  st.used += more;
+}
+
+/* Drops the descriptors and reading-mode Elfs used to find the debug
+ * information (the image is what libdw reads). */
+static void module_release_files(module *m) {
+  if (m->debug_elf)
+    elf_end(m->debug_elf);
+  if (m->elf)
+    elf_end(m->elf);
+  if (m->debug_fd >= 0)
+    close(m->debug_fd);
+  if (m->fd >= 0)
+    close(m->fd);
+  m->elf = m->debug_elf = NULL;
+  m->fd = m->debug_fd = -1;
+}
+
+static void module_close(module *m) {
+  if (m->dw)
+    dwarf_end(m->dw);
+  if (m->image_elf)
+    elf_end(m->image_elf);
+  free(m->image);
+  m->image = NULL;
+  m->image_elf = NULL;
+  m->image_bytes = 0;
+  if (m->debug_elf)
+    elf_end(m->debug_elf);
+  if (m->elf)
+    elf_end(m->elf);
+  if (m->debug_fd >= 0)
+    close(m->debug_fd);
+  if (m->fd >= 0)
+    close(m->fd);
+  free(m->ranges);
+  for (size_t i = 0; i < m->ncus; i++)
+    free(m->cus[i].fns);
+  free(m->cus);
+  m->cus = NULL;
+  m->ncus = 0;
+  m->dw = NULL;
+  m->elf = m->debug_elf = NULL;
+  m->fd = m->debug_fd = -1;
+  m->ranges = NULL;
+  m->nranges = 0;
+  st.used -= m->open_bytes;
+  m->open_bytes = 0;
+  m->opened = 0;
+}
+
+static void cache_clear(module *m) {
+  for (size_t i = 0; i < m->nbuckets; i++) {
+    while (m->buckets[i]) {
+      cache_entry *e = m->buckets[i];
+      m->buckets[i] = e->next;
+      free(e);
+    }
+  }
+  free(m->buckets);
+  m->buckets = NULL;
+  m->nbuckets = m->nentries = 0;
+  st.used -= m->cache_bytes;
+  m->cache_bytes = 0;
+}
+
+/* Closes least recently used modules (and drops their caches) other than
+ * keep until need more bytes fit. */
+static void make_room(size_t need, const module *keep) {
+  while (st.used + need > st.budget) {
+    module *victim = NULL;
+    for (module *m = st.modules; m; m = m->next)
+      if (m != keep && (m->open_bytes || m->cache_bytes) &&
+          (!victim || m->tick < victim->tick))
+        victim = m;
+    if (!victim)
+      return;
+    cp_debug("symbols: closing the debug information of %s "
+             "(CONTPROF_DWARF_MAX_MB)",
+             victim->path);
+    module_close(victim);
+    cache_clear(victim);
+  }
+}
+
+/* Closes the least recently used open modules (their caches stay) while
+ * MAX_OPEN_MODULES are open. */
+static void limit_open_modules(void) {
+  for (;;) {
+    size_t open = 0;
+    module *victim = NULL;
+    for (module *m = st.modules; m; m = m->next) {
+      if (!m->dw)
+        continue;
+      open++;
+      if (!victim || m->tick < victim->tick)
+        victim = m;
+    }
+    if (open < MAX_OPEN_MODULES || !victim)
+      return;
+    module_close(victim);
+  }
+}
+
+/* Opens m's object and debug information. Leaves m->dw NULL when there is
+ * none; says why once when there is some but it is unusable. */
+static void module_open(module *m) {
+  limit_open_modules();
+  m->opened = 1;
+  m->fd = m->debug_fd = -1;
+  struct stat sb;
+  m->fd = open_regular(m->path, &sb);
+  if (m->fd < 0)
+    return;
+  if ((m->dev || m->ino) &&
+      ((uint64_t)sb.st_dev != m->dev || (uint64_t)sb.st_ino != m->ino)) {
+    cp_warn("symbols: %s was replaced on disk since it was loaded: its "
+            "frames get no lines",
+            m->path);
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  m->elf = elf_begin(m->fd, ELF_C_READ, NULL);
+  if (!m->elf || elf_kind(m->elf) != ELF_K_ELF) {
+    module_close(m);
+    return;
+  }
+  char id[MAX_BUILD_ID_HEX];
+  build_id_hex(m->elf, id);
+  if (m->build_id[0] && strcmp(id, m->build_id) != 0) {
+    cp_warn("symbols: %s has another build id than the one loaded: its "
+            "frames get no lines",
+            m->path);
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  snprintf(m->build_id, sizeof m->build_id, "%s", id);
+
+  int existed = 0;
+  Elf *dbg = NULL;
+  uint64_t bytes = debug_bytes(m->elf);
+  if (bytes > 0) {
+    dbg = m->elf;
+  } else if (find_debug_file(m, &existed) == 0) {
+    dbg = m->debug_elf;
+    bytes = debug_bytes(dbg);
+  }
+  if (!dbg) {
+    if (existed)
+      cp_warn("symbols: the debug file of %s is unusable (truncated, "
+              "corrupt or of another build): function names only",
+              m->path);
+    module_close(m);
+    return;
+  }
+  if (bytes > st.budget) {
+    cp_warn("symbols: the debug information of %s (%llu kB) does not fit "
+            "in CONTPROF_DWARF_MAX_MB (%zu kB): function names only",
+            m->path, (unsigned long long)(bytes >> 10), st.budget >> 10);
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  /* libdw reads a copy of the whole file (see module.image). */
+  int dbg_fd = dbg == m->elf ? m->fd : m->debug_fd;
+  struct stat dsb;
+  uint64_t inflated = 0;
+  debug_bytes_inflated(dbg, &inflated);
+  if (fstat(dbg_fd, &dsb) != 0 || dsb.st_size <= 0 ||
+      (uint64_t)dsb.st_size + IMAGE_PAD + inflated > st.budget) {
+    cp_warn("symbols: the debug information of %s (%llu kB with its file) "
+            "does not fit in CONTPROF_DWARF_MAX_MB (%zu kB): function names "
+            "only",
+            m->path,
+            (unsigned long long)(((uint64_t)dsb.st_size + inflated) >> 10),
+            st.budget >> 10);
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  bytes = (uint64_t)dsb.st_size + IMAGE_PAD + inflated;
+  make_room((size_t)bytes, m);
+  m->image_bytes = (size_t)dsb.st_size;
+  m->image = calloc(1, m->image_bytes + IMAGE_PAD);
+  size_t got = 0;
+  while (m->image && got < m->image_bytes) {
+    ssize_t r = pread(dbg_fd, m->image + got, m->image_bytes - got, (off_t)got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  if (m->image && got == m->image_bytes)
+    m->image_elf = elf_memory((char *)m->image, m->image_bytes);
+  module_release_files(m);
+  m->dw =
+      m->image_elf ? dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL) : NULL;
+  if (!m->dw || build_ranges(m) != 0) {
+    cp_warn("symbols: the debug information of %s is unusable (%s): "
+            "function names only",
+            m->path, dwarf_errmsg(-1));
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  m->open_bytes = (size_t)bytes + m->nranges * sizeof *m->ranges +
+                  m->ncus * (sizeof *m->cus + CU_BYTES);
+  st.used += m->open_bytes;
+}
+
+/* ---- Resolving ----------------------------------------------------------- */
+
+static const char *die_string(Dwarf_Die *die, unsigned attr) {
+  Dwarf_Attribute a;
+  return dwarf_formstring(dwarf_attr_integrate(die, attr, &a));
+}
+
+/* Appends s to out's strings; returns the copy, or "" when full. */
+static const char *chain_str(cp_line_chain *out, const char *s) {
+  if (!s)
+    return "";
+  size_t len = strlen(s) + 1;
+  if (len > sizeof out->strings - out->used)
+    return "";
+  char *p = out->strings + out->used;
+  memcpy(p, s, len);
+  out->used += len;
+  return p;
+}
+
+static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
+                      int64_t line) {
+  if (out->n >= CP_DWARF_MAX_FRAMES)
+    return;
+  const char *linkage = die_string(fn, DW_AT_linkage_name);
+  if (!linkage)
+    linkage = die_string(fn, DW_AT_MIPS_linkage_name);
+  const char *name = die_string(fn, DW_AT_name);
+  char *plain = linkage ? cp_symbols_demangle(linkage) : NULL;
+  cp_line_frame *f = &out->frames[out->n++];
+  f->function = chain_str(out, plain ? plain : name ? name : linkage);
+  f->system_name = linkage ? chain_str(out, linkage) : f->function;
+  free(plain);
+  f->file = chain_str(out, file);
+  f->line = line;
+  f->decl_file = chain_str(out, dwarf_decl_file(fn));
+  int decl = 0;
+  f->start_line = dwarf_decl_line(fn, &decl) == 0 ? decl : 0;
+}
+
+static const cu_range *find_range(const module *m, uint64_t addr) {
+  size_t lo = 0, hi = m->nranges;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->ranges[mid].lo <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (size_t i = lo, seen = 0; i > 0 && seen < RANGE_LOOKBACK; i--, seen++)
+    if (addr < m->ranges[i - 1].hi)
+      return &m->ranges[i - 1];
+  return NULL;
+}
+
+/* The subprogram of c holding addr, or -1. */
+static int find_function(const cu_info *c, uint64_t addr, Dwarf_Off *die) {
+  size_t lo = 0, hi = c->nfns;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->fns[mid].lo <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (size_t i = lo, seen = 0; i > 0 && seen < RANGE_LOOKBACK; i--, seen++)
+    if (addr < c->fns[i - 1].hi) {
+      *die = c->fns[i - 1].die;
+      return 0;
+    }
+  return -1;
+}
+
+/* Appends to path the inlined subroutines nested in die that hold addr,
+ * outermost first, through lexical blocks (and blocks without addresses,
+ * which may still hold some). Returns 1 when addr is in die's subtree. */
+static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
+                   int depth) {
+  Dwarf_Die child;
+  if (depth > 64 || dwarf_child(die, &child) != 0)
+    return 0;
+  do {
+    int tag = dwarf_tag(&child);
+    if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_lexical_block &&
+        tag != DW_TAG_try_block && tag != DW_TAG_catch_block)
+      continue;
+    int has = dwarf_haspc(&child, addr);
+    int no_pc = has == 0 && !dwarf_hasattr(&child, DW_AT_low_pc) &&
+                !dwarf_hasattr(&child, DW_AT_ranges);
+    if (has != 1 && !(no_pc && tag == DW_TAG_lexical_block))
+      continue;
+    int at = *n;
+    if (tag == DW_TAG_inlined_subroutine && *n < CP_DWARF_MAX_FRAMES)
+      path[(*n)++] = child;
+    if (descend(&child, addr, path, n, depth + 1) || has == 1)
+      return 1;
+    *n = at; /* an address-less block that did not hold it */
+  } while (dwarf_siblingof(&child, &child) == 0);
+  return 0;
+}
+
+/* The chain of addr in m (open, with DWARF): the line of the innermost
+ * scope, then for each inlined subroutine its call site in the caller. */
+static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
+  const cu_range *r = find_range(m, addr);
+  Dwarf_Die cu;
+  if (!r || !dwarf_offdie(m->dw, m->cus[r->cu].off, &cu))
+    return;
+  cu_info *c = &m->cus[r->cu];
+  const char *file = NULL;
+  int line = 0;
+  Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
+  if (ln) {
+    file = dwarf_linesrc(ln, NULL, NULL);
+    dwarf_lineno(ln, &line);
+  }
+  if (!c->counted) {
+    /* libdw keeps the CU's parsed line table until the module closes. */
+    Dwarf_Lines *lines;
+    size_t nlines = 0;
+    if (dwarf_getsrclines(&cu, &lines, &nlines) == 0) {
+      size_t more = nlines * LINE_ROW_BYTES;
+      m->open_bytes += more;
+      st.used += more;
+    }
+    c->counted = 1;
+  }
+  if (!c->indexed)
+    index_cu(m, c, &cu);
+
+  /* path[0] the subprogram, then the inlined subroutines holding addr,
+   * outermost first. */
+  Dwarf_Die path[CP_DWARF_MAX_FRAMES + 1];
+  int n = 0;
+  Dwarf_Off fn_off;
+  if (find_function(c, addr, &fn_off) != 0 ||
+      !dwarf_offdie(m->dw, fn_off, &path[0]))
+    return;
+  n = 1;
+  int inl = 0;
+  descend(&path[0], addr, path + 1, &inl, 0);
+  n += inl;
+
+  Dwarf_Files *files = NULL;
+  size_t nfiles = 0;
+  if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0)
+    files = NULL;
+  /* Innermost first; deeper than CP_DWARF_MAX_FRAMES, the outermost are
+   * cut. */
+  for (int i = n - 1; i >= 0 && out->n < CP_DWARF_MAX_FRAMES; i--) {
+    chain_add(out, &path[i], file, line);
+    if (i == 0)
+      break;
+    Dwarf_Attribute a;
+    Dwarf_Word v;
+    file = NULL;
+    line = 0;
+    if (files &&
+        dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_file, &a), &v) == 0 &&
+        v < nfiles)
+      file = dwarf_filesrc(files, v, NULL, NULL);
+    if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_line, &a), &v) == 0)
+      line = (int)v;
+  }
+}
+
+/* ---- Cache --------------------------------------------------------------- */
+
+static size_t bucket_of(const module *m, uint64_t addr) {
+  uint64_t h = addr * 0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 32) & (m->nbuckets - 1);
+}
+
+static const cache_entry *cache_find(const module *m, uint64_t addr) {
+  if (!m->nbuckets)
+    return NULL;
+  for (const cache_entry *e = m->buckets[bucket_of(m, addr)]; e; e = e->next)
+    if (e->addr == addr)
+      return e;
+  return NULL;
+}
+
+static void cache_copy_out(const cache_entry *e, cp_line_chain *out) {
+  const char *strings = (const char *)&e->f[e->n];
+  out->n = 0;
+  out->used = 0;
+  for (uint32_t i = 0; i < e->n; i++) {
+    cp_line_frame *f = &out->frames[out->n++];
+    f->function = chain_str(out, strings + e->f[i].function);
+    f->system_name = chain_str(out, strings + e->f[i].system_name);
+    f->file = chain_str(out, strings + e->f[i].file);
+    f->decl_file = chain_str(out, strings + e->f[i].decl_file);
+    f->line = e->f[i].line;
+    f->start_line = e->f[i].start_line;
+  }
+}
+
+static uint32_t offset_in(const cp_line_chain *c, const char *s) {
+  return (uint32_t)(s - c->strings);
+}
+
+static void cache_put(module *m, uint64_t addr, const cp_line_chain *c) {
+  size_t head = sizeof(cache_entry) + c->n * sizeof(((cache_entry *)0)->f[0]);
+  /* "" of frames whose strings did not fit points outside strings[]. */
+  size_t bytes = head + c->used + 1;
+  make_room(bytes + sizeof(void *), m);
+  if (st.used + bytes > st.budget)
+    return; /* this module alone fills the cap: not cached */
+  if (m->nentries + 1 > m->nbuckets) {
+    size_t nb = m->nbuckets ? m->nbuckets * 2 : 256;
+    cache_entry **b = calloc(nb, sizeof *b);
+    if (!b)
+      return;
+    for (size_t i = 0; i < m->nbuckets; i++) {
+      while (m->buckets[i]) {
+        cache_entry *e = m->buckets[i];
+        m->buckets[i] = e->next;
+        size_t j = (size_t)((e->addr * 0x9e3779b97f4a7c15ull) >> 32) & (nb - 1);
+        e->next = b[j];
+        b[j] = e;
+      }
+    }
+    free(m->buckets);
+    m->cache_bytes += (nb - m->nbuckets) * sizeof *b;
+    st.used += (nb - m->nbuckets) * sizeof *b;
+    m->buckets = b;
+    m->nbuckets = nb;
+  }
+  cache_entry *e = malloc(bytes);
+  if (!e)
+    return;
+  e->addr = addr;
+  e->n = (uint32_t)c->n;
+  e->bytes = (uint32_t)bytes;
+  char *strings = (char *)&e->f[c->n];
+  memcpy(strings, c->strings, c->used);
+  strings[c->used] = '\0'; /* the "" for strings that did not fit */
+  for (size_t i = 0; i < c->n; i++) {
+    const cp_line_frame *f = &c->frames[i];
+#define OFF(s)                                                                 \
+  ((s) >= c->strings && (s) < c->strings + c->used ? offset_in(c, s)           \
+                                                   : (uint32_t)c->used)
+    e->f[i].function = OFF(f->function);
+    e->f[i].system_name = OFF(f->system_name);
+    e->f[i].file = OFF(f->file);
+    e->f[i].decl_file = OFF(f->decl_file);
+#undef OFF
+    e->f[i].line = f->line;
+    e->f[i].start_line = f->start_line;
+  }
+  size_t j = bucket_of(m, addr);
+  e->next = m->buckets[j];
+  m->buckets[j] = e;
+  m->nentries++;
+  m->cache_bytes += bytes;
+  st.used += bytes;
+}
+
+/* ---- Public API ---------------------------------------------------------- */
+
+static void lock_acquire(void) {
+  pthread_mutex_lock(&dwarf_lock);
+  if (!__atomic_load_n(&dwarf_lock_pid, __ATOMIC_RELAXED))
+    __atomic_store_n(&dwarf_lock_pid, getpid(), __ATOMIC_RELAXED);
+}
+
+static module *module_get(const cp_dwarf_object *obj) {
+  const char *id = obj->build_id ? obj->build_id : "";
+  for (module *m = st.modules; m; m = m->next) {
+    if (id[0] ? strcmp(m->build_id, id) == 0 && strcmp(m->path, obj->path) == 0
+              : strcmp(m->path, obj->path) == 0 && m->dev == obj->dev &&
+                    m->ino == obj->ino)
+      return m;
+  }
+  if (st.nmodules >= MAX_MODULES || strlen(id) >= MAX_BUILD_ID_HEX)
+    return NULL;
+  module *m = calloc(1, sizeof *m);
+  if (!m || !(m->path = strdup(obj->path))) {
+    free(m);
+    return NULL;
+  }
+  m->fd = m->debug_fd = -1;
+  m->dev = obj->dev;
+  m->ino = obj->ino;
+  snprintf(m->build_id, sizeof m->build_id, "%s", id);
+  m->next = st.modules;
+  st.modules = m;
+  st.nmodules++;
+  return m;
+}
+
+size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
+                       cp_line_chain *out) {
+  out->n = 0;
+  out->used = 0;
+  if (!obj || !obj->path || obj->path[0] != '/')
+    return 0;
+  cp_symbols_demangle_prepare();
+  lock_acquire();
+  if (!st.elf_ready) {
+    elf_version(EV_CURRENT);
+    st.elf_ready = 1;
+  }
+  module *m = module_get(obj);
+  if (!m)
+    goto out;
+  m->tick = ++st.tick;
+  const cache_entry *hit = cache_find(m, elf_address);
+  if (hit) {
+    cache_copy_out(hit, out);
+    goto out;
+  }
+  if (m->refused)
+    goto out;
+  if (!m->opened) {
+    module_open(m);
+    if (!m->dw)
+      m->refused = 1; /* said why once (if at all); not tried again */
+  }
+  if (m->dw)
+    resolve(m, elf_address, out);
+  cache_put(m, elf_address, out);
+  /* Alone over the cap (line tables parsed since it opened): close it; the
+   * cache keeps what was resolved. */
+  if (st.used > st.budget)
+    make_room(0, NULL);
+out:
+  pthread_mutex_unlock(&dwarf_lock);
+  return out->n;
+}
+
+void cp_dwarf_set_budget(size_t bytes) {
+  lock_acquire();
+  st.budget = bytes;
+  make_room(0, NULL);
+  pthread_mutex_unlock(&dwarf_lock);
+}
+
+size_t cp_dwarf_memory_used(void) {
+  lock_acquire();
+  size_t used = st.used;
+  pthread_mutex_unlock(&dwarf_lock);
+  return used;
+}
+
+void cp_dwarf_set_debug_root(const char *dir) {
+  lock_acquire();
+  snprintf(st.root, sizeof st.root, "%s", dir ? dir : DEFAULT_DEBUG_ROOT);
+  pthread_mutex_unlock(&dwarf_lock);
+}
+
+void cp_dwarf_reset(void) {
+  if (pthread_mutex_trylock(&dwarf_lock) != 0) {
+    pid_t owner = __atomic_load_n(&dwarf_lock_pid, __ATOMIC_RELAXED);
+    if (owner == 0 || owner == getpid()) {
+      pthread_mutex_lock(&dwarf_lock);
+    } else {
+      /* Forked while another thread held it: leak, make the lock anew. */
+      st.modules = NULL;
+      st.nmodules = 0;
+      st.used = 0;
+      pthread_mutex_init(&dwarf_lock, NULL);
+      __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
+      return;
+    }
+  }
+  while (st.modules) {
+    module *m = st.modules;
+    st.modules = m->next;
+    module_close(m);
+    cache_clear(m);
+    free(m->path);
+    free(m);
+  }
+  st.nmodules = 0;
+  st.used = 0;
+  __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&dwarf_lock);
+}

@@ -1,0 +1,465 @@
+/* DWARF lines (src/aggregator/dwarf.c) on inline_workload, a -O2 -g program
+ * with two always-inlined helpers: inline chains from the object's own
+ * sections (DWARF 5 and 4, compressed too), from a .gnu_debuglink file and
+ * from a build-id tree; a library replaced on disk; C++ template members
+ * demangled; libc's lines from libc6-dbg; a truncated or foreign debug file
+ * gives no lines, one message and no crash; the memory cap holds. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "aggregator/dwarf.h"
+#include "aggregator/symbols.h"
+#include "test.h"
+
+#define BIN CP_BUILD_DIR "/tests/inline_workload"
+#define BIN4 CP_BUILD_DIR "/tests/inline_workload_dwarf4"
+#define BINCXX CP_BUILD_DIR "/tests/inline_workload_cpp"
+
+static char tmp[64];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  int rc = system(cmd);
+  if (rc != 0)
+    fprintf(stderr, "command failed (%d): %s\n", rc, cmd);
+  return rc;
+}
+
+/* The address range of the function matching pattern in bin, from nm. */
+static int function_range(const char *bin, const char *pattern, uint64_t *lo,
+                          uint64_t *hi) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "nm -S %s | grep '%s'", bin, pattern);
+  FILE *p = popen(cmd, "r");
+  unsigned long long a = 0, size = 0;
+  int ok = p && fscanf(p, "%llx %llx", &a, &size) == 2;
+  if (p)
+    pclose(p);
+  *lo = a;
+  *hi = a + size;
+  return ok ? 0 : -1;
+}
+
+/* Which helpers show up inlined into driver over driver's addresses: bit 0
+ * heavy_mix, bit 1 light_mix; each with a line and driver's call line. */
+static int driver_range(const char *bin, uint64_t *lo, uint64_t *hi) {
+  return function_range(bin, " driver", lo, hi);
+}
+
+static int helpers_seen(const char *path, const char *build_id,
+                        const char *bin_for_range) {
+  uint64_t lo, hi;
+  if (driver_range(bin_for_range, &lo, &hi) != 0)
+    return -1;
+  cp_line_chain *c = malloc(sizeof *c);
+  int seen = 0;
+  cp_dwarf_object obj = {.path = path, .build_id = build_id};
+  for (uint64_t a = lo; a < hi; a++) {
+    if (cp_dwarf_lookup(&obj, a, c) < 2)
+      continue;
+    if (strcmp(c->frames[1].function, "driver") != 0 ||
+        c->frames[0].line <= 0 || c->frames[1].line <= 0 ||
+        !strstr(c->frames[0].file, "inline_workload.c"))
+      continue;
+    if (strcmp(c->frames[0].function, "heavy_mix") == 0)
+      seen |= 1;
+    if (strcmp(c->frames[0].function, "light_mix") == 0)
+      seen |= 2;
+  }
+  free(c);
+  return seen;
+}
+
+static int count_messages(const char *file) {
+  FILE *f = fopen(file, "r");
+  char line[1024];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f))
+    n += strstr(line, "contprof:") != NULL;
+  if (f)
+    fclose(f);
+  return n;
+}
+
+/* Runs fn with stderr in a file; returns the contprof: lines written. */
+static int messages_of(void (*fn)(void *), void *arg) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/stderr.txt", tmp);
+  fflush(stderr);
+  int saved = dup(2);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
+  close(fd);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  return count_messages(path);
+}
+
+static void test_own_sections(void) {
+  CHECK_EQ_INT(helpers_seen(BIN, "", BIN), 3);
+  CHECK_EQ_INT(helpers_seen(BIN4, "", BIN4), 3);
+  /* SHF_COMPRESSED .debug_* sections. */
+  CHECK_EQ_INT(sh("objcopy --compress-debug-sections=zlib %s %s/z", BIN, tmp),
+               0);
+  char z[128];
+  snprintf(z, sizeof z, "%s/z", tmp);
+  CHECK_EQ_INT(helpers_seen(z, "", BIN), 3);
+}
+
+static void test_debuglink(void) {
+  CHECK_EQ_INT(sh("cd %s && objcopy --only-keep-debug %s prog.debug && "
+                  "objcopy --strip-debug --add-gnu-debuglink=prog.debug %s "
+                  "prog && mkdir -p sub/.debug && cp prog sub/ && "
+                  "mv prog.debug sub/.debug/",
+                  tmp, BIN, BIN),
+               0);
+  char path[128];
+  /* prog.debug is in sub/.debug/ now: prog (in tmp) finds none. */
+  snprintf(path, sizeof path, "%s/prog", tmp);
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+  snprintf(path, sizeof path, "%s/sub/prog", tmp);
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 3);
+}
+
+static void build_id_of(const char *bin, char *out, size_t size) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "readelf -n %s | sed -n 's/.*Build ID: *\\([0-9a-f]*\\).*/\\1/p'",
+           bin);
+  FILE *p = popen(cmd, "r");
+  out[0] = 0;
+  if (p && fgets(out, (int)size, p))
+    out[strcspn(out, "\n")] = 0;
+  if (p)
+    pclose(p);
+}
+
+static void test_build_id_tree(void) {
+  char id[160];
+  build_id_of(BIN, id, sizeof id);
+  CHECK(strlen(id) > 8);
+  CHECK_EQ_INT(sh("cd %s && mkdir -p root/.build-id/%.2s && objcopy "
+                  "--only-keep-debug %s root/.build-id/%.2s/%s.debug && "
+                  "objcopy --strip-debug %s bare",
+                  tmp, id, BIN, id, id + 2, BIN),
+               0);
+  char path[128], root[128];
+  snprintf(path, sizeof path, "%s/bare", tmp);
+  snprintf(root, sizeof root, "%s/root", tmp);
+  cp_dwarf_reset(); /* the module was opened without the tree */
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+  cp_dwarf_reset();
+  cp_dwarf_set_debug_root(root);
+  CHECK_EQ_INT(helpers_seen(path, id, BIN), 3);
+  cp_dwarf_set_debug_root(NULL);
+  cp_dwarf_reset();
+}
+
+static void lookups(void *arg) {
+  const char *path = arg;
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+}
+
+static void test_truncated_debug_file(void) {
+  /* The debuglink file cut to 3000 bytes: its section data is gone. */
+  CHECK_EQ_INT(sh("cd %s && mkdir -p cut && cp sub/prog cut/ && "
+                  "head -c 3000 sub/.debug/prog.debug > cut/prog.debug",
+                  tmp),
+               0);
+  char path[128];
+  snprintf(path, sizeof path, "%s/cut/prog", tmp);
+  CHECK_EQ_INT(messages_of(lookups, path), 1);
+  /* Garbage with an ELF header's worth of bytes. */
+  CHECK_EQ_INT(sh("cd %s && mkdir -p junk && cp sub/prog junk/ && "
+                  "head -c 64 sub/.debug/prog.debug > junk/prog.debug && "
+                  "head -c 100000 /dev/urandom >> junk/prog.debug",
+                  tmp),
+               0);
+  snprintf(path, sizeof path, "%s/junk/prog", tmp);
+  CHECK_EQ_INT(messages_of(lookups, path), 1);
+}
+
+static void foreign(void *arg) {
+  cp_line_chain *c = malloc(sizeof *c);
+  cp_dwarf_object obj = {.path = BIN, .build_id = arg};
+  uint64_t lo, hi;
+  driver_range(BIN, &lo, &hi);
+  CHECK_EQ_INT(cp_dwarf_lookup(&obj, lo + 0x20, c), 0);
+  CHECK_EQ_INT(cp_dwarf_lookup(&obj, lo + 0x30, c), 0);
+  free(c);
+}
+
+/* The file at the path is not the one loaded (another build id): no lines
+ * from it, one message. */
+static void test_replaced_file(void) {
+  CHECK_EQ_INT(messages_of(foreign, "0123456789abcdef"), 1);
+}
+
+static void test_budget(void) {
+  cp_dwarf_reset();
+  cp_dwarf_set_budget(1024); /* less than the program's debug sections */
+  CHECK_EQ_INT(helpers_seen(BIN, "", BIN), 0);
+  CHECK(cp_dwarf_memory_used() <= 1024);
+  cp_dwarf_reset();
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
+  CHECK_EQ_INT(helpers_seen(BIN, "", BIN), 3);
+  size_t used = cp_dwarf_memory_used();
+  CHECK(used > 0);
+  /* Shrinking the cap closes what no longer fits. */
+  cp_dwarf_set_budget(used / 2);
+  CHECK(cp_dwarf_memory_used() <= used / 2);
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
+  cp_dwarf_reset();
+}
+
+/* addr2line -C -i -f's chain of one address: "fn:line|fn:line|". */
+static void addr2line_chain(const char *bin, uint64_t a, char *out,
+                            size_t size) {
+  char cmd[1024], fn[1024], loc[1024];
+  snprintf(cmd, sizeof cmd, "addr2line -C -i -f -e %s %" PRIx64, bin, a);
+  FILE *p = popen(cmd, "r");
+  size_t used = 0;
+  out[0] = 0;
+  while (p && fgets(fn, sizeof fn, p) && fgets(loc, sizeof loc, p)) {
+    fn[strcspn(fn, "\n")] = 0;
+    char *colon = strrchr(loc, ':');
+    used += (size_t)snprintf(out + used, size - used, "%s:%ld|", fn,
+                             colon ? strtol(colon + 1, NULL, 10) : 0);
+    if (used >= size)
+      break;
+  }
+  if (p)
+    pclose(p);
+}
+
+/* C++: the inlined member function of a class template carries its
+ * demangled name (and its mangled one as system name); every chain equals
+ * addr2line -C -i -f's. */
+static void test_cxx_template_member(void) {
+  uint64_t lo, hi;
+  CHECK_EQ_INT(function_range(BINCXX, "cpp_driver", &lo, &hi), 0);
+  cp_line_chain *c = malloc(sizeof *c);
+  cp_dwarf_object obj = {.path = BINCXX, .build_id = ""};
+  int member = 0, compared = 0;
+  for (uint64_t a = lo; a < hi; a++) {
+    if (cp_dwarf_lookup(&obj, a, c) < 2)
+      continue;
+    if (strcmp(c->frames[0].function,
+               "Accumulator<unsigned long>::mix(long)") == 0 &&
+        strncmp(c->frames[0].system_name, "_ZN11AccumulatorImE3mixEl", 25) ==
+            0 &&
+        c->frames[0].line > 0)
+      member++;
+    char ours[2048], theirs[2048];
+    size_t used = 0;
+    ours[0] = 0;
+    for (size_t k = 0; k < c->n; k++)
+      used +=
+          (size_t)snprintf(ours + used, sizeof ours - used, "%s:%" PRId64 "|",
+                           c->frames[k].function, c->frames[k].line);
+    addr2line_chain(BINCXX, a, theirs, sizeof theirs);
+    CHECK_EQ_STR(ours, theirs);
+    compared++;
+  }
+  CHECK(member > 0);
+  CHECK(compared > 0);
+  free(c);
+}
+
+/* libc6-dbg: libc's frames get file:line through the build-id tree. */
+static void test_libc_lines(void) {
+  cp_symbol sym;
+  uint64_t pc = (uint64_t)(uintptr_t)&strtol + 4;
+  CHECK_EQ_INT(cp_symbols_lookup(pc, &sym), 0);
+  if (!sym.mapping)
+    return;
+  char debug[512];
+  snprintf(debug, sizeof debug, "/usr/lib/debug/.build-id/%.2s/%s.debug",
+           sym.mapping->build_id, sym.mapping->build_id + 2);
+  if (!strstr(sym.mapping->path, "/libc.so")) {
+    printf("SKIP test_libc_lines: strtol is %s's here\n", sym.mapping->path);
+    return;
+  }
+  if (access(debug, R_OK) != 0) {
+    printf("SKIP test_libc_lines: no %s (libc6-dbg not installed)\n", debug);
+    return;
+  }
+  cp_line_chain *c = malloc(sizeof *c);
+  CHECK(cp_symbols_lines(sym.mapping, pc, c) >= 1);
+  if (c->n >= 1) {
+    CHECK(c->frames[c->n - 1].line > 0);
+    CHECK(strstr(c->frames[c->n - 1].file, ".c") != NULL);
+    CHECK(strstr(c->frames[c->n - 1].function, "strtol") != NULL);
+  }
+  free(c);
+}
+
+/* A library replaced on disk after it was loaded (a package upgrade:
+ * another file renamed onto its path): its frames keep their ELF names but
+ * get no lines from the new file, with one message; the original, still
+ * mapped, is what the samples ran. */
+static void replaced_lookups(void *arg) {
+  const cp_mapping *m = arg;
+  cp_line_chain *c = malloc(sizeof *c);
+  CHECK_EQ_INT(cp_symbols_lines(m, m->start + 0x10, c), 0);
+  CHECK_EQ_INT(cp_symbols_lines(m, m->start + 0x20, c), 0);
+  free(c);
+}
+
+static void test_library_replaced_on_disk(void) {
+  char lib[128], other[128];
+  snprintf(lib, sizeof lib, "%s/plugin.so", tmp);
+  snprintf(other, sizeof other, "%s/other.so", tmp);
+  CHECK_EQ_INT(sh("cp %s/tests/libcp_test_plugin.so %s && cp %s %s",
+                  CP_BUILD_DIR, lib, BIN, other),
+               0);
+  void *h = dlopen(lib, RTLD_NOW);
+  CHECK(h != NULL);
+  if (!h)
+    return;
+  void *fn = dlsym(h, "plugin_work");
+  cp_symbol sym;
+  CHECK_EQ_INT(cp_symbols_lookup((uint64_t)(uintptr_t)fn + 1, &sym), 0);
+  CHECK(sym.function && strcmp(sym.function, "plugin_work") == 0);
+  CHECK(sym.mapping != NULL);
+  if (!sym.mapping)
+    return;
+  cp_line_chain *c = malloc(sizeof *c);
+  /* Before: lines from the library's own DWARF. */
+  cp_dwarf_reset();
+  CHECK(cp_symbols_lines(sym.mapping, (uint64_t)(uintptr_t)fn + 1, c) >= 1);
+  CHECK(c->n >= 1 && c->frames[c->n - 1].line > 0);
+  /* Replaced: another ELF file under the same name. */
+  CHECK_EQ_INT(rename(other, lib), 0);
+  cp_dwarf_reset();
+  CHECK_EQ_INT(messages_of(replaced_lookups, (void *)sym.mapping), 1);
+  /* The ELF name stays (read when the library was mapped). */
+  CHECK_EQ_INT(cp_symbols_lookup((uint64_t)(uintptr_t)fn + 1, &sym), 0);
+  CHECK(sym.function && strcmp(sym.function, "plugin_work") == 0);
+  free(c);
+  cp_dwarf_reset();
+}
+
+static int count_fds(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  while (d && readdir(d))
+    n++;
+  if (d)
+    closedir(d);
+  return n;
+}
+
+/* Open modules hold no descriptor of the profiled process (libdw reads a
+ * copy), and at most 32 are open; closed ones reopen when needed. */
+static void test_open_modules_bounded(void) {
+  cp_dwarf_reset();
+  int before = count_fds();
+  CHECK_EQ_INT(sh("cd %s && mkdir -p many && for i in $(seq 1 40); do "
+                  "cp %s many/w$i; done",
+                  tmp, BIN),
+               0);
+  for (int i = 1; i <= 40; i++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/many/w%d", tmp, i);
+    CHECK_EQ_INT(helpers_seen(path, "", BIN), 3);
+  }
+  CHECK_EQ_INT(count_fds(), before);
+  /* The first one again, closed by now: reopened. */
+  char path[128];
+  snprintf(path, sizeof path, "%s/many/w1", tmp);
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 3);
+  cp_dwarf_reset();
+  CHECK_EQ_INT(count_fds(), before);
+}
+
+/* Hostile objects: copies of the workloads (own DWARF) and of a
+ * debuglink file with 1 to 64 random bytes overwritten (seeded), each
+ * resolved over the code's addresses: no crash, no hang, whatever libdw
+ * makes of them (tests/sanitize runs it under ASan+UBSan). */
+static void mutate_and_resolve(const char *src, const char *dst,
+                               const char *resolve_path, int rounds) {
+  FILE *f = fopen(src, "rb");
+  CHECK(f != NULL);
+  if (!f)
+    return;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  rewind(f);
+  unsigned char *orig = malloc((size_t)len), *copy = malloc((size_t)len);
+  CHECK(fread(orig, 1, (size_t)len, f) == (size_t)len);
+  fclose(f);
+  cp_line_chain *c = malloc(sizeof *c);
+  for (int r = 0; r < rounds; r++) {
+    memcpy(copy, orig, (size_t)len);
+    int flips = 1 + rand() % 64;
+    for (int k = 0; k < flips; k++)
+      copy[rand() % len] = (unsigned char)rand();
+    FILE *o = fopen(dst, "wb");
+    fwrite(copy, 1, (size_t)len, o);
+    fclose(o);
+    cp_dwarf_reset();
+    cp_dwarf_object obj = {.path = resolve_path, .build_id = ""};
+    for (uint64_t a = 0x1000; a < 0x1400; a += 3)
+      cp_dwarf_lookup(&obj, a, c);
+  }
+  free(c);
+  free(orig);
+  free(copy);
+}
+
+static void quiet_mutations(void *arg) {
+  (void)arg;
+  char dst[128], dbg[128], prog[128];
+  srand(12345);
+  snprintf(dst, sizeof dst, "%s/mutant", tmp);
+  mutate_and_resolve(BIN, dst, dst, 300);
+  mutate_and_resolve(BINCXX, dst, dst, 300);
+  /* The debuglink file of sub/prog (test_debuglink). */
+  snprintf(dbg, sizeof dbg, "%s/sub/.debug/prog.debug", tmp);
+  snprintf(prog, sizeof prog, "%s/sub/prog", tmp);
+  sh("cp %s %s/pristine.debug", dbg, tmp);
+  char pristine[128];
+  snprintf(pristine, sizeof pristine, "%s/pristine.debug", tmp);
+  mutate_and_resolve(pristine, dbg, prog, 300);
+  sh("cp %s %s", pristine, dbg);
+  cp_dwarf_reset();
+}
+
+static void test_mutated_files(void) {
+  /* At most one message per mutant. */
+  CHECK(messages_of(quiet_mutations, NULL) <= 900);
+}
+
+static void setup(void) {
+  snprintf(tmp, sizeof tmp, "/tmp/contprof-dwarf-XXXXXX");
+  CHECK(mkdtemp(tmp) != NULL);
+}
+
+static void cleanup(void) {
+  if (!getenv("CP_TEST_KEEP"))
+    sh("rm -rf %s", tmp);
+}
+
+TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
+          T(test_build_id_tree), T(test_truncated_debug_file),
+          T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
+          T(test_libc_lines), T(test_library_replaced_on_disk),
+          T(test_open_modules_bounded), T(test_mutated_files), T(cleanup))

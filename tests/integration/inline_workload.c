@@ -1,0 +1,56 @@
+/* A program whose hot spots are two always-inlined helpers (2:1 in time),
+ * for test_lines: built -O2 -g, the profile must show them as inlined Lines
+ * inside driver. The BODY markers tell the test the helpers' line ranges. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static volatile uint64_t sink;
+
+/* HEAVY_BEGIN */
+static inline __attribute__((always_inline)) uint64_t heavy_mix(uint64_t x,
+                                                                long n) {
+  for (long i = 0; i < n; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    x ^= x >> 29;
+    __asm__ volatile("" : "+r"(x));
+  }
+  return x;
+}
+/* HEAVY_END */
+
+/* LIGHT_BEGIN */
+static inline __attribute__((always_inline)) uint64_t light_mix(uint64_t x,
+                                                                long n) {
+  for (long i = 0; i < n; i++) {
+    x = x * 2862933555777941757ull + 3037000493ull;
+    x ^= x >> 31;
+    __asm__ volatile("" : "+r"(x));
+  }
+  return x;
+}
+/* LIGHT_END */
+
+__attribute__((noinline)) static uint64_t driver(uint64_t x, long n) {
+  x = heavy_mix(x, 2 * n);
+  x = light_mix(x, n);
+  return x;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts); /* CPU seconds: samples */
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+  double seconds = argc > 1 ? atof(argv[1]) : 3;
+  double end = now() + seconds;
+  uint64_t x = 1;
+  while (now() < end)
+    x = driver(x, 200000);
+  sink = x;
+  printf("done\n");
+  return 0;
+}

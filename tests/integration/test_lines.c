@@ -1,0 +1,218 @@
+/* Native frames with file, line and inline chains: a -O2 -g program whose hot
+ * loops are two always-inlined helpers (2:1) run under `contprof run`; the
+ * helpers appear as inlined Lines with driver after them, with their measured
+ * shares, every line inside the helper's body, each sampled address's chain
+ * equal to `addr2line -i -f`'s, and go tool pprof -lines shows them. */
+#include <inttypes.h>
+
+#include "harness.h"
+#include "test.h"
+
+#define CONTPROF CP_BUILD_DIR "/contprof"
+#define WORKLOAD CP_BUILD_DIR "/tests/inline_workload"
+#define WORKLOAD_SRC CP_SOURCE_DIR "/tests/integration/inline_workload.c"
+
+/* Line numbers of the markers in the workload's source. */
+static int marker_line(const char *marker) {
+  FILE *f = fopen(WORKLOAD_SRC, "r");
+  char buf[512];
+  int n = 0, found = 0;
+  while (f && fgets(buf, sizeof buf, f)) {
+    n++;
+    if (strstr(buf, marker)) {
+      found = n;
+      break;
+    }
+  }
+  if (f)
+    fclose(f);
+  return found;
+}
+
+static const char *line_function(const pprof_profile *p,
+                                 const Perftools__Profiles__Line *l) {
+  const Perftools__Profiles__Function *f =
+      pprof_find_function(p, l->function_id);
+  return f ? pprof_str(p, f->name) : "";
+}
+
+static const char *base(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* One sampled address and the chain the profile gives it. */
+typedef struct sampled {
+  uint64_t elf_address;
+  char chain[1024]; /* "fn file:line|fn file:line|" innermost first */
+} sampled;
+
+/* The same address's chain as addr2line -i -f prints it. */
+static int addr2line_chains(const char *bin, sampled *s, size_t n,
+                            char (*out)[1024]) {
+  size_t cmd_size = 64 + strlen(bin) + n * 20;
+  char *cmd = malloc(cmd_size);
+  size_t used =
+      (size_t)snprintf(cmd, cmd_size, "addr2line -i -f -a -e %s", bin);
+  for (size_t i = 0; i < n; i++)
+    used += (size_t)snprintf(cmd + used, cmd_size - used, " %" PRIx64,
+                             s[i].elf_address);
+  FILE *p = popen(cmd, "r");
+  free(cmd);
+  if (!p)
+    return -1;
+  char fn[512], loc[1024];
+  long cur = -1;
+  while (fgets(fn, sizeof fn, p)) {
+    fn[strcspn(fn, "\n")] = 0;
+    if (strncmp(fn, "0x", 2) == 0) {
+      cur++;
+      if ((size_t)cur < n)
+        out[cur][0] = 0;
+      continue;
+    }
+    if (!fgets(loc, sizeof loc, p) || cur < 0 || (size_t)cur >= n)
+      break;
+    char *colon = strrchr(loc, ':');
+    long line = colon ? strtol(colon + 1, NULL, 10) : 0;
+    if (colon)
+      *colon = 0;
+    size_t len = strlen(out[cur]);
+    snprintf(out[cur] + len, 1024 - len, "%s %s:%ld|", fn, base(loc), line);
+  }
+  pclose(p);
+  return (size_t)(cur + 1) == n ? 0 : -1;
+}
+
+static void test_inline_chains(void) {
+  int heavy_lo = marker_line("HEAVY_BEGIN"),
+      heavy_hi = marker_line("HEAVY_END");
+  int light_lo = marker_line("LIGHT_BEGIN"),
+      light_hi = marker_line("LIGHT_END");
+  CHECK(heavy_lo > 0 && heavy_hi > heavy_lo && light_lo > heavy_hi &&
+        light_hi > light_lo);
+
+  char *dir = make_temp_dir("lines");
+  char *argv[] = {CONTPROF,   "run",  "--hz", "199",    "--output", dir,
+                  "--period", "3600", "--",   WORKLOAD, "5",        NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  pprof_profile *profiles[4];
+  char names[4][512];
+  size_t np = read_profiles(dir, profiles, 4, names);
+  CHECK(np >= 1);
+  if (np == 0)
+    return;
+  const pprof_profile *p = profiles[0];
+  int vi = pprof_sample_type_index(p, "cpu-samples");
+  CHECK(vi >= 0);
+
+  int64_t total = 0, heavy = 0, light = 0, outside = 0, not_inlined = 0;
+  sampled *seen = calloc(4096, sizeof *seen);
+  size_t nseen = 0;
+  for (size_t i = 0; i < p->n_sample; i++) {
+    const Perftools__Profiles__Sample *s = p->sample[i];
+    int64_t v = s->value[vi];
+    total += v;
+    if (s->n_location_id == 0)
+      continue;
+    const Perftools__Profiles__Location *loc =
+        pprof_find_location(p, s->location_id[0]);
+    if (!loc || loc->n_line == 0)
+      continue;
+    const char *leaf = line_function(p, loc->line[0]);
+    int is_heavy = strcmp(leaf, "heavy_mix") == 0;
+    int is_light = strcmp(leaf, "light_mix") == 0;
+    if (!is_heavy && !is_light)
+      continue;
+    int64_t line = loc->line[0]->line;
+    int lo = is_heavy ? heavy_lo : light_lo,
+        hi = is_heavy ? heavy_hi : light_hi;
+    if (line <= lo || line >= hi)
+      outside += v;
+    /* Inlined into driver: the next Line is driver's, at the call. */
+    if (loc->n_line < 2 ||
+        strcmp(line_function(p, loc->line[1]), "driver") != 0)
+      not_inlined += v;
+    *(is_heavy ? &heavy : &light) += v;
+
+    const Perftools__Profiles__Mapping *m =
+        pprof_find_mapping(p, loc->mapping_id);
+    if (m && nseen < 4096 && strcmp(pprof_str(p, m->filename), WORKLOAD) == 0) {
+      sampled *e = &seen[nseen++];
+      e->elf_address = loc->address - m->memory_start + m->file_offset;
+      e->chain[0] = 0;
+      for (size_t k = 0; k < loc->n_line; k++) {
+        const Perftools__Profiles__Function *f =
+            pprof_find_function(p, loc->line[k]->function_id);
+        size_t len = strlen(e->chain);
+        snprintf(e->chain + len, sizeof e->chain - len, "%s %s:%" PRId64 "|",
+                 pprof_str(p, f->name), base(pprof_str(p, f->filename)),
+                 loc->line[k]->line);
+      }
+    }
+  }
+  fprintf(stderr,
+          "total=%" PRId64 " heavy=%" PRId64 " light=%" PRId64
+          " outside=%" PRId64 " not_inlined=%" PRId64 " addresses=%zu\n",
+          total, heavy, light, outside, not_inlined, nseen);
+  /* 5 CPU seconds at 199 Hz: ~1000 samples, so a share's standard error is 1.5
+   * points; 6 points is four of them. */
+  CHECK(total > 400);
+  double hs = 100.0 * (double)heavy / (double)total;
+  double ls = 100.0 * (double)light / (double)total;
+  CHECK(hs > 66.7 - 6 && hs < 66.7 + 6);
+  CHECK(ls > 33.3 - 6 && ls < 33.3 + 6);
+  CHECK_EQ_INT(outside, 0);
+  CHECK_EQ_INT(not_inlined, 0);
+
+  /* Every sampled address of the workload as addr2line sees it. */
+  CHECK(nseen > 0);
+  char(*want)[1024] = calloc(nseen ? nseen : 1, sizeof *want);
+  CHECK_EQ_INT(addr2line_chains(WORKLOAD, seen, nseen, want), 0);
+  size_t differ = 0;
+  for (size_t i = 0; i < nseen; i++) {
+    if (strcmp(seen[i].chain, want[i]) != 0 && differ++ < 5)
+      fprintf(stderr, "0x%" PRIx64 ": profile %s, addr2line %s\n",
+              seen[i].elf_address, seen[i].chain, want[i]);
+  }
+  CHECK_EQ_INT(differ, 0);
+
+  /* go tool pprof -lines shows the helpers with their file:line. */
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd,
+           "HOME=/tmp GOCACHE=/tmp/contprof-gocache go tool pprof -lines -top "
+           "%s 2>&1",
+           names[0]);
+  FILE *gp = popen(cmd, "r");
+  char buf[16384];
+  size_t got = fread(buf, 1, sizeof buf - 1, gp);
+  buf[got] = 0;
+  CHECK_EQ_INT(pclose(gp), 0);
+  CHECK(strstr(buf, "heavy_mix") && strstr(buf, "inline_workload.c:"));
+  CHECK(strstr(buf, "light_mix") != NULL);
+  if (!strstr(buf, "inline_workload.c:"))
+    fprintf(stderr, "go tool pprof said:\n%s\n", buf);
+
+  /* contprof top --lines: the helpers' rows name their file:line. */
+  snprintf(cmd, sizeof cmd, "%s top --lines -n 3 %s 2>&1", CONTPROF, names[0]);
+  gp = popen(cmd, "r");
+  got = fread(buf, 1, sizeof buf - 1, gp);
+  buf[got] = 0;
+  CHECK_EQ_INT(pclose(gp), 0);
+  char row[512];
+  snprintf(row, sizeof row, "heavy_mix %s:", WORKLOAD_SRC);
+  CHECK(strstr(buf, row) != NULL);
+  if (!strstr(buf, row))
+    fprintf(stderr, "contprof top --lines said:\n%s\n", buf);
+
+  free(want);
+  free(seen);
+  for (size_t i = 0; i < np; i++)
+    pprof_profile_free(profiles[i]);
+  free(r);
+  remove_dir(dir);
+}
+
+TEST_MAIN(T(test_inline_chains))
