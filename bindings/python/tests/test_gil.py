@@ -1,0 +1,208 @@
+"""Sampling without the GIL: CPU time spent inside a long C call that holds
+the GIL (sorted()) is charged to the Python function that made it, and
+stacks read while they change (threads exiting, deep recursion, fork) give
+dropped, counted samples, never a crash."""
+import json
+import sys
+
+from conftest import runner
+
+# A worker alternates sorted() of 400k floats (about 60-100 ms holding the
+# GIL) with pure Python; a second thread spins in pure Python. The truth is
+# the worker's own CPU clock around each sorted() call.
+GIL_BOUND = '''
+import json, random, threading, time
+import contprof
+
+contprof.start(profiles="cpu", cpu_hz=1000)
+DATA = [random.random() for _ in range(400000)]
+
+def sort_part():
+    t0 = time.thread_time()
+    sorted(DATA)
+    return time.thread_time() - t0
+
+def python_part(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for i in range(200):
+            x += i
+    return x
+
+truth = {}
+def worker():
+    t0 = time.thread_time()
+    in_sort = 0.0
+    while time.thread_time() - t0 < SECONDS:
+        in_sort += sort_part()
+        python_part(0.07)
+    truth.update(sort=in_sort, total=time.thread_time() - t0)
+
+stop = threading.Event()
+def spinner():
+    x = 0
+    while not stop.is_set():
+        for i in range(200):
+            x += i
+
+s = threading.Thread(target=spinner, name="spinner")
+w = threading.Thread(target=worker, name="worker")
+s.start(); w.start(); w.join()
+stop.set(); s.join()
+contprof.stop()
+print(json.dumps(truth))
+'''
+
+
+def gil_bound_share(run_py, seconds):
+    run = run_py(GIL_BOUND.replace("SECONDS", str(seconds)), timeout=300)
+    truth = json.loads(run.proc.stdout.strip().splitlines()[-1])
+    worker = [s for s in run.samples()
+              if s.labels.get("thread name") == "worker"]
+    total = sum(s.values.get("cpu-time", 0) for s in worker)
+    in_sort = sum(s.values.get("cpu-time", 0) for s in worker
+                  if "sort_part" in s.functions())
+    n = sum(s.values.get("cpu-samples", 0) for s in worker)
+    want = 100.0 * truth["sort"] / truth["total"]
+    got = 100.0 * in_sort / total
+    return want, got, n, run
+
+
+def test_gil_bound_call_charged_to_its_caller(run_py):
+    """Measured before this change (the sampler took the GIL) on Debian's
+    3.11.2: sort_part got 30-40 points less than its truth. Here within 4
+    points of the worker's CPU; with about 6000 worker samples the
+    standard error of a share near 50% is 0.65 points, so 4 points is six
+    of them."""
+    want, got, n, run = gil_bound_share(run_py, 8)
+    assert abs(got - want) <= 4, (want, got, n, run.proc.stderr)
+    assert n > 2500, n
+
+
+# Stacks that change under the sampler: no crash, no frame that was not
+# there, and what was dropped is counted (stats() and a "[dropped: ...]"
+# frame carrying the time).
+CHURN = """
+import json, os, sys, threading, time
+import contprof
+from contprof import _contprof
+
+contprof.start(profiles="cpu,wall", cpu_hz=1000, wall_interval_ms=1,
+               max_frames=1024)
+
+def rec(d):
+    return rec(d - 1) if d else sum(range(50))
+
+def recurser(stop):
+    # A chain of up to 900 frames pushed and popped all the time.
+    while not stop.is_set():
+        for d in (10, 300, 900, 50):
+            rec(d)
+
+def short_lived(i):
+    rec(20 + i % 40)
+
+stop = threading.Event()
+r = threading.Thread(target=recurser, args=(stop,), name="recurser")
+r.start()
+end = time.monotonic() + 4
+n = 0
+while time.monotonic() < end:
+    # Threads that exit while the sampler may be reading their state.
+    batch = [threading.Thread(target=short_lived, args=(i,))
+             for i in range(8)]
+    for t in batch:
+        t.start()
+    for t in batch:
+        t.join()
+    n += len(batch)
+    if FORK and n % 80 == 0:
+        pid = os.fork()
+        if pid == 0:
+            rec(100)
+            contprof.stop()
+            os._exit(7)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 7, status
+stop.set(); r.join()
+stats = _contprof.stats()
+contprof.stop()
+
+# Every function this program could be in: the names of all code objects
+# of the loaded modules, nested ones included.
+names = set()
+def collect(code):
+    names.add(code.co_name)
+    names.add(getattr(code, "co_qualname", code.co_name))
+    for c in code.co_consts:
+        if type(c) is type(code):
+            collect(c)
+for m in list(sys.modules.values()):
+    for v in list(getattr(m, "__dict__", {}).values()):
+        for f in [v] + list(getattr(v, "__dict__", {}).values()):
+            f = getattr(f, "__func__", f)
+            f = getattr(f, "fget", f)
+            code = getattr(f, "__code__", None)
+            if type(code) is type(rec.__code__):
+                collect(code)
+collect(rec.__code__)
+print(json.dumps(dict(stats, threads=n, names=sorted(names))))
+"""
+
+SPECIAL = {"[truncated]", "[dropped: Python stack changed while read]",
+           "<module>"}
+
+
+def churn(run_py, fork):
+    run = run_py(CHURN.replace("FORK", str(fork)), timeout=300)
+    stats = json.loads(run.proc.stdout.strip().splitlines()[-1])
+    names = set()
+    for s in run.samples():
+        names.update(s.functions())
+    # Frames the program never had: none (a torn stack is dropped).
+    unknown = names - set(stats.pop("names")) - SPECIAL
+    assert not unknown, (unknown, stats)
+    return stats, names, run
+
+
+def test_threads_exiting_and_deep_pushes_while_sampled(run_py):
+    """Threads exit and a 900-frame chain is pushed and popped while the
+    sampler reads them without the GIL: the run ends normally, every frame
+    in the profile is one the program has, deep stacks are read whole."""
+    stats, names, run = churn(run_py, False)
+    assert stats["threads"] > 100, stats
+    assert stats["samples"] > 1000, stats
+    # Counted (usually a few dozen of several thousand).
+    assert stats["dropped"] < stats["samples"], stats
+    deep = [s for s in run.samples()
+            if s.labels.get("thread name") == "recurser"
+            and s.functions().count("rec") >= 800]
+    assert deep, stats
+
+
+def test_fork_in_a_busy_process(run_py):
+    """os.fork while the sampler reads other threads: parent and children
+    exit normally (the children with their own status)."""
+    stats, names, run = churn(run_py, True)
+    assert stats["samples"] > 1000, stats
+
+
+def test_layout_is_checked_and_read_without_the_gil(run_py):
+    """The layout passed its check on our own stack; frames are read without
+    the GIL; from 3.13 on the offsets come from the interpreter's
+    _PyRuntime.debug_offsets, not from this build's headers."""
+    run = run_py("""
+        import json, contprof
+        from contprof import _contprof
+        contprof.start(profiles="cpu")
+        print(json.dumps(_contprof.stats()))
+        contprof.stop()
+        """)
+    stats = json.loads(run.proc.stdout.strip().splitlines()[-1])
+    assert stats["layout_ok"] and stats["without_gil"], stats
+    if sys.version_info >= (3, 13):
+        assert stats["layout"] == "debug offsets %d.%d" % sys.version_info[:2]
+    else:
+        assert stats["layout"] == "compiled-in"
+    assert "contprof:" not in run.proc.stderr, run.proc.stderr
