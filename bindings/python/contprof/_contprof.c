@@ -394,12 +394,25 @@ typedef struct codeid {
   uintptr_t name, filename, linetable;
 } codeid;
 
+/* 3.11+ frames sit next to each other on the thread's data stack (a newer
+ * frame above an older one): one read of the WIN_SIZE bytes below a frame
+ * usually holds the next dozens, so a stack costs a few system calls, not
+ * one per frame. */
+#define WIN_SIZE 4096
+#define WIN_MAX 16
+
 typedef struct walk_scratch {
   uintptr_t frame[MAX_STACK], code[MAX_STACK], back[MAX_STACK];
   uint64_t pos[MAX_STACK];
+  int src[MAX_STACK];    /* the window frame i was read from, or -1 */
+  int co_src[MAX_STACK]; /* an earlier frame with the same code, or -1 */
   unsigned char co[MAX_STACK][CO_WINDOW_MAX];
   unsigned char again[MAX_STACK][FR_WINDOW_MAX];
-  struct iovec lv[2 * MAX_STACK], rv[2 * MAX_STACK];
+  unsigned char win[WIN_MAX][WIN_SIZE + FR_WINDOW_MAX];
+  unsigned char win_again[WIN_MAX][WIN_SIZE + FR_WINDOW_MAX];
+  uintptr_t win_base[WIN_MAX];
+  size_t win_len[WIN_MAX], nwin;
+  struct iovec lv[2 * MAX_STACK + WIN_MAX], rv[2 * MAX_STACK + WIN_MAX];
   uintptr_t seen[4 * MAX_STACK]; /* open addressing: cycle check */
 } walk_scratch;
 
@@ -418,6 +431,32 @@ static int seen_add(walk_scratch *s, uintptr_t f) {
   }
 }
 
+/* The window holding frame f (read now if need be), or -1: 3.11+ only
+ * (before, frames are separate objects). */
+static int window_of(walk_scratch *s, uintptr_t f) {
+  if (L.frame_objects)
+    return -1;
+  for (size_t j = s->nwin; j-- > 0;)
+    if (f >= s->win_base[j] &&
+        f + L.fr_window <= s->win_base[j] + s->win_len[j])
+      return (int)j;
+  if (s->nwin == WIN_MAX)
+    return -1;
+  /* The WIN_SIZE bytes below the frame's end; if the page below is not
+   * mapped (the start of a data stack chunk), from the frame's own page. */
+  uintptr_t end = f + L.fr_window, start = end > WIN_SIZE ? end - WIN_SIZE : 0;
+  size_t j = s->nwin;
+  if (rd(start, s->win[j], end - start) != 0) {
+    start = f & ~(uintptr_t)4095;
+    if (rd(start, s->win[j], end - start) != 0)
+      return -1;
+  }
+  s->win_base[j] = start;
+  s->win_len[j] = end - start;
+  s->nwin++;
+  return (int)j;
+}
+
 /* The stack from frame `first` (leaf first) into out, at most max (<=
  * MAX_STACK) frames; *truncated when deeper. Returns the frame count or
  * WALK_TORN: an unreadable or cyclic chain, a code object that is not one,
@@ -429,13 +468,19 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
   size_t n = 0, steps = 0;
   *truncated = 0;
   memset(s->seen, 0, sizeof s->seen);
+  s->nwin = 0;
   unsigned char fr[FR_WINDOW_MAX];
   for (uintptr_t f = first; f;) {
     if (n == max || steps++ >= 2 * max + 16) {
       *truncated = 1;
       break;
     }
-    if (seen_add(s, f) || rd(f, fr, L.fr_window) != 0)
+    if (seen_add(s, f))
+      return WALK_TORN;
+    int w = window_of(s, f);
+    if (w >= 0)
+      memcpy(fr, s->win[w] + (f - s->win_base[w]), L.fr_window);
+    else if (rd(f, fr, L.fr_window) != 0)
       return WALK_TORN;
     uintptr_t back = (uintptr_t)word_at(fr, L.fr_back);
     if (L.has_owner && (signed char)fr[L.fr_owner] >= 3) {
@@ -443,6 +488,7 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
       continue;
     }
     s->frame[n] = f;
+    s->src[n] = w;
     s->code[n] = (uintptr_t)word_at(fr, L.fr_code) & ~L.tag_mask;
     s->back[n] = back;
     s->pos[n] = L.frame_objects ? (uint64_t)(int64_t)int_at(fr, L.fr_pos)
@@ -450,18 +496,37 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
     n++;
     f = back;
   }
-  /* Every code object, and every frame again. */
+  /* Every code object (once per run of recursion), and every frame again:
+   * its window, or itself. */
+  size_t nv = 0;
   for (size_t i = 0; i < n; i++) {
-    s->lv[2 * i] = (struct iovec){s->co[i], L.co_window};
-    s->rv[2 * i] = (struct iovec){(void *)s->code[i], L.co_window};
-    s->lv[2 * i + 1] = (struct iovec){s->again[i], L.fr_window};
-    s->rv[2 * i + 1] = (struct iovec){(void *)s->frame[i], L.fr_window};
+    s->co_src[i] = -1;
+    for (size_t j = i > 8 ? i - 8 : 0; j < i; j++)
+      if (s->code[j] == s->code[i] && s->co_src[j] < 0)
+        s->co_src[i] = (int)j;
+    if (s->co_src[i] < 0) {
+      s->lv[nv] = (struct iovec){s->co[i], L.co_window};
+      s->rv[nv++] = (struct iovec){(void *)s->code[i], L.co_window};
+    }
+    if (s->src[i] < 0) {
+      s->lv[nv] = (struct iovec){s->again[i], L.fr_window};
+      s->rv[nv++] = (struct iovec){(void *)s->frame[i], L.fr_window};
+    }
   }
-  if (n && rdv(s->lv, s->rv, 2 * n) != 0)
+  for (size_t j = 0; j < s->nwin; j++) {
+    s->lv[nv] = (struct iovec){s->win_again[j], s->win_len[j]};
+    s->rv[nv++] = (struct iovec){(void *)s->win_base[j], s->win_len[j]};
+  }
+  if (nv && rdv(s->lv, s->rv, nv) != 0)
     return WALK_TORN;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    const unsigned char *co = s->co[i], *fa = s->again[i];
+    const unsigned char *co =
+        s->co[s->co_src[i] < 0 ? i : (size_t)s->co_src[i]];
+    const unsigned char *fa =
+        s->src[i] < 0
+            ? s->again[i]
+            : s->win_again[s->src[i]] + (s->frame[i] - s->win_base[s->src[i]]);
     if (((uintptr_t)word_at(fa, L.fr_code) & ~L.tag_mask) != s->code[i] ||
         (uintptr_t)word_at(fa, L.fr_back) != s->back[i])
       return WALK_TORN; /* popped or pushed over while we read */
@@ -481,7 +546,7 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
       if (d < -2 || (L.code_is_var && units >= len))
         return WALK_TORN;
       if (L.has_firsttraceable &&
-          (signed char)s->again[i][L.fr_owner] != 1 /* generator */ &&
+          (signed char)fa[L.fr_owner] != 1 /* generator */ &&
           units < int_at(co, L.co_firsttraceable))
         continue; /* pushed, not started: _PyFrame_IsIncomplete */
     }
