@@ -1164,6 +1164,18 @@ static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
     seen++;
     if (!t->tid)
       continue; /* before 3.11, until threading names it */
+    int64_t cpu = do_cpu && t->has_clock ? clock_ns(t->cpu_clock) : -1;
+    /* A smaller clock: the tid was reused by a new thread. */
+    int64_t cpu_delta = cpu < 0                 ? 0
+                        : cpu >= t->last_cpu_ns ? cpu - t->last_cpu_ns
+                                                : cpu;
+    if (cpu >= 0)
+      t->last_cpu_ns = cpu;
+    uint64_t wall_delta = now - t->last_wall_ns;
+    if (do_wall)
+      t->last_wall_ns = now;
+    if (!do_wall && cpu_delta <= 0)
+      continue; /* no CPU since its last sample: nothing to read */
     int truncated = 0;
     long n = head_ok ? walk(first, sampler_ids, cfg.max_frames, &truncated,
                             &sampler_scratch)
@@ -1179,16 +1191,6 @@ static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
     uint64_t read_at = monotonic_ns();
     sampler.latency_us[sampler.latencies++ % LATENCY_RING] =
         (uint32_t)((read_at > due ? read_at - due : 0) / 1000);
-    int64_t cpu = do_cpu && t->has_clock ? clock_ns(t->cpu_clock) : -1;
-    /* A smaller clock: the tid was reused by a new thread. */
-    int64_t cpu_delta = cpu < 0                 ? 0
-                        : cpu >= t->last_cpu_ns ? cpu - t->last_cpu_ns
-                                                : cpu;
-    if (cpu >= 0)
-      t->last_cpu_ns = cpu;
-    uint64_t wall_delta = now - t->last_wall_ns;
-    if (do_wall)
-      t->last_wall_ns = now;
     if (n == 0)
       continue; /* a thread state with no Python frame: native code */
     size_t k;
