@@ -397,7 +397,8 @@ typedef struct codeid {
 /* 3.11+ frames sit next to each other on the thread's data stack (a newer
  * frame above an older one): one read of the WIN_SIZE bytes below a frame
  * usually holds the next dozens, so a stack costs a few system calls, not
- * one per frame. */
+ * one per frame. Only with safe reads: the bytes below a frame may be
+ * unmapped. */
 #define WIN_SIZE 4096
 #define WIN_MAX 16
 
@@ -434,8 +435,8 @@ static int seen_add(walk_scratch *s, uintptr_t f) {
 /* The window holding frame f (read now if need be), or -1: 3.11+ only
  * (before, frames are separate objects). */
 static int window_of(walk_scratch *s, uintptr_t f) {
-  if (L.frame_objects)
-    return -1;
+  if (L.frame_objects || !safe_reads)
+    return -1; /* in-place reads stay inside the frame */
   for (size_t j = s->nwin; j-- > 0;)
     if (f >= s->win_base[j] &&
         f + L.fr_window <= s->win_base[j] + s->win_len[j])

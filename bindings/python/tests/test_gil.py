@@ -3,7 +3,10 @@ the GIL (sorted()) is charged to the Python function that made it, and
 stacks read while they change (threads exiting, deep recursion, fork) give
 dropped, counted samples, never a crash."""
 import json
+import platform
 import sys
+
+import pytest
 
 from conftest import runner
 
@@ -206,3 +209,53 @@ def test_layout_is_checked_and_read_without_the_gil(run_py):
     else:
         assert stats["layout"] == "compiled-in"
     assert "contprof:" not in run.proc.stderr, run.proc.stderr
+
+
+# process_vm_readv refused by a seccomp filter (as some container profiles
+# do): one contprof: line, then the GIL-held pass of before; still correct.
+SECCOMP = '''
+import ctypes, json, platform, threading, time
+import contprof
+from contprof import _contprof
+
+class Filter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte),
+                ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+# x86_64: process_vm_readv (310) -> EPERM, everything else allowed.
+rules = [(0x20, 0, 0, 4), (0x15, 0, 3, 0xc000003e), (0x20, 0, 0, 0),
+         (0x15, 0, 1, 310), (0x06, 0, 0, 0x00050001),
+         (0x06, 0, 0, 0x7fff0000)]
+arr = (Filter * len(rules))(*[Filter(*r) for r in rules])
+prog = Prog(len(rules), arr)
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # seccomp filter
+
+contprof.start(profiles="cpu", cpu_hz=200)
+def spin(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+t = threading.Thread(target=spin, args=(1.5,), name="spinner")
+t.start(); spin(0.5); t.join()
+stats = _contprof.stats()
+contprof.stop()
+print(json.dumps(stats))
+'''
+
+
+def test_refused_safe_reads_fall_back_to_the_gil(run_py):
+    if platform.machine() != "x86_64":
+        pytest.skip("the seccomp filter here is written for x86_64")
+    run = run_py(SECCOMP)
+    stats = json.loads(run.proc.stdout.strip().splitlines()[-1])
+    assert not stats["without_gil"] and stats["layout_ok"], stats
+    lines = [x for x in run.proc.stderr.splitlines() if "contprof:" in x]
+    assert len(lines) == 1 and "process_vm_readv" in lines[0], lines
+    spinner = sum(s.values.get("cpu-time", 0) for s in run.samples()
+                  if s.labels.get("thread name") == "spinner"
+                  and "spin" in s.functions())
+    assert 1.2e9 < spinner < 1.8e9, spinner
