@@ -45,6 +45,29 @@ bench_build() {
   export BENCH_BUILT=$BENCH_BUILD_DIR
 }
 
+# bench_python_build PY: builds the Python package for interpreter PY with
+# its in-tree backend (bindings/python/backend, build_wheel against
+# $BENCH_BUILD_DIR's libcontprof.a) and unpacks the wheel into
+# $BENCH_BUILD_DIR/python-X.Y.Z, which it prints (for PYTHONPATH).
+bench_python_build() {
+  local py=$1 ver dest
+  ver=$("$py" -c 'import platform; print(platform.python_version())') ||
+    bench_die "cannot run $py"
+  dest=$BENCH_BUILD_DIR/python-$ver
+  echo "bench: building the Python extension for $ver ($py) into $dest" >&2
+  rm -rf "$dest" "$dest.wheel"
+  mkdir -p "$dest.wheel"
+  (cd "$bench_root/bindings/python" &&
+    CONTPROF_BUILD_DIR=$BENCH_BUILD_DIR "$py" -c \
+      'import sys; sys.path.insert(0, "backend"); import contprof_build; contprof_build.build_wheel(sys.argv[1])' \
+      "$dest.wheel" >&2) || bench_die "building the Python extension for $ver failed"
+  "$py" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+    "$dest.wheel"/*.whl "$dest"
+  chmod 755 "$dest"/contprof/*.so
+  rm -rf "$dest.wheel"
+  echo "$dest"
+}
+
 # Reads numbers, one a line, on stdin; prints "median p25 p75" (linear
 # interpolation between order statistics).
 bench_quantiles() {

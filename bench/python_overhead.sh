@@ -18,7 +18,10 @@
 #               (time.thread_time): the cost put on the profiled thread
 #               (GIL hand-offs to the sampler, cache effects).
 #
-#   bench/python_overhead.sh
+#   bench/python_overhead.sh [PYTHON]
+# PYTHON: the interpreter to measure (default $BENCH_PYTHON, else
+# /usr/bin/python3), e.g. /root/.pyenv/versions/3.9.18/bin/python3, for the
+# per-version table of docs/benchmarks.md; the extension is built for it.
 # Environment: PYOVERHEAD_ROUNDS (21), PYOVERHEAD_WORK (500 rounds of
 # python_work.py: ~2 s of CPU), BENCH_BUILD_DIR, BENCH_RAW=1 to print every
 # run.
@@ -27,19 +30,15 @@ source "$(dirname "$0")/lib.sh"
 
 PYOVERHEAD_ROUNDS=${PYOVERHEAD_ROUNDS:-21}
 PYOVERHEAD_WORK=${PYOVERHEAD_WORK:-500}
-PY=/usr/bin/python3
+PY=${1:-${BENCH_PYTHON:-/usr/bin/python3}}
 
 bench_build
-pylib=$BENCH_BUILD_DIR/python
-echo "bench: building the Python extension into $pylib" >&2
-(cd "$bench_root/bindings/python" &&
-  CONTPROF_BUILD_DIR=$BENCH_BUILD_DIR "$PY" setup.py -q build \
-    --build-base "$BENCH_BUILD_DIR/python-build" --build-lib "$pylib" \
-    --build-temp "$BENCH_BUILD_DIR/python-build/tmp" >&2)
+pylib=$(bench_python_build "$PY")
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-pyoverhead.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-work=$bench_root/bench/python_work.py
+# Not "work": bench_rounds has a local of that name, which run() would see.
+workload=$bench_root/bench/python_work.py
 variants=(plain contprof plain-again)
 
 # run VARIANT WORK LOG: one run, appending "wall user sys status" to LOG.
@@ -48,11 +47,11 @@ run() {
   rm -rf "$tmp/prof"
   case $v in
   plain*)
-    "$BENCH_BIN/cpurun" "$log" env PYTHONPATH="$pylib" "$PY" "$work" "$n" \
+    "$BENCH_BIN/cpurun" "$log" env PYTHONPATH="$pylib" "$PY" "$workload" "$n" \
       >"$tmp/out" ;;
   contprof)
     "$BENCH_BIN/cpurun" "$log" env PYTHONPATH="$pylib" "$PY" -m contprof \
-      --output "$tmp/prof" "$work" "$n" >"$tmp/out" ;;
+      --output "$tmp/prof" "$workload" "$n" >"$tmp/out" ;;
   esac
   ((n > 0)) || return 0
   awk '/^checksum/ {print $4}' "$tmp/out" >>"$log.threads"

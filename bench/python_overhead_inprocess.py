@@ -8,6 +8,9 @@ the round's plain segment; median [p25, p75]. Short segments close together
 in time see the same machine load, which run-to-run comparisons do not.
 
     PYTHONPATH=<built package> python3 bench/python_overhead_inprocess.py [ROUNDS WORK]
+
+(bench/python_overhead.sh [PYTHON] builds the package for that interpreter
+into $BENCH_BUILD_DIR/python-X.Y.Z.)
 """
 import os
 import statistics

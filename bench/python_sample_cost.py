@@ -6,7 +6,8 @@ divided by its passes and by the thread stacks it read.
 
     PYTHONPATH=<built package> python3 bench/python_sample_cost.py [THREADS DEPTH SECONDS]
 
-(bench/python_overhead.sh builds the package into $BENCH_BUILD_DIR/python.)
+(bench/python_overhead.sh [PYTHON] builds the package for that interpreter
+into $BENCH_BUILD_DIR/python-X.Y.Z.)
 """
 import glob
 import os

@@ -17,9 +17,19 @@ import atexit
 import functools
 import os
 import sys
+import sysconfig
 import threading
 
-from . import _contprof
+from ._support import unsupported as _unsupported
+
+# A free-threaded build (3.13t) is refused here with the same line as at
+# build time, not left to whatever the extension's import would say.
+_refused = _unsupported(sys.version_info,
+                        sysconfig.get_config_var("Py_GIL_DISABLED"))
+if _refused:
+    raise ImportError(_refused)
+
+from . import _contprof  # noqa: E402
 
 __all__ = [
     "ProfilerError", "start", "stop", "flush", "is_running", "labels",

@@ -1,11 +1,17 @@
-"""Builds the extension once per session (setup.py build, into a temporary
-directory, against the C build: $BUILD_DIR or <repo>/build, after
-scripts/build) and runs workloads in fresh interpreters that import it."""
+"""Builds the extension once per session through the package's own PEP 517
+backend (backend/contprof_build.py's build_wheel, run by this interpreter
+against the C build: $BUILD_DIR or <repo>/build, after scripts/build) and
+runs workloads in fresh interpreters that import it.
+
+With CONTPROF_TEST_INSTALLED=1 (scripts/test-python, which pip-installs the
+package into a venv and runs this suite with that venv's python), the
+workloads import the installed package instead."""
 import glob
 import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import pytest
 
@@ -16,28 +22,56 @@ sys.path.insert(0, HERE)
 
 import pprof  # noqa: E402
 
+INSTALLED = os.environ.get("CONTPROF_TEST_INSTALLED") == "1"
+
 
 def c_build_dir():
     return os.environ.get("BUILD_DIR") or os.path.join(ROOT, "build")
 
 
-@pytest.fixture(scope="session")
-def libdir(tmp_path_factory):
-    base = tmp_path_factory.mktemp("build")
+def build_env():
+    """The environment of a build: reuses the C build when there is one."""
     env = dict(os.environ)
     if os.path.isfile(os.path.join(c_build_dir(), "libcontprof.a")):
         env["CONTPROF_BUILD_DIR"] = c_build_dir()
-    out = base / "lib"
+    return env
+
+
+class Wheel:
+    def __init__(self, path, output):
+        self.path = path
+        self.output = output  # the backend's and compiler's output
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The wheel that build_wheel writes for this interpreter (what pip
+    installs), built as a PEP 517 frontend would: a fresh interpreter with
+    the backend on its path, in the package directory."""
+    out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run(
-        [sys.executable, "setup.py", "build", "--build-base",
-         str(base / "b"), "--build-lib", str(out), "--build-temp",
-         str(base / "tmp")], cwd=PKG, env=env, capture_output=True,
-        text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    # The extension's own code compiles without warnings.
-    ours = [line for line in (proc.stdout + proc.stderr).splitlines()
-            if "_contprof.c" in line and "warning:" in line]
-    assert not ours, "\n".join(ours)
+        [sys.executable, "-c",
+         "import sys; sys.path.insert(0, 'backend'); import contprof_build;"
+         " contprof_build.build_wheel(sys.argv[1])", str(out)],
+        cwd=PKG, env=build_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, universal_newlines=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout
+    wheels = glob.glob(str(out / "*.whl"))
+    assert len(wheels) == 1, wheels
+    return Wheel(wheels[0], proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def libdir(request, tmp_path_factory):
+    """A directory to put on PYTHONPATH that holds the package (the wheel,
+    unpacked), or None when the running interpreter has it installed."""
+    if INSTALLED:
+        return None
+    out = tmp_path_factory.mktemp("lib")
+    with zipfile.ZipFile(request.getfixturevalue("wheel").path) as z:
+        z.extractall(str(out))
+    for so in glob.glob(str(out / "contprof" / "*.so")):
+        os.chmod(so, 0o755)
     return str(out)
 
 
@@ -57,16 +91,18 @@ class Run:
 
 
 def runner(libdir, tmp_path):
-    """run(code, env={}) runs code in this interpreter (/usr/bin/python3)
-    with the package importable and CONTPROF_OUTPUT_DIR set; returns a
-    Run."""
+    """run(code, env={}) runs code in this interpreter (sys.executable)
+    with the package importable (from libdir, or installed) and
+    CONTPROF_OUTPUT_DIR set; returns a Run."""
 
     def run(code, env=None, timeout=90, check=True):
         outdir = str(tmp_path / "profiles")
         e = {k: v for k, v in os.environ.items()
              if not k.startswith(("CONTPROF_", "DD_", "PYROSCOPE_"))}
-        e.update({"PYTHONPATH": libdir, "CONTPROF_OUTPUT_DIR": outdir,
-                  "CONTPROF_EXPORT": "file"})
+        e.pop("PYTHONPATH", None)
+        if libdir:
+            e["PYTHONPATH"] = libdir
+        e.update({"CONTPROF_OUTPUT_DIR": outdir, "CONTPROF_EXPORT": "file"})
         e.update(env or {})
         script = tmp_path / "workload.py"
         script.write_text(textwrap.dedent(code))

