@@ -954,12 +954,41 @@ static size_t key_slot(uint64_t key) {
   return (size_t)(key * 0x9e3779b97f4a7c15ull >> 40) & (THREAD_TABLE_SIZE - 1);
 }
 
+/* Before 3.11 a thread state holds the thread's pthread_t (glibc: the
+ * address of its struct pthread), not its kernel tid. The offset of the tid
+ * in struct pthread is found on our own thread at start and checked on the
+ * namer thread (-1: not found, then tids come from threading, with the
+ * GIL); the sampler then reads a new thread's tid with a safe read. */
+static long pthread_tid_off = -1;
+
+static void pthread_tid_calibrate(void) {
+  int32_t buf[512];
+  pid_t me = (pid_t)gettid();
+  pthread_tid_off = -1;
+  if (rd((uintptr_t)pthread_self(), buf, sizeof buf) != 0)
+    return;
+  for (size_t i = 0; i < 512; i++)
+    if (buf[i] == me) {
+      pthread_tid_off = (long)(i * sizeof *buf);
+      return;
+    }
+}
+
+/* The kernel tid of the thread whose pthread_t is key, or 0. */
+static pid_t pthread_tid(uint64_t key) {
+  int32_t tid;
+  if (pthread_tid_off < 0 || !safe_reads ||
+      rd((uintptr_t)key + (uintptr_t)pthread_tid_off, &tid, sizeof tid) != 0)
+    return 0;
+  return tid > 0 ? (pid_t)tid : 0;
+}
+
 /* Under threads_lock. The record of key, created when create is set (then
  * with a CPU baseline of 0: a thread first seen has used its CPU since it
- * began). Before 3.11 a record is only created with the GIL, while the
- * thread (whose pthread id gives its clock) is known to be alive. NULL
- * when the table is full. */
-static pythread *thread_of(uint64_t key, int create) {
+ * began). Before 3.11 a record is created with a known tid, or with the
+ * GIL, while the thread (whose pthread id gives its clock) is known to be
+ * alive. NULL when the table is full. */
+static pythread *thread_of_tid(uint64_t key, int create, pid_t tid) {
   if (!key)
     return NULL;
   const size_t mask = THREAD_TABLE_SIZE - 1;
@@ -976,8 +1005,8 @@ static pythread *thread_of(uint64_t key, int create) {
   pythread *t = &threads_tab[slot];
   memset(t, 0, sizeof *t);
   t->key = key;
-  if (L.tid_native) {
-    t->tid = (pid_t)key;
+  if (L.tid_native || tid > 0) {
+    t->tid = L.tid_native ? (pid_t)key : tid;
     t->cpu_clock = thread_cpu_clock(t->tid);
     t->has_clock = 1;
   } else {
@@ -985,6 +1014,22 @@ static pythread *thread_of(uint64_t key, int create) {
   }
   threads_used++;
   return t;
+}
+
+static pythread *thread_of(uint64_t key, int create) {
+  return thread_of_tid(key, create, 0);
+}
+
+/* Under threads_lock, before 3.11: record t now belongs to a new thread
+ * tid that got the same pthread_t; it starts afresh. */
+static void thread_renew(pythread *t, pid_t tid, uint64_t now) {
+  uint64_t key = t->key;
+  memset(t, 0, sizeof *t);
+  t->key = key;
+  t->tid = tid;
+  t->cpu_clock = thread_cpu_clock(tid);
+  t->has_clock = 1;
+  t->last_wall_ns = now - (uint64_t)cfg.wall_period_ns;
 }
 
 /* Under threads_lock: drops the records of threads that are gone (not seen
@@ -1097,10 +1142,10 @@ static void name_threads(void) {
         unsigned long ident = PyLong_AsUnsignedLong(key);
         pthread_mutex_lock(&threads_lock);
         pythread *t = thread_of(ident, 1);
-        if (t && !t->tid) {
-          t->tid = (pid_t)tid;
-          t->last_wall_ns = monotonic_ns() - (uint64_t)cfg.wall_period_ns;
-        }
+        /* Only a record without a tid: threading's _native_id of a forked
+         * child's thread is still the parent's. */
+        if (t && !t->tid)
+          thread_renew(t, (pid_t)tid, monotonic_ns());
         pthread_mutex_unlock(&threads_lock);
       }
       Py_XDECREF(native);
@@ -1151,12 +1196,22 @@ static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
     if (!key || key == sampler.namer_key)
       continue;
     pythread *t = thread_of(key, 0);
+    if (t && !L.tid_native) {
+      /* glibc reuses a finished thread's struct pthread, so a new thread
+       * can have the key of an old record: tell them apart by the tid. */
+      pid_t tid = pthread_tid(key);
+      if (tid && tid != t->tid)
+        thread_renew(t, tid, now);
+      else if (!tid && t->tid && t->has_clock && clock_ns(t->cpu_clock) < 0)
+        t->tid = 0; /* gone; the namer names the new one */
+    }
     if (!t) {
-      if (!L.tid_native) {
+      pid_t tid = L.tid_native ? 0 : pthread_tid(key);
+      if (!L.tid_native && !tid) {
         sampler.names_due = 1; /* its record is made with the GIL */
         continue;
       }
-      if (!(t = thread_of(key, 1)))
+      if (!(t = thread_of_tid(key, 1, tid)))
         continue;
       t->last_wall_ns = now - (uint64_t)cfg.wall_period_ns;
       sampler.names_due = 1;
@@ -1284,6 +1339,9 @@ static void *namer_main(void *arg) {
   pthread_setname_np(pthread_self(), "contprof-pyname");
   PyGILState_STATE g = PyGILState_Ensure();
   sampler.namer_key = ts_key(PyThreadState_Get());
+  if (pthread_tid_off >= 0 &&
+      pthread_tid((uint64_t)pthread_self()) != (pid_t)gettid())
+    pthread_tid_off = -1; /* the offset was a coincidence: use threading */
   PyThreadState *saved = PyEval_SaveThread();
   pthread_mutex_lock(&sampler.lock);
   while (!sampler.stop) {
@@ -1785,6 +1843,8 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
               strerror(errno));
     cfg.interp = PyThreadState_Get()->interp;
     const char *why = layout_check();
+    if (!why && !L.tid_native && safe_reads)
+      pthread_tid_calibrate();
     if (why)
       fprintf(stderr,
               "contprof: CPython %s: %s; Python CPU, wall and allocation "
@@ -2005,7 +2065,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
   pthread_mutex_unlock(&threads_lock);
   qsort(lat, n, sizeof *lat, cmp_u32);
   return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:k,s:k,s:k,s:O,s:O,s:s}", "samples",
+      "{s:K,s:K,s:K,s:K,s:K,s:k,s:k,s:k,s:O,s:O,s:s,s:l}", "samples",
       (unsigned long long)samples, "dropped", (unsigned long long)dropped,
       "retried", (unsigned long long)retried, "passes_cut_short",
       (unsigned long long)cut, "latency_n", (unsigned long long)n,
@@ -2013,7 +2073,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
       (unsigned long)(n ? lat[n * 99 / 100] : 0), "latency_max_us",
       (unsigned long)(n ? lat[n - 1] : 0), "without_gil",
       safe_reads ? Py_True : Py_False, "layout_ok", L.ok ? Py_True : Py_False,
-      "layout", L.source);
+      "layout", L.source, "pthread_tid_offset", pthread_tid_off);
 }
 
 static PyMethodDef methods[] = {

@@ -259,3 +259,25 @@ def test_refused_safe_reads_fall_back_to_the_gil(run_py):
                   if s.labels.get("thread name") == "spinner"
                   and "spin" in s.functions())
     assert 1.2e9 < spinner < 1.8e9, spinner
+
+
+def test_threads_that_reuse_a_finished_threads_pthread(run_py):
+    """glibc gives a new thread the struct pthread (so the pthread_t, the
+    thread state's id before 3.11) of one that finished: the second batch is
+    still sampled, with its own CPU clock. Before this was handled, 3.8-3.10
+    recorded almost none of the second batch's 2 s."""
+    from conftest import BURN
+    run = run_py(BURN + """
+import threading, contprof
+contprof.start(profiles="cpu", cpu_hz=200)
+def first_batch(): burn(0.3)
+def second_batch(): burn(1.0)
+for f in (first_batch, second_batch):
+    ts = [threading.Thread(target=f) for _ in range(2)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+contprof.stop()
+""")
+    second = sum(s.values.get("cpu-time", 0) for s in run.samples()
+                 if "second_batch" in s.functions())
+    assert 1.6e9 < second < 2.4e9, second
