@@ -595,8 +595,12 @@ static void read_str(uintptr_t addr, char *buf, size_t cap) {
     return;
   if (ascii) {
     size_t m = (size_t)len < cap - 1 ? (size_t)len : cap - 1;
+    /* A partial copy (the object freed and unmapped meanwhile) leaves buf
+     * without its terminator: "?" then. */
     if (rd(addr + L.str_ascii, buf, m) == 0)
       buf[m] = 0;
+    else
+      snprintf(buf, cap, "?");
     return;
   }
   if (kind != 1 && kind != 2 && kind != 4)
