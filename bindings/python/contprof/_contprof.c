@@ -437,9 +437,11 @@ static int seen_add(walk_scratch *s, uintptr_t f) {
 static int window_of(walk_scratch *s, uintptr_t f) {
   if (L.frame_objects || !safe_reads)
     return -1; /* in-place reads stay inside the frame */
+  /* Compared as distances: a torn back link near UINTPTR_MAX made
+   * f + fr_window wrap and pass (found by the churn test on 3.11.7). */
   for (size_t j = s->nwin; j-- > 0;)
-    if (f >= s->win_base[j] &&
-        f + L.fr_window <= s->win_base[j] + s->win_len[j])
+    if (f >= s->win_base[j] && s->win_len[j] >= L.fr_window &&
+        f - s->win_base[j] <= s->win_len[j] - L.fr_window)
       return (int)j;
   if (s->nwin == WIN_MAX)
     return -1;
@@ -476,7 +478,9 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
       *truncated = 1;
       break;
     }
-    if (seen_add(s, f))
+    /* Frames are pointer-aligned and far from both ends of the address
+     * space; anything else is a torn link. */
+    if ((f & 7) || f < 4096 || f > UINTPTR_MAX - 2 * WIN_SIZE || seen_add(s, f))
       return WALK_TORN;
     int w = window_of(s, f);
     if (w >= 0)
