@@ -1,11 +1,24 @@
 /* contprof's CPython extension: samples Python frames into libcontprof.
  *
  * - CPU and wall: one native sampler thread wakes every 1/CONTPROF_CPU_HZ
- *   (and CONTPROF_WALL_INTERVAL_MS), takes the GIL, walks every thread
- *   state's interpreter frames (read in place: no frame objects are made),
- *   and records per thread the CPU-clock delta since its previous sample
- *   (only when > 0) and the elapsed wall time. Holding the GIL makes the
- *   walk consistent: no other thread can run Python meanwhile.
+ *   (and CONTPROF_WALL_INTERVAL_MS) and reads every thread's interpreter
+ *   frames WITHOUT the GIL, at the moment the sample is due: each read is a
+ *   process_vm_readv() of our own memory, which fails (EFAULT) instead of
+ *   faulting on freed memory. A stack is accepted only if every frame's code
+ *   object has the code type, its instruction lies inside the code, the
+ *   chain has no cycle, and a second read of every frame after the walk
+ *   finds it unchanged; otherwise the sample is dropped, counted, and its
+ *   time charged to a "[dropped]" frame (docs/python.md). Per thread the
+ *   CPU-clock delta of its kernel tid since its previous sample (when > 0)
+ *   and the elapsed wall time are recorded. Code objects are named from
+ *   copies too (their strings and line table), through a cache keyed by the
+ *   code object's address, instruction and identity fields.
+ * - Where process_vm_readv is refused (seccomp), the sampler takes the GIL
+ *   for each pass and reads in place, as before 0.2 (one `contprof:` line).
+ * - Struct layouts: 3.8-3.10 PyFrameObject chains, 3.11-3.12 the
+ *   _PyInterpreterFrame chain from the interpreter's own headers; from 3.13
+ *   on the offsets the interpreter publishes in _PyRuntime.debug_offsets,
+ *   checked at start and then tried on the calling thread's own stack.
  * - Allocations: PyMem_SetAllocator hooks on the MEM and OBJ domains (both
  *   are only called with the GIL held, so the sampling state below needs no
  *   other lock) sample allocated bytes as a Poisson process with mean
@@ -13,27 +26,39 @@
  *   pointers live in a bounded table until freed; the uploader thread
  *   reports them as the live heap in before_export without the GIL.
  * - Labels and spans: the calling thread's C labels (libcontprof's TLS) plus
- *   a per-thread record, keyed by the thread state's unique id, that the
- *   sampler reads for other threads.
- *
- * Everything touched by both the sampler and the hooks is only touched with
- * the GIL held; the heap table is also read by the uploader thread, under
- * heap.lock. */
+ *   a per-thread record, keyed by the kernel thread id, that the sampler
+ *   reads for other threads (under threads_lock). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if PY_VERSION_HEX < 0x03080000
+#define CP_UNSUPPORTED "CPython older than 3.8"
+#elif defined(Py_GIL_DISABLED)
+#define CP_UNSUPPORTED                                                         \
+  "a free-threaded CPython build (its frames are not "                         \
+  "protected by a GIL)"
+#elif PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h>
+#define CP_FRAME_OBJECTS 1 /* 3.8-3.10 */
+#elif PY_VERSION_HEX < 0x030D0000
 #define Py_BUILD_CORE 1
 #include "internal/pycore_frame.h"
 #undef Py_BUILD_CORE
-#define CP_PY311 1
-#elif PY_VERSION_HEX >= 0x03080000 && PY_VERSION_HEX < 0x030B0000
-#include <frameobject.h>
-#define CP_PY_OLD 1
+#define CP_COMPILED_LAYOUT 1 /* 3.11, 3.12 */
 #else
-#error "contprof: this CPython's frame layout is not supported (3.8 to 3.11)"
+#define CP_DEBUG_OFFSETS 1 /* 3.13 and newer */
 #endif
 
+#ifdef CP_UNSUPPORTED
+/* Refused at import with one clear message, nothing else compiled. */
+PyMODINIT_FUNC PyInit__contprof(void) {
+  PyErr_SetString(PyExc_ImportError,
+                  "contprof: " CP_UNSUPPORTED " is not supported");
+  return NULL;
+}
+#else
+
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -42,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,9 +78,10 @@
 
 #define MAX_STACK 1024         /* frames per sample (CONTPROF_MAX_FRAMES) */
 #define HEAP_FRAMES 64         /* frames kept per live sampled allocation */
-#define FRAME_CACHE_BITS 15    /* (code, instruction) -> frame word */
 #define THREAD_TABLE_SIZE 4096 /* Python threads tracked at once */
+#define THREAD_WALK_MAX 4096   /* thread states read per pass */
 #define NAME_REFRESH_NS 1000000000ull
+#define LATENCY_RING 65536 /* sample due -> frames read, in us */
 
 /* --- options: the keyword arguments of contprof.start ------------------ */
 
@@ -129,6 +156,7 @@ static void norm_add(const char *name, const char *fmt, long value) {
 static struct {
   int running;
   int cpu_on, wall_on, alloc_on, heap_on;
+  int log_level;
   int64_t cpu_period_ns, wall_period_ns;
   size_t max_frames;
   double alloc_rate;
@@ -137,109 +165,760 @@ static struct {
   PyInterpreterState *interp;
 } cfg;
 
-/* --- frames: (code object, instruction) -> frame word -------------------- */
+/* --- layout: where the fields the walk reads are, for this interpreter -- */
 
-typedef struct frame_slot {
-  PyCodeObject *code; /* strong reference: its address cannot be reused */
-  int lasti;
-  uint64_t word;
-} frame_slot;
+#define TS_WINDOW_MAX 1024 /* bytes of a thread state read at once */
+#define FR_WINDOW_MAX 128  /* of a frame */
+#define CO_WINDOW_MAX 256  /* of a code object */
 
-static frame_slot frame_cache[1u << FRAME_CACHE_BITS];
-static size_t frame_cache_used;
-static uint64_t truncated_word, no_frame_word;
+static struct layout {
+  int ok;            /* checked and tried on our own stack */
+  int frame_objects; /* 3.8-3.10: PyFrameObject chain, position = f_lasti */
+  int lasti_units;   /* 3.10: f_lasti counts code units, not bytes */
+  int via_cframe;    /* 3.11, 3.12: tstate->cframe->current_frame */
+  int tid_native;    /* the thread key is its kernel tid (3.11+) */
+  int has_owner;     /* _PyInterpreterFrame.owner: >= 3 is not Python */
+  int has_firsttraceable; /* 3.11, 3.12: incomplete frames are skipped */
+  int code_is_var;        /* Py_SIZE(code) is its length in code units */
+  int linetable;          /* 0: co_lnotab (3.8, 3.9), 1: 3.10, 2: 3.11+ */
+  uintptr_t tag_mask;     /* 3.14+: f_executable is a tagged reference */
+  size_t ts_next, ts_interp, ts_frame, ts_key, cf_current, ts_window;
+  size_t fr_back, fr_code, fr_pos, fr_owner, fr_window;
+  size_t co_filename, co_name, co_linetable, co_firstlineno, co_code,
+      co_firsttraceable, co_window;
+  size_t str_state, str_length, str_ascii, str_compact;
+  size_t interp_threads_head; /* 3.13+: offset in PyInterpreterState */
+  char source[48];            /* "compiled-in" or "debug offsets 3.13" */
+} L;
 
-/* With the GIL. Drops every cached code object (may free them). */
-static void frame_cache_clear(void) {
-  for (size_t i = 0; i < (1u << FRAME_CACHE_BITS); i++) {
-    PyCodeObject *c = frame_cache[i].code;
-    frame_cache[i].code = NULL;
-    Py_XDECREF(c);
-  }
-  frame_cache_used = 0;
+static size_t max3(size_t a, size_t b, size_t c) {
+  size_t m = a > b ? a : b;
+  return m > c ? m : c;
 }
 
-static const char *utf8_or(PyObject *s, const char *fallback) {
-  const char *u = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : NULL;
-  if (!u) {
-    PyErr_Clear();
-    return fallback;
-  }
-  return u;
-}
-
-/* With the GIL. The frame word of code at instruction lasti (in code units
- * on 3.11, bytes before), interned once. From an allocation hook
- * (may_evict 0) a full cache is not cleared: a code object's deallocation
- * must not run inside the allocator. */
-static uint64_t frame_word(PyCodeObject *code, int lasti, int may_evict) {
-  uint64_t h = ((uint64_t)(uintptr_t)code >> 4) * 0x9e3779b97f4a7c15ull ^
-               (uint64_t)(unsigned)lasti * 0xff51afd7ed558ccdull;
-  const size_t mask = (1u << FRAME_CACHE_BITS) - 1;
-  size_t slot = (size_t)(h >> 20) & mask;
-  for (;; slot = (slot + 1) & mask) {
-    frame_slot *s = &frame_cache[slot];
-    if (!s->code)
-      break;
-    if (s->code == code && s->lasti == lasti)
-      return s->word;
-  }
-#ifdef CP_PY311
-  int line = PyCode_Addr2Line(code, lasti * (int)sizeof(_Py_CODEUNIT));
-  const char *name = utf8_or(code->co_qualname, "?");
+/* The offsets this extension was compiled with; 3.13+ takes the frame and
+ * thread offsets from the interpreter (layout_from_debug_offsets). */
+static void layout_compiled(void) {
+  L.str_state = offsetof(PyASCIIObject, state);
+  L.str_length = offsetof(PyASCIIObject, length);
+  L.str_ascii = sizeof(PyASCIIObject);
+  L.str_compact = sizeof(PyCompactUnicodeObject);
+  L.ts_next = offsetof(PyThreadState, next);
+  L.ts_interp = offsetof(PyThreadState, interp);
+  L.co_filename = offsetof(PyCodeObject, co_filename);
+  L.co_firstlineno = offsetof(PyCodeObject, co_firstlineno);
+#ifdef CP_DEBUG_OFFSETS
+  L.co_name = offsetof(PyCodeObject, co_qualname);
+  L.co_linetable = offsetof(PyCodeObject, co_linetable);
+  L.co_code = offsetof(PyCodeObject, co_code_adaptive);
+  L.linetable = 2;
+#elif defined(CP_COMPILED_LAYOUT)
+  L.via_cframe = 1;
+  L.tid_native = 1;
+  L.has_owner = 1;
+  L.has_firsttraceable = 1;
+  L.code_is_var = 1;
+  L.linetable = 2;
+  L.ts_frame = offsetof(PyThreadState, cframe);
+  L.cf_current = offsetof(_PyCFrame, current_frame);
+  L.ts_key = offsetof(PyThreadState, native_thread_id);
+  L.fr_back = offsetof(_PyInterpreterFrame, previous);
+  L.fr_code = offsetof(_PyInterpreterFrame, f_code);
+  L.fr_pos = offsetof(_PyInterpreterFrame, prev_instr);
+  L.fr_owner = offsetof(_PyInterpreterFrame, owner);
+  L.co_name = offsetof(PyCodeObject, co_qualname);
+  L.co_linetable = offsetof(PyCodeObject, co_linetable);
+  L.co_code = offsetof(PyCodeObject, co_code_adaptive);
+  L.co_firsttraceable = offsetof(PyCodeObject, _co_firsttraceable);
+  snprintf(L.source, sizeof L.source, "compiled-in");
 #else
-  int line = PyCode_Addr2Line(code, lasti);
-  const char *name = utf8_or(code->co_name, "?");
+  L.frame_objects = 1;
+  L.lasti_units = PY_VERSION_HEX >= 0x030A0000;
+  L.ts_frame = offsetof(PyThreadState, frame);
+  L.ts_key = offsetof(PyThreadState, thread_id);
+  L.fr_back = offsetof(PyFrameObject, f_back);
+  L.fr_code = offsetof(PyFrameObject, f_code);
+  L.fr_pos = offsetof(PyFrameObject, f_lasti);
+  L.co_name = offsetof(PyCodeObject, co_name);
+#if PY_VERSION_HEX >= 0x030A0000
+  L.co_linetable = offsetof(PyCodeObject, co_linetable);
+  L.linetable = 1;
+#else
+  L.co_linetable = offsetof(PyCodeObject, co_lnotab);
+  L.linetable = 0;
 #endif
-  const char *file = utf8_or(code->co_filename, "?");
-  uint64_t word = contprof_frame_intern(name, file, line);
+  snprintf(L.source, sizeof L.source, "compiled-in");
+#endif
+}
+
+#ifdef CP_DEBUG_OFFSETS
+/* _PyRuntime.debug_offsets as 64-bit words after the 8-byte cookie: word
+ * indices of the fields we use, for the struct of 3.13 and of 3.14 (which
+ * added interpreter_state.threads_main, .code_object_generation and
+ * .tlbc_generation). A newer minor is tried with the 3.14 indices and
+ * refused if the checks below or the trial walk disagree. */
+typedef struct dbg_index {
+  int ts_size, ts_next, ts_interp, ts_frame, ts_native, is_threads_head;
+  int fr_size, fr_back, fr_code, fr_pos, fr_owner;
+  int co_size, co_filename, co_qualname, co_linetable, co_firstlineno, co_code;
+} dbg_index;
+static const dbg_index dbg_313 = {18, 20, 21, 22, 24, 8,  27, 28, 29,
+                                  30, 32, 33, 34, 36, 37, 38, 42};
+static const dbg_index dbg_314 = {21, 23, 24, 25, 27, 8,  30, 31, 32,
+                                  33, 35, 38, 39, 41, 42, 43, 47};
+
+/* Fills L from the interpreter's debug offsets; NULL or why not. */
+static const char *layout_from_debug_offsets(void) {
+  const char *rt = dlsym(RTLD_DEFAULT, "_PyRuntime");
+  if (!rt)
+    return "_PyRuntime is not exported by this interpreter";
+  if (memcmp(rt, "xdebugpy", 8) != 0)
+    return "_PyRuntime.debug_offsets has no xdebugpy cookie";
+  const uint64_t *w = (const uint64_t *)(const void *)(rt + 8);
+  uint64_t ver = w[0];
+  unsigned major = (unsigned)(ver >> 24 & 0xff),
+           minor = (unsigned)(ver >> 16 & 0xff);
+  if (major != 3 || minor < 13)
+    return "debug offsets older than 3.13";
+  if (minor != (PY_VERSION_HEX >> 16 & 0xff))
+    return "debug offsets of another minor version than this build";
+  if (w[1] != 0)
+    return "a free-threaded interpreter";
+  const dbg_index *d = minor == 13 ? &dbg_313 : &dbg_314;
+  uint64_t ts_size = w[d->ts_size], fr_size = w[d->fr_size],
+           co_size = w[d->co_size];
+  if (ts_size < 64 || ts_size > 65536 || fr_size < 32 || fr_size > 1024 ||
+      co_size < 64 || co_size > 4096)
+    return "implausible struct sizes";
+  const int ts_f[] = {d->ts_next, d->ts_interp, d->ts_frame, d->ts_native};
+  for (size_t i = 0; i < 4; i++)
+    if (w[ts_f[i]] + 8 > ts_size || w[ts_f[i]] + 8 > TS_WINDOW_MAX)
+      return "a thread state offset out of range";
+  const int fr_f[] = {d->fr_back, d->fr_code, d->fr_pos, d->fr_owner};
+  for (size_t i = 0; i < 4; i++)
+    if (w[fr_f[i]] + 8 > fr_size || w[fr_f[i]] + 8 > FR_WINDOW_MAX)
+      return "a frame offset out of range";
+  /* The code object is a public struct: the interpreter's offsets must be
+   * the ones this build sees (a wrong guess of the 3.14+ indices lands
+   * elsewhere). */
+  if (co_size != sizeof(PyCodeObject) ||
+      w[d->co_filename] != offsetof(PyCodeObject, co_filename) ||
+      w[d->co_qualname] != offsetof(PyCodeObject, co_qualname) ||
+      w[d->co_linetable] != offsetof(PyCodeObject, co_linetable) ||
+      w[d->co_firstlineno] != offsetof(PyCodeObject, co_firstlineno) ||
+      w[d->co_code] != offsetof(PyCodeObject, co_code_adaptive))
+    return "code object offsets differ from this build's PyCodeObject";
+  L.tid_native = 1;
+  L.has_owner = 1;
+  L.code_is_var = 1;
+  L.tag_mask = minor >= 14 ? 7 : 0;
+  L.ts_next = w[d->ts_next];
+  L.ts_interp = w[d->ts_interp];
+  L.ts_frame = w[d->ts_frame];
+  L.ts_key = w[d->ts_native];
+  L.interp_threads_head = w[d->is_threads_head];
+  L.fr_back = w[d->fr_back];
+  L.fr_code = w[d->fr_code];
+  L.fr_pos = w[d->fr_pos];
+  L.fr_owner = w[d->fr_owner];
+  snprintf(L.source, sizeof L.source, "debug offsets %u.%u", major, minor);
+  return NULL;
+}
+#endif
+
+/* --- reads that cannot fault --------------------------------------------- */
+
+#if PY_VERSION_HEX < 0x030D0000
+#define PyThreadState_GetUnchecked _PyThreadState_UncheckedGet
+#endif
+
+static int layout_checked; /* layout_check ran (once per process) */
+static int safe_reads;     /* process_vm_readv works on this process */
+static pid_t self_pid;
+
+/* Copies n bytes at addr. With safe_reads a bad address is an error, never
+ * a fault (the sampler reads other threads' state without the GIL);
+ * otherwise only called with the GIL on live objects. */
+static int rd(uintptr_t addr, void *dst, size_t n) {
+  if (addr < 4096)
+    return -1;
+  if (!safe_reads) {
+    memcpy(dst, (const void *)addr, n);
+    return 0;
+  }
+  struct iovec l = {dst, n}, r = {(void *)addr, n};
+  return process_vm_readv(self_pid, &l, 1, &r, 1, 0) == (ssize_t)n ? 0 : -1;
+}
+
+/* Many reads in one call: 0 when every one succeeded. */
+static int rdv(struct iovec *local, struct iovec *remote, size_t n) {
+  for (size_t i = 0; i < n; i += 1024) {
+    size_t k = n - i < 1024 ? n - i : 1024, want = 0;
+    for (size_t j = 0; j < k; j++) {
+      if ((uintptr_t)remote[i + j].iov_base < 4096)
+        return -1;
+      want += local[i + j].iov_len;
+    }
+    if (!safe_reads) {
+      for (size_t j = 0; j < k; j++)
+        memcpy(local[i + j].iov_base, remote[i + j].iov_base,
+               local[i + j].iov_len);
+      continue;
+    }
+    if (process_vm_readv(self_pid, local + i, k, remote + i, k, 0) !=
+        (ssize_t)want)
+      return -1;
+  }
+  return 0;
+}
+
+static uint64_t word_at(const unsigned char *buf, size_t off) {
+  uint64_t v;
+  memcpy(&v, buf + off, sizeof v);
+  return v;
+}
+
+static int32_t int_at(const unsigned char *buf, size_t off) {
+  int32_t v;
+  memcpy(&v, buf + off, sizeof v);
+  return v;
+}
+
+/* --- the walk: a thread's frames as (code object, position, identity) --- */
+
+/* What names a frame: the code object's address, the byte offset of its
+ * instruction (-1: not started), and the identity fields that tell a code
+ * object from a later one at the same address. */
+typedef struct codeid {
+  uintptr_t code;
+  int32_t addrq, firstlineno;
+  uintptr_t name, filename, linetable;
+} codeid;
+
+/* 3.11+ frames sit next to each other on the thread's data stack (a newer
+ * frame above an older one): one read of the WIN_SIZE bytes below a frame
+ * usually holds the next dozens, so a stack costs a few system calls, not
+ * one per frame. Only with safe reads: the bytes below a frame may be
+ * unmapped. */
+#define WIN_SIZE 4096
+#define WIN_MAX 16
+
+typedef struct walk_scratch {
+  uintptr_t frame[MAX_STACK], code[MAX_STACK], back[MAX_STACK];
+  uint64_t pos[MAX_STACK];
+  int src[MAX_STACK];    /* the window frame i was read from, or -1 */
+  int co_src[MAX_STACK]; /* an earlier frame with the same code, or -1 */
+  unsigned char co[MAX_STACK][CO_WINDOW_MAX];
+  unsigned char again[MAX_STACK][FR_WINDOW_MAX];
+  unsigned char win[WIN_MAX][WIN_SIZE + FR_WINDOW_MAX];
+  unsigned char win_again[WIN_MAX][WIN_SIZE + FR_WINDOW_MAX];
+  uintptr_t win_base[WIN_MAX];
+  size_t win_len[WIN_MAX], nwin;
+  struct iovec lv[2 * MAX_STACK + WIN_MAX], rv[2 * MAX_STACK + WIN_MAX];
+  uintptr_t seen[4 * MAX_STACK]; /* open addressing: cycle check */
+} walk_scratch;
+
+enum { WALK_TORN = -1 };
+
+static int seen_add(walk_scratch *s, uintptr_t f) {
+  const size_t mask = 4 * MAX_STACK - 1;
+  for (size_t i = (size_t)(f >> 4) * 0x9e3779b97f4a7c15ull >> 40 & mask;;
+       i = (i + 1) & mask) {
+    if (s->seen[i] == f)
+      return 1;
+    if (!s->seen[i]) {
+      s->seen[i] = f;
+      return 0;
+    }
+  }
+}
+
+/* The window holding frame f (read now if need be), or -1: 3.11+ only
+ * (before, frames are separate objects). */
+static int window_of(walk_scratch *s, uintptr_t f) {
+  if (L.frame_objects || !safe_reads)
+    return -1; /* in-place reads stay inside the frame */
+  /* Compared as distances: a torn back link near UINTPTR_MAX made
+   * f + fr_window wrap and pass (found by the churn test on 3.11.7). */
+  for (size_t j = s->nwin; j-- > 0;)
+    if (f >= s->win_base[j] && s->win_len[j] >= L.fr_window &&
+        f - s->win_base[j] <= s->win_len[j] - L.fr_window)
+      return (int)j;
+  if (s->nwin == WIN_MAX)
+    return -1;
+  /* The WIN_SIZE bytes below the frame's end; if the page below is not
+   * mapped (the start of a data stack chunk), from the frame's own page. */
+  uintptr_t end = f + L.fr_window, start = end > WIN_SIZE ? end - WIN_SIZE : 0;
+  size_t j = s->nwin;
+  if (rd(start, s->win[j], end - start) != 0) {
+    start = f & ~(uintptr_t)4095;
+    if (rd(start, s->win[j], end - start) != 0)
+      return -1;
+  }
+  s->win_base[j] = start;
+  s->win_len[j] = end - start;
+  s->nwin++;
+  return (int)j;
+}
+
+/* The stack from frame `first` (leaf first) into out, at most max (<=
+ * MAX_STACK) frames; *truncated when deeper. Returns the frame count or
+ * WALK_TORN: an unreadable or cyclic chain, a code object that is not one,
+ * an instruction outside its code, or a frame that changed between the
+ * walk and the second read after it. Bounded: 2 * max + 16 frames
+ * visited, one read per frame, then one batched read. */
+static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
+                 walk_scratch *s) {
+  size_t n = 0, steps = 0;
+  *truncated = 0;
+  memset(s->seen, 0, sizeof s->seen);
+  s->nwin = 0;
+  unsigned char fr[FR_WINDOW_MAX];
+  for (uintptr_t f = first; f;) {
+    if (n == max || steps++ >= 2 * max + 16) {
+      *truncated = 1;
+      break;
+    }
+    /* Frames are pointer-aligned and far from both ends of the address
+     * space; anything else is a torn link. */
+    if ((f & 7) || f < 4096 || f > UINTPTR_MAX - 2 * WIN_SIZE || seen_add(s, f))
+      return WALK_TORN;
+    int w = window_of(s, f);
+    if (w >= 0)
+      memcpy(fr, s->win[w] + (f - s->win_base[w]), L.fr_window);
+    else if (rd(f, fr, L.fr_window) != 0)
+      return WALK_TORN;
+    uintptr_t back = (uintptr_t)word_at(fr, L.fr_back);
+    if (L.has_owner && (signed char)fr[L.fr_owner] >= 3) {
+      f = back; /* a C-stack shim frame (3.12+), not Python code */
+      continue;
+    }
+    s->frame[n] = f;
+    s->src[n] = w;
+    s->code[n] = (uintptr_t)word_at(fr, L.fr_code) & ~L.tag_mask;
+    s->back[n] = back;
+    s->pos[n] = L.frame_objects ? (uint64_t)(int64_t)int_at(fr, L.fr_pos)
+                                : word_at(fr, L.fr_pos);
+    n++;
+    f = back;
+  }
+  /* Every code object (once per run of recursion), and every frame again:
+   * its window, or itself. */
+  size_t nv = 0;
+  for (size_t i = 0; i < n; i++) {
+    s->co_src[i] = -1;
+    for (size_t j = i > 8 ? i - 8 : 0; j < i; j++)
+      if (s->code[j] == s->code[i] && s->co_src[j] < 0)
+        s->co_src[i] = (int)j;
+    if (s->co_src[i] < 0) {
+      s->lv[nv] = (struct iovec){s->co[i], L.co_window};
+      s->rv[nv++] = (struct iovec){(void *)s->code[i], L.co_window};
+    }
+    if (s->src[i] < 0) {
+      s->lv[nv] = (struct iovec){s->again[i], L.fr_window};
+      s->rv[nv++] = (struct iovec){(void *)s->frame[i], L.fr_window};
+    }
+  }
+  for (size_t j = 0; j < s->nwin; j++) {
+    s->lv[nv] = (struct iovec){s->win_again[j], s->win_len[j]};
+    s->rv[nv++] = (struct iovec){(void *)s->win_base[j], s->win_len[j]};
+  }
+  if (nv && rdv(s->lv, s->rv, nv) != 0)
+    return WALK_TORN;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *co =
+        s->co[s->co_src[i] < 0 ? i : (size_t)s->co_src[i]];
+    const unsigned char *fa =
+        s->src[i] < 0
+            ? s->again[i]
+            : s->win_again[s->src[i]] + (s->frame[i] - s->win_base[s->src[i]]);
+    if (((uintptr_t)word_at(fa, L.fr_code) & ~L.tag_mask) != s->code[i] ||
+        (uintptr_t)word_at(fa, L.fr_back) != s->back[i])
+      return WALK_TORN; /* popped or pushed over while we read */
+    if ((uintptr_t)word_at(co, offsetof(PyObject, ob_type)) !=
+        (uintptr_t)&PyCode_Type)
+      return WALK_TORN;
+    int64_t units;
+    if (L.frame_objects) {
+      int64_t lasti = (int64_t)s->pos[i];
+      if (lasti < -1 || lasti > (1 << 28))
+        return WALK_TORN;
+      units = lasti < 0 ? -1 : L.lasti_units ? lasti : lasti / 2;
+    } else {
+      int64_t d = (int64_t)(s->pos[i] - (s->code[i] + L.co_code));
+      units = d < 0 ? -1 : d / 2;
+      int64_t len = (int64_t)word_at(co, offsetof(PyVarObject, ob_size));
+      if (d < -2 || (L.code_is_var && units >= len))
+        return WALK_TORN;
+      if (L.has_firsttraceable &&
+          (signed char)fa[L.fr_owner] != 1 /* generator */ &&
+          units < int_at(co, L.co_firsttraceable))
+        continue; /* pushed, not started: _PyFrame_IsIncomplete */
+    }
+    out[k++] = (codeid){.code = s->code[i],
+                        .addrq = (int32_t)(units < 0 ? -1 : units * 2),
+                        .firstlineno = int_at(co, L.co_firstlineno),
+                        .name = (uintptr_t)word_at(co, L.co_name),
+                        .filename = (uintptr_t)word_at(co, L.co_filename),
+                        .linetable = (uintptr_t)word_at(co, L.co_linetable)};
+  }
+  return (long)k;
+}
+
+/* The frame chain's head of thread state ts, read through rd. */
+static int first_frame(const unsigned char *tsw, uintptr_t *f) {
+  uintptr_t p = (uintptr_t)word_at(tsw, L.ts_frame);
+  if (L.via_cframe && p) {
+    uint64_t cur;
+    if (rd(p + L.cf_current, &cur, sizeof cur) != 0)
+      return -1;
+    p = (uintptr_t)cur;
+  }
+  *f = p;
+  return 0;
+}
+
+/* --- naming a frame, from copies ----------------------------------------- */
+
+/* A str object's text as UTF-8 into buf (NUL-terminated, truncated to
+ * cap-1 bytes); "?" for anything that is not a compact str. */
+static void read_str(uintptr_t addr, char *buf, size_t cap) {
+  unsigned char h[128];
+  snprintf(buf, cap, "?");
+  /* Only the header every str has: a short one ends right after it. */
+  if (L.str_ascii > sizeof h || rd(addr, h, L.str_ascii) != 0 ||
+      (uintptr_t)word_at(h, offsetof(PyObject, ob_type)) !=
+          (uintptr_t)&PyUnicode_Type)
+    return;
+  uint32_t state;
+  memcpy(&state, h + L.str_state, sizeof state);
+  int64_t len = (int64_t)word_at(h, L.str_length);
+  unsigned kind = state >> 2 & 7, compact = state >> 5 & 1,
+           ascii = state >> 6 & 1;
+  if (!compact || len < 0 || len > (1 << 20))
+    return;
+  if (ascii) {
+    size_t m = (size_t)len < cap - 1 ? (size_t)len : cap - 1;
+    /* A partial copy (the object freed and unmapped meanwhile) leaves buf
+     * without its terminator: "?" then. */
+    if (rd(addr + L.str_ascii, buf, m) == 0)
+      buf[m] = 0;
+    else
+      snprintf(buf, cap, "?");
+    return;
+  }
+  if (kind != 1 && kind != 2 && kind != 4)
+    return;
+  unsigned char data[1024];
+  size_t m =
+      (size_t)len * kind < sizeof data ? (size_t)len : sizeof data / kind;
+  if (rd(addr + L.str_compact, data, m * kind) != 0)
+    return;
+  size_t o = 0;
+  for (size_t i = 0; i < m; i++) {
+    uint32_t c = kind == 1   ? data[i]
+                 : kind == 2 ? (uint32_t)data[2 * i] | data[2 * i + 1] << 8
+                             : (uint32_t)data[4 * i] | data[4 * i + 1] << 8 |
+                                   data[4 * i + 2] << 16 |
+                                   (uint32_t)data[4 * i + 3] << 24;
+    unsigned char u[4];
+    size_t nu;
+    if (c < 0x80) {
+      u[0] = (unsigned char)c, nu = 1;
+    } else if (c < 0x800) {
+      u[0] = (unsigned char)(0xc0 | c >> 6);
+      u[1] = (unsigned char)(0x80 | (c & 63)), nu = 2;
+    } else if (c < 0x10000) {
+      u[0] = (unsigned char)(0xe0 | c >> 12);
+      u[1] = (unsigned char)(0x80 | (c >> 6 & 63));
+      u[2] = (unsigned char)(0x80 | (c & 63)), nu = 3;
+    } else {
+      u[0] = (unsigned char)(0xf0 | (c >> 18 & 7));
+      u[1] = (unsigned char)(0x80 | (c >> 12 & 63));
+      u[2] = (unsigned char)(0x80 | (c >> 6 & 63));
+      u[3] = (unsigned char)(0x80 | (c & 63)), nu = 4;
+    }
+    if (o + nu >= cap)
+      break;
+    memcpy(buf + o, u, nu);
+    o += nu;
+  }
+  buf[o] = 0;
+}
+
+#define LINETABLE_MAX 65536
+
+static unsigned varint(const unsigned char *p, size_t n, size_t *i) {
+  unsigned v = 0, shift = 0;
+  while (*i < n) {
+    unsigned b = p[(*i)++];
+    v |= (b & 63) << shift;
+    shift += 6;
+    if (!(b & 64) || shift > 30)
+      break;
+  }
+  return v;
+}
+
+/* The line of byte offset addrq, parsed from a copy of the code object's
+ * line table (as PyCode_Addr2Line would, for each format); the first line
+ * when the table is unreadable. */
+static int read_line(const codeid *id, unsigned char *tab) {
+  int line = id->firstlineno;
+  unsigned char h[64];
+  size_t hdr = offsetof(PyBytesObject, ob_sval);
+  if (id->addrq < 0 || rd(id->linetable, h, hdr) != 0 ||
+      (uintptr_t)word_at(h, offsetof(PyObject, ob_type)) !=
+          (uintptr_t)&PyBytes_Type)
+    return line;
+  int64_t n = (int64_t)word_at(h, offsetof(PyVarObject, ob_size));
+  if (n <= 0 || n > LINETABLE_MAX || rd(id->linetable + hdr, tab, (size_t)n))
+    return line;
+  size_t size = (size_t)n, i = 0;
+  int64_t addr = 0, q = id->addrq;
+  if (L.linetable == 0) { /* 3.8, 3.9: (address delta, line delta) bytes */
+    for (; i + 1 < size; i += 2) {
+      addr += tab[i];
+      if (addr > q)
+        break;
+      line += (signed char)tab[i + 1];
+    }
+    return line;
+  }
+  if (L.linetable == 1) { /* 3.10: (bytes delta, line delta or -128) */
+    for (; i + 1 < size; i += 2) {
+      signed char ld = (signed char)tab[i + 1];
+      if (ld != -128)
+        line += ld;
+      addr += tab[i];
+      if (q < addr)
+        return line;
+    }
+    return line;
+  }
+  /* 3.11+: the location table (CPython's Objects/locations.md), in code
+   * units. */
+  q /= 2;
+  while (i < size) {
+    unsigned b = tab[i++];
+    if (!(b & 0x80))
+      break;
+    unsigned code = b >> 3 & 15, len = (b & 7) + 1;
+    if (code == 14) {
+      unsigned u = varint(tab, size, &i);
+      line += u & 1 ? -(int)(u >> 1) : (int)(u >> 1);
+      for (int k = 0; k < 3; k++)
+        varint(tab, size, &i);
+    } else if (code == 13) {
+      unsigned u = varint(tab, size, &i);
+      line += u & 1 ? -(int)(u >> 1) : (int)(u >> 1);
+    } else if (code >= 10 && code <= 12) {
+      line += (int)code - 10;
+      i += 2;
+    } else if (code < 10) {
+      i += 1;
+    }
+    addr += len;
+    if (q < addr)
+      return line;
+  }
+  return line;
+}
+
+/* --- the name cache: codeid -> frame word -------------------------------- */
+
+/* One per user (the sampler thread; allocation hooks under the GIL), never
+ * shared between threads. No references are held: an entry is valid for a
+ * code object at the same address only if its identity fields are equal,
+ * and then names and lines are the same. */
+typedef struct name_slot {
+  codeid id;
+  uint64_t word;
+} name_slot;
+
+typedef struct name_cache {
+  name_slot *slots;
+  size_t mask, used;
+  unsigned char tab[LINETABLE_MAX];
+} name_cache;
+
+static int cache_init(name_cache *c, size_t bits) {
+  if (c->slots)
+    return 0;
+  c->slots = calloc((size_t)1 << bits, sizeof *c->slots);
+  c->mask = ((size_t)1 << bits) - 1;
+  return c->slots ? 0 : -1;
+}
+
+static int id_eq(const codeid *a, const codeid *b) {
+  return a->code == b->code && a->addrq == b->addrq &&
+         a->firstlineno == b->firstlineno && a->name == b->name &&
+         a->filename == b->filename && a->linetable == b->linetable;
+}
+
+/* The frame word of id: cached, or named from copies and interned (not on
+ * the sampling path: after the thread's frames are read). 0 when the frame
+ * table is full. */
+static uint64_t frame_word(name_cache *c, const codeid *id) {
+  uint64_t h = ((uint64_t)id->code >> 4) * 0x9e3779b97f4a7c15ull ^
+               (uint64_t)(uint32_t)id->addrq * 0xff51afd7ed558ccdull;
+  size_t slot = (size_t)(h >> 20) & c->mask, home = slot;
+  for (int probe = 0; probe < 8; probe++, slot = (slot + 1) & c->mask) {
+    name_slot *s = &c->slots[slot];
+    if (!s->word)
+      break;
+    if (id_eq(&s->id, id))
+      return s->word;
+    if (probe == 7)
+      slot = home; /* a long run: replace the home slot */
+  }
+  char name[256], file[512];
+  read_str(id->name, name, sizeof name);
+  read_str(id->filename, file, sizeof file);
+  uint64_t word = contprof_frame_intern(name, file, read_line(id, c->tab));
   if (!word)
     return 0;
-  if (frame_cache_used >= (mask + 1) / 2) {
-    if (!may_evict)
-      return word;
-    frame_cache_clear();
-    return frame_word(code, lasti, 0);
+  if (c->used >= (c->mask + 1) / 2) {
+    memset(c->slots, 0, (c->mask + 1) * sizeof *c->slots);
+    c->used = 0;
   }
-  Py_INCREF(code);
-  frame_cache[slot] = (frame_slot){code, lasti, word};
-  frame_cache_used++;
+  if (!c->slots[slot].word)
+    c->used++;
+  c->slots[slot] = (name_slot){*id, word};
   return word;
 }
 
-/* With the GIL: ts's Python stack, leaf first, into out (at most max). The
- * interpreter's frames are read in place; none is materialised. */
-static size_t walk_frames(PyThreadState *ts, uint64_t *out, size_t max,
-                          int may_evict) {
-  size_t n = 0;
-#ifdef CP_PY311
-  _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
-  for (; f && n < max; f = f->previous) {
-    if (_PyFrame_IsIncomplete(f))
-      continue;
-    uint64_t w = frame_word(f->f_code, _PyInterpreterFrame_LASTI(f), may_evict);
+static uint64_t truncated_word, no_frame_word, dropped_word;
+
+/* Frame words of a walk's output, in place; frames the table cannot take
+ * are left out. */
+static size_t name_frames(name_cache *c, const codeid *ids, size_t n,
+                          int truncated, uint64_t *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t w = frame_word(c, &ids[i]);
     if (w)
-      out[n++] = w;
+      out[k++] = w;
   }
+  if (truncated && k && truncated_word)
+    out[k - 1] = truncated_word;
+  return k;
+}
+
+/* --- the layout check -------------------------------------------------- */
+
+static walk_scratch alloc_scratch; /* allocation hooks, under the GIL */
+static name_cache alloc_names;
+static codeid alloc_ids[MAX_STACK];
+
+/* The head of the interpreter's thread list. */
+static uintptr_t threads_head(void) {
+#ifdef CP_DEBUG_OFFSETS
+  uint64_t h;
+  return rd((uintptr_t)cfg.interp + L.interp_threads_head, &h, sizeof h) == 0
+             ? (uintptr_t)h
+             : 0;
 #else
-  PyFrameObject *f = ts->frame;
-  for (; f && n < max; f = f->f_back) {
-    uint64_t w = frame_word(f->f_code, f->f_lasti, may_evict);
-    if (w)
-      out[n++] = w;
-  }
+  return (uintptr_t)PyInterpreterState_ThreadHead(cfg.interp);
 #endif
-  if (f && n == max && truncated_word)
-    out[max - 1] = truncated_word;
-  return n;
+}
+
+/* With the GIL, once at start: sets L and tries it on this thread: the
+ * thread list must hold our own thread state with our key, and our walk
+ * must give the frames the interpreter itself reports (count, leaf code
+ * object, its name and line). NULL when it all agrees, or why not. */
+static const char *layout_check(void) {
+  memset(&L, 0, sizeof L);
+  layout_compiled();
+#ifdef CP_DEBUG_OFFSETS
+  const char *why = layout_from_debug_offsets();
+  if (why)
+    return why;
+#endif
+  L.ts_window = max3(L.ts_next, L.ts_interp, max3(L.ts_frame, L.ts_key, 0)) + 8;
+  L.fr_window = max3(L.fr_back, L.fr_code, max3(L.fr_pos, L.fr_owner, 0)) + 8;
+  L.co_window =
+      max3(L.co_filename + 8, L.co_name + 8,
+           max3(L.co_linetable + 8, L.co_firstlineno + 4,
+                max3(L.co_firsttraceable + 4, sizeof(PyVarObject), 0)));
+  if (L.ts_window > TS_WINDOW_MAX || L.fr_window > FR_WINDOW_MAX ||
+      L.co_window > CO_WINDOW_MAX)
+    return "offsets beyond the read windows";
+  PyThreadState *me = PyThreadState_Get();
+  unsigned char tsw[TS_WINDOW_MAX];
+  uintptr_t ts = threads_head(), found = 0;
+  for (int i = 0; ts && i < THREAD_WALK_MAX && !found; i++) {
+    if (rd(ts, tsw, L.ts_window) != 0)
+      return "the thread list is unreadable";
+    if (ts == (uintptr_t)me)
+      found = ts;
+    else
+      ts = (uintptr_t)word_at(tsw, L.ts_next);
+  }
+  if (!found)
+    return "our own thread state is not in the thread list";
+  if ((uintptr_t)word_at(tsw, L.ts_interp) != (uintptr_t)cfg.interp)
+    return "a thread state's interpreter differs";
+  uint64_t key = word_at(tsw, L.ts_key);
+  if (L.tid_native ? key != (uint64_t)gettid()
+                   : key != (uint64_t)PyThread_get_thread_ident())
+    return "a thread state's thread id differs";
+  uintptr_t f;
+  int truncated;
+  if (first_frame(tsw, &f) != 0)
+    return "the current frame is unreadable";
+  long n = walk(f, alloc_ids, MAX_STACK, &truncated, &alloc_scratch);
+  if (n <= 0)
+    return "our own stack could not be walked";
+  PyFrameObject *fo = PyEval_GetFrame(); /* borrowed */
+  long want = 0;
+  for (PyFrameObject *p = fo; p && want <= MAX_STACK; want++) {
+#if PY_VERSION_HEX >= 0x03090000
+    PyFrameObject *b = PyFrame_GetBack(p);
+    Py_XDECREF(b); /* still referenced by p */
+    p = b;
+#else
+    p = p->f_back;
+#endif
+  }
+  if (!fo || n != want)
+    return "the walk and the interpreter disagree on the depth";
+#if PY_VERSION_HEX >= 0x03090000
+  PyCodeObject *code = PyFrame_GetCode(fo);
+  Py_DECREF(code); /* still referenced by fo */
+#else
+  PyCodeObject *code = fo->f_code;
+#endif
+  if (alloc_ids[0].code != (uintptr_t)code)
+    return "the walk and the interpreter disagree on the leaf code object";
+  char name[256];
+  read_str(alloc_ids[0].name, name, sizeof name);
+  PyObject *want_name = PyObject_GetAttrString(
+      (PyObject *)code,
+      L.co_name == offsetof(PyCodeObject, co_name) ? "co_name" : "co_qualname");
+  const char *wn = want_name ? PyUnicode_AsUTF8(want_name) : NULL;
+  int same = wn && strcmp(wn, name) == 0;
+  Py_XDECREF(want_name);
+  PyErr_Clear();
+  if (!same)
+    return "the walk and the interpreter disagree on the leaf's name";
+  if (read_line(&alloc_ids[0], alloc_names.tab) != PyFrame_GetLineNumber(fo)) {
+    return "the walk and the interpreter disagree on the leaf's line";
+  }
+  L.ok = 1;
+  return NULL;
 }
 
 /* --- per-thread records -------------------------------------------------- */
 
-/* A thread's record is keyed by its kernel thread id (3.11; the pthread id
+/* A thread's record is keyed by its kernel thread id (3.11+; the pthread id
  * before), not by its thread state: a native thread that calls into Python
  * now and then (PyGILState_Ensure, Release) gets a new thread state each
- * time, but its CPU clock goes on, and its labels are its own. */
+ * time, but its CPU clock goes on, and its labels are its own. The table is
+ * under threads_lock: the sampler holds it for a pass (without the GIL);
+ * Python threads take it briefly (with the GIL) for their labels. The
+ * sampler never waits for the GIL while holding it. */
 typedef struct pythread {
   uint64_t key; /* 0 = free */
   pid_t tid;    /* 0 until known (before 3.11: from threading) */
@@ -254,6 +933,7 @@ typedef struct pythread {
 
 static pythread threads_tab[THREAD_TABLE_SIZE];
 static size_t threads_used;
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int64_t clock_ns(clockid_t c) {
   struct timespec t;
@@ -266,13 +946,12 @@ static uint64_t monotonic_ns(void) {
   return (uint64_t)clock_ns(CLOCK_MONOTONIC);
 }
 
-#ifdef CP_PY311
+/* With the GIL (or our own thread state): its key. */
 static uint64_t ts_key(PyThreadState *ts) {
-  return (uint64_t)ts->native_thread_id;
+  uint64_t k;
+  memcpy(&k, (const char *)ts + L.ts_key, sizeof k);
+  return k;
 }
-#else
-static uint64_t ts_key(PyThreadState *ts) { return (uint64_t)ts->thread_id; }
-#endif
 
 /* The CPU clock of kernel thread tid (see clock_getcpuclockid(3)): the
  * kernel's CPUCLOCK_SCHED encoding. A thread that has exited just fails. */
@@ -284,11 +963,41 @@ static size_t key_slot(uint64_t key) {
   return (size_t)(key * 0x9e3779b97f4a7c15ull >> 40) & (THREAD_TABLE_SIZE - 1);
 }
 
-/* With the GIL. The record of ts, created when create is set (then with a
- * CPU baseline of 0: a thread first seen has used its CPU since it began).
- * NULL when the table is full. */
-static pythread *thread_of(PyThreadState *ts, int create) {
-  uint64_t key = ts_key(ts);
+/* Before 3.11 a thread state holds the thread's pthread_t (glibc: the
+ * address of its struct pthread), not its kernel tid. The offset of the tid
+ * in struct pthread is found on our own thread at start and checked on the
+ * namer thread (-1: not found, then tids come from threading, with the
+ * GIL); the sampler then reads a new thread's tid with a safe read. */
+static long pthread_tid_off = -1;
+
+static void pthread_tid_calibrate(void) {
+  int32_t buf[512];
+  pid_t me = (pid_t)gettid();
+  pthread_tid_off = -1;
+  if (rd((uintptr_t)pthread_self(), buf, sizeof buf) != 0)
+    return;
+  for (size_t i = 0; i < 512; i++)
+    if (buf[i] == me) {
+      pthread_tid_off = (long)(i * sizeof *buf);
+      return;
+    }
+}
+
+/* The kernel tid of the thread whose pthread_t is key, or 0. */
+static pid_t pthread_tid(uint64_t key) {
+  int32_t tid;
+  if (pthread_tid_off < 0 || !safe_reads ||
+      rd((uintptr_t)key + (uintptr_t)pthread_tid_off, &tid, sizeof tid) != 0)
+    return 0;
+  return tid > 0 ? (pid_t)tid : 0;
+}
+
+/* Under threads_lock. The record of key, created when create is set (then
+ * with a CPU baseline of 0: a thread first seen has used its CPU since it
+ * began). Before 3.11 a record is created with a known tid, or with the
+ * GIL, while the thread (whose pthread id gives its clock) is known to be
+ * alive. NULL when the table is full. */
+static pythread *thread_of_tid(uint64_t key, int create, pid_t tid) {
   if (!key)
     return NULL;
   const size_t mask = THREAD_TABLE_SIZE - 1;
@@ -305,20 +1014,35 @@ static pythread *thread_of(PyThreadState *ts, int create) {
   pythread *t = &threads_tab[slot];
   memset(t, 0, sizeof *t);
   t->key = key;
-#ifdef CP_PY311
-  t->tid = (pid_t)key;
-  t->cpu_clock = thread_cpu_clock(t->tid);
-  t->has_clock = 1;
-#else
-  t->has_clock =
-      pthread_getcpuclockid((pthread_t)ts->thread_id, &t->cpu_clock) == 0;
-#endif
+  if (L.tid_native || tid > 0) {
+    t->tid = L.tid_native ? (pid_t)key : tid;
+    t->cpu_clock = thread_cpu_clock(t->tid);
+    t->has_clock = 1;
+  } else {
+    t->has_clock = pthread_getcpuclockid((pthread_t)key, &t->cpu_clock) == 0;
+  }
   threads_used++;
   return t;
 }
 
-/* With the GIL: drops the records of threads that are gone (not seen in
- * this pass and their CPU clock no longer readable); rebuilt in place. */
+static pythread *thread_of(uint64_t key, int create) {
+  return thread_of_tid(key, create, 0);
+}
+
+/* Under threads_lock, before 3.11: record t now belongs to a new thread
+ * tid that got the same pthread_t; it starts afresh. */
+static void thread_renew(pythread *t, pid_t tid, uint64_t now) {
+  uint64_t key = t->key;
+  memset(t, 0, sizeof *t);
+  t->key = key;
+  t->tid = tid;
+  t->cpu_clock = thread_cpu_clock(tid);
+  t->has_clock = 1;
+  t->last_wall_ns = now - (uint64_t)cfg.wall_period_ns;
+}
+
+/* Under threads_lock: drops the records of threads that are gone (not seen
+ * in this pass and their CPU clock no longer readable); rebuilt in place. */
 static void threads_sweep(uint64_t pass) {
   static pythread keep[THREAD_TABLE_SIZE];
   size_t n = 0;
@@ -342,34 +1066,69 @@ static void threads_sweep(uint64_t pass) {
   }
 }
 
-/* With the GIL: the calling thread's record, created if needed. */
-static pythread *current_thread(void) {
-  pythread *t = thread_of(PyThreadState_Get(), 1);
+/* With the GIL, under threads_lock: the calling thread's record, created if
+ * needed. */
+static pythread *current_thread_locked(void) {
+  pythread *t = thread_of(ts_key(PyThreadState_Get()), 1);
   if (t && !t->tid)
     t->tid = (pid_t)gettid();
   return t;
 }
 
+/* With the GIL: the calling thread's labels and span ids into its record. */
+static void current_thread_update(int labels, int span, uint64_t span_id,
+                                  uint64_t root) {
+  pthread_mutex_lock(&threads_lock);
+  pythread *t = current_thread_locked();
+  if (t && labels)
+    t->labels = contprof_labels_current();
+  if (t && span) {
+    t->span_id = span_id;
+    t->local_root_span_id = root;
+  }
+  pthread_mutex_unlock(&threads_lock);
+}
+
 /* --- the sampler thread -------------------------------------------------- */
 
 static struct {
-  pthread_t thread;
-  int started;
+  pthread_t thread, namer;
+  int started, namer_started;
   pthread_mutex_t lock;
-  pthread_cond_t wake;
+  pthread_cond_t wake, namer_wake;
   int stop;
-  PyThreadState *ts; /* the sampler's own thread state: never sampled */
+  int needs_gil;        /* no safe reads here: passes hold the GIL */
+  int names_due;        /* a new thread was seen: name it soon */
+  uint64_t namer_key;   /* the namer's own thread: never sampled */
+  PyThreadState *gilts; /* the sampler's thread state when needs_gil */
   uint64_t pass;
-  uint64_t next_names_ns;
+  /* Counters (under threads_lock), read by stats(). */
+  uint64_t samples, dropped, retried, threads_unreadable;
+  uint32_t latency_us[LATENCY_RING];
+  uint64_t latencies;
 } sampler = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+static walk_scratch sampler_scratch;
+static name_cache sampler_names;
+static codeid sampler_ids[MAX_STACK];
+
 /* The GIL guard of the allocation hooks: set while this module itself runs
- * with the GIL (sampling, recording an allocation), whose allocations are
- * not sampled. */
+ * with the GIL (recording an allocation, naming threads), whose
+ * allocations are not sampled. */
 static int in_profiler;
 
-/* With the GIL, on the sampler thread: threading's names as `thread name`,
- * read from threading._active (threading is not imported if unused). */
+static const char *utf8_or(PyObject *s, const char *fallback) {
+  const char *u = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : NULL;
+  if (!u) {
+    PyErr_Clear();
+    return fallback;
+  }
+  return u;
+}
+
+/* With the GIL, on the namer thread: threading's names as `thread name`,
+ * read from threading._active (threading is not imported if unused); before
+ * 3.11 also each thread's kernel tid and its record. */
 static void name_threads(void) {
   PyObject *modules = PyImport_GetModuleDict(); /* borrowed */
   PyObject *threading =
@@ -386,15 +1145,18 @@ static void name_threads(void) {
       const char *s = utf8_or(name, NULL);
       if (tid > 0 && s)
         contprof_set_thread_name((pid_t)tid, s);
-#ifndef CP_PY_OLD
-      (void)key;
-#else
-      /* Before 3.11 a thread state does not know its kernel tid. */
-      unsigned long ident = PyLong_AsUnsignedLong(key);
-      for (size_t i = 0; tid > 0 && i < THREAD_TABLE_SIZE; i++)
-        if (threads_tab[i].key == ident)
-          threads_tab[i].tid = (pid_t)tid;
-#endif
+      if (!L.tid_native && tid > 0) {
+        /* Before 3.11 a thread state does not know its kernel tid. Its
+         * record is made here: the thread is alive while in _active. */
+        unsigned long ident = PyLong_AsUnsignedLong(key);
+        pthread_mutex_lock(&threads_lock);
+        pythread *t = thread_of(ident, 1);
+        /* Only a record without a tid: threading's _native_id of a forked
+         * child's thread is still the parent's. */
+        if (t && !t->tid)
+          thread_renew(t, (pid_t)tid, monotonic_ns());
+        pthread_mutex_unlock(&threads_lock);
+      }
       Py_XDECREF(native);
       Py_XDECREF(name);
     }
@@ -417,34 +1179,56 @@ static void record(const uint64_t *frames, size_t n, const pythread *t,
   contprof_record(&s);
 }
 
-/* With the GIL, on the sampler thread: one sample of every Python thread. */
-static void sample_pass(int do_cpu, int do_wall) {
+/* On the sampler thread, without the GIL (with it when needs_gil): one
+ * sample of every Python thread, due at `due`. Bounded: THREAD_WALK_MAX
+ * thread states, each one walk (see walk). */
+static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
   static uint64_t frames[MAX_STACK];
-  in_profiler = 1;
-  PyObject *et, *ev, *tb;
-  PyErr_Fetch(&et, &ev, &tb);
-  if (frame_cache_used >= (1u << FRAME_CACHE_BITS) / 2)
-    frame_cache_clear();
+  unsigned char tsw[TS_WINDOW_MAX];
+  pthread_mutex_lock(&threads_lock);
   uint64_t pass = ++sampler.pass;
   uint64_t now = monotonic_ns();
-  int fresh = 0;
   size_t seen = 0;
-  for (PyThreadState *ts = PyInterpreterState_ThreadHead(cfg.interp); ts;
-       ts = PyThreadState_Next(ts)) {
-    if (ts == sampler.ts)
+  uintptr_t ts = threads_head();
+  for (int i = 0; ts && i < THREAD_WALK_MAX; i++) {
+    if (rd(ts, tsw, L.ts_window) != 0 ||
+        (uintptr_t)word_at(tsw, L.ts_interp) != (uintptr_t)cfg.interp) {
+      /* A thread state freed while we read the list: the rest of this
+       * pass is unreadable. */
+      sampler.threads_unreadable++;
+      break;
+    }
+    uint64_t key = word_at(tsw, L.ts_key);
+    uintptr_t first = 0, tsp = ts;
+    int head_ok = first_frame(tsw, &first) == 0;
+    ts = (uintptr_t)word_at(tsw, L.ts_next);
+    if (!key || key == sampler.namer_key)
       continue;
-    pythread *t = thread_of(ts, 0);
+    pythread *t = thread_of(key, 0);
+    if (t && !L.tid_native) {
+      /* glibc reuses a finished thread's struct pthread, so a new thread
+       * can have the key of an old record: tell them apart by the tid. */
+      pid_t tid = pthread_tid(key);
+      if (tid && tid != t->tid)
+        thread_renew(t, tid, now);
+      else if (!tid && t->tid && t->has_clock && clock_ns(t->cpu_clock) < 0)
+        t->tid = 0; /* gone; the namer names the new one */
+    }
     if (!t) {
-      if (!(t = thread_of(ts, 1)))
+      pid_t tid = L.tid_native ? 0 : pthread_tid(key);
+      if (!L.tid_native && !tid) {
+        sampler.names_due = 1; /* its record is made with the GIL */
+        continue;
+      }
+      if (!(t = thread_of_tid(key, 1, tid)))
         continue;
       t->last_wall_ns = now - (uint64_t)cfg.wall_period_ns;
-      fresh = 1;
+      sampler.names_due = 1;
     }
     t->pass = pass;
     seen++;
     if (!t->tid)
       continue; /* before 3.11, until threading names it */
-    size_t n = walk_frames(ts, frames, cfg.max_frames, 1);
     int64_t cpu = do_cpu && t->has_clock ? clock_ns(t->cpu_clock) : -1;
     /* A smaller clock: the tid was reused by a new thread. */
     int64_t cpu_delta = cpu < 0                 ? 0
@@ -455,31 +1239,61 @@ static void sample_pass(int do_cpu, int do_wall) {
     uint64_t wall_delta = now - t->last_wall_ns;
     if (do_wall)
       t->last_wall_ns = now;
+    if (!do_wall && cpu_delta <= 0)
+      continue; /* no CPU since its last sample: nothing to read */
+    int truncated = 0;
+    long n = head_ok ? walk(first, sampler_ids, cfg.max_frames, &truncated,
+                            &sampler_scratch)
+                     : WALK_TORN;
+    if (n == WALK_TORN && head_ok) {
+      /* Once more from the thread's current frame: most tears are a
+       * return or call that raced the walk, over in microseconds. */
+      sampler.retried++;
+      if (rd(tsp, tsw, L.ts_window) == 0 && first_frame(tsw, &first) == 0)
+        n = walk(first, sampler_ids, cfg.max_frames, &truncated,
+                 &sampler_scratch);
+    }
+    uint64_t read_at = monotonic_ns();
+    sampler.latency_us[sampler.latencies++ % LATENCY_RING] =
+        (uint32_t)((read_at > due ? read_at - due : 0) / 1000);
     if (n == 0)
       continue; /* a thread state with no Python frame: native code */
+    size_t k;
+    if (n == WALK_TORN) {
+      sampler.dropped++;
+      frames[0] = dropped_word;
+      k = dropped_word ? 1 : 0;
+    } else {
+      sampler.samples++;
+      k = name_frames(&sampler_names, sampler_ids, (size_t)n, truncated,
+                      frames);
+    }
+    if (k == 0)
+      continue;
     if (do_cpu && cpu_delta > 0)
-      record(frames, n, t, CONTPROF_KIND_CPU, cpu_delta);
+      record(frames, k, t, CONTPROF_KIND_CPU, cpu_delta);
     if (do_wall)
-      record(frames, n, t, CONTPROF_KIND_WALL, (int64_t)wall_delta);
+      record(frames, k, t, CONTPROF_KIND_WALL, (int64_t)wall_delta);
   }
   /* Threads gone (or not in Python now): checked once a second. */
-  int second = now >= sampler.next_names_ns;
-  if (second && seen != threads_used)
-    threads_sweep(pass);
-  if (fresh || second) {
-    name_threads();
-    sampler.next_names_ns = now + NAME_REFRESH_NS;
+  static uint64_t next_sweep;
+  if (now >= next_sweep) {
+    if (seen != threads_used)
+      threads_sweep(pass);
+    next_sweep = now + NAME_REFRESH_NS;
   }
-  PyErr_Restore(et, ev, tb);
-  in_profiler = 0;
+  pthread_mutex_unlock(&threads_lock);
 }
 
 static void *sampler_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "contprof-python");
-  PyGILState_STATE g = PyGILState_Ensure();
-  sampler.ts = PyThreadState_Get();
-  PyThreadState *saved = PyEval_SaveThread();
+  PyGILState_STATE g = PyGILState_UNLOCKED;
+  PyThreadState *saved = NULL;
+  if (sampler.needs_gil) {
+    g = PyGILState_Ensure();
+    saved = PyEval_SaveThread();
+  }
   uint64_t now = monotonic_ns();
   uint64_t next_cpu = now + (uint64_t)cfg.cpu_period_ns;
   uint64_t next_wall = now + (uint64_t)cfg.wall_period_ns;
@@ -498,12 +1312,15 @@ static void *sampler_main(void *arg) {
     pthread_mutex_unlock(&sampler.lock);
     int do_cpu = cfg.cpu_on && now >= next_cpu;
     int do_wall = cfg.wall_on && now >= next_wall;
-    PyEval_RestoreThread(saved);
+    if (saved)
+      PyEval_RestoreThread(saved);
     if (!sampler.stop)
-      sample_pass(do_cpu, do_wall);
-    saved = PyEval_SaveThread();
-    /* Deadlines keep their rhythm; ticks missed (a long wait for the GIL)
-     * are skipped, the clock deltas still cover the time. */
+      sample_pass(do_cpu, do_wall, deadline);
+    if (saved)
+      saved = PyEval_SaveThread();
+    /* Deadlines keep their rhythm; ticks missed (a long pass, a wait for
+     * the GIL where it is needed) are skipped, the clock deltas still
+     * cover the time. */
     now = monotonic_ns();
     if (do_cpu)
       for (next_cpu += (uint64_t)cfg.cpu_period_ns; next_cpu <= now;)
@@ -512,41 +1329,102 @@ static void *sampler_main(void *arg) {
       for (next_wall += (uint64_t)cfg.wall_period_ns; next_wall <= now;)
         next_wall += (uint64_t)cfg.wall_period_ns;
     pthread_mutex_lock(&sampler.lock);
+    if (sampler.names_due)
+      pthread_cond_signal(&sampler.namer_wake);
+  }
+  pthread_mutex_unlock(&sampler.lock);
+  if (saved) {
+    PyEval_RestoreThread(saved);
+    PyGILState_Release(g);
+  }
+  return NULL;
+}
+
+/* The namer: the only thread of this module that waits for the GIL (once
+ * a second, or soon after a new thread appears), to read threading's names;
+ * the sampler goes on meanwhile. */
+static void *namer_main(void *arg) {
+  (void)arg;
+  pthread_setname_np(pthread_self(), "contprof-pyname");
+  PyGILState_STATE g = PyGILState_Ensure();
+  sampler.namer_key = ts_key(PyThreadState_Get());
+  if (pthread_tid_off >= 0 &&
+      pthread_tid((uint64_t)pthread_self()) != (pid_t)gettid())
+    pthread_tid_off = -1; /* the offset was a coincidence: use threading */
+  PyThreadState *saved = PyEval_SaveThread();
+  pthread_mutex_lock(&sampler.lock);
+  while (!sampler.stop) {
+    pthread_mutex_unlock(&sampler.lock);
+    PyEval_RestoreThread(saved);
+    if (!sampler.stop) {
+      in_profiler = 1;
+      PyObject *et, *ev, *tb;
+      PyErr_Fetch(&et, &ev, &tb);
+      name_threads();
+      PyErr_Restore(et, ev, tb);
+      in_profiler = 0;
+    }
+    saved = PyEval_SaveThread();
+    pthread_mutex_lock(&sampler.lock);
+    /* At most ten times a second, whatever the sampler asks: a thread
+     * state threading does not know keeps asking. */
+    uint64_t now = monotonic_ns(), soonest = now + NAME_REFRESH_NS / 10,
+             deadline = now + NAME_REFRESH_NS;
+    sampler.names_due = 0;
+    while (!sampler.stop && (now = monotonic_ns()) < deadline &&
+           (now < soonest || !sampler.names_due)) {
+      uint64_t until = now < soonest ? soonest : deadline;
+      struct timespec ts = {.tv_sec = (time_t)(until / 1000000000),
+                            .tv_nsec = (long)(until % 1000000000)};
+      pthread_cond_timedwait(&sampler.namer_wake, &sampler.lock, &ts);
+    }
   }
   pthread_mutex_unlock(&sampler.lock);
   PyEval_RestoreThread(saved);
-  sampler.ts = NULL;
   PyGILState_Release(g);
   return NULL;
 }
 
 static int sampler_start(void) {
-  if (!cfg.cpu_on && !cfg.wall_on)
+  if ((!cfg.cpu_on && !cfg.wall_on) || !L.ok)
     return 0;
+  if (cache_init(&sampler_names, 15) != 0)
+    return -1;
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_cond_init(&sampler.wake, &a);
+  pthread_cond_init(&sampler.namer_wake, &a);
   pthread_condattr_destroy(&a);
   sampler.stop = 0;
-  sampler.next_names_ns = 0;
+  sampler.names_due = 0;
+  sampler.namer_key = 0;
+  if (pthread_create(&sampler.namer, NULL, namer_main, NULL) != 0)
+    return -1;
+  sampler.namer_started = 1;
   if (pthread_create(&sampler.thread, NULL, sampler_main, NULL) != 0)
     return -1;
   sampler.started = 1;
   return 0;
 }
 
-/* Without the GIL (the sampler needs it to finish its pass). */
+/* Without the GIL (the namer, and the sampler when it needs the GIL, must
+ * be able to finish). */
 static void sampler_stop(void) {
-  if (!sampler.started)
-    return;
   pthread_mutex_lock(&sampler.lock);
   sampler.stop = 1;
-  pthread_cond_signal(&sampler.wake);
+  pthread_cond_broadcast(&sampler.wake);
+  pthread_cond_broadcast(&sampler.namer_wake);
   pthread_mutex_unlock(&sampler.lock);
-  pthread_join(sampler.thread, NULL);
-  pthread_cond_destroy(&sampler.wake);
-  sampler.started = 0;
+  if (sampler.started)
+    pthread_join(sampler.thread, NULL);
+  if (sampler.namer_started)
+    pthread_join(sampler.namer, NULL);
+  if (sampler.started || sampler.namer_started) {
+    pthread_cond_destroy(&sampler.wake);
+    pthread_cond_destroy(&sampler.namer_wake);
+  }
+  sampler.started = sampler.namer_started = 0;
 }
 
 /* --- allocations: Poisson byte sampling and the live heap ---------------- */
@@ -666,7 +1544,14 @@ static void heap_track(PyThreadState *ts, void *p, const uint64_t *frames,
     heap.untracked++;
     return;
   }
-  pythread *t = thread_of(ts, 0);
+  uint64_t span_id = 0, root = 0;
+  pthread_mutex_lock(&threads_lock);
+  pythread *t = thread_of(ts_key(ts), 0);
+  if (t) {
+    span_id = t->span_id;
+    root = t->local_root_span_id;
+  }
+  pthread_mutex_unlock(&threads_lock);
   pthread_mutex_lock(&heap.lock);
   uint32_t id;
   if (heap.free_head) {
@@ -682,8 +1567,8 @@ static void heap_track(PyThreadState *ts, void *p, const uint64_t *frames,
   e->tid = (pid_t)gettid();
   /* Held while the allocation lives: the set outlives the scope. */
   e->labels = contprof_labels_hold(contprof_labels_current());
-  e->span_id = t ? t->span_id : 0;
-  e->local_root_span_id = t ? t->local_root_span_id : 0;
+  e->span_id = span_id;
+  e->local_root_span_id = root;
   e->nframes = (uint32_t)(n < HEAP_FRAMES ? n : HEAP_FRAMES);
   memcpy(e->frames, frames, e->nframes * sizeof *frames);
   size_t slot = ptr_slot(p);
@@ -760,17 +1645,22 @@ static void alloc_sampled(void *p, size_t size) {
   alloc.countdown = next_gap();
   if (in_profiler || !cfg.running)
     return;
-  PyThreadState *ts = _PyThreadState_UncheckedGet();
-  if (!ts)
+  PyThreadState *ts = PyThreadState_GetUnchecked();
+  if (!ts || !L.ok)
     return;
   in_profiler = 1;
-  PyObject *et, *ev, *tb;
-  PyErr_Fetch(&et, &ev, &tb);
   static uint64_t frames[MAX_STACK];
-  size_t n = walk_frames(ts, frames, cfg.max_frames, 0);
-  if (n == 0 && no_frame_word) {
+  uintptr_t first;
+  int truncated = 0;
+  long n = 0;
+  if (first_frame((const unsigned char *)ts, &first) == 0)
+    n = walk(first, alloc_ids, cfg.max_frames, &truncated, &alloc_scratch);
+  size_t k =
+      n > 0 ? name_frames(&alloc_names, alloc_ids, (size_t)n, truncated, frames)
+            : 0;
+  if (k == 0 && no_frame_word) {
     frames[0] = no_frame_word;
-    n = 1;
+    k = 1;
   }
   double prob = -expm1(-(double)size / cfg.alloc_rate);
   double scale = prob > 0 ? 1.0 / prob : 1.0;
@@ -778,14 +1668,13 @@ static void alloc_sampled(void *p, size_t size) {
   int64_t bytes = (int64_t)(scale * (double)size + 0.5);
   if (cfg.alloc_on)
     contprof_record(&(contprof_sample){.frames = frames,
-                                       .nframes = n,
+                                       .nframes = k,
                                        .labels = CONTPROF_LABELS_OF_CALLER,
                                        .kind = CONTPROF_KIND_ALLOC,
                                        .count = count,
                                        .quantity = bytes});
   if (cfg.heap_on)
-    heap_track(ts, p, frames, n, count, bytes);
-  PyErr_Restore(et, ev, tb);
+    heap_track(ts, p, frames, k, count, bytes);
   in_profiler = 0;
 }
 
@@ -864,8 +1753,14 @@ static void hooks_uninstall(void) {
 static void atfork_child(void) {
   pthread_mutex_init(&heap.lock, NULL);
   pthread_mutex_init(&sampler.lock, NULL);
-  sampler.started = 0;
-  sampler.ts = NULL;
+  pthread_mutex_init(&threads_lock, NULL);
+  sampler.started = sampler.namer_started = 0;
+  self_pid = getpid();
+  if (sampler_names.slots) { /* the sampler may have been mid-insert */
+    memset(sampler_names.slots, 0,
+           (sampler_names.mask + 1) * sizeof *sampler_names.slots);
+    sampler_names.used = 0;
+  }
   heap_reset();
   heap.untracked = heap.untracked_reported = 0;
   alloc.rng = 0;
@@ -935,6 +1830,7 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
       (size_t)c.max_frames < MAX_STACK ? (size_t)c.max_frames : MAX_STACK;
   cfg.alloc_rate = (double)c.alloc_sample_bytes;
   cfg.heap_max_tracked = c.heap_max_tracked;
+  cfg.log_level = c.log_level;
   cp_config_free(&c);
 
   if (cfg.heap_on && heap_init(cfg.heap_max_tracked) != 0) {
@@ -945,6 +1841,36 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     truncated_word = contprof_frame_intern("[truncated]", "", 0);
   if (!no_frame_word)
     no_frame_word = contprof_frame_intern("[no Python frame]", "", 0);
+  if (!dropped_word)
+    dropped_word = contprof_frame_intern(
+        "[dropped: Python stack changed while read]", "", 0);
+  if (!layout_checked) {
+    /* Once per process: reads that cannot fault, then the layout. */
+    self_pid = getpid();
+    uint64_t probe = 42, got = 0;
+    struct iovec l = {&got, sizeof got}, r = {&probe, sizeof probe};
+    safe_reads =
+        process_vm_readv(self_pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof got &&
+        got == probe;
+    if (!safe_reads)
+      fprintf(stderr,
+              "contprof: process_vm_readv is refused here (%s); the Python "
+              "sampler takes the GIL to read frames\n",
+              strerror(errno));
+    cfg.interp = PyThreadState_Get()->interp;
+    const char *why = layout_check();
+    if (!why && !L.tid_native && safe_reads)
+      pthread_tid_calibrate();
+    if (why)
+      fprintf(stderr,
+              "contprof: CPython %s: %s; Python CPU, wall and allocation "
+              "stacks are not sampled\n",
+              cfg.version, why);
+    layout_checked = 1;
+  }
+  sampler.needs_gil = !safe_reads;
+  if (L.ok && cache_init(&alloc_names, 12) != 0)
+    L.ok = 0;
 
   static contprof_runtime rt;
   rt = (contprof_runtime){.name = "cpython",
@@ -968,21 +1894,26 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
   memset(threads_tab, 0, sizeof threads_tab);
   threads_used = 0;
   uint64_t now = monotonic_ns();
+  pthread_mutex_lock(&threads_lock);
   for (PyThreadState *ts = PyInterpreterState_ThreadHead(cfg.interp); ts;
        ts = PyThreadState_Next(ts)) {
-    pythread *t = thread_of(ts, 1);
+    pythread *t = thread_of(ts_key(ts), 1);
     if (!t)
       break;
     int64_t cpu = t->has_clock ? clock_ns(t->cpu_clock) : -1;
     t->last_cpu_ns = cpu > 0 ? cpu : 0;
     t->last_wall_ns = now;
   }
-  pythread *me = current_thread();
+  pythread *me = current_thread_locked();
   if (me) {
     me->labels = contprof_labels_current();
     cp_trace_current(&me->span_id, &me->local_root_span_id);
   }
-  if (cfg.alloc_on || cfg.heap_on) {
+  sampler.samples = sampler.dropped = sampler.threads_unreadable = 0;
+  sampler.retried = 0;
+  sampler.latencies = 0;
+  pthread_mutex_unlock(&threads_lock);
+  if ((cfg.alloc_on || cfg.heap_on) && L.ok) {
     alloc.countdown = next_gap();
     hooks_install();
   }
@@ -1005,6 +1936,14 @@ static PyObject *py_stop(PyObject *self, PyObject *unused) {
   if (!cfg.running)
     return PyLong_FromLong(CONTPROF_ERR_NOT_STARTED);
   stop_sampling();
+  if (cfg.log_level >= 2 && (sampler.dropped || sampler.threads_unreadable))
+    fprintf(stderr,
+            "contprof: Python sampler: %llu stacks read, %llu dropped "
+            "(changed while read), %llu passes cut short by an exiting "
+            "thread\n",
+            (unsigned long long)sampler.samples,
+            (unsigned long long)sampler.dropped,
+            (unsigned long long)sampler.threads_unreadable);
   int rc;
   /* The uploader runs before_export (the live heap) for the last profile:
    * without the GIL, so it may wait for the uploader. */
@@ -1053,9 +1992,7 @@ static PyObject *py_label_push(PyObject *self, PyObject *args) {
                  contprof_strerror(rc));
     return NULL;
   }
-  pythread *t = current_thread();
-  if (t)
-    t->labels = contprof_labels_current();
+  current_thread_update(1, 0, 0, 0);
   return PyLong_FromUnsignedLongLong((unsigned long long)scope.previous << 32 |
                                      scope.valid);
 }
@@ -1068,9 +2005,7 @@ static PyObject *py_label_pop(PyObject *self, PyObject *arg) {
   contprof_label_scope scope = {.previous = (uint32_t)(token >> 32),
                                 .valid = (uint32_t)token};
   contprof_label_pop(&scope);
-  pythread *t = current_thread();
-  if (t)
-    t->labels = contprof_labels_current();
+  current_thread_update(1, 0, 0, 0);
   Py_RETURN_NONE;
 }
 
@@ -1080,11 +2015,7 @@ static PyObject *py_set_span(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "KK", &span, &root))
     return NULL;
   contprof_set_span(span, root);
-  pythread *t = current_thread();
-  if (t) {
-    t->span_id = span;
-    t->local_root_span_id = root;
-  }
+  current_thread_update(0, 1, span, root);
   Py_RETURN_NONE;
 }
 
@@ -1106,6 +2037,7 @@ static PyObject *py_after_fork_child(PyObject *self, PyObject *unused) {
   (void)unused;
   if (!cfg.running)
     Py_RETURN_NONE;
+  self_pid = getpid();
   memset(threads_tab, 0, sizeof threads_tab);
   threads_used = 0;
   if (!contprof_is_running()) {
@@ -1115,19 +2047,54 @@ static PyObject *py_after_fork_child(PyObject *self, PyObject *unused) {
     options_free();
     Py_RETURN_NONE;
   }
-  pythread *me = current_thread();
+  pthread_mutex_lock(&threads_lock);
+  pythread *me = current_thread_locked();
   if (me) {
     me->labels = contprof_labels_current();
     cp_trace_current(&me->span_id, &me->local_root_span_id);
     me->last_wall_ns = monotonic_ns();
   }
+  pthread_mutex_unlock(&threads_lock);
   if (sampler_start() != 0)
     fprintf(stderr, "contprof: cannot start the Python sampler thread: %s\n",
             strerror(errno));
   Py_RETURN_NONE;
 }
 
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The sampler's counters and its latency (sample due -> frames read) since
+ * start: for tests and bench/. */
+static PyObject *py_stats(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  static uint32_t lat[LATENCY_RING];
+  pthread_mutex_lock(&threads_lock);
+  uint64_t samples = sampler.samples, dropped = sampler.dropped,
+           cut = sampler.threads_unreadable, nl = sampler.latencies,
+           retried = sampler.retried;
+  size_t n = nl < LATENCY_RING ? (size_t)nl : LATENCY_RING;
+  memcpy(lat, sampler.latency_us, n * sizeof *lat);
+  pthread_mutex_unlock(&threads_lock);
+  qsort(lat, n, sizeof *lat, cmp_u32);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:k,s:k,s:k,s:O,s:O,s:s,s:l}", "samples",
+      (unsigned long long)samples, "dropped", (unsigned long long)dropped,
+      "retried", (unsigned long long)retried, "passes_cut_short",
+      (unsigned long long)cut, "latency_n", (unsigned long long)n,
+      "latency_p50_us", (unsigned long)(n ? lat[n / 2] : 0), "latency_p99_us",
+      (unsigned long)(n ? lat[n * 99 / 100] : 0), "latency_max_us",
+      (unsigned long)(n ? lat[n - 1] : 0), "without_gil",
+      safe_reads ? Py_True : Py_False, "layout_ok", L.ok ? Py_True : Py_False,
+      "layout", L.source, "pthread_tid_offset", pthread_tid_off);
+}
+
 static PyMethodDef methods[] = {
+    {"stats", py_stats, METH_NOARGS,
+     "stats() -> dict: the Python sampler's counters and latency"},
     {"start", py_start, METH_VARARGS,
      "start(options: dict[str, str]) -> status; options by variable name"},
     {"stop", py_stop, METH_NOARGS, "stop() -> status"},
@@ -1175,3 +2142,5 @@ PyMODINIT_FUNC PyInit__contprof(void) {
   PyModule_AddStringConstant(m, "VERSION", CONTPROF_VERSION_STRING);
   return m;
 }
+
+#endif /* CP_UNSUPPORTED */

@@ -1,0 +1,119 @@
+"""The Python sampler at its defaults (cpu, 100 Hz) with THREADS threads
+running pure Python: CPU overhead against no profiler, and the sampling
+latency (a sample due -> that thread's frames read).
+
+In one process, ROUNDS rounds of three segments in rotating order: plain,
+profiled (contprof.start before, stop after; both outside the timed part),
+plain again (the A/A control). Each segment runs the same work in THREADS
+threads (bench/python_work.py's round() as many times as WORK). Per
+segment the process's CPU time (every thread, so the sampler's and the
+uploader's too) is divided by its round's first plain segment; a fifth of
+the work runs untimed first in every segment (with the profiler already
+started: its first samples name every frame, once per process in a
+service). Besides the
+ratios, the CPU of the profiler's own threads (contprof-python,
+contprof-pyname, from schedstat) divided by the work's CPU: a direct,
+low-noise figure. Latency from the extension's stats() over all profiled
+segments.
+
+    PYTHONPATH=<built package> python3 bench/python_threads.py [THREADS ROUNDS WORK]
+"""
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import python_work  # noqa: E402
+
+import contprof  # noqa: E402
+from contprof import _contprof  # noqa: E402
+
+THREADS, ROUNDS, WORK = (int(a) for a in (sys.argv[1:] + ["2", "15", "40"])[:3])
+OURS = ("contprof-python", "contprof-pyname")
+
+
+def profiler_cpu_ns():
+    total = 0
+    for task in glob.glob("/proc/self/task/*"):
+        try:
+            with open(task + "/comm") as f:
+                if f.read().strip() in OURS:
+                    with open(task + "/schedstat") as f:
+                        total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+def work(n=None):
+    def one():
+        for _ in range(n or WORK):
+            python_work.deep(12, 4000)
+    ts = [threading.Thread(target=one) for _ in range(THREADS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def segment(profiled, out, lat):
+    if profiled:
+        contprof.start(output_dir=out, upload_period=3600)
+    # Untimed, in both: the first samples name every frame (a service pays
+    # that once), the threads' first run warms the interpreter.
+    work(max(1, WORK // 5))
+    p0 = profiler_cpu_ns()
+    c0 = time.process_time()
+    work()
+    c1 = time.process_time()
+    own = 0
+    if profiled:
+        own = profiler_cpu_ns() - p0
+        s = _contprof.stats()
+        lat.append((s["latency_p50_us"], s["latency_p99_us"],
+                    s["latency_max_us"], s["latency_n"], s["dropped"],
+                    s["samples"]))
+        contprof.stop()
+    return c1 - c0, own / 1e9
+
+
+def main():
+    out = tempfile.mkdtemp(prefix="contprof-pythreads.")
+    variants = ["plain", "contprof", "plain-again"]
+    ratios = {v: [] for v in variants}
+    own = []
+    lat = []
+    work()  # warm-up
+    for r in range(ROUNDS):
+        order = variants[r % 3:] + variants[:r % 3]
+        cpu = {}
+        for v in order:
+            cpu[v], o = segment(v == "contprof", out, lat)
+            if v == "contprof":
+                own.append(o / cpu[v])
+        for v in variants:
+            ratios[v].append(cpu[v] / cpu["plain"])
+
+    def q(xs):
+        xs = sorted(xs)
+        return "%.4f [%.4f, %.4f]" % (statistics.median(xs),
+                                      xs[len(xs) // 4], xs[3 * len(xs) // 4])
+    print("python threads: %d threads, %d rounds, work %d, %s" % (
+        THREADS, ROUNDS, WORK, sys.version.split()[0]))
+    for v in variants:
+        print("  %-12s process CPU / plain %s" % (v, q(ratios[v])))
+    print("  profiler threads' CPU / work CPU: %s" % q(own))
+    p99 = sorted(x[1] for x in lat)
+    print("  latency per segment (us): p50 median %d, p99 median %d, p99 "
+          "max %d, max %d; samples %d, dropped %d" % (
+              statistics.median(x[0] for x in lat),
+              statistics.median(p99), p99[-1], max(x[2] for x in lat),
+              sum(x[5] for x in lat), sum(x[4] for x in lat)))
+
+
+if __name__ == "__main__":
+    main()
