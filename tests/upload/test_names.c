@@ -16,21 +16,9 @@
 #include "server.h"
 #include "test.h"
 #include "upload/http_sink.h"
+#include "upload_test.h"
 
 #define NAME_MAX_ENCODED 4096 /* PYROSCOPE_MAX_NAME in pyroscope.c */
-
-typedef struct env_list {
-  const char *kv[16];
-} env_list;
-
-static const char *env_lookup(const char *name, void *ctx) {
-  env_list *e = ctx;
-  size_t n = strlen(name);
-  for (size_t i = 0; e->kv[i]; i++)
-    if (strncmp(e->kv[i], name, n) == 0 && e->kv[i][n] == '=')
-      return e->kv[i] + n + 1;
-  return NULL;
-}
 
 /* "NAME=" followed by n copies of c (and a tail), in a static-free buffer
  * the caller frees. */
@@ -41,47 +29,6 @@ static char *repeat(const char *head, char c, size_t n, const char *tail) {
   memset(s + h, c, n);
   memcpy(s + h + n, tail, t + 1);
   return s;
-}
-
-/* ---- stderr capture ---------------------------------------------------- */
-
-static int saved_stderr = -1;
-static char capture_path[128];
-
-static void capture_start(void) {
-  snprintf(capture_path, sizeof capture_path, "/tmp/contprof-names-err-%d",
-           (int)getpid());
-  fflush(stderr);
-  saved_stderr = dup(2);
-  int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  dup2(fd, 2);
-  close(fd);
-}
-
-static char *capture_end(void) {
-  fflush(stderr);
-  dup2(saved_stderr, 2);
-  close(saved_stderr);
-  static char buf[65536];
-  int fd = open(capture_path, O_RDONLY);
-  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : 0;
-  buf[n > 0 ? n : 0] = 0;
-  if (fd >= 0)
-    close(fd);
-  unlink(capture_path);
-  fputs(buf, stderr); /* still visible in the test log */
-  return buf;
-}
-
-static int count_lines_with(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *line = text; line && *line;) {
-    const char *end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) : strlen(line);
-    n += memmem(line, len, needle, strlen(needle)) != NULL;
-    line = end ? end + 1 : NULL;
-  }
-  return n;
 }
 
 /* ---- a Pyroscope upload -------------------------------------------------- */

@@ -25,68 +25,11 @@
 #include "upload/http_sink.h"
 #include "upload/safe_dir.h"
 #include "upload/sink.h"
+#include "upload_test.h"
 
 #define NOBODY 65534
 
 /* ---- environment, stderr, generations --------------------------------- */
-
-typedef struct env_list {
-  const char *kv[16];
-} env_list;
-
-static const char *env_lookup(const char *name, void *ctx) {
-  env_list *e = ctx;
-  size_t n = strlen(name);
-  for (size_t i = 0; e->kv[i]; i++)
-    if (strncmp(e->kv[i], name, n) == 0 && e->kv[i][n] == '=')
-      return e->kv[i] + n + 1;
-  return NULL;
-}
-
-static void load_config(cp_config *cfg, env_list *e) {
-  CHECK_EQ_INT(cp_config_load(cfg, NULL, env_lookup, e), 0);
-}
-
-static int saved_stderr = -1;
-static char capture_path[128];
-
-static void capture_start(void) {
-  snprintf(capture_path, sizeof capture_path, "/tmp/contprof-files-err-%d",
-           (int)getpid());
-  fflush(stderr);
-  saved_stderr = dup(2);
-  int fd = open(capture_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  dup2(fd, 2);
-  close(fd);
-}
-
-static char *capture_end(void) {
-  fflush(stderr);
-  dup2(saved_stderr, 2);
-  close(saved_stderr);
-  static char buf[65536];
-  int fd = open(capture_path, O_RDONLY);
-  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : 0;
-  buf[n > 0 ? n : 0] = 0;
-  if (fd >= 0)
-    close(fd);
-  unlink(capture_path);
-  fputs(buf, stderr); /* still visible in the test log */
-  return buf;
-}
-
-static int count_lines_with(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *line = text; line && *line;) {
-    const char *end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) : strlen(line);
-    char buf[2048];
-    snprintf(buf, sizeof buf, "%.*s", (int)len, line);
-    n += strstr(buf, needle) != NULL;
-    line = end ? end + 1 : NULL;
-  }
-  return n;
-}
 
 static cp_generation *make_generation(void) {
   cp_generation *g = cp_gen_create(1, (size_t)64 << 20);
