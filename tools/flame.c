@@ -374,35 +374,10 @@ static void putf(buf *b, const char *fmt, ...) {
 
 /* Next code point of s (valid UTF-8), or U+FFFD for one invalid byte. */
 static uint32_t next_cp(const unsigned char **s) {
-  const unsigned char *p = *s;
-  uint32_t c = p[0], v, min;
-  size_t n;
-  if (c < 0x80) {
-    *s += 1;
-    return c;
-  } else if (c >= 0xc2 && c <= 0xdf) {
-    n = 2, v = c & 0x1f, min = 0x80;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3, v = c & 0x0f, min = 0x800;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4, v = c & 0x07, min = 0x10000;
-  } else {
-    *s += 1;
-    return 0xfffd;
-  }
-  for (size_t i = 1; i < n; i++) {
-    if ((p[i] & 0xc0) != 0x80) {
-      *s += 1;
-      return 0xfffd;
-    }
-    v = (v << 6) | (p[i] & 0x3f);
-  }
-  if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) {
-    *s += 1;
-    return 0xfffd;
-  }
-  *s += n;
-  return v;
+  uint32_t cp;
+  size_t n = pprof_utf8_length(*s, &cp);
+  *s += n ? n : 1;
+  return n ? cp : 0xfffd;
 }
 
 static void put_cp(buf *b, uint32_t c) {

@@ -47,9 +47,7 @@ static int too_large(char *err, size_t errlen, const char *what, size_t limit) {
 
 /* ---- escaping ------------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 when invalid
- * (overlong forms, surrogates and code points past U+10FFFF included). */
-static size_t utf8_length(const unsigned char *p, uint32_t *cp) {
+size_t pprof_utf8_length(const unsigned char *p, uint32_t *cp) {
   unsigned c = p[0];
   size_t n;
   uint32_t v, min;
@@ -80,7 +78,7 @@ void pprof_fput_escaped(const char *s, FILE *out) {
   const unsigned char *p = (const unsigned char *)s;
   while (*p) {
     uint32_t cp = 0;
-    size_t n = utf8_length(p, &cp);
+    size_t n = pprof_utf8_length(p, &cp);
     if (n == 0 || cp < 0x20 || cp == 0x7f) { /* invalid byte, C0, DEL */
       fprintf(out, "\\x%02x", *p);
       p++;

@@ -64,6 +64,11 @@ int pprof_read_buffer(const uint8_t *data, size_t len, size_t max_bytes,
 int pprof_decode(const uint8_t *data, size_t len, size_t max_memory,
                  pprof_profile **out, char *err, size_t errlen);
 
+/* Length of the valid UTF-8 sequence at p (1..4) with its code point in
+ * *cp, or 0 when invalid (overlong forms, surrogates and code points past
+ * U+10FFFF included). Reads at most up to p's terminating NUL. */
+size_t pprof_utf8_length(const unsigned char *p, uint32_t *cp);
+
 /* Writes s to out with what a terminal would act on escaped: C0 controls,
  * DEL and C1 controls as \xHH (the C1 ones as their two UTF-8 bytes),
  * bytes that are not valid UTF-8 as \xHH, and the bidirectional overrides
