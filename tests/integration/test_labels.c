@@ -139,7 +139,11 @@ static void test_sets_are_reused_over_time(void) {
   printf("140000 distinct sets: %d refused, RSS +%ld kB\n", failed,
          after - before);
   CHECK_EQ_INT(failed, 0);
+#ifndef __SANITIZE_ADDRESS__
+  /* Not under ASan: its quarantine keeps freed sets' memory and its shadow
+   * counts in the RSS (+75 MB there, measured). */
   CHECK(after - before < 32 << 10);
+#endif
   remove_dir(dir);
 }
 
