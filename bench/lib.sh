@@ -41,7 +41,7 @@ bench_build() {
   # Calls unwind.c's functions directly: linked with the static library.
   $cc -O2 -g -Wall -pthread -I"$bench_root/src" \
     -o "$BENCH_BIN/unwind_validate" "$src/unwind_validate.c" \
-    "$BENCH_BUILD_DIR/libcontprof.a" -lprotobuf-c -lz -lunwind -lpthread \
+    "$BENCH_BUILD_DIR/libcontprof.a" -lprotobuf-c -lz -lunwind -ldw -lelf -lpthread \
     -ldl -lm
   # Links the shared library like an application would.
   $cc -O2 -g -Wall -pthread -I"$bench_root/include" \

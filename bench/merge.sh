@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 [[ -x $build/contprof && -f $build/libcontprof.a ]] ||
   { echo "bench: run scripts/build first" >&2; exit 1; }
 gcc -O2 -Wall -I"$root/src" -I"$build/proto" -o "$work/gen" \
-  "$root/bench/gen_profiles.c" "$build/libcontprof.a" -lprotobuf-c -lz \
+  "$root/bench/gen_profiles.c" "$build/libcontprof.a" -lprotobuf-c -lz -ldw -lelf \
   -lunwind -lpthread -ldl -lm
 mkdir "$work/in"
 "$work/gen" "$work/in" "$n"
