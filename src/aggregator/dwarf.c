@@ -546,11 +546,6 @@ static void module_open(module *m) {
 
 /* ---- Resolving ----------------------------------------------------------- */
 
-static const char *die_string(Dwarf_Die *die, unsigned attr) {
-  Dwarf_Attribute a;
-  return dwarf_formstring(dwarf_attr_integrate(die, attr, &a));
-}
-
 /* Appends s to out's strings; returns the copy, or "" when full. */
 static const char *chain_str(cp_line_chain *out, const char *s) {
   if (!s)
@@ -564,14 +559,98 @@ static const char *chain_str(cp_line_chain *out, const char *s) {
   return p;
 }
 
+/* The attributes chain_add reads, and the DIE each was found on. */
+enum { FA_LINKAGE, FA_MIPS_LINKAGE, FA_NAME, FA_DECL_FILE, FA_DECL_LINE, FA_N };
+#define FA_ORIGIN FA_N     /* bit of DW_AT_abstract_origin in a scan */
+#define FA_SPEC (FA_N + 1) /* bit of DW_AT_specification */
+
+typedef struct fn_attrs {
+  Dwarf_Attribute a[FA_N + 2]; /* + the two links, in a scan */
+  Dwarf_Die holder[FA_N];
+  unsigned found; /* bit i: a[i] (and holder[i]) set */
+} fn_attrs;
+
+/* dwarf_getattrs callback: the first of each attribute of interest. */
+static int fn_attr_cb(Dwarf_Attribute *attr, void *arg) {
+  fn_attrs *scan = arg;
+  int i;
+  switch (dwarf_whatattr(attr)) {
+  case DW_AT_linkage_name:
+    i = FA_LINKAGE;
+    break;
+  case DW_AT_MIPS_linkage_name:
+    i = FA_MIPS_LINKAGE;
+    break;
+  case DW_AT_name:
+    i = FA_NAME;
+    break;
+  case DW_AT_decl_file:
+    i = FA_DECL_FILE;
+    break;
+  case DW_AT_decl_line:
+    i = FA_DECL_LINE;
+    break;
+  case DW_AT_abstract_origin:
+    i = FA_ORIGIN;
+    break;
+  case DW_AT_specification:
+    i = FA_SPEC;
+    break;
+  default:
+    return DWARF_CB_OK;
+  }
+  if (!(scan->found & (1u << i))) {
+    scan->a[i] = *attr;
+    scan->found |= 1u << i;
+  }
+  return DWARF_CB_OK;
+}
+
+/* What dwarf_attr_integrate finds for each of chain_add's attributes, in
+ * one pass over each DIE of the abstract-origin / specification chain
+ * instead of several per attribute (it scans a DIE once for the attribute,
+ * once for DW_AT_abstract_origin, once for DW_AT_specification): the same
+ * order (the DIE, then its abstract origin, else its specification) and
+ * the same bound (17 DIEs). */
+static void fn_attrs_get(Dwarf_Die *fn, fn_attrs *fa) {
+  Dwarf_Die die = *fn;
+  fa->found = 0;
+  for (int chain = 0; chain < 17; chain++) {
+    fn_attrs scan;
+    scan.found = 0;
+    /* On a corrupt DIE, what was read before the error counts, as it
+     * would for dwarf_attr. */
+    int rc = dwarf_getattrs(&die, fn_attr_cb, &scan, 0);
+    for (int i = 0; i < FA_N; i++)
+      if (!(fa->found & (1u << i)) && (scan.found & (1u << i))) {
+        fa->a[i] = scan.a[i];
+        fa->holder[i] = die;
+        fa->found |= 1u << i;
+      }
+    if (rc != 1 || fa->found == (1u << FA_N) - 1)
+      return;
+    Dwarf_Attribute *link = scan.found & (1u << FA_ORIGIN) ? &scan.a[FA_ORIGIN]
+                            : scan.found & (1u << FA_SPEC) ? &scan.a[FA_SPEC]
+                                                           : NULL;
+    if (!link || !dwarf_formref_die(link, &die))
+      return;
+  }
+}
+
+static const char *fn_string(fn_attrs *fa, int i) {
+  return fa->found & (1u << i) ? dwarf_formstring(&fa->a[i]) : NULL;
+}
+
 static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
                       int64_t line) {
   if (out->n >= CP_DWARF_MAX_FRAMES)
     return;
-  const char *linkage = die_string(fn, DW_AT_linkage_name);
+  fn_attrs fa;
+  fn_attrs_get(fn, &fa);
+  const char *linkage = fn_string(&fa, FA_LINKAGE);
   if (!linkage)
-    linkage = die_string(fn, DW_AT_MIPS_linkage_name);
-  const char *name = die_string(fn, DW_AT_name);
+    linkage = fn_string(&fa, FA_MIPS_LINKAGE);
+  const char *name = fn_string(&fa, FA_NAME);
   char *plain = linkage ? cp_symbols_demangle(linkage) : NULL;
   cp_line_frame *f = &out->frames[out->n++];
   f->function = chain_str(out, plain ? plain : name ? name : linkage);
@@ -579,9 +658,15 @@ static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
   free(plain);
   f->file = chain_str(out, file);
   f->line = line;
-  f->decl_file = chain_str(out, dwarf_decl_file(fn));
+  /* dwarf_decl_file/line on the DIE holding the attribute find it there. */
+  f->decl_file = chain_str(out, fa.found & (1u << FA_DECL_FILE)
+                                    ? dwarf_decl_file(&fa.holder[FA_DECL_FILE])
+                                    : NULL);
   int decl = 0;
-  f->start_line = dwarf_decl_line(fn, &decl) == 0 ? decl : 0;
+  f->start_line = fa.found & (1u << FA_DECL_LINE) &&
+                          dwarf_decl_line(&fa.holder[FA_DECL_LINE], &decl) == 0
+                      ? decl
+                      : 0;
 }
 
 static const cu_range *find_range(const module *m, uint64_t addr) {
@@ -631,9 +716,11 @@ static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
         tag != DW_TAG_try_block && tag != DW_TAG_catch_block)
       continue;
     int has = dwarf_haspc(&child, addr);
-    int no_pc = has == 0 && !dwarf_hasattr(&child, DW_AT_low_pc) &&
+    /* Only a lexical block without addresses is entered without them. */
+    int no_pc = has == 0 && tag == DW_TAG_lexical_block &&
+                !dwarf_hasattr(&child, DW_AT_low_pc) &&
                 !dwarf_hasattr(&child, DW_AT_ranges);
-    if (has != 1 && !(no_pc && tag == DW_TAG_lexical_block))
+    if (has != 1 && !no_pc)
       continue;
     int at = *n;
     if (tag == DW_TAG_inlined_subroutine && *n < CP_DWARF_MAX_FRAMES)
