@@ -435,6 +435,94 @@ static void limit_open_modules(void) {
   }
 }
 
+/* Reads [off, off + len) of fd into image at the same offset (cut at
+ * size); -1 when the file is shorter. */
+static int read_at(int fd, unsigned char *image, size_t size, uint64_t off,
+                   uint64_t len) {
+  if (off >= size)
+    return len ? -1 : 0;
+  if (len > size - off)
+    len = size - off;
+  size_t got = 0;
+  while (got < len) {
+    ssize_t r = pread(fd, image + off + got, len - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+typedef struct skip_range {
+  uint64_t off, end;
+} skip_range;
+
+static int skip_cmp(const void *pa, const void *pb) {
+  const skip_range *a = pa, *b = pb;
+  return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* Whether libdw never reads section sh: loaded code and data, and location
+ * lists (frames need names, lines and address ranges only). */
+static int image_skips(Elf *elf, size_t shstrndx, const GElf_Shdr *sh) {
+  if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0)
+    return 0;
+  if ((sh->sh_flags & SHF_ALLOC) && sh->sh_type == SHT_PROGBITS)
+    return 1;
+  const char *name = elf_strptr(elf, shstrndx, sh->sh_name);
+  return name && (strcmp(name, ".debug_loc") == 0 ||
+                  strcmp(name, ".debug_loclists") == 0);
+}
+
+/* Fills image (size bytes, zeroed) with the file of elf as libdw needs
+ * it: everything but the sections it never reads, which stay zero (about
+ * half of a shared object: its code and location lists), then the ELF,
+ * program and section headers again so that no corrupt section table can
+ * zero them. 0 on success. */
+static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
+  size_t shnum = 0, shstrndx = 0, nskip = 0;
+  skip_range *skip = NULL;
+  GElf_Ehdr eh;
+  if (!gelf_getehdr(elf, &eh) || elf_getshdrnum(elf, &shnum) != 0 ||
+      elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return read_at(fd, image, size, 0, size);
+  skip = shnum ? calloc(shnum, sizeof *skip) : NULL;
+  for (Elf_Scn *scn = NULL; skip && (scn = elf_nextscn(elf, scn));) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) && image_skips(elf, shstrndx, &sh) &&
+        sh.sh_offset < size && nskip < shnum)
+      skip[nskip++] = (skip_range){
+          sh.sh_offset,
+          sh.sh_size > size - sh.sh_offset ? size : sh.sh_offset + sh.sh_size};
+  }
+  if (nskip)
+    qsort(skip, nskip, sizeof *skip, skip_cmp);
+  uint64_t at = 0;
+  int rc = 0;
+  for (size_t i = 0; i < nskip && rc == 0; i++) {
+    if (skip[i].off > at)
+      rc = read_at(fd, image, size, at, skip[i].off - at);
+    if (skip[i].end > at)
+      at = skip[i].end;
+  }
+  free(skip);
+  if (rc == 0 && at < size)
+    rc = read_at(fd, image, size, at, size - at);
+  /* The file may have shrunk since it was opened: its last byte is read. */
+  if (rc == 0 && at >= size)
+    rc = read_at(fd, image, size, size - 1, 1);
+  if (rc == 0)
+    rc = read_at(fd, image, size, 0, eh.e_ehsize);
+  if (rc == 0 && eh.e_phnum)
+    rc = read_at(fd, image, size, eh.e_phoff,
+                 (uint64_t)eh.e_phnum * eh.e_phentsize);
+  if (rc == 0 && shnum)
+    rc = read_at(fd, image, size, eh.e_shoff, (uint64_t)shnum * eh.e_shentsize);
+  return rc;
+}
+
 /* Opens m's object and debug information. Leaves m->dw NULL when there is
  * none; says why once when there is some but it is unusable. */
 static void module_open(module *m) {
@@ -496,7 +584,7 @@ static void module_open(module *m) {
     module_close(m);
     return;
   }
-  /* libdw reads a copy of the whole file (see module.image). */
+  /* libdw reads a copy of the file (see module.image, read_image). */
   int dbg_fd = dbg == m->elf ? m->fd : m->debug_fd;
   struct stat dsb;
   uint64_t inflated = 0;
@@ -517,16 +605,7 @@ static void module_open(module *m) {
   make_room((size_t)bytes, m);
   m->image_bytes = (size_t)dsb.st_size;
   m->image = calloc(1, m->image_bytes + IMAGE_PAD);
-  size_t got = 0;
-  while (m->image && got < m->image_bytes) {
-    ssize_t r = pread(dbg_fd, m->image + got, m->image_bytes - got, (off_t)got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    got += (size_t)r;
-  }
-  if (m->image && got == m->image_bytes)
+  if (m->image && read_image(dbg, dbg_fd, m->image, m->image_bytes) == 0)
     m->image_elf = elf_memory((char *)m->image, m->image_bytes);
   module_release_files(m);
   m->dw =
