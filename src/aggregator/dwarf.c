@@ -435,6 +435,94 @@ static void limit_open_modules(void) {
   }
 }
 
+/* Reads [off, off + len) of fd into image at the same offset (cut at
+ * size); -1 when the file is shorter. */
+static int read_at(int fd, unsigned char *image, size_t size, uint64_t off,
+                   uint64_t len) {
+  if (off >= size)
+    return len ? -1 : 0;
+  if (len > size - off)
+    len = size - off;
+  size_t got = 0;
+  while (got < len) {
+    ssize_t r = pread(fd, image + off + got, len - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+typedef struct skip_range {
+  uint64_t off, end;
+} skip_range;
+
+static int skip_cmp(const void *pa, const void *pb) {
+  const skip_range *a = pa, *b = pb;
+  return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/* Whether libdw never reads section sh: loaded code and data, and location
+ * lists (frames need names, lines and address ranges only). */
+static int image_skips(Elf *elf, size_t shstrndx, const GElf_Shdr *sh) {
+  if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0)
+    return 0;
+  if ((sh->sh_flags & SHF_ALLOC) && sh->sh_type == SHT_PROGBITS)
+    return 1;
+  const char *name = elf_strptr(elf, shstrndx, sh->sh_name);
+  return name && (strcmp(name, ".debug_loc") == 0 ||
+                  strcmp(name, ".debug_loclists") == 0);
+}
+
+/* Fills image (size bytes, zeroed) with the file of elf as libdw needs
+ * it: everything but the sections it never reads, which stay zero (about
+ * half of a shared object: its code and location lists), then the ELF,
+ * program and section headers again so that no corrupt section table can
+ * zero them. 0 on success. */
+static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
+  size_t shnum = 0, shstrndx = 0, nskip = 0;
+  skip_range *skip = NULL;
+  GElf_Ehdr eh;
+  if (!gelf_getehdr(elf, &eh) || elf_getshdrnum(elf, &shnum) != 0 ||
+      elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return read_at(fd, image, size, 0, size);
+  skip = shnum ? calloc(shnum, sizeof *skip) : NULL;
+  for (Elf_Scn *scn = NULL; skip && (scn = elf_nextscn(elf, scn));) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) && image_skips(elf, shstrndx, &sh) &&
+        sh.sh_offset < size && nskip < shnum)
+      skip[nskip++] = (skip_range){
+          sh.sh_offset,
+          sh.sh_size > size - sh.sh_offset ? size : sh.sh_offset + sh.sh_size};
+  }
+  if (nskip)
+    qsort(skip, nskip, sizeof *skip, skip_cmp);
+  uint64_t at = 0;
+  int rc = 0;
+  for (size_t i = 0; i < nskip && rc == 0; i++) {
+    if (skip[i].off > at)
+      rc = read_at(fd, image, size, at, skip[i].off - at);
+    if (skip[i].end > at)
+      at = skip[i].end;
+  }
+  free(skip);
+  if (rc == 0 && at < size)
+    rc = read_at(fd, image, size, at, size - at);
+  /* The file may have shrunk since it was opened: its last byte is read. */
+  if (rc == 0 && at >= size)
+    rc = read_at(fd, image, size, size - 1, 1);
+  if (rc == 0)
+    rc = read_at(fd, image, size, 0, eh.e_ehsize);
+  if (rc == 0 && eh.e_phnum)
+    rc = read_at(fd, image, size, eh.e_phoff,
+                 (uint64_t)eh.e_phnum * eh.e_phentsize);
+  if (rc == 0 && shnum)
+    rc = read_at(fd, image, size, eh.e_shoff, (uint64_t)shnum * eh.e_shentsize);
+  return rc;
+}
+
 /* Opens m's object and debug information. Leaves m->dw NULL when there is
  * none; says why once when there is some but it is unusable. */
 static void module_open(module *m) {
@@ -496,7 +584,7 @@ static void module_open(module *m) {
     module_close(m);
     return;
   }
-  /* libdw reads a copy of the whole file (see module.image). */
+  /* libdw reads a copy of the file (see module.image, read_image). */
   int dbg_fd = dbg == m->elf ? m->fd : m->debug_fd;
   struct stat dsb;
   uint64_t inflated = 0;
@@ -517,16 +605,7 @@ static void module_open(module *m) {
   make_room((size_t)bytes, m);
   m->image_bytes = (size_t)dsb.st_size;
   m->image = calloc(1, m->image_bytes + IMAGE_PAD);
-  size_t got = 0;
-  while (m->image && got < m->image_bytes) {
-    ssize_t r = pread(dbg_fd, m->image + got, m->image_bytes - got, (off_t)got);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      break;
-    got += (size_t)r;
-  }
-  if (m->image && got == m->image_bytes)
+  if (m->image && read_image(dbg, dbg_fd, m->image, m->image_bytes) == 0)
     m->image_elf = elf_memory((char *)m->image, m->image_bytes);
   module_release_files(m);
   m->dw =
@@ -546,11 +625,6 @@ static void module_open(module *m) {
 
 /* ---- Resolving ----------------------------------------------------------- */
 
-static const char *die_string(Dwarf_Die *die, unsigned attr) {
-  Dwarf_Attribute a;
-  return dwarf_formstring(dwarf_attr_integrate(die, attr, &a));
-}
-
 /* Appends s to out's strings; returns the copy, or "" when full. */
 static const char *chain_str(cp_line_chain *out, const char *s) {
   if (!s)
@@ -564,14 +638,98 @@ static const char *chain_str(cp_line_chain *out, const char *s) {
   return p;
 }
 
+/* The attributes chain_add reads, and the DIE each was found on. */
+enum { FA_LINKAGE, FA_MIPS_LINKAGE, FA_NAME, FA_DECL_FILE, FA_DECL_LINE, FA_N };
+#define FA_ORIGIN FA_N     /* bit of DW_AT_abstract_origin in a scan */
+#define FA_SPEC (FA_N + 1) /* bit of DW_AT_specification */
+
+typedef struct fn_attrs {
+  Dwarf_Attribute a[FA_N + 2]; /* + the two links, in a scan */
+  Dwarf_Die holder[FA_N];
+  unsigned found; /* bit i: a[i] (and holder[i]) set */
+} fn_attrs;
+
+/* dwarf_getattrs callback: the first of each attribute of interest. */
+static int fn_attr_cb(Dwarf_Attribute *attr, void *arg) {
+  fn_attrs *scan = arg;
+  int i;
+  switch (dwarf_whatattr(attr)) {
+  case DW_AT_linkage_name:
+    i = FA_LINKAGE;
+    break;
+  case DW_AT_MIPS_linkage_name:
+    i = FA_MIPS_LINKAGE;
+    break;
+  case DW_AT_name:
+    i = FA_NAME;
+    break;
+  case DW_AT_decl_file:
+    i = FA_DECL_FILE;
+    break;
+  case DW_AT_decl_line:
+    i = FA_DECL_LINE;
+    break;
+  case DW_AT_abstract_origin:
+    i = FA_ORIGIN;
+    break;
+  case DW_AT_specification:
+    i = FA_SPEC;
+    break;
+  default:
+    return DWARF_CB_OK;
+  }
+  if (!(scan->found & (1u << i))) {
+    scan->a[i] = *attr;
+    scan->found |= 1u << i;
+  }
+  return DWARF_CB_OK;
+}
+
+/* What dwarf_attr_integrate finds for each of chain_add's attributes, in
+ * one pass over each DIE of the abstract-origin / specification chain
+ * instead of several per attribute (it scans a DIE once for the attribute,
+ * once for DW_AT_abstract_origin, once for DW_AT_specification): the same
+ * order (the DIE, then its abstract origin, else its specification) and
+ * the same bound (17 DIEs). */
+static void fn_attrs_get(Dwarf_Die *fn, fn_attrs *fa) {
+  Dwarf_Die die = *fn;
+  fa->found = 0;
+  for (int chain = 0; chain < 17; chain++) {
+    fn_attrs scan;
+    scan.found = 0;
+    /* On a corrupt DIE, what was read before the error counts, as it
+     * would for dwarf_attr. */
+    int rc = dwarf_getattrs(&die, fn_attr_cb, &scan, 0);
+    for (int i = 0; i < FA_N; i++)
+      if (!(fa->found & (1u << i)) && (scan.found & (1u << i))) {
+        fa->a[i] = scan.a[i];
+        fa->holder[i] = die;
+        fa->found |= 1u << i;
+      }
+    if (rc != 1 || fa->found == (1u << FA_N) - 1)
+      return;
+    Dwarf_Attribute *link = scan.found & (1u << FA_ORIGIN) ? &scan.a[FA_ORIGIN]
+                            : scan.found & (1u << FA_SPEC) ? &scan.a[FA_SPEC]
+                                                           : NULL;
+    if (!link || !dwarf_formref_die(link, &die))
+      return;
+  }
+}
+
+static const char *fn_string(fn_attrs *fa, int i) {
+  return fa->found & (1u << i) ? dwarf_formstring(&fa->a[i]) : NULL;
+}
+
 static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
                       int64_t line) {
   if (out->n >= CP_DWARF_MAX_FRAMES)
     return;
-  const char *linkage = die_string(fn, DW_AT_linkage_name);
+  fn_attrs fa;
+  fn_attrs_get(fn, &fa);
+  const char *linkage = fn_string(&fa, FA_LINKAGE);
   if (!linkage)
-    linkage = die_string(fn, DW_AT_MIPS_linkage_name);
-  const char *name = die_string(fn, DW_AT_name);
+    linkage = fn_string(&fa, FA_MIPS_LINKAGE);
+  const char *name = fn_string(&fa, FA_NAME);
   char *plain = linkage ? cp_symbols_demangle(linkage) : NULL;
   cp_line_frame *f = &out->frames[out->n++];
   f->function = chain_str(out, plain ? plain : name ? name : linkage);
@@ -579,9 +737,15 @@ static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
   free(plain);
   f->file = chain_str(out, file);
   f->line = line;
-  f->decl_file = chain_str(out, dwarf_decl_file(fn));
+  /* dwarf_decl_file/line on the DIE holding the attribute find it there. */
+  f->decl_file = chain_str(out, fa.found & (1u << FA_DECL_FILE)
+                                    ? dwarf_decl_file(&fa.holder[FA_DECL_FILE])
+                                    : NULL);
   int decl = 0;
-  f->start_line = dwarf_decl_line(fn, &decl) == 0 ? decl : 0;
+  f->start_line = fa.found & (1u << FA_DECL_LINE) &&
+                          dwarf_decl_line(&fa.holder[FA_DECL_LINE], &decl) == 0
+                      ? decl
+                      : 0;
 }
 
 static const cu_range *find_range(const module *m, uint64_t addr) {
@@ -631,9 +795,11 @@ static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
         tag != DW_TAG_try_block && tag != DW_TAG_catch_block)
       continue;
     int has = dwarf_haspc(&child, addr);
-    int no_pc = has == 0 && !dwarf_hasattr(&child, DW_AT_low_pc) &&
+    /* Only a lexical block without addresses is entered without them. */
+    int no_pc = has == 0 && tag == DW_TAG_lexical_block &&
+                !dwarf_hasattr(&child, DW_AT_low_pc) &&
                 !dwarf_hasattr(&child, DW_AT_ranges);
-    if (has != 1 && !(no_pc && tag == DW_TAG_lexical_block))
+    if (has != 1 && !no_pc)
       continue;
     int at = *n;
     if (tag == DW_TAG_inlined_subroutine && *n < CP_DWARF_MAX_FRAMES)
