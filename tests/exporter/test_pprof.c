@@ -18,51 +18,10 @@
 #include "common.h"
 #include "exporter/pprof.h"
 #include "exporter/pprof_read.h"
+#include "profile_files.h"
 #include "test.h"
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static char tmp_dir[64];
-
-static const char *tmp_path(const char *name) {
-  static char path[4][256];
-  static int next;
-  if (!tmp_dir[0]) {
-    strcpy(tmp_dir, "/tmp/cp_test_pprof_XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
-      perror("mkdtemp");
-      exit(1);
-    }
-  }
-  char *p = path[next++ % 4];
-  snprintf(p, sizeof path[0], "%s/%s", tmp_dir, name);
-  return p;
-}
-
-static void tmp_cleanup(void) {
-  if (!tmp_dir[0])
-    return;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "note: could not remove %s\n", tmp_dir);
-}
-
-static int write_file(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f)
-    return -1;
-  size_t n = fwrite(data, 1, len, f);
-  return fclose(f) == 0 && n == len ? 0 : -1;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
 
 /* Encodes a hand-made protobuf-c profile (for inputs the builder refuses to
  * make). */
@@ -1125,31 +1084,8 @@ static void test_top_lines(void) {
 
 /* ---- go tool pprof ------------------------------------------------------- */
 
-/* Runs a shell command with HOME in our temp dir; returns its stdout (to be
- * freed) or NULL, and its exit status. */
-static char *run(const char *cmd, int *status) {
-  char full[1024];
-  snprintf(full, sizeof full, "HOME='%s' PPROF_TMPDIR='%s' %s 2>'%s'", tmp_dir,
-           tmp_dir, cmd, tmp_path("stderr.txt"));
-  FILE *f = popen(full, "r");
-  if (!f)
-    return NULL;
-  size_t cap = 4096, len = 0;
-  char *out = malloc(cap);
-  size_t n;
-  while ((n = fread(out + len, 1, cap - len - 1, f)) > 0) {
-    len += n;
-    if (cap - len < 2)
-      out = realloc(out, cap *= 2);
-  }
-  out[len] = '\0';
-  int st = pclose(f);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
 static void show_stderr(void) {
-  FILE *f = fopen(tmp_path("stderr.txt"), "r");
+  FILE *f = fopen(tmp_path("run.err"), "r");
   char line[512];
   while (f && fgets(line, sizeof line, f))
     fprintf(stderr, "  go: %s", line);
@@ -1233,82 +1169,6 @@ static void test_go_tool_pprof(void) {
 }
 
 /* ---- contprof top on hostile files --------------------------------------- */
-
-/* Writes header followed by `count` copies of unit, gzipped piecewise (the
- * uncompressed profile is never held). */
-static void write_gzip_repeated(const char *path, const uint8_t *header,
-                                size_t header_len, const uint8_t *unit,
-                                size_t unit_len, size_t count) {
-  z_stream zs;
-  memset(&zs, 0, sizeof zs);
-  CHECK_EQ_INT(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY),
-               Z_OK);
-  static uint8_t chunk[1 << 16], out[1 << 16];
-  size_t per_chunk = sizeof chunk / unit_len;
-  for (size_t i = 0; i < per_chunk; i++)
-    memcpy(chunk + i * unit_len, unit, unit_len);
-  FILE *f = fopen(path, "wb");
-  CHECK(f != NULL);
-  if (!f)
-    return;
-  size_t left = count;
-  int first = 1, zrc = Z_OK;
-  for (;;) {
-    int finish = left == 0 && !first;
-    if (first) {
-      zs.next_in = (Bytef *)header;
-      zs.avail_in = (uInt)header_len;
-      first = 0;
-    } else if (!finish) {
-      size_t n = left < per_chunk ? left : per_chunk;
-      zs.next_in = chunk;
-      zs.avail_in = (uInt)(n * unit_len);
-      left -= n;
-    }
-    do {
-      zs.next_out = out;
-      zs.avail_out = sizeof out;
-      zrc = deflate(&zs, finish ? Z_FINISH : Z_NO_FLUSH);
-      fwrite(out, 1, sizeof out - zs.avail_out, f);
-    } while (zs.avail_out == 0);
-    if (finish && zrc == Z_STREAM_END)
-      break;
-  }
-  deflateEnd(&zs);
-  fclose(f);
-}
-
-/* Runs the contprof binary with args (NULL-terminated after argv[0]),
- * stdout and stderr into files; returns the exit status (-1 for a signal)
- * and the child's peak RSS in KiB. */
-static int run_contprof(char *const argv[], const char *out_path,
-                        const char *err_path, long *maxrss_kib) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-      _exit(126);
-    execv(CP_BUILD_DIR "/contprof", argv);
-    _exit(127);
-  }
-  int st = 0;
-  struct rusage ru;
-  memset(&ru, 0, sizeof ru);
-  if (pid < 0 || wait4(pid, &st, 0, &ru) != pid)
-    return -2;
-  *maxrss_kib = ru.ru_maxrss;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  char *buf = calloc(1, 1 << 20);
-  *len = f && buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-  if (f)
-    fclose(f);
-  return buf;
-}
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define RSS_IS_MEASURABLE 0

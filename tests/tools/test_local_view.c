@@ -16,55 +16,10 @@
 
 #include "exporter/pprof.h"
 #include "exporter/pprof_read.h"
+#include "profile_files.h"
 #include "test.h"
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static char tmp_dir[64];
-
-static const char *tmp_path(const char *name) {
-  static char path[8][256];
-  static int next;
-  if (!tmp_dir[0]) {
-    strcpy(tmp_dir, "/tmp/cp_test_lv_XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
-      perror("mkdtemp");
-      exit(1);
-    }
-  }
-  char *p = path[next++ % 8];
-  snprintf(p, sizeof path[0], "%s/%s", tmp_dir, name);
-  return p;
-}
-
-static int write_file(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f)
-    return -1;
-  size_t n = fwrite(data, 1, len, f);
-  return fclose(f) == 0 && n == len ? 0 : -1;
-}
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (f && buf) {
-    if (cap - n < 2)
-      buf = realloc(buf, cap *= 2);
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    if (r == 0)
-      break;
-    n += r;
-  }
-  if (f)
-    fclose(f);
-  if (buf)
-    buf[n] = '\0';
-  if (len)
-    *len = n;
-  return buf;
-}
 
 /* Runs contprof with argv (NULL-terminated), stdout and stderr into
  * OUT/ERR files under the temp dir; returns the exit status. */
@@ -72,52 +27,12 @@ static int contprof(char *const argv[], char **out, char **err) {
   char out_path[256], err_path[256];
   snprintf(out_path, sizeof out_path, "%s", tmp_path("cmd.out"));
   snprintf(err_path, sizeof err_path, "%s", tmp_path("cmd.err"));
-  pid_t pid = fork();
-  if (pid == 0) {
-    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-      _exit(126);
-    execv(CP_BUILD_DIR "/contprof", argv);
-    _exit(127);
-  }
-  int st = 0;
-  if (pid < 0 || waitpid(pid, &st, 0) != pid)
-    return -2;
+  int rc = run_contprof(argv, out_path, err_path, NULL);
   if (out)
     *out = slurp(out_path, NULL);
   if (err)
     *err = slurp(err_path, NULL);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-
-/* A shell command's stdout (to be freed) and exit status. */
-static char *run(const char *cmd, int *status) {
-  char full[2048];
-  snprintf(full, sizeof full, "HOME='%s' PPROF_TMPDIR='%s' %s 2>'%s'", tmp_dir,
-           tmp_dir, cmd, tmp_path("run.err"));
-  FILE *f = popen(full, "r");
-  if (!f)
-    return NULL;
-  size_t cap = 4096, len = 0, n;
-  char *out = malloc(cap);
-  while ((n = fread(out + len, 1, cap - len - 1, f)) > 0) {
-    len += n;
-    if (cap - len < 2)
-      out = realloc(out, cap *= 2);
-  }
-  out[len] = '\0';
-  int st = pclose(f);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  return rc;
 }
 
 static int have_go(void) {
@@ -988,45 +903,6 @@ static void test_diff_refuses_other_type(void) {
   CHECK(stat(page, &st) != 0);
 }
 
-/* Writes header then `count` copies of unit, gzipped piecewise. */
-static void write_gzip_repeated(const char *path, const uint8_t *header,
-                                size_t header_len, const uint8_t *unit,
-                                size_t unit_len, size_t count) {
-  z_stream zs;
-  memset(&zs, 0, sizeof zs);
-  CHECK_EQ_INT(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY),
-               Z_OK);
-  static uint8_t chunk[1 << 16], out[1 << 16];
-  size_t per_chunk = sizeof chunk / unit_len;
-  for (size_t i = 0; i < per_chunk; i++)
-    memcpy(chunk + i * unit_len, unit, unit_len);
-  FILE *f = fopen(path, "wb");
-  if (!f)
-    return;
-  zs.next_in = (Bytef *)header;
-  zs.avail_in = (uInt)header_len;
-  for (size_t left = count;;) {
-    int finish = left == 0 && zs.avail_in == 0;
-    if (zs.avail_in == 0 && left) {
-      size_t n = left < per_chunk ? left : per_chunk;
-      zs.next_in = chunk;
-      zs.avail_in = (uInt)(n * unit_len);
-      left -= n;
-    }
-    int zrc;
-    do {
-      zs.next_out = out;
-      zs.avail_out = sizeof out;
-      zrc = deflate(&zs, finish ? Z_FINISH : Z_NO_FLUSH);
-      fwrite(out, 1, sizeof out - zs.avail_out, f);
-    } while (zs.avail_out == 0);
-    if (finish && zrc == Z_STREAM_END)
-      break;
-  }
-  deflateEnd(&zs);
-  fclose(f);
-}
-
 /* A 40 kB file of 10 million samples (1.6 GB decoded) among good ones:
  * each view stops with one line naming it, within the memory budget. */
 static void test_views_refuse_sample_bomb(void) {
@@ -1109,12 +985,7 @@ static void test_merge_hostile_mutations(void) {
   free(mut);
 }
 
-static void test_cleanup(void) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-  if (tmp_dir[0] && system(cmd) != 0)
-    fprintf(stderr, "note: could not remove %s\n", tmp_dir);
-}
+static void test_cleanup(void) { tmp_cleanup(); }
 
 TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_unsymbolized),
           T(test_merge_inline_chains), T(test_merge_go_top),
