@@ -42,9 +42,15 @@
 /* The out-of-line functions of one compile unit, indexed when an address
  * first falls in it: lookups then descend from the function alone instead
  * of walking the CU (dwarf_getscopes is linear in the CU's DIEs). */
+/* [lo, hi): the first member of fn_range and cu_range, so that one
+ * comparator sorts and one search finds either. */
+typedef struct addr_span {
+  uint64_t lo, hi;
+} addr_span;
+
 typedef struct fn_range {
-  uint64_t lo, hi; /* [lo, hi) */
-  Dwarf_Off die;   /* the DW_TAG_subprogram */
+  addr_span span;
+  Dwarf_Off die; /* the DW_TAG_subprogram */
 } fn_range;
 
 typedef struct cu_info {
@@ -56,8 +62,8 @@ typedef struct cu_info {
 } cu_info;
 
 typedef struct cu_range {
-  uint64_t lo, hi; /* [lo, hi) */
-  size_t cu;       /* index in the module's cus */
+  addr_span span;
+  size_t cu; /* index in the module's cus */
 } cu_range;
 
 /* One cached chain, serialised: frames then their strings. */
@@ -229,8 +235,9 @@ static int find_debug_file(module *m, int *existed) {
   return -1;
 }
 
-static int range_cmp(const void *pa, const void *pb) {
-  const cu_range *a = pa, *b = pb;
+/* qsort's order for arrays of structs that start with an addr_span. */
+static int span_cmp(const void *pa, const void *pb) {
+  const addr_span *a = pa, *b = pb;
   return a->lo < b->lo ? -1 : a->lo > b->lo;
 }
 
@@ -270,17 +277,12 @@ static int build_ranges(module *m) {
         m->ranges = r;
         cap = ncap;
       }
-      m->ranges[m->nranges++] = (cu_range){lo, hi, m->ncus - 1};
+      m->ranges[m->nranges++] = (cu_range){{lo, hi}, m->ncus - 1};
     }
   }
   if (m->nranges)
-    qsort(m->ranges, m->nranges, sizeof *m->ranges, range_cmp);
+    qsort(m->ranges, m->nranges, sizeof *m->ranges, span_cmp);
   return 0;
-}
-
-static int fn_cmp(const void *pa, const void *pb) {
-  const fn_range *a = pa, *b = pb;
-  return a->lo < b->lo ? -1 : a->lo > b->lo;
 }
 
 /* Adds the address ranges of the subprograms among die's children (and in
@@ -312,7 +314,7 @@ static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
         c->fns = f;
         *cap = ncap;
       }
-      c->fns[c->nfns++] = (fn_range){lo, hi, dwarf_dieoffset(&child)};
+      c->fns[c->nfns++] = (fn_range){{lo, hi}, dwarf_dieoffset(&child)};
     }
   } while (dwarf_siblingof(&child, &child) == 0);
   return 0;
@@ -328,7 +330,7 @@ static void index_cu(module *m, cu_info *c, Dwarf_Die *cudie) {
     return;
   }
   if (c->nfns)
-    qsort(c->fns, c->nfns, sizeof *c->fns, fn_cmp);
+    qsort(c->fns, c->nfns, sizeof *c->fns, span_cmp);
   size_t more = cap * sizeof *c->fns;
   m->open_bytes += more;
   st.used += more;
@@ -748,37 +750,37 @@ static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
                       : 0;
 }
 
-static const cu_range *find_range(const module *m, uint64_t addr) {
-  size_t lo = 0, hi = m->nranges;
+/* The element of a sorted array of n structs of `size` bytes, each starting
+ * with an addr_span, whose span holds addr, or NULL. Spans may nest or
+ * overlap (RANGE_LOOKBACK): that many earlier starts are tried. */
+static const void *find_span(const void *base, size_t n, size_t size,
+                             uint64_t addr) {
+  const char *a = base;
+  size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (m->ranges[mid].lo <= addr)
+    if (((const addr_span *)(a + mid * size))->lo <= addr)
       lo = mid + 1;
     else
       hi = mid;
   }
   for (size_t i = lo, seen = 0; i > 0 && seen < RANGE_LOOKBACK; i--, seen++)
-    if (addr < m->ranges[i - 1].hi)
-      return &m->ranges[i - 1];
+    if (addr < ((const addr_span *)(a + (i - 1) * size))->hi)
+      return a + (i - 1) * size;
   return NULL;
+}
+
+static const cu_range *find_range(const module *m, uint64_t addr) {
+  return find_span(m->ranges, m->nranges, sizeof *m->ranges, addr);
 }
 
 /* The subprogram of c holding addr, or -1. */
 static int find_function(const cu_info *c, uint64_t addr, Dwarf_Off *die) {
-  size_t lo = 0, hi = c->nfns;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (c->fns[mid].lo <= addr)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  for (size_t i = lo, seen = 0; i > 0 && seen < RANGE_LOOKBACK; i--, seen++)
-    if (addr < c->fns[i - 1].hi) {
-      *die = c->fns[i - 1].die;
-      return 0;
-    }
-  return -1;
+  const fn_range *f = find_span(c->fns, c->nfns, sizeof *c->fns, addr);
+  if (!f)
+    return -1;
+  *die = f->die;
+  return 0;
 }
 
 /* Appends to path the inlined subroutines nested in die that hold addr,
