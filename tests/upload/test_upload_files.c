@@ -63,6 +63,27 @@ static void finish(cp_sink *s, int ms) {
   s->destroy(s);
 }
 
+/* Starts a Datadog sink aimed at srv with dir as its spool, lets it run
+ * until srv got one request or a second passed, stops it; returns what it
+ * wrote on stderr (capture_end's buffer). */
+static char *datadog_sink_on_spool(test_server *srv, const char *dir) {
+  char url[96], spool[4200];
+  snprintf(url, sizeof url, "DD_TRACE_AGENT_URL=http://127.0.0.1:%d",
+           srv->port);
+  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  env_list e = {{url, spool, "CONTPROF_LOG_LEVEL=warn", NULL}};
+  cp_config cfg;
+  load_config(&cfg, &e);
+  capture_start();
+  cp_sink *s = cp_datadog_sink_create(&cfg);
+  CHECK(s != NULL);
+  srv_wait(srv, 1, 1000);
+  if (s)
+    finish(s, 1000);
+  cp_config_free(&cfg);
+  return capture_end();
+}
+
 /* ---- files ---------------------------------------------------------------
  */
 
@@ -485,26 +506,12 @@ static void test_spool_unsafe_files(void) {
   write_spool_file(path, "/profiling/v1/input", now + 2);
   CHECK_EQ_INT(chmod(path, 0666), 0);
 
-  char url[96], spool[128];
-  snprintf(url, sizeof url, "DD_TRACE_AGENT_URL=http://127.0.0.1:%d",
-           srv->port);
-  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
-  env_list e = {{url, spool, "CONTPROF_LOG_LEVEL=warn", NULL}};
-  cp_config cfg;
-  load_config(&cfg, &e);
-  capture_start();
-  cp_sink *s = cp_datadog_sink_create(&cfg);
-  CHECK(s != NULL);
-  srv_wait(srv, 1, 1000);
-  if (s)
-    finish(s, 1000);
-  char *err = capture_end();
+  char *err = datadog_sink_on_spool(srv, dir);
   CHECK_EQ_INT(srv_wait(srv, 1, 0), 0);
   CHECK_EQ_INT(count_entries(dir, ".spool", NULL), 0);
   CHECK_EQ_INT(count_lines_with(err, "removed 3 spool files unsent"), 1);
   struct stat st;
   CHECK(lstat(outside, &st) == 0 && S_ISREG(st.st_mode)); /* untouched */
-  cp_config_free(&cfg);
   remove_tree(dir);
   remove_tree(elsewhere);
   srv_stop(srv);
@@ -519,24 +526,10 @@ static void test_untrusted_spool_dir(void) {
            (int)dead_pid());
   write_spool_file(path, "/profiling/v1/input", now);
   CHECK_EQ_INT(chmod(dir, 0777), 0);
-  char url[96], spool[128];
-  snprintf(url, sizeof url, "DD_TRACE_AGENT_URL=http://127.0.0.1:%d",
-           srv->port);
-  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
-  env_list e = {{url, spool, "CONTPROF_LOG_LEVEL=warn", NULL}};
-  cp_config cfg;
-  load_config(&cfg, &e);
-  capture_start();
-  cp_sink *s = cp_datadog_sink_create(&cfg);
-  CHECK(s != NULL);
-  srv_wait(srv, 1, 1000);
-  if (s)
-    finish(s, 1000);
-  char *err = capture_end();
+  char *err = datadog_sink_on_spool(srv, dir);
   CHECK_EQ_INT(srv_wait(srv, 1, 0), 0);
   CHECK_EQ_INT(count_lines_with(err, "writable by group or others"), 1);
   CHECK_EQ_INT(count_entries(dir, ".spool", NULL), 1); /* left alone */
-  cp_config_free(&cfg);
   remove_tree(dir);
   srv_stop(srv);
 }
