@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "contprof/profiler.h"
@@ -80,6 +81,10 @@ static size_t memory_used;
  * handler, which may run before ours has released the lock. */
 static _Atomic size_t memory_limit = DEFAULT_MEMORY_LIMIT;
 static int readers; /* read pins */
+/* Signalled when the last read pin goes: a full table waits for it to sweep
+ * (at most READER_WAIT_NS) instead of refusing the set. */
+static pthread_cond_t readers_gone = PTHREAD_COND_INITIALIZER;
+#define READER_WAIT_NS 200000000ull
 /* A sweep scans every slot. While profiling, one per epoch frees all it
  * can (a set becomes free only when the epoch moves), so a full table asks
  * for none until then; while stopped, a sweep that freed nothing (every set
@@ -137,8 +142,22 @@ void cp_labels_read_begin(void) {
 
 void cp_labels_read_end(void) {
   pthread_mutex_lock(&intern_lock);
-  readers--;
+  if (--readers == 0)
+    pthread_cond_broadcast(&readers_gone);
   pthread_mutex_unlock(&intern_lock);
+}
+
+/* Waits, at most READER_WAIT_NS, until no export reads sets, so that a sweep
+ * can run. Caller holds intern_lock (released while waiting). */
+static void wait_for_readers_locked(void) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  uint64_t ns = (uint64_t)deadline.tv_nsec + READER_WAIT_NS;
+  deadline.tv_sec += (time_t)(ns / 1000000000ull);
+  deadline.tv_nsec = (long)(ns % 1000000000ull);
+  while (readers &&
+         pthread_cond_timedwait(&readers_gone, &intern_lock, &deadline) == 0) {
+  }
 }
 
 /* Async-signal-safe, lock-free. */
@@ -320,8 +339,13 @@ static uint32_t intern_locked(const cp_label *l, size_t n, int *err) {
   uint32_t slot = 0;
   if (memory_used + bytes <= memory_limit)
     slot = take_slot_locked();
-  if (!slot && sweep_locked(0) && memory_used + bytes <= memory_limit)
-    slot = take_slot_locked();
+  if (!slot) {
+    /* An export's read pin blocks the sweep: a set refused for that alone
+     * was seen in test_labels (1 of 140,000). */
+    wait_for_readers_locked();
+    if (sweep_locked(0) && memory_used + bytes <= memory_limit)
+      slot = take_slot_locked();
+  }
   if (!slot) {
     if (warn_due(WARN_FULL))
       cp_warn("labels: a new label set is refused: %zu kB of label sets in "
@@ -498,6 +522,14 @@ size_t cp_labels_memory_used(void) {
  * critical sections, so taking it before fork cannot deadlock. */
 static void fork_prepare(void) { pthread_mutex_lock(&intern_lock); }
 static void fork_release(void) { pthread_mutex_unlock(&intern_lock); }
+/* In the child the exporter thread that held a read pin, and any thread
+ * waiting for it, are gone: no pins, and a condition variable with no
+ * waiters (a copy with phantom waiters could block a broadcast). */
+static void fork_child(void) {
+  readers = 0;
+  readers_gone = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+  pthread_mutex_unlock(&intern_lock);
+}
 __attribute__((constructor)) static void register_fork_handlers(void) {
-  pthread_atfork(fork_prepare, fork_release, fork_release);
+  pthread_atfork(fork_prepare, fork_release, fork_child);
 }
