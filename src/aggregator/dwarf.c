@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aggregator/dwarf_line.h"
 #include "aggregator/symbols.h"
 #include "common.h"
 
@@ -55,8 +56,12 @@ typedef struct fn_range {
 
 typedef struct cu_info {
   Dwarf_Off off; /* offset of the CU's DIE */
-  int counted;   /* its line table is in the module's bytes */
+  int counted;   /* libdw's line table is in the module's bytes */
   int indexed;   /* fns built */
+  /* Our reading of its line table (dwarf_line.c): 0 not yet, 1 lines,
+   * -1 refused (libdw's dwarf_getsrc_die and file table then). */
+  int own_lines;
+  cp_dwline_table lines;
   fn_range *fns; /* sorted by lo */
   size_t nfns;
 } cu_info;
@@ -95,6 +100,9 @@ typedef struct module {
   size_t image_bytes;
   Elf *image_elf;
   Dwarf *dw;
+  /* The sections dwarf_line.c reads (in image_elf, decompressed by
+   * dwarf_begin_elf); line NULL: libdw reads every line table. */
+  cp_dwline_sections secs;
   cu_range *ranges;
   size_t nranges;
   cu_info *cus;
@@ -369,8 +377,11 @@ static void module_close(module *m) {
   if (m->fd >= 0)
     close(m->fd);
   free(m->ranges);
-  for (size_t i = 0; i < m->ncus; i++)
+  for (size_t i = 0; i < m->ncus; i++) {
     free(m->cus[i].fns);
+    cp_dwline_free(&m->cus[i].lines);
+  }
+  memset(&m->secs, 0, sizeof m->secs);
   free(m->cus);
   m->cus = NULL;
   m->ncus = 0;
@@ -525,6 +536,49 @@ static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
   return rc;
 }
 
+/* The data of the section named name (or its .zdebug_ form) in elf, as
+ * dwarf_begin_elf left it: NULL if still compressed. */
+static const uint8_t *section_data(Elf *elf, size_t shstrndx, const char *name,
+                                   size_t *size) {
+  *size = 0;
+  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn;
+       scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    const char *n;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS ||
+        !(n = elf_strptr(elf, shstrndx, sh.sh_name)))
+      continue;
+    if (strcmp(n, name) != 0 &&
+        !(strncmp(n, ".zdebug_", 8) == 0 && strcmp(n + 8, name + 7) == 0))
+      continue;
+    Elf_Data *d = elf_getdata(scn, NULL);
+    if ((sh.sh_flags & SHF_COMPRESSED) || !d || !d->d_buf ||
+        (d->d_size >= 4 && memcmp(d->d_buf, "ZLIB", 4) == 0))
+      return NULL;
+    *size = d->d_size;
+    return d->d_buf;
+  }
+  return NULL;
+}
+
+/* Points m->secs at the sections our line reader needs; left empty (libdw
+ * reads the line tables) for a byte order other than ours. */
+static void find_line_sections(module *m) {
+  GElf_Ehdr eh;
+  size_t shstrndx;
+  memset(&m->secs, 0, sizeof m->secs);
+  if (!gelf_getehdr(m->image_elf, &eh) ||
+      elf_getshdrstrndx(m->image_elf, &shstrndx) != 0 ||
+      eh.e_ident[EI_DATA] != ELFDATA2LSB ||
+      __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
+    return;
+  cp_dwline_sections *s = &m->secs;
+  s->str = section_data(m->image_elf, shstrndx, ".debug_str", &s->str_size);
+  s->line_str = section_data(m->image_elf, shstrndx, ".debug_line_str",
+                             &s->line_str_size);
+  s->line = section_data(m->image_elf, shstrndx, ".debug_line", &s->line_size);
+}
+
 /* Opens m's object and debug information. Leaves m->dw NULL when there is
  * none; says why once when there is some but it is unusable. */
 static void module_open(module *m) {
@@ -612,6 +666,8 @@ static void module_open(module *m) {
   module_release_files(m);
   m->dw =
       m->image_elf ? dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL) : NULL;
+  if (m->dw)
+    find_line_sections(m);
   if (!m->dw || build_ranges(m) != 0) {
     cp_warn("symbols: the debug information of %s is unusable (%s): "
             "function names only",
@@ -626,6 +682,44 @@ static void module_open(module *m) {
 }
 
 /* ---- Resolving ----------------------------------------------------------- */
+
+/* c's line table as our reader has it (read on first use), or NULL when it
+ * refused it: then libdw's (dwarf_getsrc_die, dwarf_getsrcfiles). */
+static cp_dwline_table *cu_lines(module *m, cu_info *c, Dwarf_Die *cudie) {
+  if (c->own_lines == 0) {
+    c->own_lines = -1;
+    Dwarf_Attribute a;
+    Dwarf_Word off;
+    Dwarf_Die d;
+    uint8_t address_size = 0;
+    if (m->secs.line &&
+        dwarf_formudata(dwarf_attr(cudie, DW_AT_stmt_list, &a), &off) == 0 &&
+        dwarf_diecu(cudie, &d, &address_size, NULL) &&
+        cp_dwline_read(&m->secs, off,
+                       dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &a)),
+                       address_size, &c->lines) == 0) {
+      c->own_lines = 1;
+      m->open_bytes += c->lines.bytes;
+      st.used += c->lines.bytes;
+    }
+  }
+  return c->own_lines == 1 ? &c->lines : NULL;
+}
+
+/* The unit of m whose DIE is at off, or NULL (not one with code). */
+static cu_info *cu_at(module *m, Dwarf_Off off) {
+  size_t lo = 0, hi = m->ncus;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->cus[mid].off == off)
+      return &m->cus[mid];
+    if (m->cus[mid].off < off)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return NULL;
+}
 
 /* Appends s to out's strings; returns the copy, or "" when full. */
 static const char *chain_str(cp_line_chain *out, const char *s) {
@@ -722,8 +816,27 @@ static const char *fn_string(fn_attrs *fa, int i) {
   return fa->found & (1u << i) ? dwarf_formstring(&fa->a[i]) : NULL;
 }
 
-static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
-                      int64_t line) {
+/* What dwarf_decl_file gives for the DIE holding fa's DW_AT_decl_file,
+ * from our reading of its unit's line table when we have one (libdw's
+ * would parse the whole table again), else libdw's. */
+static const char *decl_file(module *m, fn_attrs *fa, char *buf, size_t size) {
+  Dwarf_Die *holder = &fa->holder[FA_DECL_FILE];
+  Dwarf_Die cudie;
+  Dwarf_Word v;
+  cu_info *c;
+  cp_dwline_table *own;
+  if (dwarf_cu_getdwarf(holder->cu) == m->dw &&
+      dwarf_diecu(holder, &cudie, NULL, NULL) &&
+      (c = cu_at(m, dwarf_dieoffset(&cudie))) && (own = cu_lines(m, c, &cudie)))
+    return dwarf_formudata(&fa->a[FA_DECL_FILE], &v) == 0 &&
+                   cp_dwline_file_name(own, v, buf, size) == 0
+               ? buf
+               : NULL;
+  return dwarf_decl_file(holder);
+}
+
+static void chain_add(module *m, cp_line_chain *out, Dwarf_Die *fn,
+                      const char *file, int64_t line) {
   if (out->n >= CP_DWARF_MAX_FRAMES)
     return;
   fn_attrs fa;
@@ -740,9 +853,11 @@ static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
   f->file = chain_str(out, file);
   f->line = line;
   /* dwarf_decl_file/line on the DIE holding the attribute find it there. */
-  f->decl_file = chain_str(out, fa.found & (1u << FA_DECL_FILE)
-                                    ? dwarf_decl_file(&fa.holder[FA_DECL_FILE])
-                                    : NULL);
+  char decl_path[PATH_MAX];
+  f->decl_file =
+      chain_str(out, fa.found & (1u << FA_DECL_FILE)
+                         ? decl_file(m, &fa, decl_path, sizeof decl_path)
+                         : NULL);
   int decl = 0;
   f->start_line = fa.found & (1u << FA_DECL_LINE) &&
                           dwarf_decl_line(&fa.holder[FA_DECL_LINE], &decl) == 0
@@ -821,14 +936,26 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
   if (!r || !dwarf_offdie(m->dw, m->cus[r->cu].off, &cu))
     return;
   cu_info *c = &m->cus[r->cu];
+  char path_buf[PATH_MAX];
   const char *file = NULL;
   int line = 0;
-  Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
-  if (ln) {
-    file = dwarf_linesrc(ln, NULL, NULL);
-    dwarf_lineno(ln, &line);
+  cp_dwline_table *own = cu_lines(m, c, &cu);
+  if (own) {
+    const cp_dwline_row *row = cp_dwline_find(own, addr);
+    if (row) {
+      line = (int)row->line;
+      if (cp_dwline_file_name(own, row->file & ~CP_DWLINE_END, path_buf,
+                              sizeof path_buf) == 0)
+        file = path_buf;
+    }
+  } else {
+    Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
+    if (ln) {
+      file = dwarf_linesrc(ln, NULL, NULL);
+      dwarf_lineno(ln, &line);
+    }
   }
-  if (!c->counted) {
+  if (!own && !c->counted) {
     /* libdw keeps the CU's parsed line table until the module closes. */
     Dwarf_Lines *lines;
     size_t nlines = 0;
@@ -857,22 +984,24 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
 
   Dwarf_Files *files = NULL;
   size_t nfiles = 0;
-  if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0)
+  if (!own && dwarf_getsrcfiles(&cu, &files, &nfiles) != 0)
     files = NULL;
   /* Innermost first; deeper than CP_DWARF_MAX_FRAMES, the outermost are
    * cut. */
   for (int i = n - 1; i >= 0 && out->n < CP_DWARF_MAX_FRAMES; i--) {
-    chain_add(out, &path[i], file, line);
+    chain_add(m, out, &path[i], file, line);
     if (i == 0)
       break;
     Dwarf_Attribute a;
     Dwarf_Word v;
     file = NULL;
     line = 0;
-    if (files &&
-        dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_file, &a), &v) == 0 &&
-        v < nfiles)
-      file = dwarf_filesrc(files, v, NULL, NULL);
+    if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_file, &a), &v) == 0) {
+      if (own && cp_dwline_file_name(own, v, path_buf, sizeof path_buf) == 0)
+        file = path_buf;
+      else if (files && v < nfiles)
+        file = dwarf_filesrc(files, v, NULL, NULL);
+    }
     if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_line, &a), &v) == 0)
       line = (int)v;
   }

@@ -15,7 +15,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <gelf.h>
+
 #include "aggregator/dwarf.h"
+#include "aggregator/dwarf_line.h"
 #include "aggregator/symbols.h"
 #include "test.h"
 
@@ -390,6 +395,136 @@ static void test_open_modules_bounded(void) {
   CHECK_EQ_INT(count_fds(), before);
 }
 
+static const uint8_t *test_section(Elf *elf, const char *name, size_t *size) {
+  size_t shstrndx;
+  *size = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return NULL;
+  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn;
+       scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    const char *n;
+    if (gelf_getshdr(scn, &sh) && (n = elf_strptr(elf, shstrndx, sh.sh_name)) &&
+        strcmp(n, name) == 0) {
+      Elf_Data *d = elf_getdata(scn, NULL);
+      *size = d ? d->d_size : 0;
+      return d ? d->d_buf : NULL;
+    }
+  }
+  return NULL;
+}
+
+/* Our line-table reader (dwarf_line.c) against libdw's dwarf_getsrclines
+ * on every unit of path (at most max_units): the same rows in the same
+ * order (address, line, end of sequence, file name) and the same file
+ * table. Returns the rows compared. */
+static size_t compare_line_tables(const char *path, int max_units) {
+  int fd = open(path, O_RDONLY);
+  Dwarf *dw = fd >= 0 ? dwarf_begin(fd, DWARF_C_READ) : NULL;
+  CHECK(dw != NULL);
+  if (!dw) {
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  Elf *elf = dwarf_getelf(dw);
+  cp_dwline_sections s;
+  s.line = test_section(elf, ".debug_line", &s.line_size);
+  s.str = test_section(elf, ".debug_str", &s.str_size);
+  s.line_str = test_section(elf, ".debug_line_str", &s.line_str_size);
+  size_t compared = 0;
+  int units = 0;
+  Dwarf_CU *cu = NULL;
+  Dwarf_Die cudie;
+  uint8_t unit_type;
+  while (units < max_units &&
+         dwarf_get_units(dw, cu, &cu, NULL, &unit_type, &cudie, NULL) == 0) {
+    Dwarf_Attribute a;
+    Dwarf_Word off;
+    Dwarf_Lines *lines;
+    Dwarf_Files *files;
+    size_t nlines, nfiles;
+    uint8_t asz;
+    Dwarf_Die d;
+    if (dwarf_formudata(dwarf_attr(&cudie, DW_AT_stmt_list, &a), &off) != 0 ||
+        dwarf_getsrclines(&cudie, &lines, &nlines) != 0 ||
+        dwarf_getsrcfiles(&cudie, &files, &nfiles) != 0 ||
+        !dwarf_diecu(&cudie, &d, &asz, NULL))
+      continue;
+    units++;
+    cp_dwline_table t;
+    CHECK_EQ_INT(
+        cp_dwline_read(&s, off,
+                       dwarf_formstring(dwarf_attr(&cudie, DW_AT_comp_dir, &a)),
+                       asz, &t),
+        0);
+    CHECK_EQ_INT(t.nrows, nlines);
+    CHECK_EQ_INT(t.nfiles, nfiles);
+    char ours[4096];
+    for (size_t i = 0; i < nfiles && i < t.nfiles; i++) {
+      CHECK_EQ_INT(cp_dwline_file_name(&t, i, ours, sizeof ours), 0);
+      CHECK_EQ_STR(ours, dwarf_filesrc(files, i, NULL, NULL));
+    }
+    for (size_t i = 0; i < nlines && i < t.nrows; i++) {
+      Dwarf_Line *l = dwarf_onesrcline(lines, i);
+      Dwarf_Addr addr;
+      int line;
+      bool end;
+      dwarf_lineaddr(l, &addr);
+      dwarf_lineno(l, &line);
+      dwarf_lineendsequence(l, &end);
+      if (t.rows[i].addr != addr || (int)t.rows[i].line != line ||
+          !(t.rows[i].file & CP_DWLINE_END) != !end) {
+        fprintf(stderr,
+                "%s: row %zu: ours %" PRIx64 " %u %x, libdw %" PRIx64
+                " %d %d\n",
+                path, i, t.rows[i].addr, t.rows[i].line, t.rows[i].file, addr,
+                line, end);
+        CHECK(0);
+        break;
+      }
+      cp_dwline_file_name(&t, t.rows[i].file & ~CP_DWLINE_END, ours,
+                          sizeof ours);
+      CHECK_EQ_STR(ours, dwarf_linesrc(l, NULL, NULL));
+      /* The row of the address as libdw's dwarf_getsrc_die finds it. */
+      const cp_dwline_row *r = cp_dwline_find(&t, addr);
+      Dwarf_Line *theirs = dwarf_getsrc_die(&cudie, addr);
+      CHECK(!r == !theirs);
+      if (r && theirs) {
+        dwarf_lineno(theirs, &line);
+        CHECK_EQ_INT((int)r->line, line);
+      }
+      compared++;
+    }
+    cp_dwline_free(&t);
+  }
+  dwarf_end(dw);
+  close(fd);
+  return compared;
+}
+
+/* DWARF 5 and 4 (GCC's own), compressed sections, C++, and libc6-dbg's
+ * libc (DWARF 5, compressed, strings in .debug_line_str) when installed. */
+static void test_line_reader_matches_libdw(void) {
+  CHECK(compare_line_tables(BIN, 1000) > 50);
+  CHECK(compare_line_tables(BIN4, 1000) > 50);
+  CHECK(compare_line_tables(BINCXX, 1000) > 30);
+  char z[128];
+  snprintf(z, sizeof z, "%s/z", tmp); /* test_own_sections' */
+  CHECK(compare_line_tables(z, 1000) > 50);
+  cp_symbol sym;
+  if (cp_symbols_lookup((uint64_t)(uintptr_t)&strtol, &sym) == 0 &&
+      sym.mapping && strlen(sym.mapping->build_id) > 2) {
+    char debug[512];
+    snprintf(debug, sizeof debug, "/usr/lib/debug/.build-id/%.2s/%s.debug",
+             sym.mapping->build_id, sym.mapping->build_id + 2);
+    if (access(debug, R_OK) == 0)
+      CHECK(compare_line_tables(debug, 300) > 1000);
+    else
+      printf("SKIP libc in test_line_reader_matches_libdw: no %s\n", debug);
+  }
+}
+
 /* Hostile objects: copies of the workloads (own DWARF) and of a
  * debuglink file with 1 to 64 random bytes overwritten (seeded), each
  * resolved over the code's addresses: no crash, no hang, whatever libdw
@@ -460,6 +595,7 @@ static void cleanup(void) {
 
 TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
           T(test_build_id_tree), T(test_truncated_debug_file),
-          T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
-          T(test_libc_lines), T(test_library_replaced_on_disk),
-          T(test_open_modules_bounded), T(test_mutated_files), T(cleanup))
+          T(test_line_reader_matches_libdw), T(test_replaced_file),
+          T(test_budget), T(test_cxx_template_member), T(test_libc_lines),
+          T(test_library_replaced_on_disk), T(test_open_modules_bounded),
+          T(test_mutated_files), T(cleanup))
