@@ -100,6 +100,12 @@ typedef struct module {
   size_t image_bytes;
   Elf *image_elf;
   Dwarf *dw;
+  /* dwz's supplementary file (.gnu_debugaltlink), read the same way and
+   * handed to libdw with dwarf_setalt: names and inlined functions that
+   * several objects share live there. NULL without one. */
+  unsigned char *alt_image;
+  Elf *alt_elf;
+  Dwarf *alt_dw;
   /* The sections dwarf_line.c reads (in image_elf, decompressed by
    * dwarf_begin_elf); line NULL: libdw reads every line table. */
   cp_dwline_sections secs;
@@ -124,6 +130,7 @@ static struct {
   uint64_t tick;
   char root[PATH_MAX];
   int elf_ready;
+  char debug_path[PATH_MAX]; /* the debug file module_open found */
 } st = {.budget = CP_DWARF_DEFAULT_BUDGET, .root = DEFAULT_DEBUG_ROOT};
 
 /* ---- Opening ------------------------------------------------------------- */
@@ -205,6 +212,7 @@ static int try_debug_file(module *m, const char *path, int *existed) {
         debug_bytes(elf) > 0) {
       m->debug_fd = fd;
       m->debug_elf = elf;
+      snprintf(st.debug_path, sizeof st.debug_path, "%s", path);
       cp_debug("symbols: debug information of %s from %s", m->path, path);
       return 0;
     }
@@ -361,7 +369,15 @@ static void module_release_files(module *m) {
 
 static void module_close(module *m) {
   if (m->dw)
-    dwarf_end(m->dw);
+    dwarf_end(m->dw); /* leaves an alt set with dwarf_setalt to us */
+  if (m->alt_dw)
+    dwarf_end(m->alt_dw);
+  if (m->alt_elf)
+    elf_end(m->alt_elf);
+  free(m->alt_image);
+  m->alt_image = NULL;
+  m->alt_elf = NULL;
+  m->alt_dw = NULL;
   if (m->image_elf)
     elf_end(m->image_elf);
   free(m->image);
@@ -536,6 +552,96 @@ static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
   return rc;
 }
 
+/* Opens path as m's dwz supplementary file if its build id is id (n
+ * bytes; it must have one) and it fits the cap: a padded copy, as for the
+ * main file (module.image), its own Dwarf handed to libdw. Returns the
+ * bytes it holds, 0 when it is not the file. */
+static uint64_t try_alt_file(module *m, const char *path, const void *id,
+                             size_t n) {
+  struct stat sb;
+  int fd = open_regular(path, &sb);
+  if (fd < 0)
+    return 0;
+  uint64_t bytes = 0, inflated = 0;
+  Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
+  const void *got = NULL;
+  if (elf && elf_kind(elf) == ELF_K_ELF &&
+      dwelf_elf_gnu_build_id(elf, &got) == (ssize_t)n && got &&
+      memcmp(got, id, n) == 0 && debug_bytes_inflated(elf, &inflated) > 0 &&
+      sb.st_size > 0) {
+    bytes = (uint64_t)sb.st_size + IMAGE_PAD + inflated;
+    if (st.used + m->open_bytes + bytes > st.budget)
+      make_room((size_t)bytes, m);
+    if (bytes <= st.budget &&
+        (m->alt_image = calloc(1, (size_t)sb.st_size + IMAGE_PAD)) &&
+        read_image(elf, fd, m->alt_image, (size_t)sb.st_size) == 0 &&
+        (m->alt_elf = elf_memory((char *)m->alt_image, (size_t)sb.st_size)))
+      m->alt_dw = dwarf_begin_elf(m->alt_elf, DWARF_C_READ, NULL);
+    if (!m->alt_dw) {
+      if (m->alt_elf)
+        elf_end(m->alt_elf);
+      free(m->alt_image);
+      m->alt_image = NULL;
+      m->alt_elf = NULL;
+      bytes = 0;
+    } else {
+      cp_debug("symbols: dwz supplementary file of %s: %s", m->path, path);
+    }
+  }
+  if (elf)
+    elf_end(elf);
+  close(fd);
+  return bytes;
+}
+
+/* When m's DWARF refers to a dwz supplementary file, finds it and sets it
+ * as libdw's alt: under the debug root's build-id tree by its build id,
+ * then at the .gnu_debugaltlink path (absolute, re-rooted under a debug
+ * root other than /usr/lib/debug, or relative to the directory of the
+ * file holding the DWARF). libdw's own search would open and mmap the
+ * file and keep its descriptor (and looks only in /usr/lib/debug).
+ * Returns the bytes the alt holds (0 without one), or -1 when the file
+ * needs one and none is found: then no lines, as libdw would otherwise
+ * look for it itself. */
+static int64_t open_alt(module *m, const char *dwarf_path) {
+  const char *name = NULL;
+  const void *id = NULL;
+  ssize_t n = dwelf_dwarf_gnu_debugaltlink(m->dw, &name, &id);
+  if (n <= 0)
+    return 0;
+  if (n > 64 || !name)
+    return -1;
+  char cand[PATH_MAX], hex[2 * 64 + 1];
+  for (ssize_t i = 0; i < n; i++)
+    snprintf(hex + 2 * i, 3, "%02x", ((const unsigned char *)id)[i]);
+  uint64_t bytes = 0;
+  int k = snprintf(cand, sizeof cand, "%s/.build-id/%.2s/%s.debug", st.root,
+                   hex, hex + 2);
+  if (k > 0 && (size_t)k < sizeof cand)
+    bytes = try_alt_file(m, cand, id, (size_t)n);
+  size_t root_len = strlen(DEFAULT_DEBUG_ROOT);
+  if (!bytes && name[0] == '/' && strcmp(st.root, DEFAULT_DEBUG_ROOT) != 0 &&
+      strncmp(name, DEFAULT_DEBUG_ROOT "/", root_len + 1) == 0) {
+    k = snprintf(cand, sizeof cand, "%s%s", st.root, name + root_len);
+    if (k > 0 && (size_t)k < sizeof cand)
+      bytes = try_alt_file(m, cand, id, (size_t)n);
+  }
+  if (!bytes && name[0] == '/')
+    bytes = try_alt_file(m, name, id, (size_t)n);
+  if (!bytes && name[0] != '/') {
+    const char *slash = strrchr(dwarf_path, '/');
+    k = snprintf(cand, sizeof cand, "%.*s/%s",
+                 slash ? (int)(slash - dwarf_path) : 1,
+                 slash ? dwarf_path : ".", name);
+    if (k > 0 && (size_t)k < sizeof cand)
+      bytes = try_alt_file(m, cand, id, (size_t)n);
+  }
+  if (!bytes)
+    return -1;
+  dwarf_setalt(m->dw, m->alt_dw);
+  return (int64_t)bytes;
+}
+
 /* The data of the section named name (or its .zdebug_ form) in elf, as
  * dwarf_begin_elf left it: NULL if still compressed. */
 static const uint8_t *section_data(Elf *elf, size_t shstrndx, const char *name,
@@ -642,6 +748,9 @@ static void module_open(module *m) {
   }
   /* libdw reads a copy of the file (see module.image, read_image). */
   int dbg_fd = dbg == m->elf ? m->fd : m->debug_fd;
+  char dwarf_path[PATH_MAX];
+  snprintf(dwarf_path, sizeof dwarf_path, "%s",
+           dbg == m->elf ? m->path : st.debug_path);
   struct stat dsb;
   uint64_t inflated = 0;
   debug_bytes_inflated(dbg, &inflated);
@@ -666,6 +775,17 @@ static void module_open(module *m) {
   module_release_files(m);
   m->dw =
       m->image_elf ? dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL) : NULL;
+  int64_t alt = m->dw ? open_alt(m, dwarf_path) : 0;
+  if (alt < 0) {
+    cp_warn("symbols: the dwz supplementary file of %s is missing, "
+            "unreadable, of another build or over CONTPROF_DWARF_MAX_MB: "
+            "function names only",
+            m->path);
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  bytes += (uint64_t)alt;
   if (m->dw)
     find_line_sections(m);
   if (!m->dw || build_ranges(m) != 0) {

@@ -525,6 +525,101 @@ static void test_line_reader_matches_libdw(void) {
   }
 }
 
+/* Every field of every frame of a chain, for comparisons. */
+static void chain_text(const cp_line_chain *c, char *out, size_t size) {
+  size_t used = 0;
+  out[0] = 0;
+  for (size_t k = 0; k < c->n && used < size; k++) {
+    const cp_line_frame *f = &c->frames[k];
+    used += (size_t)snprintf(out + used, size - used,
+                             "%s|%s|%s:%" PRId64 "|%s:%" PRId64 ";",
+                             f->function, f->system_name, f->file, f->line,
+                             f->decl_file, f->start_line);
+  }
+}
+
+/* How many addresses of [lo, hi) have an inline chain in path, each equal
+ * to the one in ref; -1 at the first that differs. */
+static int same_chains(const char *path, const char *ref, uint64_t lo,
+                       uint64_t hi) {
+  cp_line_chain *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  cp_dwarf_object pa = {.path = path, .build_id = ""};
+  cp_dwarf_object pb = {.path = ref, .build_id = ""};
+  int inlined = 0;
+  char ta[4096], tb[4096];
+  for (uint64_t x = lo; x < hi; x++) {
+    cp_dwarf_lookup(&pa, x, a);
+    cp_dwarf_lookup(&pb, x, b);
+    chain_text(a, ta, sizeof ta);
+    chain_text(b, tb, sizeof tb);
+    if (strcmp(ta, tb) != 0) {
+      fprintf(stderr, "%s %" PRIx64 ": %s\n%s: %s\n", path, x, ta, ref, tb);
+      inlined = -1;
+      break;
+    }
+    inlined += a->n >= 2;
+  }
+  free(a);
+  free(b);
+  return inlined;
+}
+
+static void dwz_lookups(void *arg) {
+  const char *path = arg;
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+}
+
+/* dwz -m (Debian's -dbgsym files): two copies of a program share a
+ * supplementary file that holds the inlined functions and the names
+ * (DW_FORM_GNU_ref_alt, DW_FORM_GNU_strp_alt). Found next to the file by
+ * its relative .gnu_debugaltlink, then in the build-id tree by its build
+ * id, every chain is the one without dwz; without it, no lines and one
+ * message (libdw is not left to look for it itself). */
+static void test_dwz_supplementary_file(void) {
+  if (system("command -v dwz >/dev/null 2>&1") != 0) {
+    printf("SKIP test_dwz_supplementary_file: no dwz (scripts/deps test)\n");
+    return;
+  }
+  CHECK_EQ_INT(sh("cd %s && mkdir -p dwz && cp %s dwz/a && cp %s dwz/b && "
+                  "cp %s dwz/c1 && cp %s dwz/c2 && cd dwz && "
+                  "dwz -m common.debug -M common.debug a b && "
+                  "dwz -m cxx.debug -M cxx.debug c1 c2 && "
+                  "readelf -wi a | grep -q 'alt indirect string' && "
+                  "readelf -wi a | grep -q 'DW_AT_abstract_origin: <alt'",
+                  tmp, BIN, BIN, BINCXX, BINCXX),
+               0);
+  char a[128], c1[128], root[128], id[160], alt[128];
+  snprintf(a, sizeof a, "%s/dwz/a", tmp);
+  snprintf(c1, sizeof c1, "%s/dwz/c1", tmp);
+  uint64_t lo, hi;
+  cp_dwarf_reset();
+  CHECK_EQ_INT(helpers_seen(a, "", BIN), 3);
+  CHECK_EQ_INT(driver_range(BIN, &lo, &hi), 0);
+  CHECK(same_chains(a, BIN, lo, hi) > 10);
+  CHECK_EQ_INT(function_range(BINCXX, "cpp_driver", &lo, &hi), 0);
+  CHECK(same_chains(c1, BINCXX, lo, hi) > 10);
+  /* The supplementary file by build id, under another debug root. */
+  snprintf(alt, sizeof alt, "%s/dwz/common.debug", tmp);
+  build_id_of(alt, id, sizeof id);
+  CHECK(strlen(id) > 8);
+  snprintf(root, sizeof root, "%s/dwzroot", tmp);
+  CHECK_EQ_INT(
+      sh("mkdir -p %s/.build-id/%.2s && mv %s %s/.build-id/%.2s/%s.debug", root,
+         id, alt, root, id, id + 2),
+      0);
+  cp_dwarf_reset();
+  cp_dwarf_set_debug_root(root);
+  CHECK_EQ_INT(helpers_seen(a, "", BIN), 3);
+  CHECK_EQ_INT(driver_range(BIN, &lo, &hi), 0);
+  CHECK(same_chains(a, BIN, lo, hi) > 10);
+  /* Nowhere to be found: function names only, one message. */
+  cp_dwarf_reset();
+  cp_dwarf_set_debug_root(NULL);
+  CHECK_EQ_INT(messages_of(dwz_lookups, a), 1);
+  cp_dwarf_reset();
+}
+
 /* Hostile objects: copies of the workloads (own DWARF) and of a
  * debuglink file with 1 to 64 random bytes overwritten (seeded), each
  * resolved over the code's addresses: no crash, no hang, whatever libdw
@@ -595,7 +690,7 @@ static void cleanup(void) {
 
 TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
           T(test_build_id_tree), T(test_truncated_debug_file),
-          T(test_line_reader_matches_libdw), T(test_replaced_file),
-          T(test_budget), T(test_cxx_template_member), T(test_libc_lines),
-          T(test_library_replaced_on_disk), T(test_open_modules_bounded),
-          T(test_mutated_files), T(cleanup))
+          T(test_line_reader_matches_libdw), T(test_dwz_supplementary_file),
+          T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
+          T(test_libc_lines), T(test_library_replaced_on_disk),
+          T(test_open_modules_bounded), T(test_mutated_files), T(cleanup))
