@@ -396,11 +396,23 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
    * keeps an int). */
   uint64_t addr = 0, file = 1, line = 1;
   unsigned op_index = 0;
+  /* Most rows come from one-byte special opcodes: their line and
+   * operation advances, computed once (no division per row). */
+  int32_t special_line[256];
+  uint32_t special_ops[256];
+  for (unsigned op = opcode_base; line_range && op < 256; op++) {
+    special_line[op] = line_base + (int)((op - opcode_base) % line_range);
+    special_ops[op] = (op - opcode_base) / line_range;
+  }
 #define ADVANCE(adv)                                                           \
   do {                                                                         \
-    uint64_t a_ = (uint64_t)op_index + (adv);                                  \
-    addr += (uint64_t)min_insn * (a_ / max_ops);                               \
-    op_index = (unsigned)(a_ % max_ops);                                       \
+    if (max_ops == 1) {                                                        \
+      addr += (uint64_t)min_insn * (adv);                                      \
+    } else {                                                                   \
+      uint64_t a_ = (uint64_t)op_index + (adv);                                \
+      addr += (uint64_t)min_insn * (a_ / max_ops);                             \
+      op_index = (unsigned)(a_ % max_ops);                                     \
+    }                                                                          \
   } while (0)
   while (c.p < c.end) {
     unsigned op = *c.p++;
@@ -408,9 +420,8 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
     if (op >= opcode_base) {
       if (line_range == 0)
         goto fail;
-      unsigned adj = op - opcode_base;
-      line += (uint64_t)(int64_t)(line_base + (int)(adj % line_range));
-      ADVANCE(adj / line_range);
+      line += (uint64_t)(int64_t)special_line[op];
+      ADVANCE(special_ops[op]);
       emit = 1;
     } else if (op == 0) {
       uint64_t len = get_uleb(&c);
@@ -471,7 +482,9 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
     if (emit) {
       if (line > INT32_MAX || file >= CP_DWLINE_END)
         goto fail;
-      cp_dwline_row *r = grow(&rows);
+      cp_dwline_row *r = rows.n < rows.cap
+                             ? (cp_dwline_row *)rows.items + rows.n++
+                             : grow(&rows);
       if (!r)
         goto fail;
       *r = (cp_dwline_row){addr, (uint32_t)line,
