@@ -493,16 +493,37 @@ static int skip_cmp(const void *pa, const void *pb) {
   return a->off < b->off ? -1 : a->off > b->off;
 }
 
-/* Whether libdw never reads section sh: loaded code and data, and location
- * lists (frames need names, lines and address ranges only). */
-static int image_skips(Elf *elf, size_t shstrndx, const GElf_Shdr *sh) {
-  if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0)
+/* Whether section sh (number index) is one libdw never reads for names,
+ * lines and address ranges: loaded code and data, symbol tables, location
+ * lists, call frames, macros, name indexes. */
+static int image_skips(Elf *elf, size_t shstrndx, size_t index,
+                       const GElf_Shdr *sh) {
+  static const char *const unread[] = {".debug_loc",
+                                       ".debug_loclists",
+                                       ".debug_frame",
+                                       ".debug_macro",
+                                       ".debug_macinfo",
+                                       ".debug_pubnames",
+                                       ".debug_pubtypes",
+                                       ".debug_gnu_pubnames",
+                                       ".debug_gnu_pubtypes",
+                                       ".debug_names",
+                                       ".comment"};
+  if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0 || index == shstrndx)
     return 0;
-  if ((sh->sh_flags & SHF_ALLOC) && sh->sh_type == SHT_PROGBITS)
+  /* Loaded sections (code, data, dynamic symbols; notes are kept) and the
+   * symbol table: ELF symbols are symbols.c's, read from the file. */
+  if ((sh->sh_flags & SHF_ALLOC)
+          ? sh->sh_type != SHT_NOTE
+          : sh->sh_type == SHT_SYMTAB || sh->sh_type == SHT_STRTAB)
     return 1;
   const char *name = elf_strptr(elf, shstrndx, sh->sh_name);
-  return name && (strcmp(name, ".debug_loc") == 0 ||
-                  strcmp(name, ".debug_loclists") == 0);
+  for (size_t i = 0; name && i < CP_ARRAY_SIZE(unread); i++)
+    if (strcmp(name, unread[i]) == 0 ||
+        (strncmp(name, ".zdebug_", 8) == 0 && unread[i][1] == 'd' &&
+         strcmp(name + 8, unread[i] + 7) == 0))
+      return 1;
+  return 0;
 }
 
 /* Fills image (size bytes, zeroed) with the file of elf as libdw needs
@@ -520,7 +541,8 @@ static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
   skip = shnum ? calloc(shnum, sizeof *skip) : NULL;
   for (Elf_Scn *scn = NULL; skip && (scn = elf_nextscn(elf, scn));) {
     GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) && image_skips(elf, shstrndx, &sh) &&
+    if (gelf_getshdr(scn, &sh) &&
+        image_skips(elf, shstrndx, elf_ndxscn(scn), &sh) &&
         sh.sh_offset < size && nskip < shnum)
       skip[nskip++] = (skip_range){
           sh.sh_offset,
