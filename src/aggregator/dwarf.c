@@ -315,7 +315,10 @@ static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
         return -1;
       continue;
     }
-    if (tag != DW_TAG_subprogram)
+    /* Declarations and inlined functions' abstract instances have no
+     * code: the abbreviation says so without reading the DIE. */
+    if (tag != DW_TAG_subprogram || (!dwarf_hasattr(&child, DW_AT_low_pc) &&
+                                     !dwarf_hasattr(&child, DW_AT_ranges)))
       continue;
     Dwarf_Addr base, lo, hi;
     ptrdiff_t off = 0;
@@ -1040,6 +1043,54 @@ static int find_function(const cu_info *c, uint64_t addr, Dwarf_Off *die) {
   return 0;
 }
 
+/* DW_AT_low_pc, DW_AT_high_pc and whether DW_AT_ranges is there. */
+typedef struct pc_attrs {
+  Dwarf_Attribute low, high;
+  unsigned found; /* 1 low, 2 high, 4 ranges */
+} pc_attrs;
+
+static int pc_attr_cb(Dwarf_Attribute *attr, void *arg) {
+  pc_attrs *p = arg;
+  switch (dwarf_whatattr(attr)) {
+  case DW_AT_low_pc:
+    p->low = *attr;
+    p->found |= 1;
+    break;
+  case DW_AT_high_pc:
+    p->high = *attr;
+    p->found |= 2;
+    break;
+  case DW_AT_ranges:
+    p->found |= 4;
+    return DWARF_CB_ABORT;
+  }
+  return DWARF_CB_OK;
+}
+
+/* dwarf_haspc(die, addr), with *no_pc set when die has no address at all;
+ * the usual low_pc/high_pc pair is read in one pass over the attributes
+ * (dwarf_haspc reads them in three), anything else by dwarf_haspc. */
+static int die_haspc(Dwarf_Die *die, uint64_t addr, int *no_pc) {
+  pc_attrs p;
+  p.found = 0;
+  *no_pc = 0;
+  int rc = dwarf_getattrs(die, pc_attr_cb, &p, 0);
+  if (rc == 1 && !(p.found & 5)) {
+    *no_pc = 1;
+    return 0;
+  }
+  Dwarf_Addr lo, hi;
+  Dwarf_Word len;
+  if (rc != 1 || p.found != 3 || dwarf_formaddr(&p.low, &lo) != 0)
+    return dwarf_haspc(die, addr);
+  if (dwarf_formaddr(&p.high, &hi) != 0) {
+    if (dwarf_formudata(&p.high, &len) != 0)
+      return dwarf_haspc(die, addr);
+    hi = lo + len;
+  }
+  return addr >= lo && addr < hi;
+}
+
 /* Appends to path the inlined subroutines nested in die that hold addr,
  * outermost first, through lexical blocks (and blocks without addresses,
  * which may still hold some). Returns 1 when addr is in die's subtree. */
@@ -1053,11 +1104,10 @@ static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
     if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_lexical_block &&
         tag != DW_TAG_try_block && tag != DW_TAG_catch_block)
       continue;
-    int has = dwarf_haspc(&child, addr);
+    int no_pc;
+    int has = die_haspc(&child, addr, &no_pc);
     /* Only a lexical block without addresses is entered without them. */
-    int no_pc = has == 0 && tag == DW_TAG_lexical_block &&
-                !dwarf_hasattr(&child, DW_AT_low_pc) &&
-                !dwarf_hasattr(&child, DW_AT_ranges);
+    no_pc = no_pc && tag == DW_TAG_lexical_block;
     if (has != 1 && !no_pc)
       continue;
     int at = *n;
