@@ -1003,10 +1003,12 @@ static void chain_add(module *m, cp_line_chain *out, Dwarf_Die *fn,
       chain_str(out, fa.found & (1u << FA_DECL_FILE)
                          ? decl_file(m, &fa, decl_path, sizeof decl_path)
                          : NULL);
-  int decl = 0;
+  /* What dwarf_decl_line would read again from the holder. */
+  Dwarf_Word decl = 0;
   f->start_line = fa.found & (1u << FA_DECL_LINE) &&
-                          dwarf_decl_line(&fa.holder[FA_DECL_LINE], &decl) == 0
-                      ? decl
+                          dwarf_formudata(&fa.a[FA_DECL_LINE], &decl) == 0 &&
+                          decl <= INT_MAX
+                      ? (int64_t)decl
                       : 0;
 }
 
