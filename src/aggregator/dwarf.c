@@ -59,7 +59,8 @@ typedef struct cu_info {
   int counted;   /* libdw's line table is in the module's bytes */
   int indexed;   /* fns built */
   /* Our reading of its line table (dwarf_line.c): 0 not yet, 1 lines,
-   * -1 refused (libdw's dwarf_getsrc_die and file table then). */
+   * -1 refused (libdw's dwarf_getsrc_die and file table then), -2 over
+   * the cap (no lines in this unit: libdw's would take more). */
   int own_lines;
   cp_dwline_table lines;
   fn_range *fns; /* sorted by lo */
@@ -829,7 +830,9 @@ static void module_open(module *m) {
 /* ---- Resolving ----------------------------------------------------------- */
 
 /* c's line table as our reader has it (read on first use), or NULL when it
- * refused it: then libdw's (dwarf_getsrc_die, dwarf_getsrcfiles). */
+ * refused it (then libdw's: dwarf_getsrc_die, dwarf_getsrcfiles) or when
+ * it does not fit in what is left of the cap (c->own_lines -2: no lines
+ * for the unit). */
 static cp_dwline_table *cu_lines(module *m, cu_info *c, Dwarf_Die *cudie) {
   if (c->own_lines == 0) {
     c->own_lines = -1;
@@ -837,15 +840,24 @@ static cp_dwline_table *cu_lines(module *m, cu_info *c, Dwarf_Die *cudie) {
     Dwarf_Word off;
     Dwarf_Die d;
     uint8_t address_size = 0;
+    size_t room = st.budget > st.used ? st.budget - st.used : 0;
+    int rc = -1;
     if (m->secs.line &&
         dwarf_formudata(dwarf_attr(cudie, DW_AT_stmt_list, &a), &off) == 0 &&
-        dwarf_diecu(cudie, &d, &address_size, NULL) &&
-        cp_dwline_read(&m->secs, off,
-                       dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &a)),
-                       address_size, &c->lines) == 0) {
+        dwarf_diecu(cudie, &d, &address_size, NULL))
+      rc = cp_dwline_read(
+          &m->secs, off,
+          dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &a)), address_size,
+          room, &c->lines);
+    if (rc == 0) {
       c->own_lines = 1;
       m->open_bytes += c->lines.bytes;
       st.used += c->lines.bytes;
+    } else if (rc == -2) {
+      c->own_lines = -2;
+      cp_debug("symbols: a line table of %s does not fit in "
+               "CONTPROF_DWARF_MAX_MB: no lines in that unit",
+               m->path);
     }
   }
   return c->own_lines == 1 ? &c->lines : NULL;
@@ -972,11 +984,15 @@ static const char *decl_file(module *m, fn_attrs *fa, char *buf, size_t size) {
   cp_dwline_table *own;
   if (dwarf_cu_getdwarf(holder->cu) == m->dw &&
       dwarf_diecu(holder, &cudie, NULL, NULL) &&
-      (c = cu_at(m, dwarf_dieoffset(&cudie))) && (own = cu_lines(m, c, &cudie)))
-    return dwarf_formudata(&fa->a[FA_DECL_FILE], &v) == 0 &&
-                   cp_dwline_file_name(own, v, buf, size) == 0
-               ? buf
-               : NULL;
+      (c = cu_at(m, dwarf_dieoffset(&cudie)))) {
+    if ((own = cu_lines(m, c, &cudie)))
+      return dwarf_formudata(&fa->a[FA_DECL_FILE], &v) == 0 &&
+                     cp_dwline_file_name(own, v, buf, size) == 0
+                 ? buf
+                 : NULL;
+    if (c->own_lines == -2)
+      return NULL; /* libdw's table would take more */
+  }
   return dwarf_decl_file(holder);
 }
 
@@ -1142,14 +1158,14 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
                               sizeof path_buf) == 0)
         file = path_buf;
     }
-  } else {
+  } else if (c->own_lines != -2) {
     Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
     if (ln) {
       file = dwarf_linesrc(ln, NULL, NULL);
       dwarf_lineno(ln, &line);
     }
   }
-  if (!own && !c->counted) {
+  if (!own && c->own_lines != -2 && !c->counted) {
     /* libdw keeps the CU's parsed line table until the module closes. */
     Dwarf_Lines *lines;
     size_t nlines = 0;
@@ -1178,7 +1194,8 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
 
   Dwarf_Files *files = NULL;
   size_t nfiles = 0;
-  if (!own && dwarf_getsrcfiles(&cu, &files, &nfiles) != 0)
+  if (!own &&
+      (c->own_lines == -2 || dwarf_getsrcfiles(&cu, &files, &nfiles) != 0))
     files = NULL;
   /* Innermost first; deeper than CP_DWARF_MAX_FRAMES, the outermost are
    * cut. */

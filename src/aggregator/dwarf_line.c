@@ -168,14 +168,26 @@ static int read_form(cursor *c, const cp_dwline_sections *s, unsigned form,
   }
 }
 
+/* The bytes a table may still take, shared by its arrays. */
+typedef struct limit {
+  size_t left;
+  int over; /* an array would have gone past it */
+} limit;
+
 typedef struct growing {
   void *items;
   size_t n, cap, size;
+  limit *lim;
 } growing;
 
 static void *grow(growing *g) {
   if (g->n == g->cap) {
     size_t cap = g->cap ? g->cap * 2 : 64;
+    if ((cap - g->cap) * g->size > g->lim->left) {
+      g->lim->over = 1;
+      return NULL;
+    }
+    g->lim->left -= (cap - g->cap) * g->size;
     void *p = realloc(g->items, cap * g->size);
     if (!p)
       return NULL;
@@ -315,15 +327,16 @@ static int sort_rows(cp_dwline_row *rows, size_t n) {
 
 int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
                    const char *comp_dir, unsigned address_size,
-                   cp_dwline_table *t) {
+                   size_t max_bytes, cp_dwline_table *t) {
   memset(t, 0, sizeof *t);
+  limit lim = {max_bytes, 0};
   if (!s->line || offset >= s->line_size ||
       (address_size != 4 && address_size != 8))
     return -1;
   cursor c = {s->line + offset, s->line + s->line_size, 0};
-  growing dirs = {NULL, 0, 0, sizeof(const char *)};
-  growing files = {NULL, 0, 0, sizeof(cp_dwline_file)};
-  growing rows = {NULL, 0, 0, sizeof(cp_dwline_row)};
+  growing dirs = {NULL, 0, 0, sizeof(const char *), &lim};
+  growing files = {NULL, 0, 0, sizeof(cp_dwline_file), &lim};
+  growing rows = {NULL, 0, 0, sizeof(cp_dwline_row), &lim};
 
   unsigned offset_size = 4;
   uint64_t unit_length = get_n(&c, 4);
@@ -515,7 +528,7 @@ fail:
   free(dirs.items);
   free(files.items);
   free(rows.items);
-  return -1;
+  return lim.over ? -2 : -1;
 }
 
 const cp_dwline_row *cp_dwline_find(const cp_dwline_table *t, uint64_t addr) {

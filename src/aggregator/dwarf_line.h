@@ -47,11 +47,14 @@ typedef struct cp_dwline_table {
 
 /* Reads the program at offset in s->line. comp_dir is the unit's
  * DW_AT_comp_dir (directory 0 before DWARF 5; may be NULL), address_size
- * its address size (4 or 8). Returns 0 and fills *t, or -1 (nothing
- * allocated) on anything malformed or unsupported. */
+ * its address size (4 or 8). The table's arrays stay within max_bytes (a
+ * one-byte opcode makes a 16-byte row: the table can be 16 times the size
+ * of its program). Returns 0 and fills *t; -1 on anything malformed or
+ * unsupported, -2 when it would take more than max_bytes (nothing
+ * allocated either way). */
 int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
                    const char *comp_dir, unsigned address_size,
-                   cp_dwline_table *t);
+                   size_t max_bytes, cp_dwline_table *t);
 
 /* The row that holds addr (the last one at or below it, unless that ends
  * a sequence), or NULL: libdw's dwarf_getsrc_die. */
