@@ -583,7 +583,7 @@ static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
  * main file (module.image), its own Dwarf handed to libdw. Returns the
  * bytes it holds, 0 when it is not the file. */
 static uint64_t try_alt_file(module *m, const char *path, const void *id,
-                             size_t n) {
+                             size_t n, uint64_t main_bytes) {
   struct stat sb;
   int fd = open_regular(path, &sb);
   if (fd < 0)
@@ -596,9 +596,10 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
       memcmp(got, id, n) == 0 && debug_bytes_inflated(elf, &inflated) > 0 &&
       sb.st_size > 0) {
     bytes = (uint64_t)sb.st_size + IMAGE_PAD + inflated;
-    if (st.used + m->open_bytes + bytes > st.budget)
-      make_room((size_t)bytes, m);
-    if (bytes <= st.budget &&
+    /* With the main file's bytes, not yet in st.used. */
+    if (main_bytes + bytes <= st.budget)
+      make_room((size_t)(main_bytes + bytes), m);
+    if (main_bytes + bytes <= st.budget &&
         (m->alt_image = calloc(1, (size_t)sb.st_size + IMAGE_PAD)) &&
         read_image(elf, fd, m->alt_image, (size_t)sb.st_size) == 0 &&
         (m->alt_elf = elf_memory((char *)m->alt_image, (size_t)sb.st_size)))
@@ -629,7 +630,8 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
  * Returns the bytes the alt holds (0 without one), or -1 when the file
  * needs one and none is found: then no lines, as libdw would otherwise
  * look for it itself. */
-static int64_t open_alt(module *m, const char *dwarf_path) {
+static int64_t open_alt(module *m, const char *dwarf_path,
+                        uint64_t main_bytes) {
   const char *name = NULL;
   const void *id = NULL;
   ssize_t n = dwelf_dwarf_gnu_debugaltlink(m->dw, &name, &id);
@@ -644,23 +646,23 @@ static int64_t open_alt(module *m, const char *dwarf_path) {
   int k = snprintf(cand, sizeof cand, "%s/.build-id/%.2s/%s.debug", st.root,
                    hex, hex + 2);
   if (k > 0 && (size_t)k < sizeof cand)
-    bytes = try_alt_file(m, cand, id, (size_t)n);
+    bytes = try_alt_file(m, cand, id, (size_t)n, main_bytes);
   size_t root_len = strlen(DEFAULT_DEBUG_ROOT);
   if (!bytes && name[0] == '/' && strcmp(st.root, DEFAULT_DEBUG_ROOT) != 0 &&
       strncmp(name, DEFAULT_DEBUG_ROOT "/", root_len + 1) == 0) {
     k = snprintf(cand, sizeof cand, "%s%s", st.root, name + root_len);
     if (k > 0 && (size_t)k < sizeof cand)
-      bytes = try_alt_file(m, cand, id, (size_t)n);
+      bytes = try_alt_file(m, cand, id, (size_t)n, main_bytes);
   }
   if (!bytes && name[0] == '/')
-    bytes = try_alt_file(m, name, id, (size_t)n);
+    bytes = try_alt_file(m, name, id, (size_t)n, main_bytes);
   if (!bytes && name[0] != '/') {
     const char *slash = strrchr(dwarf_path, '/');
     k = snprintf(cand, sizeof cand, "%.*s/%s",
                  slash ? (int)(slash - dwarf_path) : 1,
                  slash ? dwarf_path : ".", name);
     if (k > 0 && (size_t)k < sizeof cand)
-      bytes = try_alt_file(m, cand, id, (size_t)n);
+      bytes = try_alt_file(m, cand, id, (size_t)n, main_bytes);
   }
   if (!bytes)
     return -1;
@@ -801,7 +803,7 @@ static void module_open(module *m) {
   module_release_files(m);
   m->dw =
       m->image_elf ? dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL) : NULL;
-  int64_t alt = m->dw ? open_alt(m, dwarf_path) : 0;
+  int64_t alt = m->dw ? open_alt(m, dwarf_path, bytes) : 0;
   if (alt < 0) {
     cp_warn("symbols: the dwz supplementary file of %s is missing, "
             "unreadable, of another build or over CONTPROF_DWARF_MAX_MB: "

@@ -617,6 +617,13 @@ static void test_dwz_supplementary_file(void) {
   CHECK_EQ_INT(helpers_seen(a, "", BIN), 3);
   CHECK_EQ_INT(driver_range(BIN, &lo, &hi), 0);
   CHECK(same_chains(a, BIN, lo, hi) > 10);
+  /* The program within the cap, with its supplementary file over it:
+   * function names only, one message, the cap held. */
+  cp_dwarf_reset();
+  cp_dwarf_set_budget(100 << 10);
+  CHECK_EQ_INT(messages_of(dwz_lookups, a), 1);
+  CHECK(cp_dwarf_memory_used() <= 100 << 10);
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
   /* Nowhere to be found: function names only, one message. */
   cp_dwarf_reset();
   cp_dwarf_set_debug_root(NULL);
