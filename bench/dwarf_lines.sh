@@ -5,10 +5,12 @@
 # helpers, -O2 -g), first export and later ones, against addr2line -i -f
 # and eu-addr2line -i -f resolving the same addresses in the same run.
 #
+#   [ROUNDS=3] [BASELINE_EXPORT=...] [SKIP_EU=1] \
 #   bench/dwarf_lines.sh [NFUNCS] [NADDRS]     (defaults: 6000 10000)
 #
 # The library is generated and built once into $BENCH_BUILD_DIR/dwarf (its
-# compilation takes minutes). Prints wall time and peak RSS of each.
+# compilation takes minutes). Prints wall time, CPU time and peak RSS of
+# each, and the load average of each round.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 nfuncs=${1:-6000}
@@ -63,15 +65,38 @@ print(cur)' >"$out/chains.addr2line"
 echo "chains equal to addr2line -i -f: $(paste -d'\n' "$out/chains.contprof" \
   "$out/chains.addr2line" | paste - - | awk -F'\t' '$1 == $2' | wc -l) of \
 $(wc -l <"$out/addrs")"
-echo "--- contprof export, DWARF lines on"
-"$out/dwarf_export" "$lib" "$out/addrs" 5
-echo "--- contprof export, DWARF off (function names only)"
-"$out/dwarf_export" "$lib" "$out/addrs" 2 nodwarf
-echo "--- addr2line -i -f (binutils $(addr2line --version | head -1 | awk '{print $NF}'))"
-/usr/bin/time -o "$out/time" -f "%e s wall, peak RSS %M kB" addr2line -i -f \
-  -e "$lib" <"$out/addrs" >/dev/null
-cat "$out/time"
-echo "--- eu-addr2line -i -f (elfutils $(eu-addr2line --version | head -1 | awk '{print $NF}'))"
-/usr/bin/time -o "$out/time" -f "%e s wall, peak RSS %M kB" eu-addr2line -i -f \
-  -e "$lib" <"$out/addrs" >/dev/null
-cat "$out/time"
+# Wall time, CPU time (user + system) and peak RSS of a command with its
+# input from a file, to the microsecond (/usr/bin/time rounds to 10 ms).
+timed() {
+  python3 -c '
+import resource, subprocess, sys, time
+t = time.perf_counter()
+with open(sys.argv[1]) as f:
+    subprocess.run(sys.argv[2:], stdin=f, stdout=subprocess.DEVNULL, check=True)
+wall = time.perf_counter() - t
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("%.3f s wall (cpu %.3f s), peak RSS %d kB" % (wall, u.ru_utime + u.ru_stime, u.ru_maxrss))' "$@"
+}
+# ROUNDS rounds (default 3), each running contprof's exports, DWARF off and
+# addr2line back to back, so that all sides see the same load; with
+# BASELINE_EXPORT=path/to/an/older/dwarf_export, that one runs in each round
+# too (built the same way from another checkout).
+rounds=${ROUNDS:-3}
+a2l_version=$(addr2line --version | head -1 | awk '{print $NF}')
+for r in $(seq 1 "$rounds"); do
+  echo "=== round $r of $rounds, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "--- contprof export, DWARF lines on"
+  "$out/dwarf_export" "$lib" "$out/addrs" 5
+  if [[ -n ${BASELINE_EXPORT:-} ]]; then
+    echo "--- baseline ($BASELINE_EXPORT), DWARF lines on"
+    "$BASELINE_EXPORT" "$lib" "$out/addrs" 5
+  fi
+  echo "--- contprof export, DWARF off (function names only)"
+  "$out/dwarf_export" "$lib" "$out/addrs" 2 nodwarf
+  echo "--- addr2line -i -f (binutils $a2l_version)"
+  timed "$out/addrs" addr2line -i -f -e "$lib"
+done
+if [[ -z ${SKIP_EU:-} ]]; then
+  echo "--- eu-addr2line -i -f (elfutils $(eu-addr2line --version | head -1 | awk '{print $NF}'))"
+  timed "$out/addrs" eu-addr2line -i -f -e "$lib"
+fi

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aggregator/dwarf_line.h"
 #include "aggregator/symbols.h"
 #include "common.h"
 
@@ -55,8 +56,13 @@ typedef struct fn_range {
 
 typedef struct cu_info {
   Dwarf_Off off; /* offset of the CU's DIE */
-  int counted;   /* its line table is in the module's bytes */
+  int counted;   /* libdw's line table is in the module's bytes */
   int indexed;   /* fns built */
+  /* Our reading of its line table (dwarf_line.c): 0 not yet, 1 lines,
+   * -1 refused (libdw's dwarf_getsrc_die and file table then), -2 over
+   * the cap (no lines in this unit: libdw's would take more). */
+  int own_lines;
+  cp_dwline_table lines;
   fn_range *fns; /* sorted by lo */
   size_t nfns;
 } cu_info;
@@ -95,6 +101,15 @@ typedef struct module {
   size_t image_bytes;
   Elf *image_elf;
   Dwarf *dw;
+  /* dwz's supplementary file (.gnu_debugaltlink), read the same way and
+   * handed to libdw with dwarf_setalt: names and inlined functions that
+   * several objects share live there. NULL without one. */
+  unsigned char *alt_image;
+  Elf *alt_elf;
+  Dwarf *alt_dw;
+  /* The sections dwarf_line.c reads (in image_elf, decompressed by
+   * dwarf_begin_elf); line NULL: libdw reads every line table. */
+  cp_dwline_sections secs;
   cu_range *ranges;
   size_t nranges;
   cu_info *cus;
@@ -116,6 +131,7 @@ static struct {
   uint64_t tick;
   char root[PATH_MAX];
   int elf_ready;
+  char debug_path[PATH_MAX]; /* the debug file module_open found */
 } st = {.budget = CP_DWARF_DEFAULT_BUDGET, .root = DEFAULT_DEBUG_ROOT};
 
 /* ---- Opening ------------------------------------------------------------- */
@@ -197,6 +213,7 @@ static int try_debug_file(module *m, const char *path, int *existed) {
         debug_bytes(elf) > 0) {
       m->debug_fd = fd;
       m->debug_elf = elf;
+      snprintf(st.debug_path, sizeof st.debug_path, "%s", path);
       cp_debug("symbols: debug information of %s from %s", m->path, path);
       return 0;
     }
@@ -299,7 +316,10 @@ static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
         return -1;
       continue;
     }
-    if (tag != DW_TAG_subprogram)
+    /* Declarations and inlined functions' abstract instances have no
+     * code: the abbreviation says so without reading the DIE. */
+    if (tag != DW_TAG_subprogram || (!dwarf_hasattr(&child, DW_AT_low_pc) &&
+                                     !dwarf_hasattr(&child, DW_AT_ranges)))
       continue;
     Dwarf_Addr base, lo, hi;
     ptrdiff_t off = 0;
@@ -353,7 +373,15 @@ static void module_release_files(module *m) {
 
 static void module_close(module *m) {
   if (m->dw)
-    dwarf_end(m->dw);
+    dwarf_end(m->dw); /* leaves an alt set with dwarf_setalt to us */
+  if (m->alt_dw)
+    dwarf_end(m->alt_dw);
+  if (m->alt_elf)
+    elf_end(m->alt_elf);
+  free(m->alt_image);
+  m->alt_image = NULL;
+  m->alt_elf = NULL;
+  m->alt_dw = NULL;
   if (m->image_elf)
     elf_end(m->image_elf);
   free(m->image);
@@ -369,8 +397,11 @@ static void module_close(module *m) {
   if (m->fd >= 0)
     close(m->fd);
   free(m->ranges);
-  for (size_t i = 0; i < m->ncus; i++)
+  for (size_t i = 0; i < m->ncus; i++) {
     free(m->cus[i].fns);
+    cp_dwline_free(&m->cus[i].lines);
+  }
+  memset(&m->secs, 0, sizeof m->secs);
   free(m->cus);
   m->cus = NULL;
   m->ncus = 0;
@@ -466,16 +497,37 @@ static int skip_cmp(const void *pa, const void *pb) {
   return a->off < b->off ? -1 : a->off > b->off;
 }
 
-/* Whether libdw never reads section sh: loaded code and data, and location
- * lists (frames need names, lines and address ranges only). */
-static int image_skips(Elf *elf, size_t shstrndx, const GElf_Shdr *sh) {
-  if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0)
+/* Whether section sh (number index) is one libdw never reads for names,
+ * lines and address ranges: loaded code and data, symbol tables, location
+ * lists, call frames, macros, name indexes. */
+static int image_skips(Elf *elf, size_t shstrndx, size_t index,
+                       const GElf_Shdr *sh) {
+  static const char *const unread[] = {".debug_loc",
+                                       ".debug_loclists",
+                                       ".debug_frame",
+                                       ".debug_macro",
+                                       ".debug_macinfo",
+                                       ".debug_pubnames",
+                                       ".debug_pubtypes",
+                                       ".debug_gnu_pubnames",
+                                       ".debug_gnu_pubtypes",
+                                       ".debug_names",
+                                       ".comment"};
+  if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0 || index == shstrndx)
     return 0;
-  if ((sh->sh_flags & SHF_ALLOC) && sh->sh_type == SHT_PROGBITS)
+  /* Loaded sections (code, data, dynamic symbols; notes are kept) and the
+   * symbol table: ELF symbols are symbols.c's, read from the file. */
+  if ((sh->sh_flags & SHF_ALLOC)
+          ? sh->sh_type != SHT_NOTE
+          : sh->sh_type == SHT_SYMTAB || sh->sh_type == SHT_STRTAB)
     return 1;
   const char *name = elf_strptr(elf, shstrndx, sh->sh_name);
-  return name && (strcmp(name, ".debug_loc") == 0 ||
-                  strcmp(name, ".debug_loclists") == 0);
+  for (size_t i = 0; name && i < CP_ARRAY_SIZE(unread); i++)
+    if (strcmp(name, unread[i]) == 0 ||
+        (strncmp(name, ".zdebug_", 8) == 0 && unread[i][1] == 'd' &&
+         strcmp(name + 8, unread[i] + 7) == 0))
+      return 1;
+  return 0;
 }
 
 /* Fills image (size bytes, zeroed) with the file of elf as libdw needs
@@ -493,7 +545,8 @@ static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
   skip = shnum ? calloc(shnum, sizeof *skip) : NULL;
   for (Elf_Scn *scn = NULL; skip && (scn = elf_nextscn(elf, scn));) {
     GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) && image_skips(elf, shstrndx, &sh) &&
+    if (gelf_getshdr(scn, &sh) &&
+        image_skips(elf, shstrndx, elf_ndxscn(scn), &sh) &&
         sh.sh_offset < size && nskip < shnum)
       skip[nskip++] = (skip_range){
           sh.sh_offset,
@@ -523,6 +576,141 @@ static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
   if (rc == 0 && shnum)
     rc = read_at(fd, image, size, eh.e_shoff, (uint64_t)shnum * eh.e_shentsize);
   return rc;
+}
+
+/* Opens path as m's dwz supplementary file if its build id is id (n
+ * bytes; it must have one) and it fits the cap: a padded copy, as for the
+ * main file (module.image), its own Dwarf handed to libdw. Returns the
+ * bytes it holds, 0 when it is not the file. */
+static uint64_t try_alt_file(module *m, const char *path, const void *id,
+                             size_t n, uint64_t main_bytes) {
+  struct stat sb;
+  int fd = open_regular(path, &sb);
+  if (fd < 0)
+    return 0;
+  uint64_t bytes = 0, inflated = 0;
+  Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
+  const void *got = NULL;
+  if (elf && elf_kind(elf) == ELF_K_ELF &&
+      dwelf_elf_gnu_build_id(elf, &got) == (ssize_t)n && got &&
+      memcmp(got, id, n) == 0 && debug_bytes_inflated(elf, &inflated) > 0 &&
+      sb.st_size > 0) {
+    bytes = (uint64_t)sb.st_size + IMAGE_PAD + inflated;
+    /* With the main file's bytes, not yet in st.used. */
+    if (main_bytes + bytes <= st.budget)
+      make_room((size_t)(main_bytes + bytes), m);
+    if (main_bytes + bytes <= st.budget &&
+        (m->alt_image = calloc(1, (size_t)sb.st_size + IMAGE_PAD)) &&
+        read_image(elf, fd, m->alt_image, (size_t)sb.st_size) == 0 &&
+        (m->alt_elf = elf_memory((char *)m->alt_image, (size_t)sb.st_size)))
+      m->alt_dw = dwarf_begin_elf(m->alt_elf, DWARF_C_READ, NULL);
+    if (!m->alt_dw) {
+      if (m->alt_elf)
+        elf_end(m->alt_elf);
+      free(m->alt_image);
+      m->alt_image = NULL;
+      m->alt_elf = NULL;
+      bytes = 0;
+    } else {
+      cp_debug("symbols: dwz supplementary file of %s: %s", m->path, path);
+    }
+  }
+  if (elf)
+    elf_end(elf);
+  close(fd);
+  return bytes;
+}
+
+/* When m's DWARF refers to a dwz supplementary file, finds it and sets it
+ * as libdw's alt: under the debug root's build-id tree by its build id,
+ * then at the .gnu_debugaltlink path (absolute, re-rooted under a debug
+ * root other than /usr/lib/debug, or relative to the directory of the
+ * file holding the DWARF). libdw's own search would open and mmap the
+ * file and keep its descriptor (and looks only in /usr/lib/debug).
+ * Returns the bytes the alt holds (0 without one), or -1 when the file
+ * needs one and none is found: then no lines, as libdw would otherwise
+ * look for it itself. */
+static int64_t open_alt(module *m, const char *dwarf_path,
+                        uint64_t main_bytes) {
+  const char *name = NULL;
+  const void *id = NULL;
+  ssize_t n = dwelf_dwarf_gnu_debugaltlink(m->dw, &name, &id);
+  if (n <= 0)
+    return 0;
+  if (n > 64 || !name)
+    return -1;
+  char cand[PATH_MAX], hex[2 * 64 + 1];
+  for (ssize_t i = 0; i < n; i++)
+    snprintf(hex + 2 * i, 3, "%02x", ((const unsigned char *)id)[i]);
+  uint64_t bytes = 0;
+  int k = snprintf(cand, sizeof cand, "%s/.build-id/%.2s/%s.debug", st.root,
+                   hex, hex + 2);
+  if (k > 0 && (size_t)k < sizeof cand)
+    bytes = try_alt_file(m, cand, id, (size_t)n, main_bytes);
+  size_t root_len = strlen(DEFAULT_DEBUG_ROOT);
+  if (!bytes && name[0] == '/' && strcmp(st.root, DEFAULT_DEBUG_ROOT) != 0 &&
+      strncmp(name, DEFAULT_DEBUG_ROOT "/", root_len + 1) == 0) {
+    k = snprintf(cand, sizeof cand, "%s%s", st.root, name + root_len);
+    if (k > 0 && (size_t)k < sizeof cand)
+      bytes = try_alt_file(m, cand, id, (size_t)n, main_bytes);
+  }
+  if (!bytes && name[0] == '/')
+    bytes = try_alt_file(m, name, id, (size_t)n, main_bytes);
+  if (!bytes && name[0] != '/') {
+    const char *slash = strrchr(dwarf_path, '/');
+    k = snprintf(cand, sizeof cand, "%.*s/%s",
+                 slash ? (int)(slash - dwarf_path) : 1,
+                 slash ? dwarf_path : ".", name);
+    if (k > 0 && (size_t)k < sizeof cand)
+      bytes = try_alt_file(m, cand, id, (size_t)n, main_bytes);
+  }
+  if (!bytes)
+    return -1;
+  dwarf_setalt(m->dw, m->alt_dw);
+  return (int64_t)bytes;
+}
+
+/* The data of the section named name (or its .zdebug_ form) in elf, as
+ * dwarf_begin_elf left it: NULL if still compressed. */
+static const uint8_t *section_data(Elf *elf, size_t shstrndx, const char *name,
+                                   size_t *size) {
+  *size = 0;
+  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn;
+       scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    const char *n;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS ||
+        !(n = elf_strptr(elf, shstrndx, sh.sh_name)))
+      continue;
+    if (strcmp(n, name) != 0 &&
+        !(strncmp(n, ".zdebug_", 8) == 0 && strcmp(n + 8, name + 7) == 0))
+      continue;
+    Elf_Data *d = elf_getdata(scn, NULL);
+    if ((sh.sh_flags & SHF_COMPRESSED) || !d || !d->d_buf ||
+        (d->d_size >= 4 && memcmp(d->d_buf, "ZLIB", 4) == 0))
+      return NULL;
+    *size = d->d_size;
+    return d->d_buf;
+  }
+  return NULL;
+}
+
+/* Points m->secs at the sections our line reader needs; left empty (libdw
+ * reads the line tables) for a byte order other than ours. */
+static void find_line_sections(module *m) {
+  GElf_Ehdr eh;
+  size_t shstrndx;
+  memset(&m->secs, 0, sizeof m->secs);
+  if (!gelf_getehdr(m->image_elf, &eh) ||
+      elf_getshdrstrndx(m->image_elf, &shstrndx) != 0 ||
+      eh.e_ident[EI_DATA] != ELFDATA2LSB ||
+      __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
+    return;
+  cp_dwline_sections *s = &m->secs;
+  s->str = section_data(m->image_elf, shstrndx, ".debug_str", &s->str_size);
+  s->line_str = section_data(m->image_elf, shstrndx, ".debug_line_str",
+                             &s->line_str_size);
+  s->line = section_data(m->image_elf, shstrndx, ".debug_line", &s->line_size);
 }
 
 /* Opens m's object and debug information. Leaves m->dw NULL when there is
@@ -588,6 +776,9 @@ static void module_open(module *m) {
   }
   /* libdw reads a copy of the file (see module.image, read_image). */
   int dbg_fd = dbg == m->elf ? m->fd : m->debug_fd;
+  char dwarf_path[PATH_MAX];
+  snprintf(dwarf_path, sizeof dwarf_path, "%s",
+           dbg == m->elf ? m->path : st.debug_path);
   struct stat dsb;
   uint64_t inflated = 0;
   debug_bytes_inflated(dbg, &inflated);
@@ -612,6 +803,19 @@ static void module_open(module *m) {
   module_release_files(m);
   m->dw =
       m->image_elf ? dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL) : NULL;
+  int64_t alt = m->dw ? open_alt(m, dwarf_path, bytes) : 0;
+  if (alt < 0) {
+    cp_warn("symbols: the dwz supplementary file of %s is missing, "
+            "unreadable, of another build or over CONTPROF_DWARF_MAX_MB: "
+            "function names only",
+            m->path);
+    m->refused = 1;
+    module_close(m);
+    return;
+  }
+  bytes += (uint64_t)alt;
+  if (m->dw)
+    find_line_sections(m);
   if (!m->dw || build_ranges(m) != 0) {
     cp_warn("symbols: the debug information of %s is unusable (%s): "
             "function names only",
@@ -626,6 +830,55 @@ static void module_open(module *m) {
 }
 
 /* ---- Resolving ----------------------------------------------------------- */
+
+/* c's line table as our reader has it (read on first use), or NULL when it
+ * refused it (then libdw's: dwarf_getsrc_die, dwarf_getsrcfiles) or when
+ * it does not fit in what is left of the cap (c->own_lines -2: no lines
+ * for the unit). */
+static cp_dwline_table *cu_lines(module *m, cu_info *c, Dwarf_Die *cudie) {
+  if (c->own_lines == 0) {
+    c->own_lines = -1;
+    Dwarf_Attribute a;
+    Dwarf_Word off;
+    Dwarf_Die d;
+    uint8_t address_size = 0;
+    size_t room = st.budget > st.used ? st.budget - st.used : 0;
+    int rc = -1;
+    if (m->secs.line &&
+        dwarf_formudata(dwarf_attr(cudie, DW_AT_stmt_list, &a), &off) == 0 &&
+        dwarf_diecu(cudie, &d, &address_size, NULL))
+      rc = cp_dwline_read(
+          &m->secs, off,
+          dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &a)), address_size,
+          room, &c->lines);
+    if (rc == 0) {
+      c->own_lines = 1;
+      m->open_bytes += c->lines.bytes;
+      st.used += c->lines.bytes;
+    } else if (rc == -2) {
+      c->own_lines = -2;
+      cp_debug("symbols: a line table of %s does not fit in "
+               "CONTPROF_DWARF_MAX_MB: no lines in that unit",
+               m->path);
+    }
+  }
+  return c->own_lines == 1 ? &c->lines : NULL;
+}
+
+/* The unit of m whose DIE is at off, or NULL (not one with code). */
+static cu_info *cu_at(module *m, Dwarf_Off off) {
+  size_t lo = 0, hi = m->ncus;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->cus[mid].off == off)
+      return &m->cus[mid];
+    if (m->cus[mid].off < off)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return NULL;
+}
 
 /* Appends s to out's strings; returns the copy, or "" when full. */
 static const char *chain_str(cp_line_chain *out, const char *s) {
@@ -722,8 +975,31 @@ static const char *fn_string(fn_attrs *fa, int i) {
   return fa->found & (1u << i) ? dwarf_formstring(&fa->a[i]) : NULL;
 }
 
-static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
-                      int64_t line) {
+/* What dwarf_decl_file gives for the DIE holding fa's DW_AT_decl_file,
+ * from our reading of its unit's line table when we have one (libdw's
+ * would parse the whole table again), else libdw's. */
+static const char *decl_file(module *m, fn_attrs *fa, char *buf, size_t size) {
+  Dwarf_Die *holder = &fa->holder[FA_DECL_FILE];
+  Dwarf_Die cudie;
+  Dwarf_Word v;
+  cu_info *c;
+  cp_dwline_table *own;
+  if (dwarf_cu_getdwarf(holder->cu) == m->dw &&
+      dwarf_diecu(holder, &cudie, NULL, NULL) &&
+      (c = cu_at(m, dwarf_dieoffset(&cudie)))) {
+    if ((own = cu_lines(m, c, &cudie)))
+      return dwarf_formudata(&fa->a[FA_DECL_FILE], &v) == 0 &&
+                     cp_dwline_file_name(own, v, buf, size) == 0
+                 ? buf
+                 : NULL;
+    if (c->own_lines == -2)
+      return NULL; /* libdw's table would take more */
+  }
+  return dwarf_decl_file(holder);
+}
+
+static void chain_add(module *m, cp_line_chain *out, Dwarf_Die *fn,
+                      const char *file, int64_t line) {
   if (out->n >= CP_DWARF_MAX_FRAMES)
     return;
   fn_attrs fa;
@@ -740,13 +1016,17 @@ static void chain_add(cp_line_chain *out, Dwarf_Die *fn, const char *file,
   f->file = chain_str(out, file);
   f->line = line;
   /* dwarf_decl_file/line on the DIE holding the attribute find it there. */
-  f->decl_file = chain_str(out, fa.found & (1u << FA_DECL_FILE)
-                                    ? dwarf_decl_file(&fa.holder[FA_DECL_FILE])
-                                    : NULL);
-  int decl = 0;
+  char decl_path[PATH_MAX];
+  f->decl_file =
+      chain_str(out, fa.found & (1u << FA_DECL_FILE)
+                         ? decl_file(m, &fa, decl_path, sizeof decl_path)
+                         : NULL);
+  /* What dwarf_decl_line would read again from the holder. */
+  Dwarf_Word decl = 0;
   f->start_line = fa.found & (1u << FA_DECL_LINE) &&
-                          dwarf_decl_line(&fa.holder[FA_DECL_LINE], &decl) == 0
-                      ? decl
+                          dwarf_formudata(&fa.a[FA_DECL_LINE], &decl) == 0 &&
+                          decl <= INT_MAX
+                      ? (int64_t)decl
                       : 0;
 }
 
@@ -783,6 +1063,54 @@ static int find_function(const cu_info *c, uint64_t addr, Dwarf_Off *die) {
   return 0;
 }
 
+/* DW_AT_low_pc, DW_AT_high_pc and whether DW_AT_ranges is there. */
+typedef struct pc_attrs {
+  Dwarf_Attribute low, high;
+  unsigned found; /* 1 low, 2 high, 4 ranges */
+} pc_attrs;
+
+static int pc_attr_cb(Dwarf_Attribute *attr, void *arg) {
+  pc_attrs *p = arg;
+  switch (dwarf_whatattr(attr)) {
+  case DW_AT_low_pc:
+    p->low = *attr;
+    p->found |= 1;
+    break;
+  case DW_AT_high_pc:
+    p->high = *attr;
+    p->found |= 2;
+    break;
+  case DW_AT_ranges:
+    p->found |= 4;
+    return DWARF_CB_ABORT;
+  }
+  return DWARF_CB_OK;
+}
+
+/* dwarf_haspc(die, addr), with *no_pc set when die has no address at all;
+ * the usual low_pc/high_pc pair is read in one pass over the attributes
+ * (dwarf_haspc reads them in three), anything else by dwarf_haspc. */
+static int die_haspc(Dwarf_Die *die, uint64_t addr, int *no_pc) {
+  pc_attrs p;
+  p.found = 0;
+  *no_pc = 0;
+  int rc = dwarf_getattrs(die, pc_attr_cb, &p, 0);
+  if (rc == 1 && !(p.found & 5)) {
+    *no_pc = 1;
+    return 0;
+  }
+  Dwarf_Addr lo, hi;
+  Dwarf_Word len;
+  if (rc != 1 || p.found != 3 || dwarf_formaddr(&p.low, &lo) != 0)
+    return dwarf_haspc(die, addr);
+  if (dwarf_formaddr(&p.high, &hi) != 0) {
+    if (dwarf_formudata(&p.high, &len) != 0)
+      return dwarf_haspc(die, addr);
+    hi = lo + len;
+  }
+  return addr >= lo && addr < hi;
+}
+
 /* Appends to path the inlined subroutines nested in die that hold addr,
  * outermost first, through lexical blocks (and blocks without addresses,
  * which may still hold some). Returns 1 when addr is in die's subtree. */
@@ -796,11 +1124,10 @@ static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
     if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_lexical_block &&
         tag != DW_TAG_try_block && tag != DW_TAG_catch_block)
       continue;
-    int has = dwarf_haspc(&child, addr);
+    int no_pc;
+    int has = die_haspc(&child, addr, &no_pc);
     /* Only a lexical block without addresses is entered without them. */
-    int no_pc = has == 0 && tag == DW_TAG_lexical_block &&
-                !dwarf_hasattr(&child, DW_AT_low_pc) &&
-                !dwarf_hasattr(&child, DW_AT_ranges);
+    no_pc = no_pc && tag == DW_TAG_lexical_block;
     if (has != 1 && !no_pc)
       continue;
     int at = *n;
@@ -821,14 +1148,26 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
   if (!r || !dwarf_offdie(m->dw, m->cus[r->cu].off, &cu))
     return;
   cu_info *c = &m->cus[r->cu];
+  char path_buf[PATH_MAX];
   const char *file = NULL;
   int line = 0;
-  Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
-  if (ln) {
-    file = dwarf_linesrc(ln, NULL, NULL);
-    dwarf_lineno(ln, &line);
+  cp_dwline_table *own = cu_lines(m, c, &cu);
+  if (own) {
+    const cp_dwline_row *row = cp_dwline_find(own, addr);
+    if (row) {
+      line = (int)row->line;
+      if (cp_dwline_file_name(own, row->file & ~CP_DWLINE_END, path_buf,
+                              sizeof path_buf) == 0)
+        file = path_buf;
+    }
+  } else if (c->own_lines != -2) {
+    Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
+    if (ln) {
+      file = dwarf_linesrc(ln, NULL, NULL);
+      dwarf_lineno(ln, &line);
+    }
   }
-  if (!c->counted) {
+  if (!own && c->own_lines != -2 && !c->counted) {
     /* libdw keeps the CU's parsed line table until the module closes. */
     Dwarf_Lines *lines;
     size_t nlines = 0;
@@ -857,22 +1196,25 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
 
   Dwarf_Files *files = NULL;
   size_t nfiles = 0;
-  if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0)
+  if (!own &&
+      (c->own_lines == -2 || dwarf_getsrcfiles(&cu, &files, &nfiles) != 0))
     files = NULL;
   /* Innermost first; deeper than CP_DWARF_MAX_FRAMES, the outermost are
    * cut. */
   for (int i = n - 1; i >= 0 && out->n < CP_DWARF_MAX_FRAMES; i--) {
-    chain_add(out, &path[i], file, line);
+    chain_add(m, out, &path[i], file, line);
     if (i == 0)
       break;
     Dwarf_Attribute a;
     Dwarf_Word v;
     file = NULL;
     line = 0;
-    if (files &&
-        dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_file, &a), &v) == 0 &&
-        v < nfiles)
-      file = dwarf_filesrc(files, v, NULL, NULL);
+    if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_file, &a), &v) == 0) {
+      if (own && cp_dwline_file_name(own, v, path_buf, sizeof path_buf) == 0)
+        file = path_buf;
+      else if (files && v < nfiles)
+        file = dwarf_filesrc(files, v, NULL, NULL);
+    }
     if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_line, &a), &v) == 0)
       line = (int)v;
   }

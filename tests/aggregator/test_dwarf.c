@@ -15,7 +15,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <gelf.h>
+
 #include "aggregator/dwarf.h"
+#include "aggregator/dwarf_line.h"
 #include "aggregator/symbols.h"
 #include "test.h"
 
@@ -390,6 +395,258 @@ static void test_open_modules_bounded(void) {
   CHECK_EQ_INT(count_fds(), before);
 }
 
+static const uint8_t *test_section(Elf *elf, const char *name, size_t *size) {
+  size_t shstrndx;
+  *size = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+    return NULL;
+  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn;
+       scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    const char *n;
+    if (gelf_getshdr(scn, &sh) && (n = elf_strptr(elf, shstrndx, sh.sh_name)) &&
+        strcmp(n, name) == 0) {
+      Elf_Data *d = elf_getdata(scn, NULL);
+      *size = d ? d->d_size : 0;
+      return d ? d->d_buf : NULL;
+    }
+  }
+  return NULL;
+}
+
+/* Our line-table reader (dwarf_line.c) against libdw's dwarf_getsrclines
+ * on every unit of path (at most max_units): the same rows in the same
+ * order (address, line, end of sequence, file name) and the same file
+ * table. Returns the rows compared. */
+static size_t compare_line_tables(const char *path, int max_units) {
+  int fd = open(path, O_RDONLY);
+  Dwarf *dw = fd >= 0 ? dwarf_begin(fd, DWARF_C_READ) : NULL;
+  CHECK(dw != NULL);
+  if (!dw) {
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  Elf *elf = dwarf_getelf(dw);
+  cp_dwline_sections s;
+  s.line = test_section(elf, ".debug_line", &s.line_size);
+  s.str = test_section(elf, ".debug_str", &s.str_size);
+  s.line_str = test_section(elf, ".debug_line_str", &s.line_str_size);
+  size_t compared = 0;
+  int units = 0;
+  Dwarf_CU *cu = NULL;
+  Dwarf_Die cudie;
+  uint8_t unit_type;
+  while (units < max_units &&
+         dwarf_get_units(dw, cu, &cu, NULL, &unit_type, &cudie, NULL) == 0) {
+    Dwarf_Attribute a;
+    Dwarf_Word off;
+    Dwarf_Lines *lines;
+    Dwarf_Files *files;
+    size_t nlines, nfiles;
+    uint8_t asz;
+    Dwarf_Die d;
+    if (dwarf_formudata(dwarf_attr(&cudie, DW_AT_stmt_list, &a), &off) != 0 ||
+        dwarf_getsrclines(&cudie, &lines, &nlines) != 0 ||
+        dwarf_getsrcfiles(&cudie, &files, &nfiles) != 0 ||
+        !dwarf_diecu(&cudie, &d, &asz, NULL))
+      continue;
+    units++;
+    cp_dwline_table t;
+    CHECK_EQ_INT(
+        cp_dwline_read(&s, off,
+                       dwarf_formstring(dwarf_attr(&cudie, DW_AT_comp_dir, &a)),
+                       asz, SIZE_MAX, &t),
+        0);
+    CHECK_EQ_INT(t.nrows, nlines);
+    /* A table is never larger than the room it is given: refused. */
+    cp_dwline_table small;
+    if (t.bytes > 64)
+      CHECK_EQ_INT(cp_dwline_read(&s, off, NULL, asz, t.bytes / 2, &small), -2);
+    CHECK_EQ_INT(t.nfiles, nfiles);
+    char ours[4096];
+    for (size_t i = 0; i < nfiles && i < t.nfiles; i++) {
+      CHECK_EQ_INT(cp_dwline_file_name(&t, i, ours, sizeof ours), 0);
+      CHECK_EQ_STR(ours, dwarf_filesrc(files, i, NULL, NULL));
+    }
+    for (size_t i = 0; i < nlines && i < t.nrows; i++) {
+      Dwarf_Line *l = dwarf_onesrcline(lines, i);
+      Dwarf_Addr addr;
+      int line;
+      bool end;
+      dwarf_lineaddr(l, &addr);
+      dwarf_lineno(l, &line);
+      dwarf_lineendsequence(l, &end);
+      if (t.rows[i].addr != addr || (int)t.rows[i].line != line ||
+          !(t.rows[i].file & CP_DWLINE_END) != !end) {
+        fprintf(stderr,
+                "%s: row %zu: ours %" PRIx64 " %u %x, libdw %" PRIx64
+                " %d %d\n",
+                path, i, t.rows[i].addr, t.rows[i].line, t.rows[i].file, addr,
+                line, end);
+        CHECK(0);
+        break;
+      }
+      cp_dwline_file_name(&t, t.rows[i].file & ~CP_DWLINE_END, ours,
+                          sizeof ours);
+      CHECK_EQ_STR(ours, dwarf_linesrc(l, NULL, NULL));
+      /* The row of the address as libdw's dwarf_getsrc_die finds it. */
+      const cp_dwline_row *r = cp_dwline_find(&t, addr);
+      Dwarf_Line *theirs = dwarf_getsrc_die(&cudie, addr);
+      CHECK(!r == !theirs);
+      if (r && theirs) {
+        dwarf_lineno(theirs, &line);
+        CHECK_EQ_INT((int)r->line, line);
+      }
+      compared++;
+    }
+    cp_dwline_free(&t);
+  }
+  dwarf_end(dw);
+  close(fd);
+  return compared;
+}
+
+/* DWARF 5 and 4 (GCC's own), compressed sections, C++, DWARF 2 and 3,
+ * clang's DWARF 4 and 5, and libc6-dbg's libc (DWARF 5, compressed,
+ * strings in .debug_line_str) when installed. */
+static void test_line_reader_matches_libdw(void) {
+  CHECK(compare_line_tables(BIN, 1000) > 50);
+  CHECK(compare_line_tables(BIN4, 1000) > 50);
+  CHECK(compare_line_tables(BINCXX, 1000) > 30);
+  char z[128];
+  snprintf(z, sizeof z, "%s/z", tmp); /* test_own_sections' */
+  CHECK(compare_line_tables(z, 1000) > 50);
+  /* Older DWARF versions and another compiler (clang: MD5 entries in
+   * DWARF 5 file tables), when at hand. */
+  static const char *const builds[] = {"gcc -O2 -gdwarf-2", "gcc -O2 -gdwarf-3",
+                                       "clang -O2 -gdwarf-4",
+                                       "clang -O2 -gdwarf-5"};
+  for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
+    char out[128];
+    snprintf(out, sizeof out, "%s/lines%zu", tmp, i);
+    if (sh("%s -o %s %s/tests/integration/inline_workload.c 2>/dev/null",
+           builds[i], out, CP_SOURCE_DIR) != 0) {
+      printf("SKIP %s in test_line_reader_matches_libdw\n", builds[i]);
+      continue;
+    }
+    CHECK(compare_line_tables(out, 1000) > 30);
+  }
+  cp_symbol sym;
+  if (cp_symbols_lookup((uint64_t)(uintptr_t)&strtol, &sym) == 0 &&
+      sym.mapping && strlen(sym.mapping->build_id) > 2) {
+    char debug[512];
+    snprintf(debug, sizeof debug, "/usr/lib/debug/.build-id/%.2s/%s.debug",
+             sym.mapping->build_id, sym.mapping->build_id + 2);
+    if (access(debug, R_OK) == 0)
+      CHECK(compare_line_tables(debug, 300) > 1000);
+    else
+      printf("SKIP libc in test_line_reader_matches_libdw: no %s\n", debug);
+  }
+}
+
+/* Every field of every frame of a chain, for comparisons. */
+static void chain_text(const cp_line_chain *c, char *out, size_t size) {
+  size_t used = 0;
+  out[0] = 0;
+  for (size_t k = 0; k < c->n && used < size; k++) {
+    const cp_line_frame *f = &c->frames[k];
+    used += (size_t)snprintf(out + used, size - used,
+                             "%s|%s|%s:%" PRId64 "|%s:%" PRId64 ";",
+                             f->function, f->system_name, f->file, f->line,
+                             f->decl_file, f->start_line);
+  }
+}
+
+/* How many addresses of [lo, hi) have an inline chain in path, each equal
+ * to the one in ref; -1 at the first that differs. */
+static int same_chains(const char *path, const char *ref, uint64_t lo,
+                       uint64_t hi) {
+  cp_line_chain *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  cp_dwarf_object pa = {.path = path, .build_id = ""};
+  cp_dwarf_object pb = {.path = ref, .build_id = ""};
+  int inlined = 0;
+  char ta[4096], tb[4096];
+  for (uint64_t x = lo; x < hi; x++) {
+    cp_dwarf_lookup(&pa, x, a);
+    cp_dwarf_lookup(&pb, x, b);
+    chain_text(a, ta, sizeof ta);
+    chain_text(b, tb, sizeof tb);
+    if (strcmp(ta, tb) != 0) {
+      fprintf(stderr, "%s %" PRIx64 ": %s\n%s: %s\n", path, x, ta, ref, tb);
+      inlined = -1;
+      break;
+    }
+    inlined += a->n >= 2;
+  }
+  free(a);
+  free(b);
+  return inlined;
+}
+
+static void dwz_lookups(void *arg) {
+  const char *path = arg;
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+  CHECK_EQ_INT(helpers_seen(path, "", BIN), 0);
+}
+
+/* dwz -m (Debian's -dbgsym files): two copies of a program share a
+ * supplementary file that holds the inlined functions and the names
+ * (DW_FORM_GNU_ref_alt, DW_FORM_GNU_strp_alt). Found next to the file by
+ * its relative .gnu_debugaltlink, then in the build-id tree by its build
+ * id, every chain is the one without dwz; without it, no lines and one
+ * message (libdw is not left to look for it itself). */
+static void test_dwz_supplementary_file(void) {
+  if (system("command -v dwz >/dev/null 2>&1") != 0) {
+    printf("SKIP test_dwz_supplementary_file: no dwz (scripts/deps test)\n");
+    return;
+  }
+  CHECK_EQ_INT(sh("cd %s && mkdir -p dwz && cp %s dwz/a && cp %s dwz/b && "
+                  "cp %s dwz/c1 && cp %s dwz/c2 && cd dwz && "
+                  "dwz -m common.debug -M common.debug a b && "
+                  "dwz -m cxx.debug -M cxx.debug c1 c2 && "
+                  "readelf -wi a | grep -q 'alt indirect string' && "
+                  "readelf -wi a | grep -q 'DW_AT_abstract_origin: <alt'",
+                  tmp, BIN, BIN, BINCXX, BINCXX),
+               0);
+  char a[128], c1[128], root[128], id[160], alt[128];
+  snprintf(a, sizeof a, "%s/dwz/a", tmp);
+  snprintf(c1, sizeof c1, "%s/dwz/c1", tmp);
+  uint64_t lo, hi;
+  cp_dwarf_reset();
+  CHECK_EQ_INT(helpers_seen(a, "", BIN), 3);
+  CHECK_EQ_INT(driver_range(BIN, &lo, &hi), 0);
+  CHECK(same_chains(a, BIN, lo, hi) > 10);
+  CHECK_EQ_INT(function_range(BINCXX, "cpp_driver", &lo, &hi), 0);
+  CHECK(same_chains(c1, BINCXX, lo, hi) > 10);
+  /* The supplementary file by build id, under another debug root. */
+  snprintf(alt, sizeof alt, "%s/dwz/common.debug", tmp);
+  build_id_of(alt, id, sizeof id);
+  CHECK(strlen(id) > 8);
+  snprintf(root, sizeof root, "%s/dwzroot", tmp);
+  CHECK_EQ_INT(
+      sh("mkdir -p %s/.build-id/%.2s && mv %s %s/.build-id/%.2s/%s.debug", root,
+         id, alt, root, id, id + 2),
+      0);
+  cp_dwarf_reset();
+  cp_dwarf_set_debug_root(root);
+  CHECK_EQ_INT(helpers_seen(a, "", BIN), 3);
+  CHECK_EQ_INT(driver_range(BIN, &lo, &hi), 0);
+  CHECK(same_chains(a, BIN, lo, hi) > 10);
+  /* The program within the cap, with its supplementary file over it:
+   * function names only, one message, the cap held. */
+  cp_dwarf_reset();
+  cp_dwarf_set_budget(100 << 10);
+  CHECK_EQ_INT(messages_of(dwz_lookups, a), 1);
+  CHECK(cp_dwarf_memory_used() <= 100 << 10);
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
+  /* Nowhere to be found: function names only, one message. */
+  cp_dwarf_reset();
+  cp_dwarf_set_debug_root(NULL);
+  CHECK_EQ_INT(messages_of(dwz_lookups, a), 1);
+  cp_dwarf_reset();
+}
+
 /* Hostile objects: copies of the workloads (own DWARF) and of a
  * debuglink file with 1 to 64 random bytes overwritten (seeded), each
  * resolved over the code's addresses: no crash, no hang, whatever libdw
@@ -460,6 +717,7 @@ static void cleanup(void) {
 
 TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
           T(test_build_id_tree), T(test_truncated_debug_file),
+          T(test_line_reader_matches_libdw), T(test_dwz_supplementary_file),
           T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
           T(test_libc_lines), T(test_library_replaced_on_disk),
           T(test_open_modules_bounded), T(test_mutated_files), T(cleanup))
