@@ -1,0 +1,184 @@
+"""Labels that follow contexts (asyncio tasks), and the `task name` label.
+
+contprof.labels keeps each context's labels in a ContextVar, as a held
+libcontprof label set, and sets the thread's labels (what samples read) to
+it. asyncio runs every callback, task steps included, inside a Context
+(asyncio.events.Handle._run: self._context.run(...)); while profiling,
+Handle._run is wrapped so that the thread carries the labels of the
+callback's context, plus `task name` when the callback is a step of a task,
+for the duration of the callback, and gets its own back after it.
+docs/python.md, "asyncio", says why this design and what it costs.
+"""
+import contextvars
+import importlib.machinery
+import sys
+
+from . import _contprof
+
+# Datadog's label key (dd-trace-py names it so; docs/formats.md keeps keys
+# with spaces as they are).
+TASK_NAME = "task name"
+
+_LABELS = contextvars.ContextVar("contprof.labels", default=None)
+
+
+class LabelSet:
+    """One label set of libcontprof, held while this object lives: the value
+    of the _LABELS context variable (parent: the set it was made from, which
+    a labels block restores when it is left; owner: that block)."""
+    __slots__ = ("id", "parent", "owner")
+
+    def __init__(self, id_, parent=None, owner=None):
+        self.id = id_
+        self.parent = parent
+        self.owner = owner
+
+    def __del__(self, release=_contprof.labels_release):
+        try:
+            release(self.id)
+        except Exception:  # interpreter teardown
+            pass
+
+
+def current():
+    """This context's label set, or None."""
+    return _LABELS.get()
+
+
+def make(base, items, owner=None):
+    """base's labels (a LabelSet or None) with items added."""
+    return LabelSet(
+        _contprof.labels_make(base.id if base is not None else 0, items),
+        base, owner)
+
+
+_wrapped = None  # (asyncio.events.Handle, its original _run) while wrapped
+_get_running_loop = None
+_current_task = None
+
+
+def set_context(new):
+    """The current context's labels become new (a LabelSet or None), and so
+    do the thread's (with the running task's name)."""
+    _LABELS.set(new)
+    task = None
+    if _wrapped is not None:
+        loop = _get_running_loop()
+        if loop is not None:
+            task = _current_task(loop)
+    if task is not None:
+        _contprof.labels_set(_task_set(task, new))
+    else:
+        _contprof.labels_set(new.id if new is not None else 0)
+
+
+def _task_set(task, base):
+    """The id of base (the task's context labels) with the task's name,
+    cached on the task while base and the name stay the same."""
+    try:
+        name = task.get_name()
+    except Exception:
+        return base.id if base is not None else 0
+    cached = getattr(task, "_contprof_labels", None)
+    if cached is not None and cached[0] is base and cached[1] == name:
+        return cached[3]
+    try:
+        made = make(base, ((TASK_NAME, str(name)), ))
+    except ValueError:  # the label table is full: said once by libcontprof
+        return base.id if base is not None else 0
+    try:
+        task._contprof_labels = (base, name, made, made.id)
+    except AttributeError:  # a Task subclass with __slots__: not cached
+        pass
+    return made.id
+
+
+_said_cannot_wrap = []  # the line below, once per process
+
+
+def _wrap(events):
+    """Wraps events.Handle._run; False (and one line) if it cannot."""
+    global _wrapped, _get_running_loop, _current_task
+    handle = getattr(events, "Handle", None)
+    run = getattr(handle, "_run", None) if handle is not None else None
+    slots = getattr(handle, "__slots__", ())
+    if (run is None or not hasattr(run, "__code__")
+            or "_context" not in slots or "_callback" not in slots):
+        if _said_cannot_wrap:
+            return False
+        _said_cannot_wrap.append(True)
+        sys.stderr.write(
+            "contprof: asyncio.events.Handle._run is not the one expected "
+            "on Python %d.%d: labels follow the thread, not the asyncio "
+            "task, and samples have no task name\n" % sys.version_info[:2])
+        return False
+    if getattr(run, "_contprof_original", None) is not None:
+        return True  # already ours
+    tasks = sys.modules.get("asyncio.tasks")
+    _get_running_loop = events._get_running_loop
+    _current_task = getattr(tasks, "current_task", None) if tasks else None
+    if _current_task is None:  # asyncio.tasks not imported yet: later
+        def _current_task(loop):
+            return sys.modules["asyncio.tasks"].current_task(loop)
+
+    _contprof.asyncio_setup(_LABELS, _task_set)
+    asyncio_run = _contprof.asyncio_run
+
+    def _run(self):
+        return asyncio_run(self, run)
+
+    _run._contprof_original = run
+    _run.__qualname__ = run.__qualname__
+    _run.__doc__ = run.__doc__
+    handle._run = _run
+    _wrapped = (handle, run)
+    return True
+
+
+class _Finder:
+    """Wraps Handle._run when asyncio.events is first imported (the profiler
+    usually starts before the application imports asyncio)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "asyncio.events":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        loader = getattr(spec, "loader", None)
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return None
+
+        def exec_and_wrap(module):
+            exec_module(module)
+            if _finder in sys.meta_path:
+                sys.meta_path.remove(_finder)
+                _wrap(module)
+
+        loader.exec_module = exec_and_wrap
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+_finder = _Finder()
+
+
+def install():
+    """At start: labels follow asyncio tasks from now on."""
+    events = sys.modules.get("asyncio.events")
+    if events is not None:
+        _wrap(events)
+    elif _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def uninstall():
+    """At stop: Handle._run is asyncio's own again."""
+    global _wrapped
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    if _wrapped is not None:
+        handle, run = _wrapped
+        handle._run = run
+        _wrapped = None
