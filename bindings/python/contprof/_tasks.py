@@ -12,6 +12,7 @@ docs/python.md, "asyncio", says why this design and what it costs.
 import contextvars
 import importlib.machinery
 import sys
+import time
 
 from . import _contprof
 
@@ -72,25 +73,52 @@ def set_context(new):
         _contprof.labels_set(new.id if new is not None else 0)
 
 
+# New `task name` sets per second, and the burst allowed: libcontprof's
+# label table holds 65535 sets, each kept two profiles after its last use,
+# so a program that starts thousands of tasks a second must not fill it
+# with task names (labels blocks would then be refused). Beyond the rate,
+# a new task runs without its name.
+TASK_SETS_PER_S = 200.0
+TASK_SETS_BURST = 2000.0
+_budget = [TASK_SETS_BURST, time.monotonic()]
+
+
+def _may_make_task_set():
+    now = time.monotonic()
+    tokens = min(TASK_SETS_BURST,
+                 _budget[0] + (now - _budget[1]) * TASK_SETS_PER_S)
+    _budget[1] = now
+    if tokens < 1.0:
+        _budget[0] = tokens
+        return False
+    _budget[0] = tokens - 1.0
+    return True
+
+
 def _task_set(task, base):
     """The id of base (the task's context labels) with the task's name,
-    cached on the task while base and the name stay the same."""
+    cached on the task as (base, name, LabelSet or None, id) while base and
+    the name stay the same (_contprof.asyncio_run reads the cache)."""
+    base_id = base.id if base is not None else 0
     try:
         name = task.get_name()
     except Exception:
-        return base.id if base is not None else 0
+        return base_id
     cached = getattr(task, "_contprof_labels", None)
     if cached is not None and cached[0] is base and cached[1] == name:
         return cached[3]
+    made = None
+    if _may_make_task_set():
+        try:
+            made = make(base, ((TASK_NAME, str(name)), ))
+        except ValueError:  # the table is full: said by libcontprof
+            pass
+    entry = (base, name, made, made.id if made is not None else base_id)
     try:
-        made = make(base, ((TASK_NAME, str(name)), ))
-    except ValueError:  # the label table is full: said once by libcontprof
-        return base.id if base is not None else 0
-    try:
-        task._contprof_labels = (base, name, made, made.id)
+        task._contprof_labels = entry
     except AttributeError:  # a Task subclass with __slots__: not cached
         pass
-    return made.id
+    return entry[3]
 
 
 _said_cannot_wrap = []  # the line below, once per process

@@ -209,3 +209,35 @@ print("ok")
     lines = [l for l in r.proc.stderr.splitlines() if "contprof:" in l]
     assert len(lines) == 1 and "labels follow the thread" in lines[0], \
         r.proc.stderr
+
+
+def test_task_names_are_rate_limited(run_py):
+    """Thousands of short tasks do not fill libcontprof's label table with
+    task names: beyond 2000 (plus 200 a second) they run without one, and
+    labels blocks still work."""
+    r = run_py('''
+import asyncio
+import time
+import contprof
+contprof.start()
+
+async def tiny():
+    await asyncio.sleep(0)
+    return asyncio.current_task()._contprof_labels
+
+async def main():
+    t0 = time.monotonic()
+    entries = await asyncio.gather(*(tiny() for _ in range(6000)))
+    elapsed = time.monotonic() - t0
+    named = sum(1 for e in entries if e[2] is not None)
+    assert named >= 2000, named
+    assert named <= 2000 + 200 * elapsed + 1, (named, elapsed)
+    with contprof.labels(after="yes"):
+        await asyncio.sleep(0)
+    print("ok", named)
+
+asyncio.run(main())
+contprof.stop()
+''')
+    assert r.proc.stdout.startswith("ok"), r.proc.stdout + r.proc.stderr
+    assert "contprof:" not in r.proc.stderr, r.proc.stderr
