@@ -141,6 +141,8 @@ _FORK_KEY = _ForkKey()
 
 def _after_fork_child():
     _contprof.after_fork_child()
+    if not _contprof.is_running():  # CONTPROF_FOLLOW_FORK=0
+        _tasks.uninstall()
     # A multiprocessing child leaves with os._exit after its finalizers, not
     # atexit: stop (write the last profile) in a finalizer. Its registry is
     # cleared when the child starts, so register from the after-fork hook

@@ -2220,7 +2220,7 @@ static PyObject *callback_task(PyObject *cb) {
 
 /* The label set id a callback runs with: its context's labels (a LabelSet
  * or absent), plus `task name` for a task's step (cached on the task as
- * (base, name, LabelSet, id); made by _tasks._task_set otherwise). 0 on
+ * (base, name, LabelSet, id, ...); _tasks._task_set otherwise). 0 on
  * any error (cleared): a callback is never failed by the profiler. */
 static uint32_t callback_labels(PyObject *handle) {
   uint32_t id = 0;
@@ -2236,7 +2236,7 @@ static uint32_t callback_labels(PyObject *handle) {
     if (!c)
       PyErr_Clear();
     PyObject *r = NULL;
-    if (c && PyTuple_Check(c) && PyTuple_GET_SIZE(c) == 4 &&
+    if (c && PyTuple_Check(c) && PyTuple_GET_SIZE(c) >= 4 &&
         PyTuple_GET_ITEM(c, 0) == base &&
         PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 1), name, Py_EQ) == 1)
       r = aio_ref(PyTuple_GET_ITEM(c, 3));

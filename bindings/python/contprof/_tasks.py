@@ -97,28 +97,41 @@ def _may_make_task_set():
 
 def _task_set(task, base):
     """The id of base (the task's context labels) with the task's name,
-    cached on the task as (base, name, LabelSet or None, id) while base and
-    the name stay the same (_contprof.asyncio_run reads the cache)."""
+    cached on the task as (base, name, LabelSet or None, id, previous
+    entry) while base and the name stay the same (_contprof.asyncio_run
+    reads the first four). Two entries: a labels block inside the task
+    switches between its set and the outer one."""
     base_id = base.id if base is not None else 0
     try:
         name = task.get_name()
     except Exception:
         return base_id
     cached = getattr(task, "_contprof_labels", None)
-    if cached is not None and cached[0] is base and cached[1] == name:
-        return cached[3]
+    if cached is not None:
+        if cached[0] is base and cached[1] == name:
+            return cached[3]
+        prev = cached[4]
+        if prev is not None and prev[0] is base and prev[1] == name:
+            entry = prev[:4] + (cached[:4] + (None, ), )
+            _set_cache(task, entry)
+            return entry[3]
     made = None
     if _may_make_task_set():
         try:
             made = make(base, ((TASK_NAME, str(name)), ))
         except ValueError:  # the table is full: said by libcontprof
             pass
-    entry = (base, name, made, made.id if made is not None else base_id)
+    entry = (base, name, made, made.id if made is not None else base_id,
+             cached[:4] + (None, ) if cached is not None else None)
+    _set_cache(task, entry)
+    return entry[3]
+
+
+def _set_cache(task, entry):
     try:
         task._contprof_labels = entry
     except AttributeError:  # a Task subclass with __slots__: not cached
         pass
-    return entry[3]
 
 
 _said_cannot_wrap = []  # the line below, once per process
