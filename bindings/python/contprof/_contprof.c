@@ -2142,7 +2142,8 @@ static PyObject *py_labels_exit(PyObject *self, PyObject *arg) {
 /* The wrapped asyncio.events.Handle._run, in C because it runs around
  * every callback of every event loop (docs/benchmarks.md, "Python",
  * asyncio). Set by asyncio_setup: the ContextVar of contprof.labels, and
- * _tasks._task_set for a task whose name set is not cached yet. */
+ * _tasks._task_set for a task whose name set is not cached yet; by
+ * asyncio_method: asyncio's own _run, and the method that wraps it. */
 #if PY_VERSION_HEX < 0x03090000
 #define PyObject_Vectorcall _PyObject_Vectorcall
 #endif
@@ -2153,7 +2154,7 @@ static PyObject *aio_ref(PyObject *o) {
 }
 
 static struct {
-  PyObject *var, *task_set, *ctx_get;
+  PyObject *var, *task_set, *ctx_get, *run, *method;
   PyObject *s_context, *s_callback, *s_self, *s_get_name, *s_cache, *s_id;
 } aio;
 
@@ -2264,23 +2265,24 @@ static uint32_t callback_labels(PyObject *handle) {
   return id;
 }
 
-/* asyncio_run(handle, run): run(handle) (asyncio's own Handle._run) with
- * the thread's labels those of the callback, and back after. */
-static PyObject *py_asyncio_run(PyObject *self, PyObject *const *args,
-                                Py_ssize_t nargs) {
+/* Handle._run while wrapped: aio.run(handle) (asyncio's own Handle._run)
+ * with the thread's labels those of the callback, and back after. Bound
+ * to the handle as a method (asyncio_method), so no Python frame of ours
+ * runs or shows in the stacks. */
+static PyObject *py_asyncio_handle_run(PyObject *self, PyObject *handle) {
   (void)self;
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "asyncio_run(handle, run)");
+  PyObject *run = aio.run;
+  if (!run) {
+    PyErr_SetString(PyExc_RuntimeError, "contprof: asyncio_method not set");
     return NULL;
   }
-  PyObject *handle = args[0], *run = args[1];
-  if (!aio.var)
-    return PyObject_Vectorcall(run, &handle, 1, NULL);
+  Py_INCREF(run); /* a callback may stop and restart the profiler */
   uint32_t id = callback_labels(handle);
   uint32_t cur = contprof_labels_current();
   int switched = id != cur;
   uint32_t old = switched ? thread_labels_switch(id, 1, 1) : cur;
   PyObject *r = PyObject_Vectorcall(run, &handle, 1, NULL);
+  Py_DECREF(run);
   /* As labels_exit: a labels block inside the callback may have changed
    * the thread's set; the thread gets its own back either way. */
   if (switched || contprof_labels_current() != old) {
@@ -2291,6 +2293,32 @@ static PyObject *py_asyncio_run(PyObject *self, PyObject *const *args,
     current_thread_update(1, 0, 0, 0);
   }
   return r;
+}
+
+static PyMethodDef asyncio_handle_run_def = {
+    "_run", py_asyncio_handle_run, METH_O,
+    "asyncio's Handle._run, with the callback's labels (contprof)"};
+
+/* asyncio_method(run) -> the method to put in Handle._run in place of run
+ * (an instancemethod of a builtin: it binds to the handle like a function
+ * does). */
+static PyObject *py_asyncio_method(PyObject *self, PyObject *run) {
+  (void)self;
+  if (!aio.var) {
+    PyErr_SetString(PyExc_RuntimeError, "contprof: asyncio_setup first");
+    return NULL;
+  }
+  if (!aio.method) {
+    PyObject *f = PyCFunction_New(&asyncio_handle_run_def, NULL);
+    aio.method = f ? PyInstanceMethod_New(f) : NULL;
+    Py_XDECREF(f);
+    if (!aio.method)
+      return NULL;
+  }
+  Py_INCREF(run);
+  Py_XSETREF(aio.run, run);
+  Py_INCREF(aio.method);
+  return aio.method;
 }
 
 static PyObject *py_set_span(PyObject *self, PyObject *args) {
@@ -2396,8 +2424,8 @@ static PyMethodDef methods[] = {
     {"labels_exit", py_labels_exit, METH_O, "labels_exit(token)"},
     {"asyncio_setup", py_asyncio_setup, METH_VARARGS,
      "asyncio_setup(labels_var, task_set)"},
-    {"asyncio_run", (PyCFunction)(void (*)(void))py_asyncio_run, METH_FASTCALL,
-     "asyncio_run(handle, run): run(handle) with its context's labels"},
+    {"asyncio_method", py_asyncio_method, METH_O,
+     "asyncio_method(run) -> Handle._run that runs run with the labels"},
     {"set_span", py_set_span, METH_VARARGS,
      "set_span(span_id, local_root_span_id)"},
     {"set_endpoint", py_set_endpoint, METH_VARARGS,

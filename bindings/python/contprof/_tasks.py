@@ -98,7 +98,7 @@ def _may_make_task_set():
 def _task_set(task, base):
     """The id of base (the task's context labels) with the task's name,
     cached on the task as (base, name, LabelSet or None, id, previous
-    entry) while base and the name stay the same (_contprof.asyncio_run
+    entry) while base and the name stay the same (_contprof's Handle._run
     reads the first four). Two entries: a labels block inside the task
     switches between its set and the outer one."""
     base_id = base.id if base is not None else 0
@@ -153,7 +153,7 @@ def _wrap(events):
             "on Python %d.%d: labels follow the thread, not the asyncio "
             "task, and samples have no task name\n" % sys.version_info[:2])
         return False
-    if getattr(run, "_contprof_original", None) is not None:
+    if _wrapped is not None and _wrapped[0] is handle:
         return True  # already ours
     tasks = sys.modules.get("asyncio.tasks")
     _get_running_loop = events._get_running_loop
@@ -163,15 +163,7 @@ def _wrap(events):
             return sys.modules["asyncio.tasks"].current_task(loop)
 
     _contprof.asyncio_setup(_LABELS, _task_set)
-    asyncio_run = _contprof.asyncio_run
-
-    def _run(self):
-        return asyncio_run(self, run)
-
-    _run._contprof_original = run
-    _run.__qualname__ = run.__qualname__
-    _run.__doc__ = run.__doc__
-    handle._run = _run
+    handle._run = _contprof.asyncio_method(run)
     _wrapped = (handle, run)
     return True
 

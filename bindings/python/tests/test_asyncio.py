@@ -158,8 +158,9 @@ assert "asyncio" not in sys.modules
 contprof.start()
 import asyncio
 import asyncio.events
-original = asyncio.events.Handle._run._contprof_original
+original = contprof._tasks._wrapped[1]
 assert original.__module__ == "asyncio.events"
+assert asyncio.events.Handle.__dict__["_run"] is not original
 
 def current():
     return contprof._tasks.current()
@@ -178,7 +179,9 @@ assert asyncio.run(inner()).startswith("Task-")
 contprof.stop()
 assert asyncio.events.Handle._run is original
 contprof.start()
-assert asyncio.events.Handle._run._contprof_original is original
+assert asyncio.events.Handle.__dict__["_run"] is not original
+assert contprof._tasks._wrapped[1] is original
+asyncio.run(inner())
 contprof.stop()
 assert asyncio.events.Handle._run is original
 print("ok")
