@@ -2095,50 +2095,6 @@ static PyObject *py_labels_release(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
-/* labels_set(id): the calling thread's labels become set id (a labels
- * block entered or left: its context's set). */
-static PyObject *py_labels_set(PyObject *self, PyObject *arg) {
-  (void)self;
-  unsigned long id = PyLong_AsUnsignedLong(arg);
-  if (PyErr_Occurred())
-    return NULL;
-  thread_labels_switch((uint32_t)id, 0, 1);
-  Py_RETURN_NONE;
-}
-
-/* labels_enter(id) -> token: around one asyncio callback, the thread's
- * labels become set id until labels_exit(token) restores the ones it had.
- * Costs nothing more than the call when the thread has that set already
- * (no labels anywhere: 0 and 0). */
-static PyObject *py_labels_enter(PyObject *self, PyObject *arg) {
-  (void)self;
-  unsigned long id = PyLong_AsUnsignedLong(arg);
-  if (PyErr_Occurred())
-    return NULL;
-  uint32_t cur = contprof_labels_current();
-  if ((uint32_t)id == cur) /* bit 32 clear: nothing switched, no hold kept */
-    return PyLong_FromUnsignedLongLong(cur);
-  uint32_t old = thread_labels_switch((uint32_t)id, 1, 1);
-  return PyLong_FromUnsignedLongLong(1ull << 32 | old);
-}
-
-static PyObject *py_labels_exit(PyObject *self, PyObject *arg) {
-  (void)self;
-  unsigned long long token = PyLong_AsUnsignedLongLong(arg);
-  if (PyErr_Occurred())
-    return NULL;
-  uint32_t prev = (uint32_t)token;
-  int switched = (int)(token >> 32 & 1);
-  if (!switched && contprof_labels_current() == prev)
-    Py_RETURN_NONE;
-  if (!switched) /* a labels block inside the callback changed the set */
-    prev = contprof_labels_hold(prev);
-  contprof_label_scope scope = {.previous = prev, .valid = 1};
-  contprof_label_pop(&scope); /* the token's hold passes to the thread */
-  current_thread_update(1, 0, 0, 0);
-  Py_RETURN_NONE;
-}
-
 /* The wrapped asyncio.events.Handle._run, in C because it runs around
  * every callback of every event loop (docs/benchmarks.md, "Python",
  * asyncio). Set by asyncio_setup: the ContextVar of contprof.labels, and
@@ -2158,24 +2114,31 @@ static struct {
   PyObject *s_context, *s_callback, *s_self, *s_get_name, *s_cache, *s_id;
 } aio;
 
-/* asyncio_setup(var, task_set): once, at the first start. */
+/* The names and Context.get the functions below use, made once. */
+static int aio_strings(void) {
+  if (aio.s_id)
+    return 0;
+  aio.ctx_get = PyObject_GetAttrString((PyObject *)&PyContext_Type, "get");
+  aio.s_context = PyUnicode_InternFromString("_context");
+  aio.s_callback = PyUnicode_InternFromString("_callback");
+  aio.s_self = PyUnicode_InternFromString("__self__");
+  aio.s_get_name = PyUnicode_InternFromString("get_name");
+  aio.s_cache = PyUnicode_InternFromString("_contprof_labels");
+  if (!aio.ctx_get || !aio.s_context || !aio.s_callback || !aio.s_self ||
+      !aio.s_get_name || !aio.s_cache)
+    return -1;
+  aio.s_id = PyUnicode_InternFromString("id");
+  return aio.s_id ? 0 : -1;
+}
+
+/* asyncio_setup(var, task_set): at each start that wraps Handle._run. */
 static PyObject *py_asyncio_setup(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *var, *task_set;
   if (!PyArg_ParseTuple(args, "OO", &var, &task_set))
     return NULL;
-  if (!aio.ctx_get) {
-    aio.ctx_get = PyObject_GetAttrString((PyObject *)&PyContext_Type, "get");
-    aio.s_context = PyUnicode_InternFromString("_context");
-    aio.s_callback = PyUnicode_InternFromString("_callback");
-    aio.s_self = PyUnicode_InternFromString("__self__");
-    aio.s_get_name = PyUnicode_InternFromString("get_name");
-    aio.s_cache = PyUnicode_InternFromString("_contprof_labels");
-    aio.s_id = PyUnicode_InternFromString("id");
-    if (!aio.ctx_get || !aio.s_context || !aio.s_callback || !aio.s_self ||
-        !aio.s_get_name || !aio.s_cache || !aio.s_id)
-      return NULL;
-  }
+  if (aio_strings() != 0)
+    return NULL;
   Py_INCREF(var);
   Py_INCREF(task_set);
   Py_XSETREF(aio.var, var);
@@ -2223,6 +2186,49 @@ static PyObject *callback_task(PyObject *cb) {
  * or absent), plus `task name` for a task's step (cached on the task as
  * (base, name, LabelSet, id, ...); _tasks._task_set otherwise). 0 on
  * any error (cleared): a callback is never failed by the profiler. */
+/* The id of LabelSet base (None: 0). Errors are left to the caller. */
+static uint32_t base_labels(PyObject *base) {
+  uint32_t id = 0;
+  if (base && base != Py_None) {
+    PyObject *r = PyObject_GetAttr(base, aio.s_id);
+    if (r)
+      id = (uint32_t)PyLong_AsUnsignedLong(r);
+    Py_XDECREF(r);
+  }
+  return id;
+}
+
+/* The id of base's labels with task's `task name`: from the task's cache
+ * (base, name, LabelSet, id, previous entry or None) when base and the
+ * name match, else from _tasks._task_set (which makes and caches it). */
+static uint32_t task_labels(PyObject *task, PyObject *base) {
+  uint32_t id = 0;
+  PyObject *name = PyObject_CallMethodObjArgs(task, aio.s_get_name, NULL);
+  if (!name)
+    return 0;
+  PyObject *c = PyObject_GetAttr(task, aio.s_cache);
+  if (!c)
+    PyErr_Clear();
+  PyObject *r = NULL;
+  /* The entry, then the one before it (a labels block left). */
+  for (PyObject *e = c; e && !r;) {
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 5)
+      break;
+    if (PyTuple_GET_ITEM(e, 0) == base &&
+        PyObject_RichCompareBool(PyTuple_GET_ITEM(e, 1), name, Py_EQ) == 1)
+      r = aio_ref(PyTuple_GET_ITEM(e, 3));
+    e = e == c ? PyTuple_GET_ITEM(e, 4) : NULL;
+  }
+  if (!r)
+    r = PyObject_CallFunctionObjArgs(aio.task_set, task, base, NULL);
+  if (r)
+    id = (uint32_t)PyLong_AsUnsignedLong(r);
+  Py_XDECREF(r);
+  Py_XDECREF(c);
+  Py_DECREF(name);
+  return id;
+}
+
 static uint32_t callback_labels(PyObject *handle) {
   uint32_t id = 0;
   PyObject *ctx = PyObject_GetAttr(handle, aio.s_context);
@@ -2231,29 +2237,10 @@ static uint32_t callback_labels(PyObject *handle) {
       ctx ? PyObject_Vectorcall(aio.ctx_get, get_args, 2, NULL) : NULL;
   PyObject *cb = base ? PyObject_GetAttr(handle, aio.s_callback) : NULL;
   PyObject *task = cb ? callback_task(cb) : NULL;
-  if (task && !PyErr_Occurred()) {
-    PyObject *name = PyObject_CallMethodObjArgs(task, aio.s_get_name, NULL);
-    PyObject *c = name ? PyObject_GetAttr(task, aio.s_cache) : NULL;
-    if (!c)
-      PyErr_Clear();
-    PyObject *r = NULL;
-    if (c && PyTuple_Check(c) && PyTuple_GET_SIZE(c) >= 4 &&
-        PyTuple_GET_ITEM(c, 0) == base &&
-        PyObject_RichCompareBool(PyTuple_GET_ITEM(c, 1), name, Py_EQ) == 1)
-      r = aio_ref(PyTuple_GET_ITEM(c, 3));
-    else if (name)
-      r = PyObject_CallFunctionObjArgs(aio.task_set, task, base, NULL);
-    if (r)
-      id = (uint32_t)PyLong_AsUnsignedLong(r);
-    Py_XDECREF(r);
-    Py_XDECREF(c);
-    Py_XDECREF(name);
-  } else if (base && base != Py_None) {
-    PyObject *r = PyObject_GetAttr(base, aio.s_id);
-    if (r)
-      id = (uint32_t)PyLong_AsUnsignedLong(r);
-    Py_XDECREF(r);
-  }
+  if (task && !PyErr_Occurred())
+    id = task_labels(task, base);
+  else
+    id = base_labels(base);
   Py_XDECREF(task);
   Py_XDECREF(cb);
   Py_XDECREF(base);
@@ -2263,6 +2250,22 @@ static uint32_t callback_labels(PyObject *handle) {
     id = 0;
   }
   return id;
+}
+
+/* labels_set_task(task, base): the thread's labels become LabelSet base
+ * (None: none) with task's name, or base alone when task is None (a labels
+ * block entered or left: its context's set). */
+static PyObject *py_labels_set_task(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *task, *base;
+  if (!PyArg_ParseTuple(args, "OO", &task, &base) || aio_strings() != 0)
+    return NULL;
+  uint32_t id = task != Py_None && aio.task_set ? task_labels(task, base)
+                                                : base_labels(base);
+  if (PyErr_Occurred())
+    return NULL;
+  thread_labels_switch(id, 0, 1);
+  Py_RETURN_NONE;
 }
 
 /* Handle._run while wrapped: aio.run(handle) (asyncio's own Handle._run)
@@ -2283,7 +2286,7 @@ static PyObject *py_asyncio_handle_run(PyObject *self, PyObject *handle) {
   uint32_t old = switched ? thread_labels_switch(id, 1, 1) : cur;
   PyObject *r = PyObject_Vectorcall(run, &handle, 1, NULL);
   Py_DECREF(run);
-  /* As labels_exit: a labels block inside the callback may have changed
+  /* A labels block inside the callback may have changed
    * the thread's set; the thread gets its own back either way. */
   if (switched || contprof_labels_current() != old) {
     if (!switched)
@@ -2419,11 +2422,10 @@ static PyMethodDef methods[] = {
     {"labels_make", py_labels_make, METH_VARARGS,
      "labels_make(base, ((key, value), ...)) -> held set id"},
     {"labels_release", py_labels_release, METH_O, "labels_release(id)"},
-    {"labels_set", py_labels_set, METH_O, "labels_set(id)"},
-    {"labels_enter", py_labels_enter, METH_O, "labels_enter(id) -> token"},
-    {"labels_exit", py_labels_exit, METH_O, "labels_exit(token)"},
     {"asyncio_setup", py_asyncio_setup, METH_VARARGS,
      "asyncio_setup(labels_var, task_set)"},
+    {"labels_set_task", py_labels_set_task, METH_VARARGS,
+     "labels_set_task(task or None, LabelSet or None)"},
     {"asyncio_method", py_asyncio_method, METH_O,
      "asyncio_method(run) -> Handle._run that runs run with the labels"},
     {"set_span", py_set_span, METH_VARARGS,

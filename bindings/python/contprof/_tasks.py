@@ -67,10 +67,7 @@ def set_context(new):
         loop = _get_running_loop()
         if loop is not None:
             task = _current_task(loop)
-    if task is not None:
-        _contprof.labels_set(_task_set(task, new))
-    else:
-        _contprof.labels_set(new.id if new is not None else 0)
+    _contprof.labels_set_task(task, new)
 
 
 # New `task name` sets per second, and the burst allowed: libcontprof's
@@ -99,8 +96,8 @@ def _task_set(task, base):
     """The id of base (the task's context labels) with the task's name,
     cached on the task as (base, name, LabelSet or None, id, previous
     entry) while base and the name stay the same (_contprof's Handle._run
-    reads the first four). Two entries: a labels block inside the task
-    switches between its set and the outer one."""
+    and labels_set_task read it too). Two entries: a labels block inside
+    the task switches between its set and the outer one."""
     base_id = base.id if base is not None else 0
     try:
         name = task.get_name()
