@@ -2182,10 +2182,6 @@ static PyObject *callback_task(PyObject *cb) {
   return task;
 }
 
-/* The label set id a callback runs with: its context's labels (a LabelSet
- * or absent), plus `task name` for a task's step (cached on the task as
- * (base, name, LabelSet, id, ...); _tasks._task_set otherwise). 0 on
- * any error (cleared): a callback is never failed by the profiler. */
 /* The id of LabelSet base (None: 0). Errors are left to the caller. */
 static uint32_t base_labels(PyObject *base) {
   uint32_t id = 0;
@@ -2214,8 +2210,13 @@ static uint32_t task_labels(PyObject *task, PyObject *base) {
   for (PyObject *e = c; e && !r;) {
     if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 5)
       break;
-    if (PyTuple_GET_ITEM(e, 0) == base &&
-        PyObject_RichCompareBool(PyTuple_GET_ITEM(e, 1), name, Py_EQ) == 1)
+    int same =
+        PyTuple_GET_ITEM(e, 0) == base
+            ? PyObject_RichCompareBool(PyTuple_GET_ITEM(e, 1), name, Py_EQ)
+            : 0;
+    if (same < 0)
+      PyErr_Clear(); /* a name that does not compare: made again below */
+    if (same == 1)
       r = aio_ref(PyTuple_GET_ITEM(e, 3));
     e = e == c ? PyTuple_GET_ITEM(e, 4) : NULL;
   }
@@ -2229,6 +2230,10 @@ static uint32_t task_labels(PyObject *task, PyObject *base) {
   return id;
 }
 
+/* The label set id a callback runs with: its context's labels (a LabelSet
+ * or absent), plus `task name` for a task's step (cached on the task as
+ * (base, name, LabelSet, id, ...); _tasks._task_set otherwise). 0 on
+ * any error (cleared): a callback is never failed by the profiler. */
 static uint32_t callback_labels(PyObject *handle) {
   uint32_t id = 0;
   PyObject *ctx = PyObject_GetAttr(handle, aio.s_context);
