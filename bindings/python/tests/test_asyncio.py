@@ -216,8 +216,8 @@ print("ok")
 
 def test_task_names_are_rate_limited(run_py):
     """Thousands of short tasks do not fill libcontprof's label table with
-    task names: beyond 2000 (plus 200 a second) they run without one, and
-    labels blocks still work."""
+    task names: beyond about 2000 (plus 200 a second) they run without one,
+    and labels blocks still work."""
     r = run_py('''
 import asyncio
 import time
@@ -233,7 +233,9 @@ async def main():
     entries = await asyncio.gather(*(tiny() for _ in range(6000)))
     elapsed = time.monotonic() - t0
     named = sum(1 for e in entries if e[2] is not None)
-    assert named >= 2000, named
+    # The burst (2000), less the main task's set and those of tasks that
+    # ran before; a slow machine refills more.
+    assert named >= 1900, named
     assert named <= 2000 + 200 * elapsed + 1, (named, elapsed)
     with contprof.labels(after="yes"):
         await asyncio.sleep(0)
