@@ -176,6 +176,24 @@ async def inner():
     return asyncio.current_task()._contprof_labels[1]
 
 assert asyncio.run(inner()).startswith("Task-")
+
+# asyncio's pure-Python Task (what runs without _asyncio): its bound
+# __step is recognised as the task's step too (the wrapper made the
+# task's set before its first line ran).
+async def first_step():
+    entry = asyncio.current_task()._contprof_labels
+    fut = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(fut.set_result, 1)
+    await fut
+    assert asyncio.current_task()._contprof_labels is entry
+    return entry[1]
+
+async def py_tasks():
+    t = asyncio.tasks._PyTask(first_step(), name="pure")
+    assert type(t).__module__ == "asyncio.tasks"
+    return await t
+
+assert asyncio.run(py_tasks()) == "pure"
 contprof.stop()
 assert asyncio.events.Handle._run is original
 contprof.start()
