@@ -196,6 +196,7 @@ static const struct {
     {"thread id", NULL},
     {"thread native id", NULL},
     {"thread name", NULL},
+    {"task name", NULL}, /* the Python binding's asyncio task (one a task) */
     {"span id", "span_id"},
     {"local root span id", NULL},
     {CP_LABEL_TRACE_ENDPOINT, NULL},

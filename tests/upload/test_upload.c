@@ -503,9 +503,11 @@ static void test_pyroscope_families(void) {
   CHECK_EQ_INT(cfg.exports, CP_EXPORT_PYROSCOPE);
   cp_sink *s = cp_pyroscope_sink_create(&cfg);
   CHECK(s != NULL);
-  contprof_label_scope scope;
+  contprof_label_scope scope, task_scope;
   contprof_label_push("user key", "v1", &scope);
+  contprof_label_push("task name", "Task-17", &task_scope);
   uint32_t labels = cp_labels_current();
+  contprof_label_pop(&task_scope);
   contprof_label_pop(&scope);
   cp_generation *g = cp_gen_create(1, 64 << 20);
   uint64_t st[2] = {frame("py_leaf", 0), frame("py_root", 0)};
@@ -564,6 +566,8 @@ static void test_pyroscope_families(void) {
     CHECK(p->time_nanos == (int64_t)m.start_ns);
     CHECK(!has_label_key(p, "thread id") && !has_label_key(p, "thread name"));
     CHECK(!has_label_key(p, "local root span id"));
+    /* One per asyncio task (bindings/python): it would be a series each. */
+    CHECK(!has_label_key(p, "task name") && !has_label_key(p, "task_name"));
     CHECK(samples_merged(p));
     CHECK_EQ_INT(p->n_sample, 1); /* three threads merged: no thread label */
     const Perftools__Profiles__Label *span =

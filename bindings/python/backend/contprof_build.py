@@ -46,7 +46,7 @@ SUMMARY = ("contprof: always-on profiler for Python (CPU, wall, allocations, "
 REPO_PARTS = ["CMakeLists.txt", "cmake", "include", "src", "preload", "tools",
               "examples"]
 # The package's own files in the wheel (the extension is added to them).
-PACKAGE_FILES = ["__init__.py", "__main__.py", "_support.py"]
+PACKAGE_FILES = ["__init__.py", "__main__.py", "_support.py", "_tasks.py"]
 LIBRARIES = ["unwind", "dw", "elf", "protobuf-c", "curl", "z", "dl", "m",
              "pthread"]
 COMPILE_ARGS = ["-std=gnu11", "-Wall", "-Wextra",

@@ -18,7 +18,6 @@ import functools
 import os
 import sys
 import sysconfig
-import threading
 
 from ._support import unsupported as _unsupported
 
@@ -30,6 +29,7 @@ if _refused:
     raise ImportError(_refused)
 
 from . import _contprof  # noqa: E402
+from . import _tasks  # noqa: E402
 
 __all__ = [
     "ProfilerError", "start", "stop", "flush", "is_running", "labels",
@@ -106,6 +106,7 @@ def start(options=None, **kwargs):
         return False
     if status != _contprof.OK:
         raise ProfilerError(status)
+    _tasks.install()
     if not _hooks_registered:
         atexit.register(_stop_at_exit)
         if hasattr(os, "register_at_fork"):
@@ -117,6 +118,7 @@ def start(options=None, **kwargs):
 def stop():
     """Stops profiling and writes (uploads) the last profile. Returns False
     if the profiler was not running."""
+    _tasks.uninstall()
     status = _contprof.stop()
     if status == _contprof.ERR_NOT_STARTED:
         return False
@@ -126,6 +128,7 @@ def stop():
 
 
 def _stop_at_exit():
+    _tasks.uninstall()
     _contprof.stop()
 
 
@@ -138,6 +141,8 @@ _FORK_KEY = _ForkKey()
 
 def _after_fork_child():
     _contprof.after_fork_child()
+    if not _contprof.is_running():  # CONTPROF_FOLLOW_FORK=0
+        _tasks.uninstall()
     # A multiprocessing child leaves with os._exit after its finalizers, not
     # atexit: stop (write the last profile) in a finalizer. Its registry is
     # cleared when the child starts, so register from the after-fork hook
@@ -161,28 +166,32 @@ def is_running():
 
 
 class labels:
-    """Labels every sample taken on this thread inside the block:
+    """Labels every sample taken inside the block:
 
         with contprof.labels(endpoint="/checkout", tenant="acme"):
             ...
 
-    or as a decorator (@contprof.labels(endpoint="/checkout")). Labels are
-    per thread: code that hops between threads (asyncio tasks that await
-    while another task runs on the same thread) shares the thread's labels
-    while inside the block."""
+    or as a decorator (@contprof.labels(endpoint="/checkout")). Labels
+    belong to the current context (contextvars): a thread's, or an asyncio
+    task's, which keeps its labels across awaits while other tasks on the
+    same thread run with theirs. A task created inside the block inherits
+    them (it starts with a copy of the context)."""
 
     def __init__(self, **kv):
-        self._items = [(str(k), str(v)) for k, v in kv.items()]
-        self._local = threading.local()
+        self._items = tuple((str(k), str(v)) for k, v in kv.items())
 
     def __enter__(self):
-        stack = self._local.__dict__.setdefault("stack", [])
-        stack.append([_contprof.label_push(k, v) for k, v in self._items])
+        _tasks.set_context(_tasks.make(_tasks.current(), self._items, self))
         return self
 
     def __exit__(self, *exc):
-        for token in reversed(self._local.stack.pop()):
-            _contprof.label_pop(token)
+        # The innermost set this block made in this context; blocks left out
+        # of order (rare) drop the ones made inside them too.
+        s = _tasks.current()
+        while s is not None and s.owner is not self:
+            s = s.parent
+        if s is not None:
+            _tasks.set_context(s.parent)
         return False
 
     def __call__(self, func):

@@ -2009,6 +2009,326 @@ static PyObject *py_label_pop(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+/* --- label sets that follow asyncio tasks -------------------------------
+ *
+ * The package keeps each context's labels (contextvars) as a held label set
+ * and switches the thread to a context's set around every asyncio callback
+ * (docs/python.md, "asyncio"). These functions do that with libcontprof's
+ * public hold/release and scopes, and publish the thread's set in its record
+ * (under threads_lock, like label_push: the sampler reads a thread's labels
+ * and stack in one pass under that lock, so a switch is never seen half
+ * done and a sample's labels are those of the callback whose frames it
+ * read). All with the GIL. */
+
+/* With the GIL: makes id (0 = none) the calling thread's current set, the
+ * thread taking a hold on it and giving its old set's hold back, unless
+ * keep_old: then the old set's hold passes to the caller (a scope), and the
+ * old id is returned. A set that no longer exists reads as 0. With publish,
+ * the thread's record (what the sampler reads) follows. */
+static uint32_t thread_labels_switch(uint32_t id, int keep_old, int publish) {
+  uint32_t old = contprof_labels_current();
+  id = contprof_labels_hold(id);
+  if (keep_old)
+    contprof_labels_hold(old); /* the pop below gives one back */
+  contprof_label_scope scope = {.previous = id, .valid = 1};
+  contprof_label_pop(&scope); /* current = id; releases old */
+  if (publish)
+    current_thread_update(1, 0, 0, 0);
+  return old;
+}
+
+/* labels_make(base, ((key, value), ...)) -> id: the set base (an id held
+ * by the caller, 0 = none) with the items added (a key's later value wins),
+ * held once for the caller, who gives it back with labels_release. The
+ * calling thread's own labels are left as they were. */
+static PyObject *py_labels_make(PyObject *self, PyObject *args) {
+  (void)self;
+  unsigned long base;
+  PyObject *items;
+  if (!PyArg_ParseTuple(args, "kO!", &base, &PyTuple_Type, &items))
+    return NULL;
+  Py_ssize_t n = PyTuple_GET_SIZE(items);
+  if (n > 32) {
+    PyErr_SetString(PyExc_ValueError, "contprof: more than 32 labels");
+    return NULL;
+  }
+  /* Parsed first: nothing below allocates from Python while the thread's
+   * labels are borrowed (an allocation sample would carry them). */
+  const char *keys[32], *values[32];
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(items, i), "ss", &keys[i],
+                          &values[i]))
+      return NULL;
+  contprof_label_scope scopes[32];
+  /* Made on the thread's own labels, briefly (not published: the sampler
+   * goes on reading the thread's set). */
+  uint32_t outer = thread_labels_switch((uint32_t)base, 1, 0);
+  int rc = 0;
+  Py_ssize_t pushed = 0;
+  for (; pushed < n && rc == 0; pushed++)
+    rc = contprof_label_push(keys[pushed], values[pushed], &scopes[pushed]);
+  int failed = rc != 0;
+  Py_ssize_t bad = pushed - 1;
+  if (failed)
+    pushed--; /* the failed push left no scope */
+  uint32_t made = failed ? 0 : contprof_labels_hold(contprof_labels_current());
+  while (pushed > 0)
+    contprof_label_pop(&scopes[--pushed]);
+  /* Back to the thread's own set: the scope's hold passes back. */
+  contprof_label_scope back = {.previous = outer, .valid = 1};
+  contprof_label_pop(&back);
+  if (failed) {
+    PyErr_Format(PyExc_ValueError, "contprof: label %s=%s: %s", keys[bad],
+                 values[bad], contprof_strerror(rc));
+    return NULL;
+  }
+  return PyLong_FromUnsignedLong(made);
+}
+
+/* labels_release(id): gives back a hold of labels_make. */
+static PyObject *py_labels_release(PyObject *self, PyObject *arg) {
+  (void)self;
+  unsigned long id = PyLong_AsUnsignedLong(arg);
+  if (PyErr_Occurred())
+    return NULL;
+  contprof_labels_release((uint32_t)id);
+  Py_RETURN_NONE;
+}
+
+/* The wrapped asyncio.events.Handle._run, in C because it runs around
+ * every callback of every event loop (docs/benchmarks.md, "Python",
+ * asyncio). Set by asyncio_setup: the ContextVar of contprof.labels, and
+ * _tasks._task_set for a task whose name set is not cached yet; by
+ * asyncio_method: asyncio's own _run, and the method that wraps it. */
+#if PY_VERSION_HEX < 0x03090000
+#define PyObject_Vectorcall _PyObject_Vectorcall
+#endif
+
+static PyObject *aio_ref(PyObject *o) {
+  Py_INCREF(o);
+  return o;
+}
+
+static struct {
+  PyObject *var, *task_set, *ctx_get, *run, *method;
+  PyObject *s_context, *s_callback, *s_self, *s_get_name, *s_cache, *s_id;
+} aio;
+
+/* The names and Context.get the functions below use, made once. */
+static int aio_strings(void) {
+  if (aio.s_id)
+    return 0;
+  aio.ctx_get = PyObject_GetAttrString((PyObject *)&PyContext_Type, "get");
+  aio.s_context = PyUnicode_InternFromString("_context");
+  aio.s_callback = PyUnicode_InternFromString("_callback");
+  aio.s_self = PyUnicode_InternFromString("__self__");
+  aio.s_get_name = PyUnicode_InternFromString("get_name");
+  aio.s_cache = PyUnicode_InternFromString("_contprof_labels");
+  if (!aio.ctx_get || !aio.s_context || !aio.s_callback || !aio.s_self ||
+      !aio.s_get_name || !aio.s_cache)
+    return -1;
+  aio.s_id = PyUnicode_InternFromString("id");
+  return aio.s_id ? 0 : -1;
+}
+
+/* asyncio_setup(var, task_set): at each start that wraps Handle._run. */
+static PyObject *py_asyncio_setup(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *var, *task_set;
+  if (!PyArg_ParseTuple(args, "OO", &var, &task_set))
+    return NULL;
+  if (aio_strings() != 0)
+    return NULL;
+  Py_INCREF(var);
+  Py_INCREF(task_set);
+  Py_XSETREF(aio.var, var);
+  Py_XSETREF(aio.task_set, task_set);
+  Py_RETURN_NONE;
+}
+
+/* _asyncio's wrappers are named "TaskStepMethWrapper" (3.8-3.11) or
+ * "_asyncio.TaskStepMethWrapper" (3.12+): compared, not searched for. */
+static int is_step_wrapper(const char *tn) {
+  if (strncmp(tn, "_asyncio.", 9) == 0)
+    tn += 9;
+  return tn[0] == 'T' && (strcmp(tn, "TaskStepMethWrapper") == 0 ||
+                          strcmp(tn, "TaskWakeupMethWrapper") == 0);
+}
+
+/* The task whose step (or wakeup, which steps it) callback cb is, or NULL
+ * (a new reference): _asyncio's TaskStepMethWrapper and, before 3.10,
+ * TaskWakeupMethWrapper (their __self__); 3.10+'s builtin task_wakeup
+ * method; the pure-Python Task's bound __step and __wakeup. */
+static PyObject *callback_task(PyObject *cb) {
+  PyObject *task = NULL;
+  const char *tn = Py_TYPE(cb)->tp_name;
+  if (PyCFunction_Check(cb)) {
+    PyCFunctionObject *f = (PyCFunctionObject *)cb;
+    if (f->m_ml && strcmp(f->m_ml->ml_name, "task_wakeup") == 0 && f->m_self)
+      task = aio_ref(f->m_self);
+  } else if (PyMethod_Check(cb)) {
+    PyObject *fn = PyMethod_GET_FUNCTION(cb);
+    PyObject *name =
+        PyFunction_Check(fn) ? ((PyFunctionObject *)fn)->func_name : NULL;
+    if (name && PyUnicode_Check(name) &&
+        (PyUnicode_CompareWithASCIIString(name, "__step") == 0 ||
+         PyUnicode_CompareWithASCIIString(name, "__wakeup") == 0))
+      task = aio_ref(PyMethod_GET_SELF(cb));
+  } else if (is_step_wrapper(tn)) {
+    task = PyObject_GetAttr(cb, aio.s_self);
+    if (!task)
+      PyErr_Clear();
+  }
+  return task;
+}
+
+/* The id of LabelSet base (None: 0). Errors are left to the caller. */
+static uint32_t base_labels(PyObject *base) {
+  uint32_t id = 0;
+  if (base && base != Py_None) {
+    PyObject *r = PyObject_GetAttr(base, aio.s_id);
+    if (r)
+      id = (uint32_t)PyLong_AsUnsignedLong(r);
+    Py_XDECREF(r);
+  }
+  return id;
+}
+
+/* The id of base's labels with task's `task name`: from the task's cache
+ * (base, name, LabelSet, id, previous entry or None) when base and the
+ * name match, else from _tasks._task_set (which makes and caches it). */
+static uint32_t task_labels(PyObject *task, PyObject *base) {
+  uint32_t id = 0;
+  PyObject *name = PyObject_CallMethodObjArgs(task, aio.s_get_name, NULL);
+  if (!name)
+    return 0;
+  PyObject *c = PyObject_GetAttr(task, aio.s_cache);
+  if (!c)
+    PyErr_Clear();
+  PyObject *r = NULL;
+  /* The entry, then the one before it (a labels block left). */
+  for (PyObject *e = c; e && !r;) {
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 5)
+      break;
+    int same =
+        PyTuple_GET_ITEM(e, 0) == base
+            ? PyObject_RichCompareBool(PyTuple_GET_ITEM(e, 1), name, Py_EQ)
+            : 0;
+    if (same < 0)
+      PyErr_Clear(); /* a name that does not compare: made again below */
+    if (same == 1)
+      r = aio_ref(PyTuple_GET_ITEM(e, 3));
+    e = e == c ? PyTuple_GET_ITEM(e, 4) : NULL;
+  }
+  if (!r)
+    r = PyObject_CallFunctionObjArgs(aio.task_set, task, base, NULL);
+  if (r)
+    id = (uint32_t)PyLong_AsUnsignedLong(r);
+  Py_XDECREF(r);
+  Py_XDECREF(c);
+  Py_DECREF(name);
+  return id;
+}
+
+/* The label set id a callback runs with: its context's labels (a LabelSet
+ * or absent), plus `task name` for a task's step (cached on the task as
+ * (base, name, LabelSet, id, ...); _tasks._task_set otherwise). 0 on
+ * any error (cleared): a callback is never failed by the profiler. */
+static uint32_t callback_labels(PyObject *handle) {
+  uint32_t id = 0;
+  PyObject *ctx = PyObject_GetAttr(handle, aio.s_context);
+  PyObject *get_args[2] = {ctx, aio.var};
+  PyObject *base =
+      ctx ? PyObject_Vectorcall(aio.ctx_get, get_args, 2, NULL) : NULL;
+  PyObject *cb = base ? PyObject_GetAttr(handle, aio.s_callback) : NULL;
+  PyObject *task = cb ? callback_task(cb) : NULL;
+  if (task && !PyErr_Occurred())
+    id = task_labels(task, base);
+  else
+    id = base_labels(base);
+  Py_XDECREF(task);
+  Py_XDECREF(cb);
+  Py_XDECREF(base);
+  Py_XDECREF(ctx);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    id = 0;
+  }
+  return id;
+}
+
+/* labels_set_task(task, base): the thread's labels become LabelSet base
+ * (None: none) with task's name, or base alone when task is None (a labels
+ * block entered or left: its context's set). */
+static PyObject *py_labels_set_task(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *task, *base;
+  if (!PyArg_ParseTuple(args, "OO", &task, &base) || aio_strings() != 0)
+    return NULL;
+  uint32_t id = task != Py_None && aio.task_set ? task_labels(task, base)
+                                                : base_labels(base);
+  if (PyErr_Occurred())
+    return NULL;
+  thread_labels_switch(id, 0, 1);
+  Py_RETURN_NONE;
+}
+
+/* Handle._run while wrapped: aio.run(handle) (asyncio's own Handle._run)
+ * with the thread's labels those of the callback, and back after. Bound
+ * to the handle as a method (asyncio_method), so no Python frame of ours
+ * runs or shows in the stacks. */
+static PyObject *py_asyncio_handle_run(PyObject *self, PyObject *handle) {
+  (void)self;
+  PyObject *run = aio.run;
+  if (!run) {
+    PyErr_SetString(PyExc_RuntimeError, "contprof: asyncio_method not set");
+    return NULL;
+  }
+  Py_INCREF(run); /* a callback may stop and restart the profiler */
+  uint32_t id = callback_labels(handle);
+  uint32_t cur = contprof_labels_current();
+  int switched = id != cur;
+  uint32_t old = switched ? thread_labels_switch(id, 1, 1) : cur;
+  PyObject *r = PyObject_Vectorcall(run, &handle, 1, NULL);
+  Py_DECREF(run);
+  /* A labels block inside the callback may have changed
+   * the thread's set; the thread gets its own back either way. */
+  if (switched || contprof_labels_current() != old) {
+    if (!switched)
+      old = contprof_labels_hold(old);
+    contprof_label_scope scope = {.previous = old, .valid = 1};
+    contprof_label_pop(&scope);
+    current_thread_update(1, 0, 0, 0);
+  }
+  return r;
+}
+
+static PyMethodDef asyncio_handle_run_def = {
+    "_run", py_asyncio_handle_run, METH_O,
+    "asyncio's Handle._run, with the callback's labels (contprof)"};
+
+/* asyncio_method(run) -> the method to put in Handle._run in place of run
+ * (an instancemethod of a builtin: it binds to the handle like a function
+ * does). */
+static PyObject *py_asyncio_method(PyObject *self, PyObject *run) {
+  (void)self;
+  if (!aio.var) {
+    PyErr_SetString(PyExc_RuntimeError, "contprof: asyncio_setup first");
+    return NULL;
+  }
+  if (!aio.method) {
+    PyObject *f = PyCFunction_New(&asyncio_handle_run_def, NULL);
+    aio.method = f ? PyInstanceMethod_New(f) : NULL;
+    Py_XDECREF(f);
+    if (!aio.method)
+      return NULL;
+  }
+  Py_INCREF(run);
+  Py_XSETREF(aio.run, run);
+  Py_INCREF(aio.method);
+  return aio.method;
+}
+
 static PyObject *py_set_span(PyObject *self, PyObject *args) {
   (void)self;
   unsigned long long span, root;
@@ -2104,6 +2424,15 @@ static PyMethodDef methods[] = {
     {"label_push", py_label_push, METH_VARARGS,
      "label_push(key, value) -> token"},
     {"label_pop", py_label_pop, METH_O, "label_pop(token)"},
+    {"labels_make", py_labels_make, METH_VARARGS,
+     "labels_make(base, ((key, value), ...)) -> held set id"},
+    {"labels_release", py_labels_release, METH_O, "labels_release(id)"},
+    {"asyncio_setup", py_asyncio_setup, METH_VARARGS,
+     "asyncio_setup(labels_var, task_set)"},
+    {"labels_set_task", py_labels_set_task, METH_VARARGS,
+     "labels_set_task(task or None, LabelSet or None)"},
+    {"asyncio_method", py_asyncio_method, METH_O,
+     "asyncio_method(run) -> Handle._run that runs run with the labels"},
     {"set_span", py_set_span, METH_VARARGS,
      "set_span(span_id, local_root_span_id)"},
     {"set_endpoint", py_set_endpoint, METH_VARARGS,

@@ -51,7 +51,8 @@ def test_wheel_name_tag_and_record(wheel):
         names = set(z.namelist())
         assert names == {
             "contprof/__init__.py", "contprof/__main__.py",
-            "contprof/_support.py", ext, info + "METADATA", info + "WHEEL",
+            "contprof/_support.py", "contprof/_tasks.py", ext,
+            info + "METADATA", info + "WHEEL",
             info + "top_level.txt", info + "RECORD"}
         assert "Tag: %s\n" % tag in z.read(info + "WHEEL").decode()
         assert "Root-Is-Purelib: false" in z.read(info + "WHEEL").decode()
