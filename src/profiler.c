@@ -24,6 +24,7 @@
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
 #include "samplers/threads.h"
+#include "stats.h"
 #include "trace.h"
 #include "upload/sink.h"
 #include "upload/uploader.h"
@@ -148,6 +149,7 @@ static void after_fork_child(void) {
   cp_threads_after_fork_child();
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
+  cp_stats_after_fork_child();
   cp_symbols_reset();
   cp_dwarf_reset();
   cp_labels_set_profiling(0); /* the parent's samples are gone */
@@ -194,6 +196,7 @@ static int start_configured(void) {
    * on a set no one holds waits for the samples naming it to be exported. */
   cp_labels_set_memory_limit(prof.cfg.max_memory_bytes / 4);
   cp_labels_set_profiling(1);
+  cp_stats_reset();
   if ((rc = cp_agg_start(&prof.cfg, tick))) {
     cp_labels_set_profiling(0);
     return rc;
@@ -334,6 +337,30 @@ int contprof_flush(void) {
 }
 
 int contprof_is_running(void) { return atomic_load(&prof.running); }
+
+static void overhead_of(const cp_period_stats *s, contprof_overhead *out) {
+  memset(out, 0, sizeof *out);
+  out->profiler_threads_cpu_ns = s->threads_cpu_ns;
+  out->profiler_hooks_ns = s->hooks_ns;
+  out->profiler_cpu_ns = s->threads_cpu_ns + s->hooks_ns;
+  out->process_cpu_ns = s->process_cpu_ns;
+  out->profiler_overhead_pct = cp_stats_overhead_pct(s);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    out->samples += s->samples[k];
+    out->drops += s->drops[k];
+  }
+  out->profiler_rss_bytes = s->memory_bytes;
+}
+
+void contprof_stats(contprof_overhead *last_period,
+                    contprof_overhead *since_start) {
+  cp_period_stats last, total;
+  cp_stats_read(&last, &total);
+  if (last_period)
+    overhead_of(&last, last_period);
+  if (since_start)
+    overhead_of(&total, since_start);
+}
 
 const char *contprof_strerror(int status) {
   switch (status) {

@@ -38,6 +38,7 @@
 #include "heap_table.h"
 #include "labels.h"
 #include "sampler.h"
+#include "stats.h"
 #include "trace.h"
 #include "unwind.h"
 
@@ -455,7 +456,9 @@ __attribute__((noinline, cold)) static void sample_slow(void *p, size_t size,
   tls_countdown = next_gap();
   if (p && atomic_load_explicit(&hot.sampling, memory_order_relaxed)) {
     tls_guard |= GUARD_BUSY;
+    uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
     record_sample(p, size, caller_ra);
+    cp_stats_hook_end(CONTPROF_KIND_ALLOC, began);
     tls_guard &= ~GUARD_BUSY;
   }
   errno = saved_errno;
@@ -724,6 +727,9 @@ static void alloc_before_export(cp_generation *g) {
   if (!alloc.heap_on || !alloc.scratch)
     return;
   cp_heap_foreach_live(add_live, g, alloc.scratch);
+  long live = cp_heap_count_live();
+  cp_stats_add_samples(CONTPROF_KIND_INUSE, live > 0 ? (uint64_t)live : 0);
+  cp_stats_set_fixed_memory(CP_STATS_MEM_HEAP_TABLE, cp_heap_memory_used());
   uint64_t overflows = cp_heap_overflows();
   if (overflows > alloc.overflows_reported) {
     cp_warn("%llu sampled allocations were not tracked in the live heap "

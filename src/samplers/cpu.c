@@ -42,6 +42,7 @@
 #include "labels.h"
 #include "sampler.h"
 #include "signals.h"
+#include "stats.h"
 #include "threads.h"
 #include "trace.h"
 #include "unwind.h"
@@ -146,6 +147,7 @@ static void perf_rearm(int fd) {
  * set and the clock, unwinds into a preallocated ring slot, publishes it. */
 static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   int saved_errno = errno;
+  uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_CPU);
   int64_t weight, quantity;
   if (info->si_code == SI_TIMER && info->si_value.sival_int == TIMER_COOKIE) {
     weight = 1 + (info->si_overrun > 0 ? info->si_overrun : 0);
@@ -197,6 +199,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     cp_ring_commit(ring, ticket);
   }
   cp_in_sampling_handler = 0;
+  cp_stats_hook_end(CONTPROF_KIND_CPU, began);
   errno = saved_errno;
 }
 

@@ -42,6 +42,7 @@
 #include "common.h"
 #include "labels.h"
 #include "sampler.h"
+#include "stats.h"
 #include "trace.h"
 #include "unwind.h"
 
@@ -288,8 +289,11 @@ static __attribute__((noinline)) void wait_end(uint64_t start_ns, int rc,
     return;
   int saved_errno = errno;
   uint64_t wait_ns = cp_monotonic_ns() - start_ns;
-  if (wait_ns > 0 && wait_is_sampled(wait_ns))
+  if (wait_ns > 0 && wait_is_sampled(wait_ns)) {
+    uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_LOCK);
     record_wait(wait_ns, (uint64_t)(uintptr_t)caller_ra);
+    cp_stats_hook_end(CONTPROF_KIND_LOCK, began);
+  }
   errno = saved_errno;
 }
 

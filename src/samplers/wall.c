@@ -41,6 +41,7 @@
 #include "labels.h"
 #include "sampler.h"
 #include "signals.h"
+#include "stats.h"
 #include "threads.h"
 #include "trace.h"
 #include "unwind.h"
@@ -167,6 +168,7 @@ static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
  * into a ring slot; no locks, no allocation. */
 static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   int saved_errno = errno;
+  uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_WALL);
   uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
   if (info->si_code != SI_QUEUE || (value >> 32) != WALL_COOKIE ||
       info->si_pid != atomic_load_explicit(&wall.pid, memory_order_relaxed)) {
@@ -225,6 +227,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   }
   if (usable)
     cp_in_sampling_handler = 0;
+  cp_stats_hook_end(CONTPROF_KIND_WALL, began);
   errno = saved_errno;
 }
 

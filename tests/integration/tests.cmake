@@ -36,6 +36,15 @@ target_include_directories(test_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(test_api PRIVATE _GNU_SOURCE)
 add_test(NAME test_api COMMAND test_api)
 
+# Self-telemetry: the profiler's reported CPU against the kernel's count.
+add_executable(test_overhead integration/test_overhead.c)
+target_link_libraries(test_overhead PRIVATE contprof contprof_pprof_reader
+  Threads::Threads m)
+target_include_directories(test_overhead PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(test_overhead PRIVATE _GNU_SOURCE)
+add_test(NAME test_overhead COMMAND test_overhead)
+set_tests_properties(test_overhead PROPERTIES TIMEOUT 120)
+
 # Label memory: bounded values, sets freed when unheld (issue #15, item 7).
 add_executable(test_labels integration/test_labels.c)
 target_link_libraries(test_labels PRIVATE contprof contprof_pprof_reader
