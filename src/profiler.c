@@ -338,6 +338,9 @@ int contprof_flush(void) {
 
 int contprof_is_running(void) { return atomic_load(&prof.running); }
 
+void contprof_own_thread_begin(void) { cp_stats_thread_begin(); }
+void contprof_own_thread_end(void) { cp_stats_thread_end(); }
+
 static void overhead_of(const cp_period_stats *s, contprof_overhead *out) {
   memset(out, 0, sizeof *out);
   out->profiler_threads_cpu_ns = s->threads_cpu_ns;
