@@ -21,6 +21,7 @@
 #include "contprof/runtime.h"
 #include "labels.h"
 #include "profiler_internal.h"
+#include "samplers/governor.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
 #include "samplers/threads.h"
@@ -78,7 +79,10 @@ static void stop_at_exit(void) {
     contprof_stop();
 }
 
-static void tick(void) { cp_threads_rescan(); }
+static void tick(void) {
+  cp_threads_rescan();
+  cp_governor_tick();
+}
 
 /* On the uploader thread: samplers add snapshot samples (the live heap). The
  * active list only changes under prof.lock while the uploader is stopped. */
@@ -150,6 +154,7 @@ static void after_fork_child(void) {
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
   cp_stats_after_fork_child();
+  cp_governor_after_fork_child();
   cp_symbols_reset();
   cp_dwarf_reset();
   cp_labels_set_profiling(0); /* the parent's samples are gone */
@@ -163,6 +168,7 @@ static void after_fork_child(void) {
 
 /* Stops what start_configured started, in reverse order. */
 static void teardown_locked(int keep_config) {
+  cp_governor_stop();
   for (size_t i = prof.nactive; i-- > 0;)
     prof.active[i]->stop();
   cp_threads_stop();
@@ -246,6 +252,7 @@ static int start_configured(void) {
     prof.active[prof.nactive++] = s;
   }
   cp_threads_start(prof.active, prof.nactive);
+  cp_governor_start(&prof.cfg, prof.active, prof.nactive);
 
   char profiles[64];
   cp_info("profiling %s (%s) at %d Hz, a profile every %d s into %s",

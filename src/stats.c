@@ -30,8 +30,42 @@ static struct {
 } st = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Atomic uint64_t hook_ns[CONTPROF_KIND_COUNT];
+static uint64_t threads_cpu_locked(void);
+static uint64_t clock_ns(clockid_t clock);
 static _Atomic uint64_t fixed_memory[CP_STATS_MEM_COUNT];
 static _Atomic uint64_t extra_samples[CONTPROF_KIND_COUNT];
+static _Atomic uint64_t drained_samples[CONTPROF_KIND_COUNT];
+static _Atomic unsigned slowdown[CONTPROF_KIND_COUNT];
+static _Atomic unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* this period */
+
+void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n) {
+  if ((unsigned)kind < CONTPROF_KIND_COUNT)
+    atomic_fetch_add_explicit(&drained_samples[kind], n, memory_order_relaxed);
+}
+
+void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
+  if ((unsigned)kind >= CONTPROF_KIND_COUNT)
+    return;
+  atomic_store_explicit(&slowdown[kind], factor, memory_order_relaxed);
+  unsigned max =
+      atomic_load_explicit(&slowdown_max[kind], memory_order_relaxed);
+  while (factor > max && !atomic_compare_exchange_weak_explicit(
+                             &slowdown_max[kind], &max, factor,
+                             memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+void cp_stats_totals_read(cp_stats_totals *out) {
+  pthread_mutex_lock(&st.lock);
+  out->threads_cpu_ns = threads_cpu_locked();
+  pthread_mutex_unlock(&st.lock);
+  out->process_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    out->hook_ns[k] = atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
+    out->samples[k] =
+        atomic_load_explicit(&drained_samples[k], memory_order_relaxed);
+  }
+}
 
 void cp_stats_add_samples(contprof_sample_kind kind, uint64_t n) {
   if ((unsigned)kind < CONTPROF_KIND_COUNT)
@@ -151,6 +185,13 @@ void cp_stats_take(cp_period_stats *out) {
     out->hooks_ns += hook;
     out->samples[k] +=
         atomic_exchange_explicit(&extra_samples[k], 0, memory_order_relaxed);
+    /* The slowdown now, and the most since the last period's end (at least
+     * the one now: a period that saw no change reports it). */
+    unsigned now = atomic_load_explicit(&slowdown[k], memory_order_relaxed);
+    unsigned most =
+        atomic_exchange_explicit(&slowdown_max[k], now, memory_order_relaxed);
+    out->slowdown[k] = now ? now : 1;
+    out->slowdown_max[k] = most > now ? most : out->slowdown[k];
   }
   pthread_mutex_unlock(&st.lock);
 }
@@ -171,8 +212,10 @@ void cp_stats_after_fork_child(void) {
   pthread_mutex_init(&st.lock, NULL);
   memset(st.threads, 0, sizeof st.threads);
   st.retired_ns = 0;
-  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     atomic_store_explicit(&hook_ns[k], 0, memory_order_relaxed);
+    atomic_store_explicit(&drained_samples[k], 0, memory_order_relaxed);
+  }
   st.last_threads_ns = 0;
   /* The child's CPU clock starts at zero. */
   st.last_process_ns = 0;

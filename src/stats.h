@@ -34,6 +34,23 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
  * snapshot at each export); added to the next cp_stats_take. */
 void cp_stats_add_samples(contprof_sample_kind kind, uint64_t n);
 
+/* Samples the aggregator took from the ring (its drain thread). */
+void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n);
+
+/* The sums since the process started, for the governor (samplers/governor.c):
+ * its own windows, whatever the periods. Not async-signal-safe. */
+typedef struct cp_stats_totals {
+  uint64_t threads_cpu_ns;
+  uint64_t hook_ns[CONTPROF_KIND_COUNT];
+  uint64_t process_cpu_ns;
+  uint64_t samples[CONTPROF_KIND_COUNT];
+} cp_stats_totals;
+void cp_stats_totals_read(cp_stats_totals *out);
+
+/* The governor's slowdown of kind's sampling (1: as configured; the rate is
+ * the configured one divided by it), for each profile to report. */
+void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor);
+
 /* Fixed memory the profiler holds apart from what the uploader reads from
  * its modules (the ring, the live-heap table): set once, at creation. */
 enum { CP_STATS_MEM_RING, CP_STATS_MEM_HEAP_TABLE, CP_STATS_MEM_COUNT };
@@ -44,13 +61,15 @@ uint64_t cp_stats_fixed_memory(void);
  * and the samples made outside the ring since its previous call (the first
  * call: since cp_stats_reset). */
 typedef struct cp_period_stats {
-  uint64_t threads_cpu_ns;               /* the profiler's threads */
-  uint64_t hooks_ns;                     /* on application threads */
-  uint64_t hook_ns[CONTPROF_KIND_COUNT]; /* the same, per kind */
-  uint64_t process_cpu_ns;               /* the whole process */
-  uint64_t samples[CONTPROF_KIND_COUNT]; /* filled by the aggregator */
-  uint64_t drops[CONTPROF_KIND_COUNT];   /* filled by the aggregator */
-  uint64_t memory_bytes;                 /* filled by the uploader */
+  uint64_t threads_cpu_ns;                    /* the profiler's threads */
+  uint64_t hooks_ns;                          /* on application threads */
+  uint64_t hook_ns[CONTPROF_KIND_COUNT];      /* the same, per kind */
+  uint64_t process_cpu_ns;                    /* the whole process */
+  uint64_t samples[CONTPROF_KIND_COUNT];      /* filled by the aggregator */
+  uint64_t drops[CONTPROF_KIND_COUNT];        /* filled by the aggregator */
+  uint64_t memory_bytes;                      /* filled by the uploader */
+  unsigned slowdown[CONTPROF_KIND_COUNT];     /* at the period's end */
+  unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* the most in the period */
 } cp_period_stats;
 
 /* Uploader thread (one caller at a time). */

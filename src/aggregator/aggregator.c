@@ -139,6 +139,7 @@ static void drain_locked(void) {
   /* A library came or went: the same address may now be other code. */
   if (cp_symbols_refresh() == 1)
     cp_gen_forget_addresses(agg.gen);
+  uint64_t drained[CONTPROF_KIND_COUNT] = {0};
   for (; s; s = cp_ring_peek(ring)) {
     cp_sample_key key = {
         .labels = s->labels,
@@ -148,12 +149,17 @@ static void drain_locked(void) {
         .time_bucket_ns = timeline_bucket_end(s->timestamp_ns),
     };
     note_thread(agg.gen, s->tid);
-    if (s->kind < CONTPROF_KIND_COUNT)
+    if (s->kind < CONTPROF_KIND_COUNT) {
       agg.kind_samples[s->kind]++;
+      drained[s->kind]++;
+    }
     cp_gen_add(agg.gen, s->frames, s->nframes, (int)s->truncated, &key,
                (contprof_sample_kind)s->kind, s->count, s->quantity);
     cp_ring_release(ring);
   }
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    if (drained[k])
+      cp_stats_count_samples((contprof_sample_kind)k, drained[k]);
 }
 
 static void *drain_thread(void *arg) {
@@ -295,8 +301,10 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
   if (!timed.time_bucket_ns)
     timed.time_bucket_ns = timeline_bucket_end(cp_realtime_ns());
   cp_gen_add(agg.gen, frames, nframes, 0, &timed, kind, count, quantity);
-  if ((unsigned)kind < CONTPROF_KIND_COUNT)
+  if ((unsigned)kind < CONTPROF_KIND_COUNT) {
     agg.kind_samples[kind]++;
+    cp_stats_count_samples(kind, 1);
+  }
   pthread_mutex_unlock(&agg.lock);
   return 0;
 }
