@@ -21,8 +21,10 @@ static struct {
     pthread_t thread;
     clockid_t clock;
     int used;
+    int kind; /* the one sampler it works for, or -1: all of them */
   } threads[MAX_OWN_THREADS];
   uint64_t retired_ns; /* CPU of our threads that have ended */
+  uint64_t retired_kind_ns[CONTPROF_KIND_COUNT]; /* the part of each kind */
   uint64_t last_threads_ns, last_process_ns;
   uint64_t last_hook_ns[CONTPROF_KIND_COUNT];
   int warned_full;
@@ -31,12 +33,19 @@ static struct {
 
 static _Atomic uint64_t hook_ns[CONTPROF_KIND_COUNT];
 static uint64_t threads_cpu_locked(void);
+static uint64_t kind_threads_cpu_locked(int kind);
 static uint64_t clock_ns(clockid_t clock);
 static _Atomic uint64_t fixed_memory[CP_STATS_MEM_COUNT];
 static _Atomic uint64_t extra_samples[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t drained_samples[CONTPROF_KIND_COUNT];
 static _Atomic unsigned slowdown[CONTPROF_KIND_COUNT];
 static _Atomic unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* this period */
+
+static _Atomic uint64_t drain_ns;
+
+void cp_stats_add_drain_ns(uint64_t ns) {
+  atomic_fetch_add_explicit(&drain_ns, ns, memory_order_relaxed);
+}
 
 void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n) {
   if ((unsigned)kind < CONTPROF_KIND_COUNT)
@@ -58,8 +67,11 @@ void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
 void cp_stats_totals_read(cp_stats_totals *out) {
   pthread_mutex_lock(&st.lock);
   out->threads_cpu_ns = threads_cpu_locked();
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    out->kind_threads_cpu_ns[k] = kind_threads_cpu_locked(k);
   pthread_mutex_unlock(&st.lock);
   out->process_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  out->drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     out->hook_ns[k] = atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
     out->samples[k] =
@@ -91,6 +103,7 @@ void cp_stats_thread_begin(void) {
     st.threads[i].thread = pthread_self();
     st.threads[i].clock = clock;
     st.threads[i].used = 1;
+    st.threads[i].kind = -1;
   } else if (!st.warned_full) {
     st.warned_full = 1;
     cp_info("more than %d profiler threads: the CPU of the others is not "
@@ -105,11 +118,33 @@ void cp_stats_thread_end(void) {
   pthread_mutex_lock(&st.lock);
   for (size_t i = 0; i < MAX_OWN_THREADS; i++)
     if (st.threads[i].used && pthread_equal(st.threads[i].thread, self)) {
-      st.retired_ns += clock_ns(CLOCK_THREAD_CPUTIME_ID);
+      uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+      st.retired_ns += cpu;
+      if (st.threads[i].kind >= 0)
+        st.retired_kind_ns[st.threads[i].kind] += cpu;
       st.threads[i].used = 0;
       break;
     }
   pthread_mutex_unlock(&st.lock);
+}
+
+void cp_stats_thread_works_for(contprof_sample_kind kind) {
+  pthread_t self = pthread_self();
+  pthread_mutex_lock(&st.lock);
+  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
+    if (st.threads[i].used && pthread_equal(st.threads[i].thread, self) &&
+        (unsigned)kind < CONTPROF_KIND_COUNT)
+      st.threads[i].kind = (int)kind;
+  pthread_mutex_unlock(&st.lock);
+}
+
+/* Caller holds st.lock. The CPU of the threads that work for kind alone. */
+static uint64_t kind_threads_cpu_locked(int kind) {
+  uint64_t sum = st.retired_kind_ns[kind];
+  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
+    if (st.threads[i].used && st.threads[i].kind == kind)
+      sum += clock_ns(st.threads[i].clock);
+  return sum;
 }
 
 /* Async-signal-safe: one relaxed atomic add. */
@@ -212,6 +247,8 @@ void cp_stats_after_fork_child(void) {
   pthread_mutex_init(&st.lock, NULL);
   memset(st.threads, 0, sizeof st.threads);
   st.retired_ns = 0;
+  atomic_store_explicit(&drain_ns, 0, memory_order_relaxed);
+  memset(st.retired_kind_ns, 0, sizeof st.retired_kind_ns);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     atomic_store_explicit(&hook_ns[k], 0, memory_order_relaxed);
     atomic_store_explicit(&drained_samples[k], 0, memory_order_relaxed);

@@ -13,6 +13,9 @@
  * around the thread's function. Not async-signal-safe. */
 void cp_stats_thread_begin(void);
 void cp_stats_thread_end(void);
+/* The calling thread (one of ours) works for the sampler of kind alone (the
+ * wall timer): the governor charges its CPU to that sampler, not to all. */
+void cp_stats_thread_works_for(contprof_sample_kind kind);
 
 /* Async-signal-safe, lock-free: ns spent in a handler or hook of kind on an
  * application thread. */
@@ -34,16 +37,22 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
  * snapshot at each export); added to the next cp_stats_take. */
 void cp_stats_add_samples(contprof_sample_kind kind, uint64_t n);
 
-/* Samples the aggregator took from the ring (its drain thread). */
+/* Samples the aggregator took from the ring (its drain thread), and the CPU
+ * time it spent taking them: the part of the profiler's threads' work that
+ * grows with the samples (the rest, exports and uploads, grows with the
+ * periods). */
 void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n);
+void cp_stats_add_drain_ns(uint64_t ns);
 
 /* The sums since the process started, for the governor (samplers/governor.c):
  * its own windows, whatever the periods. Not async-signal-safe. */
 typedef struct cp_stats_totals {
-  uint64_t threads_cpu_ns;
+  uint64_t threads_cpu_ns;                           /* all of our threads */
+  uint64_t kind_threads_cpu_ns[CONTPROF_KIND_COUNT]; /* of them, per kind */
   uint64_t hook_ns[CONTPROF_KIND_COUNT];
   uint64_t process_cpu_ns;
   uint64_t samples[CONTPROF_KIND_COUNT];
+  uint64_t drain_ns; /* of threads_cpu_ns, the aggregator's draining */
 } cp_stats_totals;
 void cp_stats_totals_read(cp_stats_totals *out);
 

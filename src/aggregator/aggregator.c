@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -128,6 +129,12 @@ static uint64_t timeline_bucket_end(uint64_t timestamp_ns) {
   return (timestamp_ns / TIMELINE_BUCKET_NS + 1) * TIMELINE_BUCKET_NS;
 }
 
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Caller holds agg.lock. */
 static void drain_locked(void) {
   cp_ring *ring = agg.owned_ring;
@@ -140,6 +147,7 @@ static void drain_locked(void) {
   if (cp_symbols_refresh() == 1)
     cp_gen_forget_addresses(agg.gen);
   uint64_t drained[CONTPROF_KIND_COUNT] = {0};
+  uint64_t began = thread_cpu_ns();
   for (; s; s = cp_ring_peek(ring)) {
     cp_sample_key key = {
         .labels = s->labels,
@@ -160,6 +168,7 @@ static void drain_locked(void) {
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
     if (drained[k])
       cp_stats_count_samples((contprof_sample_kind)k, drained[k]);
+  cp_stats_add_drain_ns(thread_cpu_ns() - began);
 }
 
 static void *drain_thread(void *arg) {

@@ -17,9 +17,8 @@
 #include "common.h"
 #include "stats.h"
 
-/* A decision needs this many seconds of data since the last change (the
- * samplers take up to a period to follow one), and looks at most this many
- * back. */
+/* A decision needs this many seconds of data, counted from a second after
+ * the last change, and looks at most this many back. */
 #define WINDOW_MIN 2
 #define WINDOW_MAX 5
 /* A process using less CPU than this per second is idle: a share of almost
@@ -31,12 +30,20 @@
 #define ALLOC_FLOOR_MEAN_BYTES (256.0 * 1024 * 1024)
 #define LOCK_FLOOR_MEAN_NS 1e9
 #define MAX_SLOWDOWN 65536u
+/* Nor is the allocation sampler slowed when it takes fewer samples a
+ * second than this, the lock sampler fewer than a fifth of it: below, their
+ * totals' error grows faster than their cost falls (100 allocation samples
+ * a second cost 1-3 ms of CPU, at most 0.15% of two cores, and put the
+ * standard error of a minute's alloc-space near 1.3%). The CPU and wall
+ * samplers' floors are their rates per thread. */
+#define MIN_ALLOC_SAMPLES_PER_S 100.0
 
 typedef struct governed {
   const cp_sampler *sampler;
   contprof_sample_kind kind; /* where its hooks' time and samples count */
   unsigned factor;
   unsigned max_factor;
+  double min_rate; /* samples a second it is never slowed below */
 } governed;
 
 static struct {
@@ -93,6 +100,10 @@ void cp_governor_start(const cp_config *cfg, const cp_sampler *const *active,
     g->kind = (contprof_sample_kind)__builtin_ctz(s->profile);
     g->factor = 1;
     g->max_factor = max_factor_of(s, cfg);
+    g->min_rate = (s->profile & (CP_PROFILE_ALLOC | CP_PROFILE_HEAP))
+                      ? MIN_ALLOC_SAMPLES_PER_S
+                  : (s->profile & CP_PROFILE_LOCK) ? MIN_ALLOC_SAMPLES_PER_S / 5
+                                                   : 0;
     cp_stats_set_slowdown(g->kind, 1);
   }
   pthread_mutex_unlock(&gov.lock);
@@ -111,57 +122,63 @@ void cp_governor_after_fork_child(void) {
   gov.nhistory = 0;
 }
 
-/* Over the cap: shares the budget out from the cheapest sampler up (each
- * gets what it costs, or an equal part of what is left if that is less)
- * and slows each one to its part. Returns 1 if a factor changed. */
-static int slow_down(const double *cost, double budget) {
-  size_t order[8];
-  for (size_t i = 0; i < gov.n; i++)
-    order[i] = i;
-  for (size_t i = 1; i < gov.n; i++) /* a handful: insertion sort */
+/* Shares the budget out. A sampler taking fewer samples than its min_rate
+ * is not slowed (a slowed one is sped up towards that rate): its cost comes off
+ * the budget first. The rest is shared from the cheapest sampler up, each
+ * one's part an equal share of what the cheaper ones left: a sampler over
+ * its part is slowed to it (cost goes as 1 / factor; 10% to spare), so the
+ * costly one slows most. When the whole is under the cap, a slowed sampler
+ * under half of its part is sped up towards 70% of it, at most twice as fast
+ * a step: one slowed too far (its cost over-estimated while an export of the
+ * old rates' samples ran) comes back. Returns 1 if a factor changed. */
+static int rebalance(const double *cost, const double *rate, double budget,
+                     int under_cap) {
+  size_t order[8], n = 0;
+  int changed = 0;
+  for (size_t i = 0; i < gov.n; i++) {
+    governed *g = &gov.g[i];
+    if (rate[i] >= g->min_rate) {
+      order[n++] = i;
+      continue;
+    }
+    budget -= cost[i];
+    if (g->factor > 1) {
+      double speed = g->min_rate / (rate[i] > 1 ? rate[i] : 1);
+      unsigned f = clamp_factor(
+          floor((double)g->factor / (speed < 2 ? speed : 2)), g->max_factor);
+      set_factor(g, f < g->factor ? f : g->factor - 1);
+      changed = 1;
+    }
+  }
+  for (size_t i = 1; i < n; i++) /* a handful: insertion sort */
     for (size_t j = i; j > 0 && cost[order[j]] < cost[order[j - 1]]; j--) {
       size_t t = order[j];
       order[j] = order[j - 1];
       order[j - 1] = t;
     }
-  int changed = 0;
-  double left = budget;
-  for (size_t r = 0; r < gov.n; r++) {
+  double left = budget > 0 ? budget : 0;
+  for (size_t r = 0; r < n; r++) {
     size_t i = order[r];
-    double fair = left / (double)(gov.n - r);
-    double allowed = cost[i] < fair ? cost[i] : fair;
-    left -= allowed;
-    if (cost[i] <= allowed || allowed <= 0)
-      continue;
-    /* Cost goes as 1 / factor; 10% margin against the next window's
-     * noise. */
     governed *g = &gov.g[i];
-    unsigned f = clamp_factor(ceil((double)g->factor * cost[i] / allowed * 1.1),
-                              g->max_factor);
-    if (f > g->factor) {
+    double part = left / (double)(n - r);
+    left -= cost[i] < part ? cost[i] : part;
+    unsigned f = g->factor;
+    if (cost[i] > part) {
+      f = part > 0
+              ? clamp_factor(ceil((double)g->factor * cost[i] / part * 1.1),
+                             g->max_factor)
+              : g->max_factor;
+    } else if (under_cap && g->factor > 1 && cost[i] < part / 2) {
+      double speed = cost[i] > 0 ? 0.7 * part / cost[i] : 2;
+      f = clamp_factor(floor((double)g->factor / (speed < 2 ? speed : 2)),
+                       g->max_factor);
+      if (f >= g->factor)
+        f = g->factor - 1;
+    }
+    if (f != g->factor) {
       set_factor(g, f);
       changed = 1;
     }
-  }
-  return changed;
-}
-
-/* Under half the cap: speeds every slowed sampler up towards 70% of it, at
- * most twice as fast per step. Returns 1 if a factor changed. */
-static int speed_up(double overhead_pct) {
-  double speed = overhead_pct > 0 ? 0.7 * gov.cap_pct / overhead_pct : 2;
-  if (speed > 2)
-    speed = 2;
-  int changed = 0;
-  for (size_t i = 0; i < gov.n; i++) {
-    governed *g = &gov.g[i];
-    if (g->factor <= 1)
-      continue;
-    unsigned f = clamp_factor(floor((double)g->factor / speed), g->max_factor);
-    if (f >= g->factor)
-      f = g->factor - 1;
-    set_factor(g, f);
-    changed = 1;
   }
   return changed;
 }
@@ -186,10 +203,20 @@ void cp_governor_tick(void) {
     pthread_mutex_unlock(&gov.lock);
     return;
   }
-  /* Each sampler's cost: its handlers' and hooks' time, and a share of the
-   * profiler's threads (draining, exporting) in proportion to its samples. */
-  double threads = (double)(now.threads_cpu_ns - then->threads_cpu_ns);
-  double samples[8], all_samples = 0, cost[8], total = 0;
+  /* Each sampler's cost: its handlers' and hooks' time, its own thread's
+   * (the wall timer), and a share of the aggregator's draining in
+   * proportion to its samples. The rest of the profiler's threads' work
+   * (exports, uploads) is mostly paid per period whatever the rates: it
+   * comes off the budget. */
+  double shared = (double)(now.threads_cpu_ns - then->threads_cpu_ns);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    shared -=
+        (double)(now.kind_threads_cpu_ns[k] - then->kind_threads_cpu_ns[k]);
+  double drain = (double)(now.drain_ns - then->drain_ns);
+  if (drain > shared)
+    drain = shared;
+  double fixed = shared > drain ? shared - drain : 0;
+  double samples[8], all_samples = 0, cost[8], total = fixed;
   for (size_t i = 0; i < gov.n; i++) {
     contprof_sample_kind k = gov.g[i].kind;
     samples[i] = (double)(now.samples[k] - then->samples[k]);
@@ -199,31 +226,42 @@ void cp_governor_tick(void) {
     contprof_sample_kind k = gov.g[i].kind;
     double share =
         all_samples > 0 ? samples[i] / all_samples : 1.0 / (double)gov.n;
-    cost[i] = (double)(now.hook_ns[k] - then->hook_ns[k]) + threads * share;
+    cost[i] =
+        (double)(now.hook_ns[k] - then->hook_ns[k]) +
+        (double)(now.kind_threads_cpu_ns[k] - then->kind_threads_cpu_ns[k]) +
+        drain * share;
     total += cost[i];
   }
   double overhead_pct = 100.0 * total / (double)process;
-  int changed = 0;
-  if (overhead_pct > gov.cap_pct)
-    changed = slow_down(cost, gov.cap_pct / 100.0 * (double)process);
-  else if (overhead_pct < gov.cap_pct / 2)
-    changed = speed_up(overhead_pct);
+  /* The samplers keep at least a quarter of the cap, whatever that part
+   * costs: slowing them cannot make exports cheaper than their floor (a
+   * thread rescan of 500 threads, an export every 2 s), and profiles still
+   * have to be worth their price. A process whose fixed part is over the
+   * cap stays over it, and its profiles say so. */
+  double cap = gov.cap_pct / 100.0 * (double)process;
+  double budget = cap - fixed > cap / 4 ? cap - fixed : cap / 4;
+  double rate[8];
+  for (size_t i = 0; i < gov.n; i++)
+    rate[i] = samples[i] / (double)seconds;
+  int changed = rebalance(cost, rate, budget, total < cap);
   if (changed) {
-    char factors[128] = "";
+    char factors[256] = "";
     size_t used = 0;
     for (size_t i = 0; i < gov.n && used < sizeof factors; i++) {
       int w =
-          snprintf(factors + used, sizeof factors - used, "%s%s x%u",
-                   used ? ", " : "", gov.g[i].sampler->name, gov.g[i].factor);
+          snprintf(factors + used, sizeof factors - used, "%s%s x%u (%.2f%%)",
+                   used ? ", " : "", gov.g[i].sampler->name, gov.g[i].factor,
+                   100.0 * cost[i] / (double)process);
       if (w > 0)
         used += (size_t)w;
     }
-    cp_info("profiler overhead %.2f%% (cap %.2f%%): sampling slowed down by "
-            "%s",
+    cp_info("profiler overhead %.2f%% (cap %.2f%%; by sampler before the "
+            "change): sampling now slower by %s",
             overhead_pct, gov.cap_pct, factors);
-    /* The next decision sees only the new rates. */
-    gov.history[0] = now;
-    gov.nhistory = 1;
+    /* The next decision sees only the new rates, from a second after the
+     * change on: until then the aggregator drains what the old rates put in
+     * the ring, and a countdown in progress keeps its old mean. */
+    gov.nhistory = 0;
   }
   pthread_mutex_unlock(&gov.lock);
 }

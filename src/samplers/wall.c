@@ -309,6 +309,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
 static void *wall_timer_thread(void *arg) {
   (void)arg;
   cp_threads_exclude_self();
+  cp_stats_thread_works_for(CONTPROF_KIND_WALL);
   uint64_t last = cp_monotonic_ns();
   pthread_mutex_lock(&wall.lock);
   while (!wall.stop) {
