@@ -30,6 +30,8 @@
 #define ALLOC_FLOOR_MEAN_BYTES (256.0 * 1024 * 1024)
 #define LOCK_FLOOR_MEAN_NS 1e9
 #define MAX_SLOWDOWN 65536u
+/* Seconds over which the fixed part (exports, uploads) is averaged. */
+#define FIXED_AVERAGE_S 60.0
 /* Nor is the allocation sampler slowed when it takes fewer samples a
  * second than this, the lock sampler fewer than a fifth of it: below, their
  * totals' error grows faster than their cost falls (100 allocation samples
@@ -53,6 +55,7 @@ static struct {
   size_t n;
   cp_stats_totals history[WINDOW_MAX + 1];
   size_t nhistory;
+  double fixed_share; /* the fixed part over the process's CPU; -1: none */
 } gov = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static unsigned clamp_factor(double f, unsigned max) {
@@ -91,6 +94,7 @@ void cp_governor_start(const cp_config *cfg, const cp_sampler *const *active,
   gov.cap_pct = cfg->max_overhead_pct;
   gov.n = 0;
   gov.nhistory = 0;
+  gov.fixed_share = -1;
   for (size_t i = 0; i < n && gov.n < CP_ARRAY_SIZE(gov.g); i++) {
     const cp_sampler *s = active[i];
     if (!s->slow_down)
@@ -238,8 +242,19 @@ void cp_governor_tick(void) {
    * thread rescan of 500 threads, an export every 2 s), and profiles still
    * have to be worth their price. A process whose fixed part is over the
    * cap stays over it, and its profiles say so. */
+  /* An export lands in one window a period: the fixed part is taken as
+   * its share of the process's CPU averaged over about a minute, so that
+   * the rates do not dip after each export. */
+  double fixed_share = fixed / (double)process;
+  double weight = (double)seconds / FIXED_AVERAGE_S;
+  gov.fixed_share = gov.fixed_share < 0
+                        ? fixed_share
+                        : gov.fixed_share + (fixed_share - gov.fixed_share) *
+                                                (weight < 1 ? weight : 1);
   double cap = gov.cap_pct / 100.0 * (double)process;
-  double budget = cap - fixed > cap / 4 ? cap - fixed : cap / 4;
+  double smoothed = gov.fixed_share * (double)process;
+  double budget = cap - smoothed > cap / 4 ? cap - smoothed : cap / 4;
+  total += smoothed - fixed;
   double rate[8];
   for (size_t i = 0; i < gov.n; i++)
     rate[i] = samples[i] / (double)seconds;
