@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stats.h"
+
 static volatile int log_level = CP_LOG_WARN;
 static CP_TLS pid_t cached_tid;
 
@@ -70,13 +72,36 @@ void cp_sleep_ns(uint64_t ns) {
 
 char *cp_strdup(const char *s) { return strdup(s ? s : ""); }
 
+/* The thread's function between cp_stats_thread_begin and _end, so that its
+ * CPU time is counted as the profiler's. */
+typedef struct internal_start {
+  void *(*fn)(void *);
+  void *arg;
+} internal_start;
+
+static void *internal_thread_main(void *p) {
+  internal_start start = *(internal_start *)p;
+  free(p);
+  cp_stats_thread_begin();
+  void *result = start.fn(start.arg);
+  cp_stats_thread_end();
+  return result;
+}
+
 int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
                              const char *name) {
+  internal_start *start = malloc(sizeof *start);
+  if (!start)
+    return ENOMEM;
+  start->fn = fn;
+  start->arg = arg;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = pthread_create(thread, NULL, fn, arg);
+  int rc = pthread_create(thread, NULL, internal_thread_main, start);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0)
+    free(start);
   if (rc == 0)
     pthread_setname_np(*thread, name);
   return rc;

@@ -95,6 +95,12 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+/* The default cap on the profiler's share of the process's CPU: above what
+ * the defaults cost on ordinary programs (0.2-1.5% measured, see
+ * docs/overhead.md), so that they are never slowed, and low enough that a
+ * pathological program (a 4 KiB allocation mean, 1 kHz on many threads) is. */
+#define DEFAULT_MAX_OVERHEAD_PCT 2.0
+
 /* An integer option: explicit option value if nonzero, else the variable. */
 static int int_setting(const source *src, const char *name, int option, long lo,
                        long hi, long def, int *out) {
@@ -721,6 +727,21 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
     goto fail;
   cfg->heap_max_tracked = heap_tracked;
   cfg->lock_sample_ns = lock_ns;
+  cfg->max_overhead_pct = DEFAULT_MAX_OVERHEAD_PCT;
+  const char *cap = env_get(&src, "CONTPROF_MAX_OVERHEAD_PCT");
+  if (cap) {
+    char *end;
+    errno = 0;
+    double v = strtod(cap, &end);
+    while (isspace((unsigned char)*end))
+      end++;
+    if (errno || end == cap || *end || !(v >= 0 && v <= 100))
+      cp_warn("CONTPROF_MAX_OVERHEAD_PCT='%s' is not a percentage in 0..100; "
+              "using %g",
+              cap, DEFAULT_MAX_OVERHEAD_PCT);
+    else
+      cfg->max_overhead_pct = v;
+  }
   const char *timeline = env_get(&src, "CONTPROF_TIMELINE");
   if (timeline && parse_bool(timeline, &cfg->timeline) != 0) {
     cp_warn("CONTPROF_TIMELINE='%s' is not a boolean (1/0, true/false); "

@@ -74,6 +74,9 @@ typedef struct cp_config {
   long alloc_sample_bytes;   /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
   long heap_max_tracked;     /* CONTPROF_HEAP_MAX_TRACKED: live-table size */
   long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */
+  /* CONTPROF_MAX_OVERHEAD_PCT: the samplers slow down past it (governor.c);
+   * 0: never. */
+  double max_overhead_pct;
 
   /* Upload (src/upload). Secrets are kept here only: never log them. */
   unsigned exports;         /* CP_EXPORT_* bits (CONTPROF_EXPORT or guessed) */

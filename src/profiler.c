@@ -21,9 +21,11 @@
 #include "contprof/runtime.h"
 #include "labels.h"
 #include "profiler_internal.h"
+#include "samplers/governor.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
 #include "samplers/threads.h"
+#include "stats.h"
 #include "trace.h"
 #include "upload/sink.h"
 #include "upload/uploader.h"
@@ -77,7 +79,10 @@ static void stop_at_exit(void) {
     contprof_stop();
 }
 
-static void tick(void) { cp_threads_rescan(); }
+static void tick(void) {
+  cp_threads_rescan();
+  cp_governor_tick();
+}
 
 /* On the uploader thread: samplers add snapshot samples (the live heap). The
  * active list only changes under prof.lock while the uploader is stopped. */
@@ -148,6 +153,8 @@ static void after_fork_child(void) {
   cp_threads_after_fork_child();
   cp_uploader_after_fork_child();
   cp_agg_after_fork_child();
+  cp_stats_after_fork_child();
+  cp_governor_after_fork_child();
   cp_symbols_reset();
   cp_dwarf_reset();
   cp_labels_set_profiling(0); /* the parent's samples are gone */
@@ -161,6 +168,7 @@ static void after_fork_child(void) {
 
 /* Stops what start_configured started, in reverse order. */
 static void teardown_locked(int keep_config) {
+  cp_governor_stop();
   for (size_t i = prof.nactive; i-- > 0;)
     prof.active[i]->stop();
   cp_threads_stop();
@@ -194,6 +202,7 @@ static int start_configured(void) {
    * on a set no one holds waits for the samples naming it to be exported. */
   cp_labels_set_memory_limit(prof.cfg.max_memory_bytes / 4);
   cp_labels_set_profiling(1);
+  cp_stats_reset();
   if ((rc = cp_agg_start(&prof.cfg, tick))) {
     cp_labels_set_profiling(0);
     return rc;
@@ -243,6 +252,7 @@ static int start_configured(void) {
     prof.active[prof.nactive++] = s;
   }
   cp_threads_start(prof.active, prof.nactive);
+  cp_governor_start(&prof.cfg, prof.active, prof.nactive);
 
   char profiles[64];
   cp_info("profiling %s (%s) at %d Hz, a profile every %d s into %s",
@@ -334,6 +344,33 @@ int contprof_flush(void) {
 }
 
 int contprof_is_running(void) { return atomic_load(&prof.running); }
+
+void contprof_own_thread_begin(void) { cp_stats_thread_begin(); }
+void contprof_own_thread_end(void) { cp_stats_thread_end(); }
+
+static void overhead_of(const cp_period_stats *s, contprof_overhead *out) {
+  memset(out, 0, sizeof *out);
+  out->profiler_threads_cpu_ns = s->threads_cpu_ns;
+  out->profiler_hooks_ns = s->hooks_ns;
+  out->profiler_cpu_ns = s->threads_cpu_ns + s->hooks_ns;
+  out->process_cpu_ns = s->process_cpu_ns;
+  out->profiler_overhead_pct = cp_stats_overhead_pct(s);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    out->samples += s->samples[k];
+    out->drops += s->drops[k];
+  }
+  out->profiler_rss_bytes = s->memory_bytes;
+}
+
+void contprof_stats(contprof_overhead *last_period,
+                    contprof_overhead *since_start) {
+  cp_period_stats last, total;
+  cp_stats_read(&last, &total);
+  if (last_period)
+    overhead_of(&last, last_period);
+  if (since_start)
+    overhead_of(&total, since_start);
+}
 
 const char *contprof_strerror(int status) {
   switch (status) {

@@ -221,6 +221,49 @@ static void print_top(const pprof_top *top, size_t shown) {
   }
 }
 
+/* The value of comment "key=<number>" in p; 0 when absent. */
+static int comment_number(const pprof_profile *p, const char *key,
+                          double *out) {
+  size_t klen = strlen(key);
+  for (size_t i = 0; i < p->n_comment; i++) {
+    const char *c = pprof_str(p, p->comment[i]);
+    if (c && strncmp(c, key, klen) == 0 && c[klen] == '=') {
+      char *end;
+      double v = strtod(c + klen + 1, &end);
+      if (end != c + klen + 1 && *end == 0 && v >= 0) {
+        *out = v;
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* One line on what the profiler cost the profiled process over the inputs
+ * (its profiler_* comments, docs/overhead.md); nothing for profiles that do
+ * not say (other profilers, older versions, merged files). */
+static void print_overhead(pprof_profile *const *profiles, size_t n) {
+  double profiler = 0, process = 0, rss = 0;
+  size_t with = 0;
+  for (size_t i = 0; i < n; i++) {
+    double cpu, all, mem = 0;
+    if (!comment_number(profiles[i], "profiler_cpu_ns", &cpu) ||
+        !comment_number(profiles[i], "process_cpu_ns", &all))
+      continue;
+    comment_number(profiles[i], "profiler_rss_bytes", &mem);
+    profiler += cpu;
+    process += all;
+    rss = mem > rss ? mem : rss;
+    with++;
+  }
+  if (!with)
+    return;
+  printf("Profiler overhead: %.2f%% of the process's CPU (%.0f ms of %.0f ms "
+         "in %zu profile%s), %.1f MiB held\n",
+         process > 0 ? 100 * profiler / process : 0.0, profiler / 1e6,
+         process / 1e6, with, with == 1 ? "" : "s", rss / (1024.0 * 1024.0));
+}
+
 /* ---- top --base --------------------------------------------------------- */
 
 typedef struct diff_row {
@@ -466,6 +509,7 @@ int cp_cmd_top(int argc, char **argv) {
     }
     pprof_top_free(&btop);
   } else {
+    print_overhead(profiles, npaths);
     print_top(&top, limit < top.nentries ? limit : top.nentries);
   }
   pprof_top_free(&top);

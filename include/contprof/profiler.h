@@ -119,6 +119,26 @@ static inline void contprof__label_scope_end(contprof_label_scope *s) {
 void contprof_set_span(uint64_t span_id, uint64_t local_root_span_id);
 int contprof_set_endpoint(uint64_t local_root_span_id, const char *endpoint);
 
+/* What the profiler itself costs (docs/overhead.md), as every profile reports
+ * it in its comments. */
+typedef struct contprof_overhead {
+  uint64_t profiler_cpu_ns;         /* threads + hooks below */
+  uint64_t profiler_threads_cpu_ns; /* CPU of the profiler's own threads */
+  uint64_t profiler_hooks_ns;       /* its signal handlers and sampled hooks
+                                       on the application's threads */
+  uint64_t process_cpu_ns;          /* CPU of the whole process */
+  double profiler_overhead_pct;     /* profiler_cpu_ns / process_cpu_ns */
+  uint64_t samples;                 /* samples taken, every kind */
+  uint64_t drops;                   /* samples dropped, every kind */
+  uint64_t profiler_rss_bytes;      /* memory the profiler holds */
+} contprof_overhead;
+
+/* Fills *last_period with the period of the last profile written (zeros
+ * before the first) and *since_start with the sums since the profiler started
+ * (profiler_rss_bytes: the latest); either may be NULL. Thread-safe. */
+void contprof_stats(contprof_overhead *last_period,
+                    contprof_overhead *since_start);
+
 #ifdef __cplusplus
 }
 #endif

@@ -129,6 +129,13 @@ typedef struct contprof_runtime_settings {
 } contprof_runtime_settings;
 int contprof_runtime_settings_get(contprof_runtime_settings *out);
 
+/* The calling thread is one of the binding's own (a sampler thread): from
+ * begin to end, its CPU time counts as the profiler's in each profile's
+ * profiler_threads_cpu_ns (docs/overhead.md). Call begin first thing in the
+ * thread and end before it returns. Not async-signal-safe. */
+void contprof_own_thread_begin(void);
+void contprof_own_thread_end(void);
+
 #ifdef __cplusplus
 }
 #endif

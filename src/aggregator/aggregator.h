@@ -24,8 +24,10 @@ cp_ring *cp_agg_ring(void);
 
 /* Drains the ring, then hands back the current generation and installs a new
  * one. The caller owns the result. *drops receives the samples dropped by
- * producers since the previous swap. NULL on ENOMEM (the old one is kept). */
-cp_generation *cp_agg_swap(uint64_t *drops);
+ * producers since the previous swap, and stats (may be NULL) the samples
+ * and drops of each kind. NULL on ENOMEM (the old one is kept). */
+struct cp_period_stats;
+cp_generation *cp_agg_swap(uint64_t *drops, struct cp_period_stats *stats);
 
 /* Inserts one sample directly (bindings). Thread-safe, not signal-safe. */
 int cp_agg_record(const uint64_t *frames, size_t nframes,

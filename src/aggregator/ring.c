@@ -28,6 +28,7 @@ struct cp_ring {
   _Atomic uint32_t wake_pending; /* a wake was sent and not yet consumed */
   char pad2[48];
   _Atomic uint64_t drops;
+  _Atomic uint64_t drops_of_kind[8];
   _Atomic int64_t dropped_values[2 * 8]; /* per kind: count, quantity */
   size_t mask;
   size_t max_frames;
@@ -93,6 +94,7 @@ void cp_ring_drop(cp_ring *r, uint32_t kind, int64_t count, int64_t quantity) {
   atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
   if (kind >= 8)
     return;
+  atomic_fetch_add_explicit(&r->drops_of_kind[kind], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&r->dropped_values[2 * kind], count,
                             memory_order_relaxed);
   atomic_fetch_add_explicit(&r->dropped_values[2 * kind + 1], quantity,
@@ -189,3 +191,12 @@ void cp_ring_discard_after_fork(cp_ring *r) {
 uint64_t cp_ring_drops(const cp_ring *r) {
   return atomic_load_explicit(&((cp_ring *)r)->drops, memory_order_relaxed);
 }
+
+uint64_t cp_ring_drops_of_kind(const cp_ring *r, uint32_t kind) {
+  if (kind >= 8)
+    return 0;
+  return atomic_load_explicit(&((cp_ring *)r)->drops_of_kind[kind],
+                              memory_order_relaxed);
+}
+
+size_t cp_ring_memory(const cp_ring *r) { return r->map_bytes + sizeof *r; }

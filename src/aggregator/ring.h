@@ -63,5 +63,9 @@ void cp_ring_discard_after_fork(cp_ring *ring);
 
 /* Samples dropped since creation. */
 uint64_t cp_ring_drops(const cp_ring *ring);
+/* The same for the samples of one kind. */
+uint64_t cp_ring_drops_of_kind(const cp_ring *ring, uint32_t kind);
+/* Bytes the ring holds (its slots are mapped and populated at creation). */
+size_t cp_ring_memory(const cp_ring *ring);
 
 #endif

@@ -16,6 +16,7 @@
 #include "contprof/profiler.h"
 #include "labels.h"
 #include "pprof.h"
+#include "stats.h"
 #include "trace.h"
 
 typedef struct value_type {
@@ -158,6 +159,71 @@ static void add_comment_u64(pprof_builder *b, const char *key, uint64_t v) {
   add_comment(b, key, buf);
 }
 
+/* The sampling rates in force at the period's end, after the governor's
+ * slowdown (docs/overhead.md, "The cap"), and the most it slowed each one
+ * down in the period. The live heap samples at the allocation rate. */
+static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
+                              const cp_period_stats *s) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%g", cfg->max_overhead_pct);
+  add_comment(b, "max_overhead_pct", buf);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    if (!(cfg->profiles & (1u << k)))
+      continue;
+    int of = k == CONTPROF_KIND_INUSE ? CONTPROF_KIND_ALLOC : k;
+    unsigned f = s->slowdown[of] ? s->slowdown[of] : 1;
+    switch (k) {
+    case CONTPROF_KIND_CPU:
+      snprintf(buf, sizeof buf, "%gHz", (double)cfg->cpu_hz / f);
+      break;
+    case CONTPROF_KIND_WALL:
+      snprintf(buf, sizeof buf, "%dms", cfg->wall_interval_ms * (int)f);
+      break;
+    case CONTPROF_KIND_ALLOC:
+    case CONTPROF_KIND_INUSE:
+      snprintf(buf, sizeof buf, "%.0fB", (double)cfg->alloc_sample_bytes * f);
+      break;
+    default:
+      snprintf(buf, sizeof buf, "%.0fns", (double)cfg->lock_sample_ns * f);
+      break;
+    }
+    char name[16], key[48];
+    cp_profiles_string(1u << k, name, sizeof name);
+    snprintf(key, sizeof key, "sampling.%s", name);
+    add_comment(b, key, buf);
+    snprintf(key, sizeof key, "slowdown.%s", name);
+    add_comment_u64(b, key, f);
+    snprintf(key, sizeof key, "slowdown_max.%s", name);
+    add_comment_u64(b, key, s->slowdown_max[of] > f ? s->slowdown_max[of] : f);
+  }
+}
+
+/* What the profiler cost in the period (docs/overhead.md): its CPU, over
+ * the process's, its samples and drops per profile kind, its memory. */
+static void add_cost_comments(pprof_builder *b, const cp_config *cfg,
+                              const cp_period_stats *s) {
+  add_comment_u64(b, "profiler_cpu_ns", s->threads_cpu_ns + s->hooks_ns);
+  add_comment_u64(b, "profiler_threads_cpu_ns", s->threads_cpu_ns);
+  add_comment_u64(b, "profiler_hooks_ns", s->hooks_ns);
+  add_comment_u64(b, "process_cpu_ns", s->process_cpu_ns);
+  char pct[32];
+  snprintf(pct, sizeof pct, "%.3f", cp_stats_overhead_pct(s));
+  add_comment(b, "profiler_overhead_pct", pct);
+  /* Kind k is the profile of bit 1 << k (contprof_sample_kind). */
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    if (!(cfg->profiles & (1u << k)))
+      continue;
+    char name[16], key[40];
+    cp_profiles_string(1u << k, name, sizeof name);
+    snprintf(key, sizeof key, "samples.%s", name);
+    add_comment_u64(b, key, s->samples[k]);
+    snprintf(key, sizeof key, "drops.%s", name);
+    add_comment_u64(b, key, s->drops[k]);
+  }
+  add_comment_u64(b, "profiler_rss_bytes", s->memory_bytes);
+  add_rate_comments(b, cfg, s);
+}
+
 static void add_metadata(pprof_builder *b, const cp_generation *g,
                          const cp_export_meta *m) {
   const cp_config *cfg = m->cfg;
@@ -182,6 +248,8 @@ static void add_metadata(pprof_builder *b, const cp_generation *g,
   add_comment_u64(b, "samples", cp_gen_samples_added(g));
   add_comment_u64(b, "samples_dropped", m->drops);
   add_comment_u64(b, "samples_overflowed", cp_gen_samples_overflowed(g));
+  if (m->stats)
+    add_cost_comments(b, cfg, m->stats);
 }
 
 /* ---- dialects ------------------------------------------------------------ */

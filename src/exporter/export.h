@@ -44,6 +44,8 @@ typedef struct cp_export_meta {
    * event's endpoint_counts; set by the uploader for every sink. */
   const cp_endpoint_count *endpoint_counts;
   size_t nendpoint_counts;
+  /* What the profiler cost in the period (stats.h); NULL: not reported. */
+  const struct cp_period_stats *stats;
 } cp_export_meta;
 
 /* Encodes g as a gzip pprof into a malloc'd buffer. Returns 0 or -1. */

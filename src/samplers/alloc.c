@@ -38,6 +38,7 @@
 #include "heap_table.h"
 #include "labels.h"
 #include "sampler.h"
+#include "stats.h"
 #include "trace.h"
 #include "unwind.h"
 
@@ -102,7 +103,10 @@ static _Atomic size_t boot_used;
 static struct {
   _Atomic uint32_t epoch; /* bumped at each start: threads redraw their gap */
   int alloc_on, heap_on;
-  double rate; /* mean bytes between samples */
+  /* Mean bytes between samples in force: CONTPROF_ALLOC_SAMPLE_BYTES times
+   * the governor's slowdown. */
+  _Atomic double rate;
+  double base_rate; /* CONTPROF_ALLOC_SAMPLE_BYTES */
   size_t max_frames;
   size_t heap_frames;
   cp_heap_entry *scratch; /* the uploader's copy of one entry */
@@ -112,6 +116,7 @@ static struct {
 
 static CP_TLS int64_t tls_countdown; /* bytes until the next sample */
 static CP_TLS uint32_t tls_epoch;
+static CP_TLS double tls_gap_mean; /* the mean of the gap counting down */
 static CP_TLS uint32_t tls_guard;
 static CP_TLS uint64_t tls_rng;
 
@@ -350,9 +355,9 @@ static double rng_unit(void) {
   return (double)((rng_next() >> 11) + 1) * (1.0 / 9007199254740992.0);
 }
 
-/* The bytes until the next sample: exponential with mean alloc.rate. */
-static int64_t next_gap(void) {
-  double gap = -log(rng_unit()) * alloc.rate;
+/* The bytes until the next sample: exponential with mean `mean`. */
+static int64_t next_gap(double mean) {
+  double gap = -log(rng_unit()) * mean;
   return gap >= 4.0e18 ? (int64_t)4e18 : (int64_t)gap;
 }
 
@@ -368,8 +373,9 @@ static int64_t round_unbiased(double x) {
  * No signal masking (two system calls per sample): cp_unwind_here flags the
  * unwind so that a sampling handler arriving meanwhile drops its sample
  * instead of unwinding on top of it, and ring slots are per-reservation. */
-static void record_sample(void *p, size_t size, uint64_t caller_ra) {
-  double prob = -expm1(-(double)size / alloc.rate);
+static void record_sample(void *p, size_t size, uint64_t caller_ra,
+                          double mean) {
+  double prob = -expm1(-(double)size / mean);
   double scale = prob > 0 ? 1.0 / prob : 1.0;
   int64_t count = round_unbiased(scale);
   int64_t bytes = (int64_t)(scale * (double)size + 0.5);
@@ -446,16 +452,23 @@ __attribute__((noinline, cold)) static void sample_slow(void *p, size_t size,
     /* The first countdown of this thread (or of this start): the gap
      * starts before this allocation. */
     tls_epoch = epoch;
-    tls_countdown = next_gap() - (int64_t)size;
+    tls_gap_mean = atomic_load_explicit(&alloc.rate, memory_order_relaxed);
+    tls_countdown = next_gap(tls_gap_mean) - (int64_t)size;
     if (tls_countdown >= 0) {
       errno = saved_errno;
       return;
     }
   }
-  tls_countdown = next_gap();
+  /* The gap that ended here was drawn with tls_gap_mean: its sample is
+   * weighted with that mean, whatever the governor set meanwhile. */
+  double mean = tls_gap_mean;
+  tls_gap_mean = atomic_load_explicit(&alloc.rate, memory_order_relaxed);
+  tls_countdown = next_gap(tls_gap_mean);
   if (p && atomic_load_explicit(&hot.sampling, memory_order_relaxed)) {
     tls_guard |= GUARD_BUSY;
-    record_sample(p, size, caller_ra);
+    uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
+    record_sample(p, size, caller_ra, mean);
+    cp_stats_hook_end(CONTPROF_KIND_ALLOC, began);
     tls_guard &= ~GUARD_BUSY;
   }
   errno = saved_errno;
@@ -724,6 +737,9 @@ static void alloc_before_export(cp_generation *g) {
   if (!alloc.heap_on || !alloc.scratch)
     return;
   cp_heap_foreach_live(add_live, g, alloc.scratch);
+  long live = cp_heap_count_live();
+  cp_stats_add_samples(CONTPROF_KIND_INUSE, live > 0 ? (uint64_t)live : 0);
+  cp_stats_set_fixed_memory(CP_STATS_MEM_HEAP_TABLE, cp_heap_memory_used());
   uint64_t overflows = cp_heap_overflows();
   if (overflows > alloc.overflows_reported) {
     cp_warn("%llu sampled allocations were not tracked in the live heap "
@@ -739,7 +755,8 @@ static int alloc_start(const cp_config *cfg) {
   ensure_resolved();
   alloc.alloc_on = (cfg->profiles & CP_PROFILE_ALLOC) != 0;
   alloc.heap_on = (cfg->profiles & CP_PROFILE_HEAP) != 0;
-  alloc.rate = (double)cfg->alloc_sample_bytes;
+  alloc.base_rate = (double)cfg->alloc_sample_bytes;
+  atomic_store(&alloc.rate, alloc.base_rate);
   alloc.max_frames = (size_t)cfg->max_frames;
   if (atomic_load(&not_first)) {
     if (!alloc.warned_not_first++)
@@ -783,6 +800,13 @@ static void alloc_after_fork_child(void) {
   cp_heap_untrack_all();
 }
 
+/* On the profiler's thread: one sample every factor x the configured mean
+ * bytes. A thread's gap in progress keeps its mean (and its sample's weight
+ * uses it); the next gap is drawn with the new one. */
+static void alloc_slow_down(unsigned factor) {
+  atomic_store(&alloc.rate, alloc.base_rate * factor);
+}
+
 const cp_sampler cp_alloc_sampler = {
     .name = "alloc",
     .profile = CP_PROFILE_ALLOC | CP_PROFILE_HEAP,
@@ -790,4 +814,5 @@ const cp_sampler cp_alloc_sampler = {
     .stop = alloc_stop,
     .after_fork_child = alloc_after_fork_child,
     .before_export = alloc_before_export,
+    .slow_down = alloc_slow_down,
 };

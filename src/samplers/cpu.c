@@ -42,6 +42,7 @@
 #include "labels.h"
 #include "sampler.h"
 #include "signals.h"
+#include "stats.h"
 #include "threads.h"
 #include "trace.h"
 #include "unwind.h"
@@ -71,7 +72,12 @@ static struct {
   thread_timer *timers;
   size_t ntimers, cap;
   int signal;
-  uint64_t period_ns;
+  /* The sampling period in force: base_period_ns (CONTPROF_CPU_HZ) times
+   * the governor's slowdown. Read by handlers without a lock; a sample's
+   * cpu-samples count is in base periods, so totals do not change with it. */
+  _Atomic uint64_t period_ns;
+  uint64_t base_period_ns;
+  _Atomic unsigned slowdown;
   size_t max_frames;
   _Atomic int active;
   _Atomic int itimer_fallback;
@@ -135,7 +141,8 @@ static void perf_rearm(int fd) {
   x ^= x >> 7;
   x ^= x << 17;
   perf_rng = x;
-  uint64_t interval = cpu.period_ns / 2 + x % cpu.period_ns;
+  uint64_t period = atomic_load_explicit(&cpu.period_ns, memory_order_relaxed);
+  uint64_t interval = period / 2 + x % period;
   if (interval < PERF_MIN_PERIOD_NS)
     interval = PERF_MIN_PERIOD_NS;
   ioctl(fd, PERF_EVENT_IOC_PERIOD, &interval);
@@ -146,22 +153,28 @@ static void perf_rearm(int fd) {
  * set and the clock, unwinds into a preallocated ring slot, publishes it. */
 static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   int saved_errno = errno;
+  uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_CPU);
   int64_t weight, quantity;
+  int64_t period =
+      (int64_t)atomic_load_explicit(&cpu.period_ns, memory_order_relaxed);
+  int64_t slowdown = atomic_load_explicit(&cpu.slowdown, memory_order_relaxed);
   if (info->si_code == SI_TIMER && info->si_value.sival_int == TIMER_COOKIE) {
-    weight = 1 + (info->si_overrun > 0 ? info->si_overrun : 0);
-    quantity = weight * (int64_t)cpu.period_ns;
+    int64_t expiries = 1 + (info->si_overrun > 0 ? info->si_overrun : 0);
+    weight = expiries * slowdown;
+    quantity = expiries * period;
   } else if ((info->si_code == POLL_HUP || info->si_code == POLL_IN) &&
              perf_fd_ours(info->si_fd)) {
     if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
       perf_rearm(info->si_fd);
     quantity = perf_cpu_since_last();
-    weight = (quantity + (int64_t)cpu.period_ns / 2) / (int64_t)cpu.period_ns;
+    int64_t base = (int64_t)cpu.base_period_ns;
+    weight = (quantity + base / 2) / base;
     if (weight < 1)
       weight = 1;
   } else if (info->si_code == SI_KERNEL && sig == SIGPROF &&
              atomic_load_explicit(&cpu.itimer_fallback, memory_order_relaxed)) {
-    weight = 1;
-    quantity = (int64_t)cpu.period_ns;
+    weight = slowdown;
+    quantity = period;
   } else {
     cp_signal_chain(sig, info, ucontext);
     errno = saved_errno;
@@ -197,6 +210,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     cp_ring_commit(ring, ticket);
   }
   cp_in_sampling_handler = 0;
+  cp_stats_hook_end(CONTPROF_KIND_CPU, began);
   errno = saved_errno;
 }
 
@@ -492,7 +506,9 @@ static void cpu_after_fork_child(void) {
 }
 
 static int cpu_start(const cp_config *cfg) {
-  cpu.period_ns = 1000000000ull / (uint64_t)cfg->cpu_hz;
+  cpu.base_period_ns = 1000000000ull / (uint64_t)cfg->cpu_hz;
+  atomic_store(&cpu.period_ns, cpu.base_period_ns);
+  atomic_store(&cpu.slowdown, 1);
   cpu.max_frames = (size_t)cfg->max_frames;
   cpu.seed = (unsigned)cp_monotonic_ns() ^ (unsigned)getpid();
   cp_unwind_init();
@@ -522,6 +538,39 @@ static void cpu_stop(void) {
   pthread_mutex_unlock(&cpu.lock);
 }
 
+/* itimerspec / itimerval of one period in force. */
+static struct timespec period_timespec(uint64_t ns) {
+  return (struct timespec){(time_t)(ns / 1000000000ull),
+                           (long)(ns % 1000000000ull)};
+}
+
+/* On the profiler's thread: samples every factor base periods from now on.
+ * Perf task clocks take the new period at their next sample (perf_rearm);
+ * POSIX timers and the setitimer fallback are re-armed here. */
+static void cpu_slow_down(unsigned factor) {
+  uint64_t period = cpu.base_period_ns * factor;
+  atomic_store(&cpu.period_ns, period);
+  atomic_store(&cpu.slowdown, factor);
+  pthread_mutex_lock(&cpu.lock);
+  for (size_t i = 0; i < cpu.ntimers; i++) {
+    if (cpu.timers[i].timer_id < 0)
+      continue;
+    uint64_t first = first_expiry();
+    struct itimerspec its = {.it_interval = period_timespec(period),
+                             .it_value = period_timespec(first)};
+    syscall(SYS_timer_settime, cpu.timers[i].timer_id, 0, &its, NULL);
+  }
+  pthread_mutex_unlock(&cpu.lock);
+  if (atomic_load(&cpu.itimer_fallback)) {
+    struct itimerval itv = {
+        .it_interval = {(time_t)(period / 1000000000ull),
+                        (suseconds_t)(period % 1000000000ull / 1000)},
+    };
+    itv.it_value = itv.it_interval;
+    setitimer(ITIMER_PROF, &itv, NULL);
+  }
+}
+
 const cp_sampler cp_cpu_sampler = {
     .name = "cpu",
     .profile = CP_PROFILE_CPU,
@@ -531,4 +580,5 @@ const cp_sampler cp_cpu_sampler = {
     .thread_exited = cpu_thread_exited,
     .after_fork_child = cpu_after_fork_child,
     .tick = cpu_tick,
+    .slow_down = cpu_slow_down,
 };

@@ -102,6 +102,13 @@ int cp_heap_init(size_t capacity, size_t max_frames) {
 size_t cp_heap_frames_capacity(void) { return heap.frames_cap; }
 size_t cp_heap_capacity(void) { return heap.capacity; }
 size_t cp_heap_entry_bytes(void) { return heap.entry_bytes; }
+size_t cp_heap_memory_used(void) {
+  if (!heap.slots)
+    return 0;
+  long live = cp_heap_count_live();
+  return (heap.slot_mask + 1) * sizeof(uint64_t) +
+         (live > 0 ? (size_t)live : 0) * heap.entry_bytes;
+}
 uint64_t cp_heap_overflows(void) {
   return atomic_load_explicit(&heap.overflows, memory_order_relaxed);
 }

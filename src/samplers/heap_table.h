@@ -108,5 +108,7 @@ uint64_t cp_heap_overflows(void);
 
 /* Bytes one entry takes (header + frames). */
 size_t cp_heap_entry_bytes(void);
+/* Bytes the table holds: its address slots and the live entries. */
+size_t cp_heap_memory_used(void);
 
 #endif

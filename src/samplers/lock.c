@@ -42,6 +42,7 @@
 #include "common.h"
 #include "labels.h"
 #include "sampler.h"
+#include "stats.h"
 #include "trace.h"
 #include "unwind.h"
 
@@ -74,7 +75,9 @@ static struct {
   /* Bumped at each start: threads then redraw their distance to the next
    * sample with the new mean. */
   _Atomic unsigned epoch;
-  double mean_ns; /* M */
+  /* M in force: CONTPROF_LOCK_SAMPLE_NS times the governor's slowdown. */
+  _Atomic double mean_ns;
+  double base_mean_ns; /* CONTPROF_LOCK_SAMPLE_NS */
   size_t max_frames;
   /* The unwinder's code. libunwind takes a global lock of its own through
    * pthread_mutex_lock (its per-thread cache is often not built in): waits
@@ -90,6 +93,7 @@ static CP_TLS int resolving;       /* inside dlsym */
 static CP_TLS struct {
   uint64_t rng;        /* xorshift64* state, 0 until seeded */
   double countdown_ns; /* waiting left before the next sample point */
+  double mean_ns;      /* the mean the countdown was drawn with */
   unsigned epoch;
 } sampling;
 
@@ -213,7 +217,7 @@ static inline int64_t round_unbiased(double x) {
  * process. The distance to the next point is exponential; after a point, the
  * process restarts at the end of the wait (memoryless), so each wait is kept
  * with probability 1 - exp(-wait/M) whatever came before. */
-static int wait_is_sampled(uint64_t wait_ns) {
+static int wait_is_sampled(uint64_t wait_ns, double *mean_ns) {
   unsigned epoch = atomic_load_explicit(&lock.epoch, memory_order_relaxed);
   if (sampling.epoch != epoch) {
     if (!sampling.rng) {
@@ -222,25 +226,31 @@ static int wait_is_sampled(uint64_t wait_ns) {
       seed = (seed ^ (seed >> 27)) * 0x94d049bb133111ebull;
       sampling.rng = (seed ^ (seed >> 31)) | 1;
     }
-    sampling.countdown_ns = -lock.mean_ns * log(next_uniform());
+    sampling.mean_ns =
+        atomic_load_explicit(&lock.mean_ns, memory_order_relaxed);
+    sampling.countdown_ns = -sampling.mean_ns * log(next_uniform());
     sampling.epoch = epoch;
   }
   if ((double)wait_ns < sampling.countdown_ns) {
     sampling.countdown_ns -= (double)wait_ns;
     return 0;
   }
-  sampling.countdown_ns = -lock.mean_ns * log(next_uniform());
+  /* The point fell in this wait with the countdown's mean: the sample is
+   * weighted with it, whatever the governor set meanwhile. */
+  *mean_ns = sampling.mean_ns;
+  sampling.mean_ns = atomic_load_explicit(&lock.mean_ns, memory_order_relaxed);
+  sampling.countdown_ns = -sampling.mean_ns * log(next_uniform());
   return 1;
 }
 
 /* Bounded, no allocation (once the thread's unwinder is warm), no blocking
  * locks: writes one sample into the lock-free ring. A sampling signal that
  * arrives during the unwind drops its own sample (see cp_unwind_here). */
-static void record_wait(uint64_t wait_ns, uint64_t caller_ra) {
+static void record_wait(uint64_t wait_ns, uint64_t caller_ra, double mean_ns) {
   cp_ring *ring = cp_agg_ring();
   if (!ring)
     return;
-  double p = -expm1(-(double)wait_ns / lock.mean_ns);
+  double p = -expm1(-(double)wait_ns / mean_ns);
   if (p <= 0)
     return;
   int64_t count = round_unbiased(1.0 / p);
@@ -288,8 +298,12 @@ static __attribute__((noinline)) void wait_end(uint64_t start_ns, int rc,
     return;
   int saved_errno = errno;
   uint64_t wait_ns = cp_monotonic_ns() - start_ns;
-  if (wait_ns > 0 && wait_is_sampled(wait_ns))
-    record_wait(wait_ns, (uint64_t)(uintptr_t)caller_ra);
+  double mean_ns;
+  if (wait_ns > 0 && wait_is_sampled(wait_ns, &mean_ns)) {
+    uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_LOCK);
+    record_wait(wait_ns, (uint64_t)(uintptr_t)caller_ra, mean_ns);
+    cp_stats_hook_end(CONTPROF_KIND_LOCK, began);
+  }
   errno = saved_errno;
 }
 
@@ -389,7 +403,8 @@ static int find_unwinder(struct dl_phdr_info *info, size_t size, void *data) {
 }
 
 static int lock_start(const cp_config *cfg) {
-  lock.mean_ns = (double)cfg->lock_sample_ns;
+  lock.base_mean_ns = (double)cfg->lock_sample_ns;
+  atomic_store(&lock.mean_ns, lock.base_mean_ns);
   lock.max_frames = (size_t)cfg->max_frames;
   lock.unwinder_lo = lock.unwinder_hi = 0;
   dl_iterate_phdr(find_unwinder, (void *)(uintptr_t)unw_backtrace);
@@ -404,10 +419,17 @@ static void lock_stop(void) { atomic_store(&lock.active, 0); }
 
 static void lock_after_fork_child(void) { atomic_store(&lock.active, 0); }
 
+/* On the profiler's thread: a sample point every factor x the configured
+ * mean wait. A countdown in progress keeps its mean. */
+static void lock_slow_down(unsigned factor) {
+  atomic_store(&lock.mean_ns, lock.base_mean_ns * factor);
+}
+
 const cp_sampler cp_lock_sampler = {
     .name = "lock",
     .profile = CP_PROFILE_LOCK,
     .start = lock_start,
     .stop = lock_stop,
     .after_fork_child = lock_after_fork_child,
+    .slow_down = lock_slow_down,
 };

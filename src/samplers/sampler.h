@@ -32,6 +32,10 @@ typedef struct cp_sampler {
    * encoded: a snapshot sampler (the live heap) adds its samples here. May
    * be NULL. */
   void (*before_export)(cp_generation *g);
+  /* On the profiler's thread (samplers/governor.c): sample factor times less
+   * often than configured (1: as configured), with weights that keep the
+   * totals unbiased. May be NULL (the sampler cannot slow down). */
+  void (*slow_down)(unsigned factor);
 } cp_sampler;
 
 extern const cp_sampler cp_cpu_sampler;

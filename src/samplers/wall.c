@@ -41,6 +41,7 @@
 #include "labels.h"
 #include "sampler.h"
 #include "signals.h"
+#include "stats.h"
 #include "threads.h"
 #include "trace.h"
 #include "unwind.h"
@@ -86,7 +87,9 @@ static struct {
   int signal;
   _Atomic pid_t pid; /* this process, read at start (and after fork) */
   uid_t uid;
-  uint64_t interval_ns;
+  uint64_t interval_ns;      /* in force: base times slowdown */
+  uint64_t base_interval_ns; /* CONTPROF_WALL_INTERVAL_MS */
+  unsigned slowdown;         /* the governor's; under wall.lock */
   size_t per_tick;
   _Atomic size_t max_frames;
   _Atomic int active;
@@ -167,6 +170,7 @@ static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
  * into a ring slot; no locks, no allocation. */
 static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   int saved_errno = errno;
+  uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_WALL);
   uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
   if (info->si_code != SI_QUEUE || (value >> 32) != WALL_COOKIE ||
       info->si_pid != atomic_load_explicit(&wall.pid, memory_order_relaxed)) {
@@ -225,6 +229,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   }
   if (usable)
     cp_in_sampling_handler = 0;
+  cp_stats_hook_end(CONTPROF_KIND_WALL, began);
   errno = saved_errno;
 }
 
@@ -268,7 +273,9 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
   for (size_t i = 0; i < k; i++) {
     uint32_t index = wall.live[i];
     wall_slot *s = slot_at(index);
-    int64_t count = (int64_t)(n / k) + (next_random() % k < n % k);
+    /* In configured intervals: a slowed-down tick stands for several. */
+    int64_t count =
+        ((int64_t)(n / k) + (next_random() % k < n % k)) * wall.slowdown;
     int64_t prev = atomic_fetch_add(&s->pending_ns, weight_ns);
     atomic_fetch_add(&s->pending_count, count);
     if (prev > 0)
@@ -302,6 +309,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
 static void *wall_timer_thread(void *arg) {
   (void)arg;
   cp_threads_exclude_self();
+  cp_stats_thread_works_for(CONTPROF_KIND_WALL);
   uint64_t last = cp_monotonic_ns();
   pthread_mutex_lock(&wall.lock);
   while (!wall.stop) {
@@ -407,7 +415,9 @@ static int wall_start(const cp_config *cfg) {
       return CONTPROF_ERR_NOMEM;
     }
   }
-  wall.interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
+  wall.base_interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
+  wall.interval_ns = wall.base_interval_ns;
+  wall.slowdown = 1;
   wall.per_tick = (size_t)cfg->wall_threads_per_tick;
   atomic_store(&wall.max_frames, (size_t)cfg->max_frames);
   atomic_store(&wall.pid, getpid());
@@ -481,6 +491,15 @@ static void wall_after_fork_child(void) {
   }
 }
 
+/* On the profiler's thread: ticks factor x the configured interval apart;
+ * each credits the time elapsed and factor x the samples. */
+static void wall_slow_down(unsigned factor) {
+  pthread_mutex_lock(&wall.lock);
+  wall.slowdown = factor;
+  wall.interval_ns = wall.base_interval_ns * factor;
+  pthread_mutex_unlock(&wall.lock);
+}
+
 const cp_sampler cp_wall_sampler = {
     .name = "wall",
     .profile = CP_PROFILE_WALL,
@@ -489,4 +508,5 @@ const cp_sampler cp_wall_sampler = {
     .thread_started = wall_thread_started,
     .thread_exited = wall_thread_exited,
     .after_fork_child = wall_after_fork_child,
+    .slow_down = wall_slow_down,
 };

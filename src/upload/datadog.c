@@ -18,6 +18,7 @@
 #include "common.h"
 #include "contprof/profiler.h"
 #include "http_sink.h"
+#include "stats.h"
 
 #define ORIGIN "contprof"
 
@@ -166,8 +167,27 @@ static char *event_json(dd_ctx *c, const cp_generation *g,
   sb_str(&b, ",\"process_tags\":null,\"internal\":{");
   sb_printf(&b,
             "\"samples\":%" PRIu64 ",\"samples_dropped\":%" PRIu64
-            ",\"samples_overflowed\":%" PRIu64 "}",
+            ",\"samples_overflowed\":%" PRIu64,
             cp_gen_samples_added(g), m->drops, cp_gen_samples_overflowed(g));
+  if (m->stats) {
+    const cp_period_stats *s = m->stats;
+    sb_printf(&b,
+              ",\"profiler_cpu_ns\":%" PRIu64
+              ",\"profiler_threads_cpu_ns\":%" PRIu64
+              ",\"profiler_hooks_ns\":%" PRIu64 ",\"process_cpu_ns\":%" PRIu64
+              ",\"profiler_overhead_pct\":%.3f,\"profiler_rss_bytes\":%" PRIu64,
+              s->threads_cpu_ns + s->hooks_ns, s->threads_cpu_ns, s->hooks_ns,
+              s->process_cpu_ns, cp_stats_overhead_pct(s), s->memory_bytes);
+    for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+      if (!(cfg->profiles & (1u << k)))
+        continue;
+      char name[16];
+      cp_profiles_string(1u << k, name, sizeof name);
+      sb_printf(&b, ",\"samples.%s\":%" PRIu64 ",\"drops.%s\":%" PRIu64, name,
+                s->samples[k], name, s->drops[k]);
+    }
+  }
+  sb_str(&b, "}");
   sb_str(&b, ",\"info\":{\"application\":{\"service\":");
   sb_json(&b, cfg->service);
   sb_str(&b, ",\"env\":");

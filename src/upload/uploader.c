@@ -10,11 +10,13 @@
 #include <time.h>
 
 #include "aggregator/aggregator.h"
+#include "aggregator/dwarf.h"
 #include "aggregator/symbols.h"
 #include "common.h"
 #include "contprof/profiler.h"
 #include "labels.h"
 #include "samplers/threads.h"
+#include "stats.h"
 
 static struct {
   pthread_mutex_t lock;
@@ -32,17 +34,27 @@ static struct {
   uint64_t period_start_ns;
   uint64_t seq;
   uint64_t exit_timeout_ns; /* CONTPROF_EXIT_TIMEOUT: the whole of stop */
+  /* Costs of periods that wrote no profile, carried into the next one. */
+  cp_period_stats unreported;
 } up = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Swaps generations and sends the finished one to every sink. Runs on the
  * uploader thread without holding up.lock. */
 static void export_period(void) {
   uint64_t drops = 0;
-  cp_generation *g = cp_agg_swap(&drops);
+  cp_period_stats stats = up.unreported;
+  memset(&up.unreported, 0, sizeof up.unreported);
+  cp_period_stats swapped = {0};
+  cp_generation *g = cp_agg_swap(&drops, &swapped);
   uint64_t end = cp_realtime_ns();
   if (!g) {
     cp_error("out of memory: the period's samples stay in the next profile");
+    up.unreported = stats;
     return;
+  }
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    stats.samples[k] += swapped.samples[k];
+    stats.drops[k] += swapped.drops[k];
   }
   cp_export_meta meta = up.meta;
   meta.start_ns = up.period_start_ns;
@@ -68,6 +80,11 @@ static void export_period(void) {
             cp_gen_samples_overflowed(g), up.seq);
   if (up.before_export)
     up.before_export(g);
+  cp_stats_take(&stats);
+  stats.memory_bytes = cp_gen_memory_used(g) + cp_labels_memory_used() +
+                       cp_symbols_memory_used() + cp_dwarf_memory_used() +
+                       cp_stats_fixed_memory();
+  meta.stats = &stats;
   /* A process that has recorded nothing yet (a short-lived program, such
    * as a shell's child under LD_PRELOAD) writes or uploads no profile.
    * Once one is out, every period gets one, empty or not (the live heap may
@@ -76,10 +93,12 @@ static void export_period(void) {
   if (up.seq == 0 && cp_gen_samples_added(g) == 0 &&
       meta.nendpoint_counts == 0) {
     cp_debug("period with no samples: no profile");
+    up.unreported = stats;
   } else {
     meta.seq = up.seq++;
     for (size_t i = 0; i < up.nsinks; i++)
       up.sinks[i]->send(up.sinks[i], g, &meta);
+    cp_stats_publish(&stats);
   }
   free(endpoints);
   cp_gen_destroy(g);
@@ -145,6 +164,7 @@ int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   up.exit_timeout_ns = (uint64_t)cfg->exit_timeout_ms * 1000000ull;
   up.period_start_ns = cp_realtime_ns();
   up.stop = 0;
+  memset(&up.unreported, 0, sizeof up.unreported);
   up.seq = 0; /* a start makes a new runtime-id: its profiles count from 0 */
   up.flush_requested = up.flush_completed = 0;
   int rc = cp_start_internal_thread(&up.thread, uploader_thread, NULL,

@@ -65,6 +65,7 @@ static void test_defaults(void) {
   CHECK_EQ_INT(cfg.log_level, CP_LOG_WARN);
   CHECK_EQ_INT(cfg.max_memory_bytes, 64u << 20);
   CHECK_EQ_INT(cfg.symbols_max_bytes, 128u << 20);
+  CHECK(cfg.max_overhead_pct == 2.0);
   cp_config_free(&cfg);
 }
 
@@ -81,6 +82,7 @@ static void test_all_variables(void) {
                    {"CONTPROF_LOG_LEVEL", "error"},
                    {"CONTPROF_MAX_MEMORY_MB", "8"},
                    {"CONTPROF_SYMBOLS_MAX_MB", "16"},
+                   {"CONTPROF_MAX_OVERHEAD_PCT", "0.5"},
                    {"CONTPROF_ENABLED", "true"}}};
   cp_config cfg;
   char err[4096];
@@ -105,6 +107,7 @@ static void test_all_variables(void) {
   CHECK_EQ_INT(cfg.log_level, CP_LOG_ERROR);
   CHECK_EQ_INT(cfg.max_memory_bytes, 8u << 20);
   CHECK_EQ_INT(cfg.symbols_max_bytes, 16u << 20);
+  CHECK(cfg.max_overhead_pct == 0.5);
   cp_config_free(&cfg);
   cp_log_set_level(CP_LOG_WARN);
 }
@@ -220,6 +223,22 @@ static void test_bad_values(void) {
   CHECK_EQ_INT(load(&cfg, NULL, &spool, err, sizeof err), 0);
   CHECK_EQ_STR(err, "");
   CHECK_EQ_INT(cfg.spool_max_bytes, 5 << 20);
+  cp_config_free(&cfg);
+
+  /* The overhead cap: a percentage, else one line and the default. */
+  const char *caps[] = {"abc", "-1", "101", "nan", "1%", "inf", "2,5"};
+  for (size_t i = 0; i < sizeof caps / sizeof *caps; i++) {
+    fake_env cap = {{{"CONTPROF_MAX_OVERHEAD_PCT", caps[i]}}};
+    CHECK_EQ_INT(load(&cfg, NULL, &cap, err, sizeof err), 0);
+    CHECK_EQ_INT(count_lines(err), 1);
+    CHECK(strstr(err, "CONTPROF_MAX_OVERHEAD_PCT") && strstr(err, "using 2"));
+    CHECK(cfg.max_overhead_pct == 2.0);
+    cp_config_free(&cfg);
+  }
+  fake_env off = {{{"CONTPROF_MAX_OVERHEAD_PCT", " 0 "}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &off, err, sizeof err), 0);
+  CHECK_EQ_STR(err, "");
+  CHECK(cfg.max_overhead_pct == 0);
   cp_config_free(&cfg);
 
   fake_env tags = {{{"CONTPROF_TAGS", "good:1,bad,:novalue,ok:2"}}};

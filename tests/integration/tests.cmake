@@ -36,6 +36,25 @@ target_include_directories(test_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(test_api PRIVATE _GNU_SOURCE)
 add_test(NAME test_api COMMAND test_api)
 
+# Self-telemetry: the profiler's reported CPU against the kernel's count.
+add_executable(test_overhead integration/test_overhead.c)
+target_link_libraries(test_overhead PRIVATE contprof contprof_pprof_reader
+  Threads::Threads m)
+target_include_directories(test_overhead PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(test_overhead PRIVATE _GNU_SOURCE)
+add_test(NAME test_overhead COMMAND test_overhead)
+set_tests_properties(test_overhead PROPERTIES TIMEOUT 120)
+
+# The overhead cap: a pathological program, with and without it.
+add_executable(overhead_workload integration/overhead_workload.c)
+target_link_libraries(overhead_workload PRIVATE Threads::Threads)
+target_compile_options(overhead_workload PRIVATE -O2 -g)
+set_target_properties(overhead_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_governor integration/test_governor.c)
+add_dependencies(test_governor overhead_workload contprof_cli contprof_preload)
+set_tests_properties(test_governor PROPERTIES TIMEOUT 180)
+
 # Label memory: bounded values, sets freed when unheld (issue #15, item 7).
 add_executable(test_labels integration/test_labels.c)
 target_link_libraries(test_labels PRIVATE contprof contprof_pprof_reader

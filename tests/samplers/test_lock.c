@@ -418,7 +418,7 @@ typedef struct lock_totals {
 static lock_totals take_lock_totals(pid_t tid) {
   lock_totals t = {0, 0};
   uint64_t drops;
-  cp_generation *g = cp_agg_swap(&drops);
+  cp_generation *g = cp_agg_swap(&drops, NULL);
   CHECK(g != NULL);
   if (!g)
     return t;
@@ -541,7 +541,7 @@ static void test_wait_totals_match_measured(void) {
   uint64_t measured_wait = 0, measured_count = 0;
   lock_totals profiled = {0, 0};
   uint64_t drops;
-  cp_generation *g = cp_agg_swap(&drops);
+  cp_generation *g = cp_agg_swap(&drops, NULL);
   CHECK(g != NULL);
   CHECK_EQ_INT(drops, 0);
   for (size_t i = 0; g && i < cp_gen_sample_count(g); i++) {

@@ -23,6 +23,7 @@
 #include "exporter/pprof_read.h"
 #include "labels.h"
 #include "server.h"
+#include "stats.h"
 #include "test.h"
 #include "upload/datadog.h"
 #include "upload/http.h"
@@ -54,6 +55,15 @@ static cp_generation *make_generation(int n, contprof_sample_kind kind,
   return g;
 }
 
+/* What the profiler cost in the period, as the uploader measures it. */
+static const cp_period_stats test_costs = {
+    .threads_cpu_ns = 3000000,
+    .hooks_ns = 1000000,
+    .process_cpu_ns = 400000000,
+    .samples = {[CONTPROF_KIND_CPU] = 50},
+    .memory_bytes = 3 << 20,
+};
+
 static cp_export_meta make_meta(const cp_config *cfg, uint64_t seq) {
   uint64_t base = 1767225600ull * 1000000000ull; /* 2026-01-01 */
   uint64_t now = cp_realtime_ns();
@@ -70,6 +80,7 @@ static cp_export_meta make_meta(const cp_config *cfg, uint64_t seq) {
       .end_ns = base + (seq + 1) * 1000000000ull,
       .seq = seq,
       .cpu_period_ns = 10000000,
+      .stats = &test_costs,
   };
   return m;
 }
@@ -197,6 +208,12 @@ static long check_datadog_request(const srv_request *r, const char *path,
   CHECK(strstr(json, "\"endpoint_counts\":") != NULL);
   CHECK(strstr(json, "\"process_tags\":") != NULL);
   CHECK(strstr(json, "\"internal\":{") != NULL);
+  /* What the profiler cost (docs/overhead.md), as the pprof's comments. */
+  CHECK(strstr(json, "\"profiler_cpu_ns\":") != NULL);
+  CHECK(strstr(json, "\"process_cpu_ns\":") != NULL);
+  CHECK(strstr(json, "\"profiler_overhead_pct\":") != NULL);
+  CHECK(strstr(json, "\"profiler_rss_bytes\":") != NULL);
+  CHECK(strstr(json, "\"samples.cpu\":") != NULL);
   CHECK(strstr(json, "\"info\":{") != NULL);
   const char *ts = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
                    "\\.[0-9]{9}Z$";

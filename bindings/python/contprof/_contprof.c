@@ -1288,6 +1288,7 @@ static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
 static void *sampler_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "contprof-python");
+  contprof_own_thread_begin(); /* its CPU is the profiler's */
   PyGILState_STATE g = PyGILState_UNLOCKED;
   PyThreadState *saved = NULL;
   if (sampler.needs_gil) {
@@ -1337,6 +1338,7 @@ static void *sampler_main(void *arg) {
     PyEval_RestoreThread(saved);
     PyGILState_Release(g);
   }
+  contprof_own_thread_end();
   return NULL;
 }
 
@@ -1346,6 +1348,7 @@ static void *sampler_main(void *arg) {
 static void *namer_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "contprof-pyname");
+  contprof_own_thread_begin(); /* its CPU is the profiler's */
   PyGILState_STATE g = PyGILState_Ensure();
   sampler.namer_key = ts_key(PyThreadState_Get());
   if (pthread_tid_off >= 0 &&
@@ -1382,6 +1385,7 @@ static void *namer_main(void *arg) {
   pthread_mutex_unlock(&sampler.lock);
   PyEval_RestoreThread(saved);
   PyGILState_Release(g);
+  contprof_own_thread_end();
   return NULL;
 }
 

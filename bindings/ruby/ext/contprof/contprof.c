@@ -759,6 +759,7 @@ static void on_newobj(VALUE tpval, void *data) {
 
 static void *ticker_main(void *arg) {
   (void)arg;
+  contprof_own_thread_begin(); /* its CPU is the profiler's */
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -807,6 +808,7 @@ static void *ticker_main(void *arg) {
   }
   pthread_mutex_unlock(&st.lock);
   free(frames);
+  contprof_own_thread_end();
   return NULL;
 }
 

@@ -1,0 +1,293 @@
+/* The profiler's own costs (see stats.h and docs/overhead.md). Thread CPU
+ * comes from each of our threads' CPU clocks, read at the end of a period;
+ * a thread that ends first adds its final CPU time to `retired`. Handler and
+ * hook times are added, lock-free, by the samplers. */
+#include "stats.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+
+/* Our threads: the aggregator, the uploader, one per HTTP sink, the wall
+ * timer, and a binding's sampler threads. More are not counted (said once). */
+#define MAX_OWN_THREADS 64
+
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    pthread_t thread;
+    clockid_t clock;
+    int used;
+    int kind; /* the one sampler it works for, or -1: all of them */
+  } threads[MAX_OWN_THREADS];
+  uint64_t retired_ns; /* CPU of our threads that have ended */
+  uint64_t retired_kind_ns[CONTPROF_KIND_COUNT]; /* the part of each kind */
+  uint64_t last_threads_ns, last_process_ns;
+  uint64_t last_hook_ns[CONTPROF_KIND_COUNT];
+  int warned_full;
+  cp_period_stats last, total; /* published periods */
+} st = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static _Atomic uint64_t hook_ns[CONTPROF_KIND_COUNT];
+static uint64_t threads_cpu_locked(void);
+static uint64_t kind_threads_cpu_locked(int kind);
+static uint64_t clock_ns(clockid_t clock);
+static _Atomic uint64_t fixed_memory[CP_STATS_MEM_COUNT];
+static _Atomic uint64_t extra_samples[CONTPROF_KIND_COUNT];
+static _Atomic uint64_t drained_samples[CONTPROF_KIND_COUNT];
+static _Atomic unsigned slowdown[CONTPROF_KIND_COUNT];
+static _Atomic unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* this period */
+
+static _Atomic uint64_t drain_ns;
+
+void cp_stats_add_drain_ns(uint64_t ns) {
+  atomic_fetch_add_explicit(&drain_ns, ns, memory_order_relaxed);
+}
+
+void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n) {
+  if ((unsigned)kind < CONTPROF_KIND_COUNT)
+    atomic_fetch_add_explicit(&drained_samples[kind], n, memory_order_relaxed);
+}
+
+void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
+  if ((unsigned)kind >= CONTPROF_KIND_COUNT)
+    return;
+  atomic_store_explicit(&slowdown[kind], factor, memory_order_relaxed);
+  unsigned max =
+      atomic_load_explicit(&slowdown_max[kind], memory_order_relaxed);
+  while (factor > max && !atomic_compare_exchange_weak_explicit(
+                             &slowdown_max[kind], &max, factor,
+                             memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+void cp_stats_totals_read(cp_stats_totals *out) {
+  pthread_mutex_lock(&st.lock);
+  out->threads_cpu_ns = threads_cpu_locked();
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    out->kind_threads_cpu_ns[k] = kind_threads_cpu_locked(k);
+  pthread_mutex_unlock(&st.lock);
+  out->process_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  out->drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    out->hook_ns[k] = atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
+    out->samples[k] =
+        atomic_load_explicit(&drained_samples[k], memory_order_relaxed);
+  }
+}
+
+void cp_stats_add_samples(contprof_sample_kind kind, uint64_t n) {
+  if ((unsigned)kind < CONTPROF_KIND_COUNT)
+    atomic_fetch_add_explicit(&extra_samples[kind], n, memory_order_relaxed);
+}
+
+static uint64_t clock_ns(clockid_t clock) {
+  struct timespec ts;
+  if (clock_gettime(clock, &ts) != 0)
+    return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void cp_stats_thread_begin(void) {
+  clockid_t clock;
+  if (pthread_getcpuclockid(pthread_self(), &clock) != 0)
+    return;
+  pthread_mutex_lock(&st.lock);
+  size_t i = 0;
+  while (i < MAX_OWN_THREADS && st.threads[i].used)
+    i++;
+  if (i < MAX_OWN_THREADS) {
+    st.threads[i].thread = pthread_self();
+    st.threads[i].clock = clock;
+    st.threads[i].used = 1;
+    st.threads[i].kind = -1;
+  } else if (!st.warned_full) {
+    st.warned_full = 1;
+    cp_info("more than %d profiler threads: the CPU of the others is not "
+            "counted in profiler_cpu_ns",
+            MAX_OWN_THREADS);
+  }
+  pthread_mutex_unlock(&st.lock);
+}
+
+void cp_stats_thread_end(void) {
+  pthread_t self = pthread_self();
+  pthread_mutex_lock(&st.lock);
+  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
+    if (st.threads[i].used && pthread_equal(st.threads[i].thread, self)) {
+      uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+      st.retired_ns += cpu;
+      if (st.threads[i].kind >= 0)
+        st.retired_kind_ns[st.threads[i].kind] += cpu;
+      st.threads[i].used = 0;
+      break;
+    }
+  pthread_mutex_unlock(&st.lock);
+}
+
+void cp_stats_thread_works_for(contprof_sample_kind kind) {
+  pthread_t self = pthread_self();
+  pthread_mutex_lock(&st.lock);
+  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
+    if (st.threads[i].used && pthread_equal(st.threads[i].thread, self) &&
+        (unsigned)kind < CONTPROF_KIND_COUNT)
+      st.threads[i].kind = (int)kind;
+  pthread_mutex_unlock(&st.lock);
+}
+
+/* Caller holds st.lock. The CPU of the threads that work for kind alone. */
+static uint64_t kind_threads_cpu_locked(int kind) {
+  uint64_t sum = st.retired_kind_ns[kind];
+  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
+    if (st.threads[i].used && st.threads[i].kind == kind)
+      sum += clock_ns(st.threads[i].clock);
+  return sum;
+}
+
+/* Async-signal-safe: one relaxed atomic add. */
+void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns) {
+  if ((unsigned)kind < CONTPROF_KIND_COUNT)
+    atomic_fetch_add_explicit(&hook_ns[kind], ns, memory_order_relaxed);
+}
+
+static CP_TLS uint8_t hook_ticks[CONTPROF_KIND_COUNT];
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Async-signal-safe: a thread-local counter, and one clock read (a system
+ * call) in CP_STATS_HOOK_EVERY calls. */
+uint64_t cp_stats_hook_begin(contprof_sample_kind kind) {
+  if ((unsigned)kind >= CONTPROF_KIND_COUNT ||
+      ++hook_ticks[kind] % CP_STATS_HOOK_EVERY)
+    return 0;
+  return thread_cpu_ns();
+}
+
+/* Async-signal-safe: a clock read and a relaxed atomic add. */
+void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
+  if (!began)
+    return;
+  uint64_t now = thread_cpu_ns();
+  if (now > began)
+    cp_stats_add_hook_ns(kind, (now - began) * CP_STATS_HOOK_EVERY);
+}
+
+void cp_stats_set_fixed_memory(int which, uint64_t bytes) {
+  if (which >= 0 && which < CP_STATS_MEM_COUNT)
+    atomic_store_explicit(&fixed_memory[which], bytes, memory_order_relaxed);
+}
+
+uint64_t cp_stats_fixed_memory(void) {
+  uint64_t sum = 0;
+  for (int i = 0; i < CP_STATS_MEM_COUNT; i++)
+    sum += atomic_load_explicit(&fixed_memory[i], memory_order_relaxed);
+  return sum;
+}
+
+/* Caller holds st.lock. */
+static uint64_t threads_cpu_locked(void) {
+  uint64_t sum = st.retired_ns;
+  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
+    if (st.threads[i].used)
+      sum += clock_ns(st.threads[i].clock);
+  return sum;
+}
+
+static uint64_t delta(uint64_t now, uint64_t *last) {
+  uint64_t d = now >= *last ? now - *last : 0;
+  *last = now;
+  return d;
+}
+
+void cp_stats_take(cp_period_stats *out) {
+  pthread_mutex_lock(&st.lock);
+  out->threads_cpu_ns += delta(threads_cpu_locked(), &st.last_threads_ns);
+  out->process_cpu_ns +=
+      delta(clock_ns(CLOCK_PROCESS_CPUTIME_ID), &st.last_process_ns);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    uint64_t hook =
+        delta(atomic_load_explicit(&hook_ns[k], memory_order_relaxed),
+              &st.last_hook_ns[k]);
+    out->hook_ns[k] += hook;
+    out->hooks_ns += hook;
+    out->samples[k] +=
+        atomic_exchange_explicit(&extra_samples[k], 0, memory_order_relaxed);
+    /* The slowdown now, and the most since the last period's end (at least
+     * the one now: a period that saw no change reports it). */
+    unsigned now = atomic_load_explicit(&slowdown[k], memory_order_relaxed);
+    unsigned most =
+        atomic_exchange_explicit(&slowdown_max[k], now, memory_order_relaxed);
+    out->slowdown[k] = now ? now : 1;
+    out->slowdown_max[k] = most > now ? most : out->slowdown[k];
+  }
+  pthread_mutex_unlock(&st.lock);
+}
+
+void cp_stats_reset(void) {
+  pthread_mutex_lock(&st.lock);
+  st.last_threads_ns = threads_cpu_locked();
+  st.last_process_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    st.last_hook_ns[k] =
+        atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
+  memset(&st.last, 0, sizeof st.last);
+  memset(&st.total, 0, sizeof st.total);
+  pthread_mutex_unlock(&st.lock);
+}
+
+void cp_stats_after_fork_child(void) {
+  pthread_mutex_init(&st.lock, NULL);
+  memset(st.threads, 0, sizeof st.threads);
+  st.retired_ns = 0;
+  atomic_store_explicit(&drain_ns, 0, memory_order_relaxed);
+  memset(st.retired_kind_ns, 0, sizeof st.retired_kind_ns);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    atomic_store_explicit(&hook_ns[k], 0, memory_order_relaxed);
+    atomic_store_explicit(&drained_samples[k], 0, memory_order_relaxed);
+  }
+  st.last_threads_ns = 0;
+  /* The child's CPU clock starts at zero. */
+  st.last_process_ns = 0;
+  memset(st.last_hook_ns, 0, sizeof st.last_hook_ns);
+  memset(&st.last, 0, sizeof st.last);
+  memset(&st.total, 0, sizeof st.total);
+}
+
+double cp_stats_overhead_pct(const cp_period_stats *s) {
+  if (!s->process_cpu_ns)
+    return 0;
+  return 100.0 * (double)(s->threads_cpu_ns + s->hooks_ns) /
+         (double)s->process_cpu_ns;
+}
+
+void cp_stats_publish(const cp_period_stats *p) {
+  pthread_mutex_lock(&st.lock);
+  st.last = *p;
+  st.total.threads_cpu_ns += p->threads_cpu_ns;
+  st.total.hooks_ns += p->hooks_ns;
+  st.total.process_cpu_ns += p->process_cpu_ns;
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    st.total.hook_ns[k] += p->hook_ns[k];
+    st.total.samples[k] += p->samples[k];
+    st.total.drops[k] += p->drops[k];
+  }
+  st.total.memory_bytes = p->memory_bytes;
+  pthread_mutex_unlock(&st.lock);
+}
+
+void cp_stats_read(cp_period_stats *last, cp_period_stats *total) {
+  pthread_mutex_lock(&st.lock);
+  if (last)
+    *last = st.last;
+  if (total)
+    *total = st.total;
+  pthread_mutex_unlock(&st.lock);
+}

@@ -1,0 +1,99 @@
+/* What the profiler costs the process it runs in: the CPU of its own threads,
+ * the time its handlers and hooks take on the application's threads, and its
+ * samples and drops per kind, reported in every profile (docs/overhead.md). */
+#ifndef CP_STATS_H
+#define CP_STATS_H
+
+#include <stdint.h>
+
+#include "contprof/runtime.h"
+
+/* The calling thread is one of the profiler's own: its CPU time is the
+ * profiler's until cp_stats_thread_end. cp_start_internal_thread calls both
+ * around the thread's function. Not async-signal-safe. */
+void cp_stats_thread_begin(void);
+void cp_stats_thread_end(void);
+/* The calling thread (one of ours) works for the sampler of kind alone (the
+ * wall timer): the governor charges its CPU to that sampler, not to all. */
+void cp_stats_thread_works_for(contprof_sample_kind kind);
+
+/* Async-signal-safe, lock-free: ns spent in a handler or hook of kind on an
+ * application thread. */
+void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns);
+
+/* Times a handler or a sampled hook, on the thread's CPU clock: wall time
+ * would also count the time the thread waits to run again when it is
+ * preempted inside the handler, which on a loaded machine was most of it
+ * (90 us a sample against 16 us of CPU). The clock is a system call (about
+ * 0.5 us here), so one call in CP_STATS_HOOK_EVERY of each kind on each
+ * thread is timed and counts for that many: the cost of one sample varies
+ * little, and the estimate stays unbiased. Both are async-signal-safe;
+ * begin returns 0 when this call is not timed. */
+#define CP_STATS_HOOK_EVERY 8
+uint64_t cp_stats_hook_begin(contprof_sample_kind kind);
+void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
+
+/* Samples of kind made outside the aggregator's ring (the live-heap
+ * snapshot at each export); added to the next cp_stats_take. */
+void cp_stats_add_samples(contprof_sample_kind kind, uint64_t n);
+
+/* Samples the aggregator took from the ring (its drain thread), and the CPU
+ * time it spent taking them: the part of the profiler's threads' work that
+ * grows with the samples (the rest, exports and uploads, grows with the
+ * periods). */
+void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n);
+void cp_stats_add_drain_ns(uint64_t ns);
+
+/* The sums since the process started, for the governor (samplers/governor.c):
+ * its own windows, whatever the periods. Not async-signal-safe. */
+typedef struct cp_stats_totals {
+  uint64_t threads_cpu_ns;                           /* all of our threads */
+  uint64_t kind_threads_cpu_ns[CONTPROF_KIND_COUNT]; /* of them, per kind */
+  uint64_t hook_ns[CONTPROF_KIND_COUNT];
+  uint64_t process_cpu_ns;
+  uint64_t samples[CONTPROF_KIND_COUNT];
+  uint64_t drain_ns; /* of threads_cpu_ns, the aggregator's draining */
+} cp_stats_totals;
+void cp_stats_totals_read(cp_stats_totals *out);
+
+/* The governor's slowdown of kind's sampling (1: as configured; the rate is
+ * the configured one divided by it), for each profile to report. */
+void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor);
+
+/* Fixed memory the profiler holds apart from what the uploader reads from
+ * its modules (the ring, the live-heap table): set once, at creation. */
+enum { CP_STATS_MEM_RING, CP_STATS_MEM_HEAP_TABLE, CP_STATS_MEM_COUNT };
+void cp_stats_set_fixed_memory(int which, uint64_t bytes);
+uint64_t cp_stats_fixed_memory(void);
+
+/* One period's costs; cp_stats_take adds to *out the times, the process CPU
+ * and the samples made outside the ring since its previous call (the first
+ * call: since cp_stats_reset). */
+typedef struct cp_period_stats {
+  uint64_t threads_cpu_ns;                    /* the profiler's threads */
+  uint64_t hooks_ns;                          /* on application threads */
+  uint64_t hook_ns[CONTPROF_KIND_COUNT];      /* the same, per kind */
+  uint64_t process_cpu_ns;                    /* the whole process */
+  uint64_t samples[CONTPROF_KIND_COUNT];      /* filled by the aggregator */
+  uint64_t drops[CONTPROF_KIND_COUNT];        /* filled by the aggregator */
+  uint64_t memory_bytes;                      /* filled by the uploader */
+  unsigned slowdown[CONTPROF_KIND_COUNT];     /* at the period's end */
+  unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* the most in the period */
+} cp_period_stats;
+
+/* Uploader thread (one caller at a time). */
+void cp_stats_take(cp_period_stats *out);
+/* Starts the counting afresh (profiler start). */
+void cp_stats_reset(void);
+/* In a fork child: the parent's threads are not ours. */
+void cp_stats_after_fork_child(void);
+
+/* Profiler CPU (threads + hooks) over the process's, in percent (0 when the
+ * process used none). */
+double cp_stats_overhead_pct(const cp_period_stats *s);
+
+/* The last finished period and the totals since start, for contprof_stats. */
+void cp_stats_publish(const cp_period_stats *period);
+void cp_stats_read(cp_period_stats *last, cp_period_stats *total);
+
+#endif

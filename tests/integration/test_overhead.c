@@ -1,0 +1,194 @@
+/* Self-telemetry (docs/overhead.md): the CPU each profile says the
+ * profiler's threads used agrees with what the kernel counted for them, the
+ * profile's cost comments add up, and contprof_stats sums the profiles. */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "contprof/profiler.h"
+#include "harness.h"
+#include "test.h"
+
+static uint64_t clock_ns(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static volatile double sink;
+/* Spins for *arg ns of its own CPU time, however loaded the machine. */
+static void *spin(void *arg) {
+  uint64_t end = clock_ns(CLOCK_THREAD_CPUTIME_ID) + *(uint64_t *)arg;
+  double x = 1;
+  while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < end)
+    for (int i = 0; i < 1000; i++)
+      x = x * 1.0000001 + 0.5;
+  sink += x;
+  return NULL;
+}
+
+static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
+static int idle_done;
+static void *idle(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&idle_lock);
+  while (!idle_done)
+    pthread_cond_wait(&idle_cond, &idle_lock);
+  pthread_mutex_unlock(&idle_lock);
+  return NULL;
+}
+
+/* CPU the kernel counted for the threads named contprof-*: the first field
+ * of each one's schedstat (ns on the CPU); -1 when it cannot be read. */
+static double profiler_threads_cpu_from_proc(int *nthreads) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return -1;
+  double sum = 0;
+  *nthreads = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue;
+    if (!fgets(comm, sizeof comm, f))
+      comm[0] = 0;
+    fclose(f);
+    if (strncmp(comm, "contprof-", 9) != 0)
+      continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+    f = fopen(path, "r");
+    unsigned long long run_ns = 0;
+    int ok = f && fscanf(f, "%llu", &run_ns) == 1;
+    if (f)
+      fclose(f);
+    if (!ok) {
+      closedir(d);
+      return -1;
+    }
+    sum += (double)run_ns;
+    ++*nthreads;
+  }
+  closedir(d);
+  return sum;
+}
+
+static double number(const pprof_profile *p, const char *key) {
+  const char *v = profile_comment(p, key);
+  CHECK(v != NULL);
+  return v ? strtod(v, NULL) : -1;
+}
+
+/* Two threads spin 1.5 s of CPU each at 1000 Hz CPU sampling while 200 idle
+ * threads are wall sampled every millisecond: the wall timer and the aggregator
+ * work hard enough (hundreds of ms) for a 10% comparison to mean something. */
+static void test_profiler_cpu_matches_the_kernel(void) {
+  char *dir = make_temp_dir("overhead");
+  setenv("CONTPROF_WALL_INTERVAL_MS", "1", 1);
+  contprof_options o = {.output_dir = dir,
+                        .profiles = "cpu,wall",
+                        .cpu_hz = 1000,
+                        .upload_period_s = 3600};
+  contprof_overhead before_start;
+  contprof_stats(NULL, &before_start);
+  uint64_t process_before = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  enum { IDLE = 200 };
+  pthread_t idlers[IDLE], spinners[2];
+  for (int i = 0; i < IDLE; i++)
+    pthread_create(&idlers[i], NULL, idle, NULL);
+  uint64_t spin_ns = 1500000000ull;
+  for (int i = 0; i < 2; i++)
+    pthread_create(&spinners[i], NULL, spin, &spin_ns);
+  for (int i = 0; i < 2; i++)
+    pthread_join(spinners[i], NULL);
+
+  int nthreads = 0;
+  double proc_ns = profiler_threads_cpu_from_proc(&nthreads);
+  CHECK_EQ_INT(contprof_flush(), 0);
+  uint64_t process_after = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  contprof_overhead last, total;
+  contprof_stats(&last, &total);
+  fprintf(stderr,
+          "profiler threads: %.1f ms by /proc (%d threads), %.1f ms "
+          "reported; handlers %.1f ms; process %.1f ms; overhead %.2f%%\n",
+          proc_ns / 1e6, nthreads, last.profiler_threads_cpu_ns / 1e6,
+          last.profiler_hooks_ns / 1e6, last.process_cpu_ns / 1e6,
+          last.profiler_overhead_pct);
+  CHECK(nthreads >= 3); /* aggregator, uploader, wall timer */
+  CHECK(proc_ns > 50e6);
+  CHECK(fabs((double)last.profiler_threads_cpu_ns - proc_ns) <= 0.10 * proc_ns);
+  /* The period's process CPU: from start to the flush. */
+  double process = (double)(process_after - process_before);
+  CHECK(last.process_cpu_ns <= process_after - process_before);
+  CHECK((double)last.process_cpu_ns >= 0.9 * process);
+  /* Handlers ran: 1000 Hz on two threads for 1.5 s each, and wall
+   * samples. */
+  CHECK(last.profiler_hooks_ns > 0);
+  CHECK(last.profiler_hooks_ns < last.process_cpu_ns / 5);
+  CHECK_EQ_INT(last.profiler_cpu_ns,
+               last.profiler_threads_cpu_ns + last.profiler_hooks_ns);
+  CHECK(last.samples > 3000);
+  CHECK(total.samples == last.samples);
+
+  /* The profile says the same. */
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    const pprof_profile *p = profiles[0];
+    CHECK_NEAR(number(p, "profiler_cpu_ns"), (double)last.profiler_cpu_ns, 0.5);
+    CHECK_NEAR(number(p, "profiler_threads_cpu_ns"),
+               (double)last.profiler_threads_cpu_ns, 0.5);
+    CHECK_NEAR(number(p, "process_cpu_ns"), (double)last.process_cpu_ns, 0.5);
+    CHECK_NEAR(number(p, "profiler_overhead_pct"),
+               100.0 * (double)last.profiler_cpu_ns /
+                   (double)last.process_cpu_ns,
+               0.001);
+    double cpu = number(p, "samples.cpu"), wall = number(p, "samples.wall");
+    CHECK(cpu > 1500); /* about 3000: 1000 Hz over 3 s of CPU */
+    CHECK(wall > 1000);
+    CHECK_NEAR(cpu + wall + number(p, "drops.cpu") + number(p, "drops.wall"),
+               (double)(last.samples + last.drops), 0.5);
+    CHECK(profile_comment(p, "samples.alloc") == NULL); /* not profiled */
+    CHECK(number(p, "profiler_rss_bytes") >= 2 * 1024 * 1024); /* the ring */
+    CHECK_NEAR(number(p, "profiler_rss_bytes"), (double)last.profiler_rss_bytes,
+               0.5);
+    pprof_profile_free(profiles[0]);
+  }
+
+  pthread_mutex_lock(&idle_lock);
+  idle_done = 1;
+  pthread_cond_broadcast(&idle_cond);
+  pthread_mutex_unlock(&idle_lock);
+  for (int i = 0; i < IDLE; i++)
+    pthread_join(idlers[i], NULL);
+  CHECK_EQ_INT(contprof_stop(), 0);
+  contprof_stats(&last, &total);
+  /* Since start: both profiles (the stop wrote the second). */
+  CHECK(total.samples >= last.samples);
+  CHECK(total.process_cpu_ns >= last.process_cpu_ns);
+  unsetenv("CONTPROF_WALL_INTERVAL_MS");
+  remove_dir(dir);
+  (void)before_start;
+}
+
+static void test_stats_before_any_profile(void) {
+  contprof_overhead last, total;
+  memset(&last, 0xff, sizeof last);
+  contprof_stats(&last, NULL);
+  contprof_stats(NULL, &total);
+  contprof_stats(NULL, NULL);
+  CHECK_EQ_INT(last.samples, 0);
+  CHECK_EQ_INT(last.profiler_cpu_ns, 0);
+  CHECK(last.profiler_overhead_pct == 0);
+}
+
+TEST_MAIN(T(test_stats_before_any_profile),
+          T(test_profiler_cpu_matches_the_kernel))
