@@ -3,8 +3,9 @@
 # pre-generated period of 96,000 CPU samples), this tree against a base
 # commit, both built with the same flags and run interleaved in one go:
 # ROUNDS rounds of (base, this tree), each REPEATS repeats; medians of the
-# cold (fresh generation) and warm (same samples again) figures, and the
-# ratio this/base. The load average is printed before and after.
+# cold (fresh generation) and warm (same samples again) figures, in thread
+# CPU time, and the ratio this/base. The load average is printed before and
+# after.
 #
 #   bench/drain.sh [BASE_COMMIT]   (default: where this branch left main)
 # Environment: DRAIN_CASES ("zipf:1 zipf:1.2 uniform:0 replay:0"; replay
@@ -27,11 +28,15 @@ compile() { # source tree, build dir, output
     -ldl -lm
 }
 BUILD_DIR=$BENCH_BUILD_DIR "$root/scripts/build" -DCONTPROF_BUILD_TESTS=OFF >&2
-mkdir -p "$work/base"
-git -C "$root" archive "$base" | tar -x -C "$work/base"
-BUILD_DIR=$work/base/build "$work/base/scripts/build" \
-  -DCONTPROF_BUILD_TESTS=OFF >&2
-compile "$work/base" "$work/base/build" "$work/drain_base"
+# The base tree is kept (build-*/ is ignored) for the next run.
+based=$BENCH_BUILD_DIR-base-$base
+if [[ ! -f $based/build/libcontprof.a ]]; then
+  rm -rf "$based"
+  mkdir -p "$based"
+  git -C "$root" archive "$base" | tar -x -C "$based"
+  BUILD_DIR=$based/build "$based/scripts/build" -DCONTPROF_BUILD_TESTS=OFF >&2
+fi
+compile "$based" "$based/build" "$work/drain_base"
 compile "$root" "$BENCH_BUILD_DIR" "$work/drain_this"
 gzip -dc "$root/bench/stacks/python312_tests.cat.gz" >"$work/real.cat"
 export STORAGE_REPLAY=$work/real.cat
@@ -51,11 +56,19 @@ for c in $CASES; do
     sed -n "s/.* $2=\([0-9.]*\).*/\1/p" "$1" | sort -g |
       awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
   }
+  least() { # file, field
+    sed -n "s/.* $2=\([0-9.]*\).*/\1/p" "$1" | sort -g | head -1
+  }
+  # The median, and the minimum: on a shared machine other load only adds
+  # time, so the least of many runs is the steadiest figure.
   for f in cold_ns_per_sample warm_ns_per_sample; do
     b=$(median "$work/base.txt" $f)
     t=$(median "$work/this.txt" $f)
-    printf 'RESULT drain dist=%s zipf_s=%s %s base=%s this=%s ratio=%.3f (n=%d each)\n' \
+    bm=$(least "$work/base.txt" $f)
+    tm=$(least "$work/this.txt" $f)
+    printf 'RESULT drain dist=%s zipf_s=%s %s median base=%s this=%s ratio=%.3f; min base=%s this=%s ratio=%.3f (n=%d each)\n' \
       "$dist" "$s" "$f" "$b" "$t" "$(awk -v a="$t" -v b="$b" 'BEGIN{print a/b}')" \
+      "$bm" "$tm" "$(awk -v a="$tm" -v b="$bm" 'BEGIN{print a/b}')" \
       $((ROUNDS * REPEATS))
   done
 done

@@ -10,7 +10,7 @@
 #include "frames.h"
 
 /* An open-addressing index of entry numbers: a slot holds entry + 1 (0 =
- * empty) in its low id_bits and the top bits of the entry's hash above
+ * empty) in its low bits (id_mask) and the top bits of the entry's hash above
  * them, so that a probe touches only the entries whose tag matches (about
  * one in a thousand others at a million entries), which keeps probing cheap
  * at up to four fifths full. The capacity grows by half (any size: the home
@@ -18,11 +18,13 @@
  * power-of-two doubling at most half full had cost 8 to 16 bytes per entry,
  * as much as a sample row. */
 typedef struct index {
-  uint32_t *slots;
-  size_t cap; /* slots, or 0 */
+  uint32_t *slots; /* no_slots while empty: a probe finds nothing there */
+  size_t cap;      /* slots, or 0 */
   size_t used;
-  unsigned id_bits; /* 2^id_bits > cap */
+  uint32_t id_mask; /* the entry-number bits: 2^k - 1 > cap */
 } index_t;
+
+static uint32_t no_slots[1];
 
 /* A probe for one hash: candidate entries in slot order. */
 typedef struct probe {
@@ -32,16 +34,13 @@ typedef struct probe {
 
 static probe_t probe_start(const index_t *ix, uint64_t h) {
   probe_t p = {.slot = (size_t)(((h & 0xffffffffu) * (uint64_t)ix->cap) >> 32),
-               .id_mask =
-                   ix->id_bits >= 32 ? UINT32_MAX : (1u << ix->id_bits) - 1};
-  p.tag = (uint32_t)(h >> 32) & ~p.id_mask;
+               .tag = (uint32_t)(h >> 32) & ~ix->id_mask,
+               .id_mask = ix->id_mask};
   return p;
 }
 
 /* The next entry whose tag matches, or -1 at the first empty slot. */
 static int64_t probe_next(const index_t *ix, probe_t *p) {
-  if (!ix->cap)
-    return -1;
   for (;;) {
     uint32_t e = ix->slots[p->slot];
     if (!e)
@@ -253,6 +252,11 @@ static uint64_t thread_hash(const cp_generation *g, uint32_t i) {
   return mix64((uint32_t)g->threads[i].tid);
 }
 
+static void index_free(index_t *ix) {
+  if (ix->slots != no_slots)
+    free(ix->slots);
+}
+
 /* Puts entry i, of hash h, into an index with room for it. */
 static void index_insert(index_t *ix, uint64_t h, uint32_t i) {
   probe_t p = probe_start(ix, h);
@@ -279,17 +283,17 @@ static int index_reserve(cp_generation *g, index_t *ix, size_t next,
   size_t extra = (cap - ix->cap) * sizeof(uint32_t);
   if (g->memory_used + extra > g->memory_limit)
     return -1;
+  unsigned bits = 64 - (unsigned)__builtin_clzll(cap);
   index_t grown = {calloc(cap, sizeof(uint32_t)), cap, 0,
-                   64 - (unsigned)__builtin_clzll(cap)};
+                   bits >= 32 ? UINT32_MAX : (1u << bits) - 1};
   if (!grown.slots)
     return -1;
-  uint32_t id_mask = ix->id_bits >= 32 ? UINT32_MAX : (1u << ix->id_bits) - 1;
   for (size_t i = 0; i < ix->cap; i++)
     if (ix->slots[i]) {
-      uint32_t e = (ix->slots[i] & id_mask) - 1;
+      uint32_t e = (ix->slots[i] & ix->id_mask) - 1;
       index_insert(&grown, hash_of(g, e), e);
     }
-  free(ix->slots);
+  index_free(ix);
   *ix = grown;
   charge(g, part, extra);
   return 0;
@@ -417,6 +421,8 @@ cp_generation *cp_gen_create(uint64_t id, size_t memory_limit) {
   if (!g)
     return NULL;
   g->id = id;
+  g->loc_index.slots = g->node_index.slots = g->row_index.slots =
+      g->context_index.slots = g->thread_index.slots = no_slots;
   /* The root, the empty context and the overflow stack are made up front so
    * that they always fit. */
   g->memory_limit = (size_t)-1;
@@ -448,19 +454,19 @@ void cp_gen_destroy(cp_generation *g) {
     return;
   free(g->locs);
   free(g->loc_words);
-  free(g->loc_index.slots);
+  index_free(&g->loc_index);
   chunk_free(&g->nodes);
-  free(g->node_index.slots);
+  index_free(&g->node_index);
   chunk_free(&g->rows);
-  free(g->row_index.slots);
+  index_free(&g->row_index);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
     chunk_free(&g->values[k].cells);
   chunk_free(&g->contexts);
-  free(g->context_index.slots);
+  index_free(&g->context_index);
   for (size_t i = 0; i < g->nthreads; i++)
     free(g->threads[i].name);
   free(g->threads);
-  free(g->thread_index.slots);
+  index_free(&g->thread_index);
   free(g);
 }
 
