@@ -267,10 +267,15 @@ static void index_insert(index_t *ix, uint64_t h, uint32_t i) {
   ix->used++;
 }
 
+#define ALL_SLOTS ((size_t)-1)
+
 /* Makes room for one more entry, numbered next, within the memory bound.
- * (Entry numbers run ahead of used in the location index, which
- * cp_gen_forget_addresses empties: a slot must still hold next + 1.) */
-static int index_reserve(cp_generation *g, index_t *ix, size_t next,
+ * The index holds entries first..next-1, or with first ALL_SLOTS whichever
+ * are in its slots: the location index, which cp_gen_forget_addresses
+ * empties of program counters, so that its entry numbers run ahead of used
+ * (a slot must still hold next + 1). */
+static int index_reserve(cp_generation *g, index_t *ix, size_t first,
+                         size_t next,
                          uint64_t (*hash_of)(const cp_generation *, uint32_t),
                          size_t *part) {
   if ((ix->used + 1) * 5 <= ix->cap * 4 && next + 1 < ix->cap)
@@ -288,11 +293,19 @@ static int index_reserve(cp_generation *g, index_t *ix, size_t next,
                    bits >= 32 ? UINT32_MAX : (1u << bits) - 1};
   if (!grown.slots)
     return -1;
-  for (size_t i = 0; i < ix->cap; i++)
-    if (ix->slots[i]) {
-      uint32_t e = (ix->slots[i] & ix->id_mask) - 1;
-      index_insert(&grown, hash_of(g, e), e);
-    }
+  if (first != ALL_SLOTS) {
+    /* Entries first..next-1 are all indexed: rehash them in their order,
+     * which reads the tables front to back; slot order reads them at
+     * random, a cache miss per entry once the tables outgrow the cache. */
+    for (size_t e = first; e < next; e++)
+      index_insert(&grown, hash_of(g, (uint32_t)e), (uint32_t)e);
+  } else {
+    for (size_t i = 0; i < ix->cap; i++)
+      if (ix->slots[i]) {
+        uint32_t e = (ix->slots[i] & ix->id_mask) - 1;
+        index_insert(&grown, hash_of(g, e), e);
+      }
+  }
   index_free(ix);
   *ix = grown;
   charge(g, part, extra);
@@ -347,7 +360,8 @@ static int64_t location_of(cp_generation *g, uint64_t word) {
   for (int64_t e; (e = probe_next(&g->loc_index, &p)) >= 0;)
     if (g->loc_words[e] == word)
       return e;
-  if (index_reserve(g, &g->loc_index, g->nlocs, loc_hash, &g->mem.locations) ||
+  if (index_reserve(g, &g->loc_index, ALL_SLOTS, g->nlocs, loc_hash,
+                    &g->mem.locations) ||
       locs_reserve(g))
     return -1;
   uint32_t i = (uint32_t)g->nlocs++;
@@ -367,7 +381,7 @@ static int64_t child_of(cp_generation *g, uint32_t parent, uint32_t loc) {
     if (n->parent == parent && n->location == loc)
       return e;
   }
-  if (index_reserve(g, &g->node_index, g->nnodes, node_hash,
+  if (index_reserve(g, &g->node_index, 1, g->nnodes, node_hash,
                     &g->mem.node_index) ||
       chunk_reserve(g, &g->nodes, g->nnodes, sizeof(cp_node), &g->mem.nodes))
     return -1;
@@ -386,7 +400,7 @@ static int64_t context_of(cp_generation *g, const cp_sample_key *key) {
   for (int64_t e; (e = probe_next(&g->context_index, &p)) >= 0;)
     if (same_context(context_at(g, (size_t)e), &c))
       return e;
-  if (index_reserve(g, &g->context_index, g->ncontexts, context_hash,
+  if (index_reserve(g, &g->context_index, 0, g->ncontexts, context_hash,
                     &g->mem.contexts) ||
       chunk_reserve(g, &g->contexts, g->ncontexts, sizeof(context),
                     &g->mem.contexts))
@@ -407,7 +421,8 @@ static int64_t row_of(cp_generation *g, uint32_t node, uint32_t ctx) {
     if (r->node == node && r->ctx == ctx)
       return e;
   }
-  if (index_reserve(g, &g->row_index, g->nrows, row_hash, &g->mem.row_index) ||
+  if (index_reserve(g, &g->row_index, 0, g->nrows, row_hash,
+                    &g->mem.row_index) ||
       chunk_reserve(g, &g->rows, g->nrows, sizeof(row), &g->mem.rows))
     return -1;
   uint32_t i = (uint32_t)g->nrows++;
@@ -638,7 +653,7 @@ void cp_gen_set_thread_name(cp_generation *g, pid_t tid, const char *name) {
     t->name = copy;
     return;
   }
-  if (index_reserve(g, &g->thread_index, g->nthreads, thread_hash,
+  if (index_reserve(g, &g->thread_index, 0, g->nthreads, thread_hash,
                     &g->mem.threads) ||
       threads_reserve(g))
     return;

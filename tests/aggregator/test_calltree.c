@@ -226,6 +226,45 @@ static void test_values_exact(void) {
   cp_gen_destroy(g);
 }
 
+/* After a library is unloaded the same address may be other code:
+ * cp_gen_forget_addresses makes later samples resolve their addresses
+ * anew (new locations), while the earlier samples keep theirs; the location
+ * index then holds fewer entries than there are locations, and grows past
+ * them. */
+static void test_forget_addresses(void) {
+  cp_generation *g = cp_gen_create(1, 64 << 20);
+  cp_sample_key key = {.tid = 1};
+  size_t before = cp_gen_location_count(g);
+  for (uint64_t i = 0; i < 100; i++) {
+    uint64_t pc = 0x7000 + 16 * i;
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+  }
+  CHECK_EQ_INT(cp_gen_location_count(g) - before, 100);
+  cp_gen_forget_addresses(g);
+  for (uint64_t i = 0; i < 400; i++) {
+    uint64_t pc = 0x7000 + 16 * i;
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+  }
+  /* The first 100 addresses twice (before and after), the others once. */
+  CHECK_EQ_INT(cp_gen_location_count(g) - before, 500);
+  size_t rows = 0;
+  for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
+    cp_sample s;
+    cp_gen_sample(g, i, &s);
+    if (!s.values[CP_V_CPU_SAMPLES])
+      continue;
+    rows++;
+    CHECK_EQ_INT(s.values[CP_V_CPU_SAMPLES], 2);
+    const cp_location *l =
+        cp_gen_location(g, cp_gen_node(g, s.key.node)->location);
+    CHECK(l->address >= 0x7000 && l->address < 0x7000 + 16 * 400);
+  }
+  CHECK_EQ_INT(rows, 500);
+  cp_gen_destroy(g);
+}
+
 static void test_thread_names(void) {
   cp_generation *g = cp_gen_create(1, 1 << 20);
   for (int t = 1; t <= 500; t++) {
@@ -333,5 +372,5 @@ static void test_ring_concurrent(void) {
 TEST_MAIN(T(test_merge_identical), T(test_labels_split_samples),
           T(test_shared_prefixes), T(test_runtime_frame_location),
           T(test_truncated_marker), T(test_memory_bound_overflow),
-          T(test_values_exact), T(test_thread_names),
+          T(test_values_exact), T(test_forget_addresses), T(test_thread_names),
           T(test_ring_order_and_drops), T(test_ring_concurrent))
