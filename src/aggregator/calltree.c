@@ -141,6 +141,7 @@ struct cp_generation {
   size_t nthreads, threads_cap;
   index_t thread_index;
 
+  int forgot; /* cp_gen_forget_addresses ran: not every node is indexed */
   uint32_t overflow_row;
   /* The overflow row's values: kept here, where they always fit. */
   kind_values overflow_values[CONTPROF_KIND_COUNT];
@@ -237,9 +238,14 @@ static uint64_t hash_pair(uint32_t a, uint32_t b) {
 static uint64_t loc_hash(const cp_generation *g, uint32_t i) {
   return mix64(g->loc_words[i]);
 }
+/* Nodes are found by (parent, frame word), so that a frame seen before
+ * costs one probe, not a location probe and then a node probe. */
+static uint64_t node_key_hash(uint32_t parent, uint64_t word) {
+  return mix64(word ^ ((uint64_t)parent * 0x9e3779b97f4a7c15ull));
+}
 static uint64_t node_hash(const cp_generation *g, uint32_t i) {
   const cp_node *n = node_at(g, i);
-  return hash_pair(n->parent, n->location);
+  return node_key_hash(n->parent, g->loc_words[n->location]);
 }
 static uint64_t row_hash(const cp_generation *g, uint32_t i) {
   const row *r = row_at(g, i);
@@ -371,22 +377,26 @@ static int64_t location_of(cp_generation *g, uint64_t word) {
   return i;
 }
 
-/* The child of parent for location loc, created on first sight; -1 past the
- * bound. */
-static int64_t child_of(cp_generation *g, uint32_t parent, uint32_t loc) {
-  uint64_t h = hash_pair(parent, loc);
+/* The child of parent for frame word `word` (its location made on first
+ * sight), created on first sight; -1 past the bound. */
+static int64_t child_of(cp_generation *g, uint32_t parent, uint64_t word) {
+  uint64_t h = node_key_hash(parent, word);
   probe_t p = probe_start(&g->node_index, h);
   for (int64_t e; (e = probe_next(&g->node_index, &p)) >= 0;) {
     const cp_node *n = node_at(g, (size_t)e);
-    if (n->parent == parent && n->location == loc)
+    if (n->parent == parent && g->loc_words[n->location] == word)
       return e;
   }
-  if (index_reserve(g, &g->node_index, 1, g->nnodes, node_hash,
-                    &g->mem.node_index) ||
+  int64_t loc = location_of(g, word);
+  /* After cp_gen_forget_addresses the index holds only some nodes: grow it
+   * from its slots then. */
+  if (loc < 0 ||
+      index_reserve(g, &g->node_index, g->forgot ? ALL_SLOTS : 1, g->nnodes,
+                    node_hash, &g->mem.node_index) ||
       chunk_reserve(g, &g->nodes, g->nnodes, sizeof(cp_node), &g->mem.nodes))
     return -1;
   uint32_t i = (uint32_t)g->nnodes++;
-  *node_at(g, i) = (cp_node){parent, loc};
+  *node_at(g, i) = (cp_node){parent, (uint32_t)loc};
   index_insert(&g->node_index, h, i);
   return i;
 }
@@ -441,14 +451,12 @@ cp_generation *cp_gen_create(uint64_t id, size_t memory_limit) {
   /* The root, the empty context and the overflow stack are made up front so
    * that they always fit. */
   g->memory_limit = (size_t)-1;
-  int64_t loc = -1, node = -1, ctx = -1, r = -1;
+  int64_t node = -1, ctx = -1, r = -1;
   if (chunk_reserve(g, &g->nodes, 0, sizeof(cp_node), &g->mem.nodes) == 0) {
     *node_at(g, 0) = (cp_node){0, 0};
     g->nnodes = 1;
-    loc = location_of(g, cp_frame_overflow());
+    node = child_of(g, 0, cp_frame_overflow());
   }
-  if (loc >= 0)
-    node = child_of(g, 0, (uint32_t)loc);
   if (node >= 0) {
     cp_sample_key empty = {0};
     ctx = context_of(g, &empty);
@@ -574,16 +582,14 @@ int cp_gen_add(cp_generation *g, const uint64_t *frames, size_t nframes,
   g->samples_added++;
   int64_t node = 0;
   if (truncated) {
-    int64_t loc = location_of(g, cp_frame_truncated());
-    node = loc < 0 ? -1 : child_of(g, 0, (uint32_t)loc);
+    node = child_of(g, 0, cp_frame_truncated());
   }
   for (size_t i = nframes; i-- > 0 && node >= 0;) {
     uint64_t word = frames[i];
     /* Callers' return addresses point after the call: step back into it. */
     if (i > 0 && !cp_frame_is_runtime(word) && word > 0)
       word--;
-    int64_t loc = location_of(g, word);
-    node = loc < 0 ? -1 : child_of(g, (uint32_t)node, (uint32_t)loc);
+    node = child_of(g, (uint32_t)node, word);
   }
   int64_t ctx = node < 0 ? -1 : context_of(g, key);
   int64_t r = ctx < 0 ? -1 : row_of(g, (uint32_t)node, (uint32_t)ctx);
@@ -608,6 +614,15 @@ void cp_gen_forget_addresses(cp_generation *g) {
   for (uint32_t i = 0; i < g->nlocs; i++)
     if (cp_frame_is_runtime(g->loc_words[i]))
       index_insert(&g->loc_index, loc_hash(g, i), i);
+  /* Nodes are found by frame word: drop those of the forgotten program
+   * counters, so that their words make new nodes with new locations (the
+   * dropped nodes' children can only be reached through them). */
+  g->forgot = 1;
+  memset(g->node_index.slots, 0, g->node_index.cap * sizeof(uint32_t));
+  g->node_index.used = 0;
+  for (uint32_t i = 1; i < g->nnodes; i++)
+    if (cp_frame_is_runtime(g->loc_words[node_at(g, i)->location]))
+      index_insert(&g->node_index, node_hash(g, i), i);
 }
 
 /* The entry of tid in the thread table, or -1. */
