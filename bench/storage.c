@@ -1,15 +1,22 @@
 /* Storage of the call tree (calltree.c) against a flat per-sample log over a
  * simulated long session: THREADS threads sampled at HZ for MINUTES, stacks
  * drawn from a shared call graph, fed through cp_gen_add as the aggregator
- * does (thread id and label set in the key, CPU kind, one 10 ms sample each).
+ * does (thread id and label set in the key, CPU kind, one sample of about 10 ms
+ * each).
  *
  *   storage DIST [MINUTES] [SPANS] [ZIPF_S]  ->  RESULT lines
+ *   storage DIST SAMPLES SPANS ZIPF_S pprof OUT  ->  the first SAMPLES
+ *     samples as one pprof file (bench/stack_stats.py compares mixes)
  *
  * DIST zipf: 100,000 stacks (random walks of depth 20-40 over 600 functions,
  * each with 2-8 callees, the first callee taken half the time, the next a
  * quarter...) drawn by Zipf rank (exponent ZIPF_S, default 1), so a few
  * thousand dominate and a long tail exists. DIST uniform: the worst case,
- * 1,000,000 walks with every callee equally likely, drawn uniformly. Each
+ * 1,000,000 walks with every callee equally likely, drawn uniformly. DIST
+ * replay: the stacks of a real profile, from the catalogue file named by
+ * STORAGE_REPLAY (bench/stack_stats.py --catalogue), drawn by their weight
+ * there (a fixed catalogue: no tail grows with time, so this mix merges
+ * more than the real program would over an hour). Each
  * thread runs requests of mean 0.5 s, each with one of 20 "endpoint" label sets
  * (drawn independently of the stack, which splits samples more than real code
  * would). SPANS 1 also gives each request its own span id (Datadog code
@@ -38,113 +45,14 @@
 #include "contprof/runtime.h"
 #include "exporter/export.h"
 #include "labels.h"
+#include "stackgen.h"
 
-#define FUNCTIONS 600
-#define MAX_CALLEES 8
-#define MIN_DEPTH 20
-#define MAX_DEPTH 40
-#define ENDPOINTS 20
 #define PERIOD_S 60
 
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s) {
-  return (double)(splitmix(s) >> 11) / 9007199254740992.0;
-}
-
-static int ncallees[FUNCTIONS];
-static int callee[FUNCTIONS][MAX_CALLEES];
-static uint64_t frame_word[FUNCTIONS];
-static int skewed; /* zipf: the first callee half the time, and so on */
-static size_t catalogue;
-static double zipf_s = 1.0;
-static double *zipf_cdf; /* zipf: cumulative weights of ranks 1..catalogue */
-
-/* The stack of catalogue entry i, leaf first; returns its depth. The walk is
- * a function of i alone, so the catalogue needs no memory. */
-static size_t stack_of(uint64_t i, uint64_t *frames) {
-  uint64_t s = i * 0x2545f4914f6cdd1dull + 1;
-  size_t depth = MIN_DEPTH + splitmix(&s) % (MAX_DEPTH - MIN_DEPTH + 1);
-  int f = 0; /* the thread's entry function */
-  frames[depth - 1] = frame_word[f];
-  for (size_t d = depth - 1; d-- > 0;) {
-    uint64_t r = splitmix(&s);
-    int j;
-    if (skewed) {
-      j = 0;
-      while (j < ncallees[f] - 1 && (r & 1)) {
-        j++;
-        r >>= 1;
-      }
-    } else {
-      j = (int)(r % (uint64_t)ncallees[f]);
-    }
-    f = callee[f][j];
-    frames[d] = frame_word[f];
-  }
-  return depth;
-}
-
-static uint64_t draw_stack(uint64_t *rng) {
-  if (!skewed)
-    return splitmix(rng) % catalogue;
-  double u = uniform01(rng) * zipf_cdf[catalogue - 1];
-  size_t lo = 0, hi = catalogue - 1;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (zipf_cdf[mid] < u)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-typedef struct thread_state {
-  uint64_t rng;
-  int request_left; /* samples left in the current request */
-  uint32_t labels;
-  uint64_t span;
-} thread_state;
-
-static uint32_t endpoint_labels[ENDPOINTS];
-static int spans;
-static int threads = 16, hz = 100;
 static const char *lookup(const char *name, void *ctx) {
   (void)name;
   (void)ctx;
   return NULL;
-}
-
-static void threads_reset(thread_state *t) {
-  for (int i = 0; i < threads; i++)
-    t[i] = (thread_state){.rng = 0x1234567ull * (uint64_t)(i + 1)};
-}
-
-/* The next sample of thread i: its stack into frames, its key. */
-static size_t next_sample(thread_state *t, int i, uint64_t *frames,
-                          cp_sample_key *key) {
-  thread_state *ts = &t[i];
-  if (ts->request_left <= 0) {
-    /* Exponential request length, mean 50 samples (0.5 s at 100 Hz). */
-    double u = uniform01(&ts->rng);
-    ts->request_left = 1 + (int)(-50.0 * log1p(-u));
-    ts->labels = endpoint_labels[splitmix(&ts->rng) % ENDPOINTS];
-    ts->span =
-        spans ? ((uint64_t)(i + 1) << 40) + splitmix(&ts->rng) % 1000000 : 0;
-  }
-  ts->request_left--;
-  size_t n = stack_of(draw_stack(&ts->rng), frames);
-  *key = (cp_sample_key){.labels = ts->labels,
-                         .tid = 1000 + i,
-                         .span_id = ts->span,
-                         .local_root_span_id = ts->span};
-  return n;
 }
 
 /* Large blocks are mmapped by malloc and counted apart (hblkhd). */
@@ -157,8 +65,9 @@ static size_t flat_bytes(size_t nframes) {
   return 8 * nframes + 2 + 4 + 4 + 8 + (spans ? 16 : 0);
 }
 
+/* The gzip pprof of g, its size; written to `path` unless NULL. */
 static size_t gzip_pprof(const cp_generation *g, const cp_config *cfg,
-                         uint64_t start_ns, uint64_t seq) {
+                         uint64_t start_ns, uint64_t seq, const char *path) {
   cp_export_meta m = {.cfg = cfg,
                       .host = "bench",
                       .pid = getpid(),
@@ -173,6 +82,11 @@ static size_t gzip_pprof(const cp_generation *g, const cp_config *cfg,
   size_t len = 0;
   if (cp_export_pprof(g, &m, CP_DIALECT_DATADOG, &out, &len) != 0)
     return 0;
+  if (path) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(out, 1, len, f) != len || fclose(f) != 0)
+      len = 0;
+  }
   free(out);
   return len;
 }
@@ -181,39 +95,33 @@ int main(int argc, char **argv) {
   const char *dist = argc > 1 ? argv[1] : "zipf";
   int minutes = argc > 2 ? atoi(argv[2]) : 60;
   spans = argc > 3 ? atoi(argv[3]) : 0;
-  zipf_s = argc > 4 ? atof(argv[4]) : 1.0;
-  skewed = strcmp(dist, "uniform") != 0;
-  catalogue = skewed ? 100000 : 1000000;
+  double s = argc > 4 ? atof(argv[4]) : 1.0;
   cp_config cfg;
   if (cp_config_load(&cfg, NULL, lookup, NULL) != 0)
     return 1;
-
-  uint64_t rng = 42;
-  for (int f = 0; f < FUNCTIONS; f++) {
-    char name[64];
-    snprintf(name, sizeof name, "app::module%d::function_%d", f % 40, f);
-    frame_word[f] = contprof_frame_intern(name, "src/app.cc", 10 + f);
-    ncallees[f] = 2 + (int)(splitmix(&rng) % (MAX_CALLEES - 1));
-    for (int j = 0; j < ncallees[f]; j++)
-      callee[f][j] = 1 + (int)(splitmix(&rng) % (FUNCTIONS - 1));
-  }
-  if (skewed) {
-    zipf_cdf = malloc(catalogue * sizeof *zipf_cdf);
-    double sum = 0;
-    for (size_t r = 0; r < catalogue; r++)
-      zipf_cdf[r] = sum += pow((double)(r + 1), -zipf_s);
-  }
-  for (int e = 0; e < ENDPOINTS; e++) {
-    char v[32];
-    snprintf(v, sizeof v, "GET /api/v1/resource%d", e);
-    contprof_label_scope scope;
-    contprof_label_push("endpoint", v, &scope);
-    endpoint_labels[e] = cp_labels_hold(cp_labels_current());
-    contprof_label_pop(&scope);
+  stackgen_init(strcmp(dist, "uniform") != 0, s);
+  /* replay: the stacks of a real profile, from the catalogue file named by
+   * STORAGE_REPLAY (bench/stack_stats.py --catalogue). */
+  if (strcmp(dist, "replay") == 0 && stackgen_replay(getenv("STORAGE_REPLAY")))
+    return 1;
+  if (argc > 6 && strcmp(argv[5], "pprof") == 0) {
+    /* storage DIST SAMPLES SPANS ZIPF_S pprof OUT: the first SAMPLES samples
+     * in one generation, as a pprof file, to compare the mix with a real
+     * profile's (bench/stack_stats.py). */
+    thread_state *t = calloc((size_t)threads, sizeof *t);
+    uint64_t frames[MAX_FRAMES];
+    threads_reset(t);
+    cp_generation *g = cp_gen_create(1, (size_t)16 << 30);
+    for (uint64_t k = 0; k < strtoull(argv[2], NULL, 10); k++) {
+      cp_sample_key key;
+      size_t n = next_sample(t, (int)(k % (uint64_t)threads), frames, &key);
+      cp_gen_add(g, frames, n, 0, &key, CONTPROF_KIND_CPU, 1, cpu_quantity());
+    }
+    return gzip_pprof(g, &cfg, 1790000000000000000ull, 0, argv[6]) ? 0 : 1;
   }
 
   thread_state *t = calloc((size_t)threads, sizeof *t);
-  uint64_t frames[MAX_DEPTH];
+  uint64_t frames[MAX_FRAMES];
   const uint64_t per_period = (uint64_t)threads * hz * PERIOD_S;
   const uint64_t total = per_period * (uint64_t)minutes;
   const uint64_t start_ns = 1790000000000000000ull;
@@ -223,25 +131,26 @@ int main(int argc, char **argv) {
   uint64_t flat = 0, pprof_sum = 0, overflowed = 0, flat_gz0 = 0, flat0 = 0;
   size_t mem_max = 0, heap_max = 0, pprof0 = 0, keys_max = 0, nodes_max = 0;
   double mem_sum = 0, heap_sum = 0;
+  cp_gen_memory parts_sum = {0};
   for (int p = 0; p < minutes; p++) {
     /* The flat log of the first period, to gzip it as a file would be;
      * allocated before the heap is measured. */
     uint8_t *log = NULL;
     size_t log_len = 0;
     if (p == 0)
-      log = malloc(per_period * flat_bytes(MAX_DEPTH));
+      log = malloc(per_period * flat_bytes(MAX_FRAMES));
     size_t h0 = heap_used();
     cp_generation *g = cp_gen_create((uint64_t)p + 1, cfg.max_memory_bytes);
     for (uint64_t k = 0; k < per_period; k++) {
       int i = (int)(k % (uint64_t)threads);
       cp_sample_key key;
       size_t n = next_sample(t, i, frames, &key);
-      cp_gen_add(g, frames, n, 0, &key, CONTPROF_KIND_CPU, 1, 10000000);
+      int64_t value = cpu_quantity();
+      cp_gen_add(g, frames, n, 0, &key, CONTPROF_KIND_CPU, 1, value);
       flat += flat_bytes(n);
       if (log) {
         uint16_t n16 = (uint16_t)n;
         int32_t tid = key.tid;
-        int64_t value = 10000000;
         memcpy(log + log_len, &n16, 2);
         memcpy(log + log_len + 2, &tid, 4);
         memcpy(log + log_len + 6, &key.labels, 4);
@@ -257,6 +166,16 @@ int main(int argc, char **argv) {
       }
     }
     size_t mem = cp_gen_memory_used(g), heap = heap_used() - h0;
+    cp_gen_memory parts;
+    cp_gen_memory_breakdown(g, &parts);
+    parts_sum.nodes += parts.nodes;
+    parts_sum.node_index += parts.node_index;
+    parts_sum.rows += parts.rows;
+    parts_sum.row_index += parts.row_index;
+    parts_sum.values += parts.values;
+    parts_sum.contexts += parts.contexts;
+    parts_sum.locations += parts.locations;
+    parts_sum.threads += parts.threads;
     mem_sum += (double)mem;
     heap_sum += (double)heap;
     mem_max = mem > mem_max ? mem : mem_max;
@@ -267,7 +186,7 @@ int main(int argc, char **argv) {
     overflowed += cp_gen_samples_overflowed(g);
     size_t gz =
         gzip_pprof(g, &cfg, start_ns + (uint64_t)p * PERIOD_S * 1000000000ull,
-                   (uint64_t)p);
+                   (uint64_t)p, NULL);
     pprof_sum += gz;
     if (p == 0) {
       pprof0 = gz;
@@ -283,6 +202,14 @@ int main(int argc, char **argv) {
     cp_gen_destroy(g);
   }
   double n = (double)total, np = (double)per_period;
+  /* Where the bytes of a period go (see pass 2). */
+  printf("RESULT pass=period B_per_sample: nodes=%.3f node_index=%.3f "
+         "rows=%.3f row_index=%.3f values=%.3f contexts=%.3f "
+         "locations=%.3f threads=%.3f\n",
+         (double)parts_sum.nodes / n, (double)parts_sum.node_index / n,
+         (double)parts_sum.rows / n, (double)parts_sum.row_index / n,
+         (double)parts_sum.values / n, (double)parts_sum.contexts / n,
+         (double)parts_sum.locations / n, (double)parts_sum.threads / n);
   printf("RESULT pass=period dist=%s zipf_s=%.2f minutes=%d threads=%d hz=%d "
          "spans=%d samples=%llu per_period=%llu\n",
          dist, skewed ? zipf_s : 0.0, minutes, threads, hz, spans,
@@ -317,18 +244,23 @@ int main(int argc, char **argv) {
     int i = (int)(k % (uint64_t)threads);
     cp_sample_key key;
     size_t nf = next_sample(t, i, frames, &key);
-    cp_gen_add(g, frames, nf, 0, &key, CONTPROF_KIND_CPU, 1, 10000000);
+    cp_gen_add(g, frames, nf, 0, &key, CONTPROF_KIND_CPU, 1, cpu_quantity());
   }
   size_t mem = cp_gen_memory_used(g), heap = heap_used() - h0;
-  size_t gz = gzip_pprof(g, &cfg, start_ns, 0);
-  /* Where the bytes go, without the tables' slack: the paths themselves
-   * (nodes) against the keyed value rows (one per leaf, labels, thread and
-   * span, each with every kind's values). */
-  printf("RESULT pass=session nodes_payload_B_per_sample=%.3f "
-         "rows_payload_B_per_sample=%.3f row_bytes=%zu\n",
-         (double)(cp_gen_node_count(g) * sizeof(cp_node)) / n,
-         (double)(cp_gen_sample_count(g) * sizeof(cp_sample)) / n,
-         sizeof(cp_sample));
+  size_t gz = gzip_pprof(g, &cfg, start_ns, 0, NULL);
+  /* Where the bytes go, as counted (capacities): the paths (nodes and their
+   * index), the sample rows (leaf node and context) and their index, the
+   * value columns of the kinds in use, the contexts (thread, labels, span
+   * ids) and the locations. */
+  cp_gen_memory parts;
+  cp_gen_memory_breakdown(g, &parts);
+  printf("RESULT pass=session B_per_sample: nodes=%.3f node_index=%.3f "
+         "rows=%.3f row_index=%.3f values=%.3f contexts=%.3f "
+         "locations=%.3f threads=%.3f\n",
+         (double)parts.nodes / n, (double)parts.node_index / n,
+         (double)parts.rows / n, (double)parts.row_index / n,
+         (double)parts.values / n, (double)parts.contexts / n,
+         (double)parts.locations / n, (double)parts.threads / n);
   printf("RESULT pass=session tree_bytes=%zu tree_B_per_sample=%.3f "
          "heap_bytes=%zu heap_B_per_sample=%.3f nodes=%zu locations=%zu "
          "keys=%zu overflowed=%llu tree_reduction_pct=%.3f "

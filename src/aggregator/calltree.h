@@ -1,11 +1,12 @@
 /* One generation of aggregated samples: a call tree in which each unique call
  * path is one node, and a table of samples keyed by (leaf node, label set,
- * thread, trace ids, time bucket) holding every value. Identical
- * stack-plus-labels samples therefore merge, and memory grows with distinct
- * paths, not samples. Frame words are resolved to locations when first seen
- * (program counters through symbols.h, runtime frames through frames.h).
- * Memory is bounded: past the limit, new paths fold into an "[overflow]"
- * stack and are counted. Not thread-safe: the aggregator serialises access. */
+ * thread, trace ids, time bucket) holding the values of the sample kinds in
+ * use. Identical stack-plus-labels samples therefore merge, and memory grows
+ * with distinct paths, not samples. Frame words are resolved to locations when
+ * first seen (program counters through symbols.h, runtime frames through
+ * frames.h). Memory is bounded: past the limit, new paths fold into an
+ * "[overflow]" stack and are counted. Not thread-safe: the aggregator
+ * serialises access. */
 #ifndef CP_CALLTREE_H
 #define CP_CALLTREE_H
 
@@ -39,9 +40,11 @@ typedef struct cp_sample_key {
                             * bucket (CLOCK_REALTIME ns), else 0 */
 } cp_sample_key;
 
+/* A sample as readers see it: the generation stores it more compactly
+ * (calltree.c), cp_gen_sample expands it. */
 typedef struct cp_sample {
   cp_sample_key key;
-  int64_t values[CP_NVALUES];
+  int64_t values[CP_NVALUES]; /* 0 for kinds never added */
 } cp_sample;
 
 typedef struct cp_generation cp_generation;
@@ -67,7 +70,8 @@ const cp_location *cp_gen_location(const cp_generation *g, size_t i);
 size_t cp_gen_node_count(const cp_generation *g); /* includes the root */
 const cp_node *cp_gen_node(const cp_generation *g, size_t i);
 size_t cp_gen_sample_count(const cp_generation *g);
-const cp_sample *cp_gen_sample(const cp_generation *g, size_t i);
+/* Sample i (< cp_gen_sample_count), expanded into *out. */
+void cp_gen_sample(const cp_generation *g, size_t i, cp_sample *out);
 
 /* Thread names seen in this generation (the aggregator records them when a
  * thread first appears). The name is copied; NULL when unknown. */
@@ -78,5 +82,13 @@ const char *cp_gen_thread_name(const cp_generation *g, pid_t tid);
 uint64_t cp_gen_samples_added(const cp_generation *g);
 uint64_t cp_gen_samples_overflowed(const cp_generation *g);
 size_t cp_gen_memory_used(const cp_generation *g);
+
+/* Where cp_gen_memory_used goes (bytes, capacities as counted): for
+ * benchmarks (bench/storage.c). */
+typedef struct cp_gen_memory {
+  size_t locations, nodes, node_index, rows, row_index, values, contexts,
+      threads;
+} cp_gen_memory;
+void cp_gen_memory_breakdown(const cp_generation *g, cp_gen_memory *out);
 
 #endif

@@ -424,7 +424,9 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
   cp_labels_read_begin();
   pinned = 1;
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
-    const cp_sample *s = cp_gen_sample(g, i);
+    cp_sample sample;
+    cp_gen_sample(g, i, &sample);
+    const cp_sample *s = &sample;
     int64_t values[CP_NVALUES];
     int nonzero = 0;
     for (size_t t = 0; t < ntypes; t++) {

@@ -49,9 +49,10 @@ typedef struct pyro_ctx {
 
 static int has_values(const cp_generation *g, const family *f) {
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
-    const cp_sample *s = cp_gen_sample(g, i);
+    cp_sample s;
+    cp_gen_sample(g, i, &s);
     for (size_t v = 0; v < 4 && f->values[v] >= 0; v++)
-      if (s->values[f->values[v]])
+      if (s.values[f->values[v]])
         return 1;
   }
   return 0;

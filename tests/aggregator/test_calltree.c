@@ -11,15 +11,21 @@
 
 static int64_t total_value(const cp_generation *g, int v) {
   int64_t sum = 0;
-  for (size_t i = 0; i < cp_gen_sample_count(g); i++)
-    sum += cp_gen_sample(g, i)->values[v];
+  for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
+    cp_sample s;
+    cp_gen_sample(g, i, &s);
+    sum += s.values[v];
+  }
   return sum;
 }
 
 static size_t nonzero_samples(const cp_generation *g) {
   size_t n = 0;
-  for (size_t i = 0; i < cp_gen_sample_count(g); i++)
-    n += cp_gen_sample(g, i)->values[CP_V_CPU_TIME] != 0;
+  for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
+    cp_sample s;
+    cp_gen_sample(g, i, &s);
+    n += s.values[CP_V_CPU_TIME] != 0;
+  }
   return n;
 }
 
@@ -74,7 +80,9 @@ static void test_shared_prefixes(void) {
   /* c, b, a, d: the common prefix c <- b is stored once. */
   CHECK_EQ_INT(cp_gen_node_count(g) - before, 4);
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
-    const cp_sample *s = cp_gen_sample(g, i);
+    cp_sample sample;
+    cp_gen_sample(g, i, &sample);
+    const cp_sample *s = &sample;
     if (!s->values[CP_V_CPU_TIME])
       continue;
     const char *leaf = leaf_function(g, s);
@@ -114,7 +122,9 @@ static void test_truncated_marker(void) {
   cp_sample_key key = {.tid = 1};
   cp_gen_add(g, &a, 1, 1, &key, CONTPROF_KIND_CPU, 1, 1);
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
-    const cp_sample *s = cp_gen_sample(g, i);
+    cp_sample sample;
+    cp_gen_sample(g, i, &sample);
+    const cp_sample *s = &sample;
     if (!s->values[CP_V_CPU_TIME])
       continue;
     const cp_node *leaf = cp_gen_node(g, s->key.node);
@@ -147,12 +157,111 @@ static void test_memory_bound_overflow(void) {
   CHECK_EQ_INT(total_value(g, CP_V_CPU_TIME), 3 * n);
   int64_t in_overflow = 0;
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
-    const cp_sample *s = cp_gen_sample(g, i);
+    cp_sample sample;
+    cp_gen_sample(g, i, &sample);
+    const cp_sample *s = &sample;
     const char *leaf = leaf_function(g, s);
     if (leaf && strcmp(leaf, "[overflow]") == 0)
       in_overflow += s->values[CP_V_CPU_SAMPLES];
   }
   CHECK_EQ_INT(in_overflow, overflowed);
+  cp_gen_destroy(g);
+}
+
+/* A generation stores values narrowly until a sum does not fit (calltree.c):
+ * whatever the values (one period each, jittered, larger than 32 bits,
+ * negative as heap frees are, wrapping past 64 bits), every row reads back
+ * the exact 64-bit sums a plain int64 accumulator gives. */
+static void test_values_exact(void) {
+  cp_generation *g = cp_gen_create(1, 64 << 20);
+  uint64_t a = contprof_frame_intern("a", "v.c", 1);
+  uint64_t b = contprof_frame_intern("b", "v.c", 2);
+  enum { ROWS = 6 };
+  uint64_t expect[ROWS][CP_NVALUES] = {{0}};
+  uint64_t rng = 99;
+  for (int i = 0; i < 300000; i++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t r = rng >> 11;
+    int row = (int)(r % ROWS);
+    uint64_t stack[] = {row & 1 ? a : b, a};
+    cp_sample_key key = {.tid = 1 + row / 2};
+    contprof_sample_kind kind = (contprof_sample_kind)((r >> 8) % 5);
+    int64_t count = 1 + (int64_t)((r >> 12) % 3), quantity;
+    switch (kind) {
+    case CONTPROF_KIND_CPU: /* a period per count: stays narrow */
+      quantity = count * 10000000;
+      break;
+    case CONTPROF_KIND_WALL: /* jittered: narrow until the sums grow */
+      quantity = count * 10000000 + (int64_t)((r >> 20) % 4000000) - 2000000;
+      break;
+    case CONTPROF_KIND_ALLOC: /* larger than 32 bits from the start */
+      quantity = (int64_t)((r >> 16) % 6000000000ull);
+      break;
+    case CONTPROF_KIND_INUSE: /* frees: negative counts and quantities */
+      count = (r >> 30) & 1 ? -count : count;
+      quantity = count * (int64_t)(1 + (r >> 40) % 100000);
+      break;
+    default: /* wraps past 64 bits */
+      quantity = INT64_MAX - (int64_t)(r % 1000);
+      break;
+    }
+    CHECK_EQ_INT(cp_gen_add(g, stack, 2, 0, &key, kind, count, quantity), 0);
+    int v = cp_kind_value_index(kind);
+    expect[row][v] += (uint64_t)count;
+    expect[row][v + 1] += (uint64_t)quantity;
+  }
+  int rows_seen = 0;
+  for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
+    cp_sample s;
+    cp_gen_sample(g, i, &s);
+    if (s.key.tid == 0)
+      continue; /* [overflow], empty */
+    const char *leaf = leaf_function(g, &s);
+    int row = 2 * (s.key.tid - 1) + (strcmp(leaf, "a") == 0);
+    rows_seen++;
+    for (int v = 0; v < CP_NVALUES; v++)
+      CHECK_EQ_INT((uint64_t)s.values[v], expect[row][v]);
+  }
+  CHECK_EQ_INT(rows_seen, ROWS);
+  cp_gen_destroy(g);
+}
+
+/* After a library is unloaded the same address may be other code:
+ * cp_gen_forget_addresses makes later samples resolve their addresses
+ * anew (new locations), while the earlier samples keep theirs; the location
+ * index then holds fewer entries than there are locations, and grows past
+ * them. */
+static void test_forget_addresses(void) {
+  cp_generation *g = cp_gen_create(1, 64 << 20);
+  cp_sample_key key = {.tid = 1};
+  size_t before = cp_gen_location_count(g);
+  for (uint64_t i = 0; i < 100; i++) {
+    uint64_t pc = 0x7000 + 16 * i;
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+  }
+  CHECK_EQ_INT(cp_gen_location_count(g) - before, 100);
+  cp_gen_forget_addresses(g);
+  for (uint64_t i = 0; i < 400; i++) {
+    uint64_t pc = 0x7000 + 16 * i;
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+    cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+  }
+  /* The first 100 addresses twice (before and after), the others once. */
+  CHECK_EQ_INT(cp_gen_location_count(g) - before, 500);
+  size_t rows = 0;
+  for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
+    cp_sample s;
+    cp_gen_sample(g, i, &s);
+    if (!s.values[CP_V_CPU_SAMPLES])
+      continue;
+    rows++;
+    CHECK_EQ_INT(s.values[CP_V_CPU_SAMPLES], 2);
+    const cp_location *l =
+        cp_gen_location(g, cp_gen_node(g, s.key.node)->location);
+    CHECK(l->address >= 0x7000 && l->address < 0x7000 + 16 * 400);
+  }
+  CHECK_EQ_INT(rows, 500);
   cp_gen_destroy(g);
 }
 
@@ -263,5 +372,5 @@ static void test_ring_concurrent(void) {
 TEST_MAIN(T(test_merge_identical), T(test_labels_split_samples),
           T(test_shared_prefixes), T(test_runtime_frame_location),
           T(test_truncated_marker), T(test_memory_bound_overflow),
-          T(test_thread_names), T(test_ring_order_and_drops),
-          T(test_ring_concurrent))
+          T(test_values_exact), T(test_forget_addresses), T(test_thread_names),
+          T(test_ring_order_and_drops), T(test_ring_concurrent))

@@ -423,7 +423,9 @@ static lock_totals take_lock_totals(pid_t tid) {
   if (!g)
     return t;
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
-    const cp_sample *s = cp_gen_sample(g, i);
+    cp_sample sample;
+    cp_gen_sample(g, i, &sample);
+    const cp_sample *s = &sample;
     if (tid && s->key.tid != tid)
       continue;
     t.count += s->values[CP_V_LOCK_ACQUIRE];
@@ -545,7 +547,9 @@ static void test_wait_totals_match_measured(void) {
   CHECK(g != NULL);
   CHECK_EQ_INT(drops, 0);
   for (size_t i = 0; g && i < cp_gen_sample_count(g); i++) {
-    const cp_sample *s = cp_gen_sample(g, i);
+    cp_sample sample;
+    cp_gen_sample(g, i, &sample);
+    const cp_sample *s = &sample;
     for (int k = 0; k < 5; k++) {
       if (s->key.tid != c[k].tid)
         continue;
