@@ -21,9 +21,11 @@
 #include "contprof/runtime.h"
 #include "labels.h"
 #include "profiler_internal.h"
+#include "samplers/fpwalk.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
 #include "samplers/threads.h"
+#include "samplers/unwind.h"
 #include "trace.h"
 #include "upload/sink.h"
 #include "upload/uploader.h"
@@ -77,7 +79,10 @@ static void stop_at_exit(void) {
     contprof_stop();
 }
 
-static void tick(void) { cp_threads_rescan(); }
+static void tick(void) {
+  cp_threads_rescan();
+  cp_fpwalk_refresh(); /* objects loaded or unloaded since */
+}
 
 /* On the uploader thread: samplers add snapshot samples (the live heap). The
  * active list only changes under prof.lock while the uploader is stopped. */
@@ -137,6 +142,7 @@ static void after_fork_parent(void) { pthread_mutex_unlock(&prof.lock); }
 static void after_fork_child(void) {
   pthread_mutex_init(&prof.lock, NULL);
   cp_gettid_reset();
+  cp_fpwalk_after_fork_child();
   if (!atomic_load(&prof.running))
     return;
   atomic_store(&prof.running, 0);
@@ -186,6 +192,7 @@ static const char *runtime_option(const char *name, void *ctx) {
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
+  cp_unwind_set_mode(prof.cfg.unwind_mode); /* before the samplers start */
   cp_symbols_set_names(!prof.cfg.symbolize_none);
   cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_dwarf_set_budget(prof.cfg.dwarf_max_bytes);
