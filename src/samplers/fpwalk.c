@@ -57,8 +57,11 @@
 /* ---- the thread's stack ------------------------------------------------ */
 
 static CP_TLS uintptr_t stack_lo, stack_hi;
+static int enabled; /* cp_fpwalk_init ran: CONTPROF_UNWIND is not dwarf */
 
 void cp_fpwalk_thread_start(void) {
+  if (!__atomic_load_n(&enabled, __ATOMIC_RELAXED))
+    return; /* dwarf: no thread pays for bounds never used */
   pthread_attr_t attr;
   if (pthread_getattr_np(pthread_self(), &attr) != 0)
     return;
@@ -1073,6 +1076,7 @@ static void publish(fp_table *t) {
 }
 
 void cp_fpwalk_init(void) {
+  __atomic_store_n(&enabled, 1, __ATOMIC_RELAXED);
   if (atomic_load(&table))
     return; /* built at an earlier start (and kept across fork) */
   pthread_mutex_lock(&build_lock);
