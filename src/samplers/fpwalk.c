@@ -362,7 +362,8 @@ typedef struct cfa_state {
   cfa_rule cur, init;
   cfa_rule stack[STATE_STACK];
   int depth;
-  int sets_rbp_cfa; /* CFA = rbp + off somewhere: an rbp-frame function */
+  int sets_rbp_cfa;    /* CFA = rbp + off somewhere: an rbp-frame function */
+  uintptr_t rbp_since; /* where that starts (the end of the prologue) */
 } cfa_state;
 
 /* Runs CFA instructions from location loc; stops before the first advance
@@ -502,8 +503,10 @@ static int run_cfa(cfa_state *st, const cie_info *ci, const uint8_t *p,
       return -1;
     }
     /* A def_cfa* that named a register. */
-    if (st->cur.cfa_reg == DW_RBP)
+    if (st->cur.cfa_reg == DW_RBP && !st->sets_rbp_cfa) {
       st->sets_rbp_cfa = 1;
+      st->rbp_since = loc;
+    }
     continue;
   advance:
     if (target != UINTPTR_MAX && loc + delta > target)
@@ -590,6 +593,7 @@ typedef struct fp_object {
   const uint32_t *except; /* (start, end) offsets from lo of the functions */
   size_t nexcept;         /* whose kind is not the verdict, sorted */
   size_t nfuncs, nfp;     /* what the verdict was made from */
+  size_t nlong;           /* rbp functions whose frame is made late */
 } fp_object;
 
 typedef struct fp_table {
@@ -676,10 +680,20 @@ static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-/* Classifies o's functions: counts (out == NULL) or writes the exceptions
- * to the verdict. Not signal-safe only in that it may be long. */
+/* The longest start of an rbp-frame function before its frame is made
+ * that cannot hold a call: endbr64, push %rbp, mov %rsp,%rbp. */
+#define PROLOGUE_BYTES 8
+
+/* Classifies o's functions. A return address is in an rbp frame if it lies
+ * in a function that makes one, after the point where its rules first say
+ * CFA = rbp + off (a call before that, in a function that makes its frame
+ * late, is stepped by its rule). Counts (out == NULL: nfuncs, nfp,
+ * nexcept) or writes the exceptions to o->fp, sorted: for an object with
+ * frame pointers, the functions without, and the starts of those with that
+ * are longer than a plain prologue; for one without, the rbp parts of the
+ * functions with. May be long; not for handlers. */
 static size_t classify(fp_object *o, uint32_t *out) {
-  size_t nexcept = 0;
+  size_t nexcept = 0, nlong = 0;
   for (size_t i = 0; i < o->nindex; i++) {
     const uint8_t *fde = o->hdr + o->index[2 * i + 1];
     if (fde < o->eh_lo || fde >= o->eh_hi)
@@ -691,15 +705,35 @@ static size_t classify(fp_object *o, uint32_t *out) {
         start < o->lo || start + len > o->hi || len == 0)
       continue;
     int fp = st.sets_rbp_cfa;
+    uintptr_t since = fp ? st.rbp_since : start + len;
+    if (since < start || since > start + len)
+      since = start; /* rules past the function's end: trust none of it */
+    int long_start = fp && since - start > PROLOGUE_BYTES;
     if (!out) {
       o->nfuncs++;
       o->nfp += (size_t)fp;
-    } else if (fp != o->fp) {
-      out[2 * nexcept] = (uint32_t)(start - o->lo);
-      out[2 * nexcept + 1] = (uint32_t)(start + len - o->lo);
+      nlong += (size_t)long_start;
+      continue;
+    }
+    uintptr_t from = 0, to = 0;
+    if (o->fp && !fp) {
+      from = start;
+      to = start + len;
+    } else if (o->fp && long_start) {
+      from = start;
+      to = since;
+    } else if (!o->fp && fp) {
+      from = since;
+      to = start + len;
+    }
+    if (from < to) {
+      out[2 * nexcept] = (uint32_t)(from - o->lo);
+      out[2 * nexcept + 1] = (uint32_t)(to - o->lo);
       nexcept++;
     }
   }
+  if (!out)
+    o->nlong = nlong;
   return nexcept;
 }
 
@@ -741,7 +775,7 @@ static fp_table *build_table(void) {
      * docs/signals.md gives the counts here. */
     o->fp = o->nfuncs > 0 && 2 * o->nfp >= o->nfuncs;
     nfp += (size_t)o->fp;
-    o->nexcept = o->fp ? o->nfuncs - o->nfp : o->nfp;
+    o->nexcept = o->fp ? o->nfuncs - o->nfp + o->nlong : o->nfp;
     except_words += 2 * o->nexcept;
   }
   size_t bytes = sizeof(fp_table) + b.n * sizeof(fp_object) +

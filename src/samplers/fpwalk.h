@@ -63,7 +63,8 @@ void cp_fpwalk_stats_get(cp_fpwalk_stats *out);
 /* The verdict for the object holding addr: 1 built with frame pointers, 0
  * not, -1 unknown (for the test). */
 int cp_fpwalk_object_has_fp(uintptr_t addr);
-/* The same for the function holding addr (its rules set CFA = rbp + 16). */
+/* The same for the code at addr: in a function that makes an rbp frame,
+ * past the point where it is made. */
 int cp_fpwalk_function_has_fp(uintptr_t addr);
 
 #endif

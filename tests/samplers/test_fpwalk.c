@@ -152,8 +152,9 @@ static void *worker(void *arg) {
 
 static void test_agrees_with_libunwind(void) {
   cp_unwind_init();
-  CHECK(cp_fpwalk_function_has_fp((uintptr_t)recurse) == 1);
-  CHECK(cp_fpwalk_function_has_fp((uintptr_t)fpwalk_nofp_recurse) == 0);
+  /* Past the prologue (push %rbp; mov %rsp,%rbp). */
+  CHECK(cp_fpwalk_function_has_fp((uintptr_t)recurse + 8) == 1);
+  CHECK(cp_fpwalk_function_has_fp((uintptr_t)fpwalk_nofp_recurse + 8) == 0);
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)fpwalk_nofp_recurse) == 0);
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)qsort) == 0); /* Debian 12 */
   struct sigaction sa;
