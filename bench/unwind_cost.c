@@ -68,9 +68,8 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
   for (int k = 0; k < NMODES; k++) {
     int m = (int)((rotation + k) % NMODES);
     uint64_t t0 = now_ns();
-    n[m] = cp_unwind_signal_mode(uc, f[m], MAXF,
-                                 m == M_DWARF ? may_build_cache : 1, &tr,
-                                 mode_of[m]);
+    n[m] = cp_unwind_signal_mode(
+        uc, f[m], MAXF, m == M_DWARF ? may_build_cache : 1, &tr, mode_of[m]);
     uint64_t t1 = now_ns();
     if (ntimes[m] < max_signals)
       times[m][ntimes[m]++] = t1 - t0;
