@@ -699,6 +699,20 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
               cpu_clock);
   }
 
+  /* Values of samplers/fpwalk.h's cp_unwind_mode. */
+  cfg->unwind_mode = 0;
+  const char *unwind = env_get(&src, "CONTPROF_UNWIND");
+  if (unwind) {
+    if (strcmp(unwind, "fp") == 0)
+      cfg->unwind_mode = 1;
+    else if (strcmp(unwind, "dwarf") == 0)
+      cfg->unwind_mode = 2;
+    else if (strcmp(unwind, "auto") != 0)
+      cp_warn("CONTPROF_UNWIND='%s' is not one of auto, fp, dwarf; using "
+              "auto",
+              unwind);
+  }
+
   cfg->symbolize_none = 0;
   const char *symbolize = env_get(&src, "CONTPROF_SYMBOLIZE");
   if (symbolize) {

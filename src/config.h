@@ -54,6 +54,7 @@ typedef struct cp_config {
   unsigned profiles; /* CP_PROFILE_* bits */
   int cpu_hz;
   cp_cpu_clock cpu_clock; /* CONTPROF_CPU_CLOCK: what drives CPU samples */
+  int unwind_mode; /* CONTPROF_UNWIND: samplers/fpwalk.h's cp_unwind_mode */
   int max_frames;
   int upload_period_s;
   char *output_dir;

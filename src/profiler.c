@@ -21,10 +21,12 @@
 #include "contprof/runtime.h"
 #include "labels.h"
 #include "profiler_internal.h"
+#include "samplers/fpwalk.h"
 #include "samplers/governor.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
 #include "samplers/threads.h"
+#include "samplers/unwind.h"
 #include "stats.h"
 #include "trace.h"
 #include "upload/sink.h"
@@ -81,6 +83,7 @@ static void stop_at_exit(void) {
 
 static void tick(void) {
   cp_threads_rescan();
+  cp_fpwalk_refresh(); /* objects loaded or unloaded since */
   cp_governor_tick();
 }
 
@@ -142,6 +145,7 @@ static void after_fork_parent(void) { pthread_mutex_unlock(&prof.lock); }
 static void after_fork_child(void) {
   pthread_mutex_init(&prof.lock, NULL);
   cp_gettid_reset();
+  cp_fpwalk_after_fork_child();
   if (!atomic_load(&prof.running))
     return;
   atomic_store(&prof.running, 0);
@@ -194,6 +198,7 @@ static const char *runtime_option(const char *name, void *ctx) {
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
+  cp_unwind_set_mode(prof.cfg.unwind_mode); /* before the samplers start */
   cp_symbols_set_names(!prof.cfg.symbolize_none);
   cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_dwarf_set_budget(prof.cfg.dwarf_max_bytes);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "fpwalk.h"
 #include "lock.h"
 #include "unwind.h"
 
@@ -258,7 +259,8 @@ static void *thread_trampoline(void *p) {
   start_args_release(p);
   /* No unwinder warm-up here: see cp_unwind_init. */
   pid_t tid = cp_gettid();
-  cp_alloc_guard_begin(); /* the samplers' tables are not the thread's */
+  cp_alloc_guard_begin();   /* the samplers' tables are not the thread's */
+  cp_fpwalk_thread_start(); /* the walker's stack bounds */
   pthread_mutex_lock(&reg.lock);
   int gone = ended_index(tid); /* the tid of an ended thread, reused */
   if (gone >= 0)

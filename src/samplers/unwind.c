@@ -31,6 +31,14 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fpwalk.h"
+
+static int unwind_mode = CP_UNWIND_AUTO;
+
+void cp_unwind_set_mode(int mode) {
+  if (mode == CP_UNWIND_AUTO || mode == CP_UNWIND_FP || mode == CP_UNWIND_DWARF)
+    unwind_mode = mode;
+}
 
 static CP_TLS int warmed_up;
 static CP_TLS int busy_samples; /* samples that could have built the cache */
@@ -213,6 +221,8 @@ void cp_unwind_init(void) {
       dlsym(RTLD_DEFAULT, "sigaltstack") == (void *)cp_own_sigaltstack;
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
   cp_unwind_warm_up();
+  if (unwind_mode != CP_UNWIND_DWARF)
+    cp_fpwalk_init();
 }
 
 void cp_unwind_warm_up(void) {
@@ -313,6 +323,14 @@ static size_t unwind_signal(ucontext_t *uc, uint64_t *frames, size_t max_frames,
 /* Async-signal-safe. */
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated) {
+  return cp_unwind_signal_mode(ucontext, frames, max_frames, may_build_cache,
+                               truncated, unwind_mode);
+}
+
+/* Async-signal-safe. */
+size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
+                             size_t max_frames, int may_build_cache,
+                             int *truncated, int mode) {
   ucontext_t *uc = ucontext;
   *truncated = 0;
   if (alt_stack_short(uc) || loader_busy()) {
@@ -320,6 +338,23 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
      * sample keeps its leaf only. */
     frames[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     return 1;
+  }
+  if (mode != CP_UNWIND_DWARF) {
+    /* The frame-pointer walk from the interrupted registers, bounded by the
+     * stack they were on (the alternate signal stack, as the kernel saved
+     * it in the ucontext, or the thread's). 0: libunwind's turn. */
+    cp_fp_regs r = {(uintptr_t)uc->uc_mcontext.gregs[REG_RIP],
+                    (uintptr_t)uc->uc_mcontext.gregs[REG_RSP],
+                    (uintptr_t)uc->uc_mcontext.gregs[REG_RBP]};
+    uintptr_t lo = 0, hi = 0;
+    if (!(uc->uc_stack.ss_flags & SS_DISABLE) && uc->uc_stack.ss_size > 0) {
+      lo = (uintptr_t)uc->uc_stack.ss_sp;
+      hi = lo + uc->uc_stack.ss_size;
+    }
+    size_t n = cp_fpwalk(&r, lo, hi, (cp_unwind_mode)mode, 1, frames,
+                         max_frames, truncated);
+    if (n)
+      return n;
   }
   own_unwind_begin();
   size_t n = unwind_signal(uc, frames, max_frames, may_build_cache, truncated);
@@ -349,9 +384,47 @@ static int here_on_short_alt_stack(void) {
   return sp - alt_lo < alt_hi - alt_lo && sp - alt_lo < CP_UNWIND_STACK_NEED;
 }
 
+/* The frame-pointer walk from here (the registers of this function, its
+ * exact pc), then cut at the hook's caller as cp_unwind_here does. 0 when
+ * the walk fails or does not pass through caller_ra. Not inlined: its own
+ * .eh_frame rule describes the registers read. Async-signal-safe. */
+__attribute__((noinline)) static size_t walk_here(uint64_t *frames,
+                                                  size_t max_frames,
+                                                  uint64_t caller_ra,
+                                                  int *truncated, int mode) {
+  cp_fp_regs r;
+  __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
+                   : "=r"(r.pc), "=r"(r.sp), "=r"(r.bp));
+  size_t capacity = max_frames + CP_UNWIND_SLACK;
+  int walk_truncated = 0;
+  size_t got = cp_fpwalk(&r, alt_lo, alt_hi, (cp_unwind_mode)mode, 1, frames,
+                         capacity, &walk_truncated);
+  size_t skip = 0;
+  while (skip < got && skip < CP_UNWIND_SLACK && frames[skip] != caller_ra)
+    skip++;
+  if (skip >= got || skip >= CP_UNWIND_SLACK)
+    return 0;
+  size_t n = got - skip;
+  if (n > max_frames || walk_truncated) {
+    *truncated = 1;
+    if (n > max_frames)
+      n = max_frames;
+  }
+  memmove(frames, frames + skip, n * sizeof *frames);
+  frames[0] = caller_ra - 1;
+  return n;
+}
+
 /* Bounded and lock-free once the thread is warmed up (see unwind.h). */
 size_t cp_unwind_here(uint64_t *frames, size_t max_frames, uint64_t caller_ra,
                       int *truncated) {
+  return cp_unwind_here_mode(frames, max_frames, caller_ra, truncated,
+                             unwind_mode);
+}
+
+/* Bounded and lock-free once the thread is warmed up. */
+size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
+                           uint64_t caller_ra, int *truncated, int mode) {
   size_t capacity = max_frames + CP_UNWIND_SLACK;
   *truncated = 0;
   if (loader_busy() || here_on_short_alt_stack()) {
@@ -359,6 +432,15 @@ size_t cp_unwind_here(uint64_t *frames, size_t max_frames, uint64_t caller_ra,
      * it: the caller only. */
     frames[0] = caller_ra - 1;
     return 1;
+  }
+  if (mode != CP_UNWIND_DWARF) {
+    /* here_on_short_alt_stack read the alternate stack's bounds. */
+    cp_in_sampling_handler = 1;
+    size_t n = walk_here(frames, max_frames, caller_ra, truncated, mode);
+    cp_in_sampling_handler = 0;
+    if (n)
+      return n;
+    *truncated = 0;
   }
   cp_unwind_warm_up();
   /* A sampling signal arriving meanwhile must not unwind on top of this

@@ -1,4 +1,5 @@
-/* Native stack capture for signal handlers, with libunwind. */
+/* Native stack capture for signal handlers: frame pointers where the code
+ * keeps them (fpwalk.c), libunwind otherwise. */
 #ifndef CP_UNWIND_H
 #define CP_UNWIND_H
 
@@ -30,6 +31,19 @@ void cp_unwind_warm_up(void);
  * recorded. */
 #ifndef CP_UNWIND_STACK_NEED
 #define CP_UNWIND_STACK_NEED 16384
+/* The unwinder chosen by CONTPROF_UNWIND (fpwalk.h's cp_unwind_mode:
+ * auto, fp, dwarf); before cp_unwind_init. The default is auto. */
+void cp_unwind_set_mode(int mode);
+
+/* cp_unwind_signal and cp_unwind_here with the unwinder named (a
+ * cp_unwind_mode) instead of the configured one: the test and the
+ * benchmark unwind one signal both ways. Async-signal-safe. */
+size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
+                             size_t max_frames, int may_build_cache,
+                             int *truncated, int mode);
+size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
+                           uint64_t caller_ra, int *truncated, int mode);
+
 #endif
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated);
@@ -51,5 +65,18 @@ extern __thread int cp_in_sampling_handler
  * (which may allocate once). */
 size_t cp_unwind_here(uint64_t *frames, size_t max_frames, uint64_t caller_ra,
                       int *truncated);
+
+/* The unwinder chosen by CONTPROF_UNWIND (fpwalk.h's cp_unwind_mode:
+ * auto, fp, dwarf); before cp_unwind_init. The default is auto. */
+void cp_unwind_set_mode(int mode);
+
+/* cp_unwind_signal and cp_unwind_here with the unwinder named (a
+ * cp_unwind_mode) instead of the configured one: the test and the
+ * benchmark unwind one signal both ways. Async-signal-safe. */
+size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
+                             size_t max_frames, int may_build_cache,
+                             int *truncated, int mode);
+size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
+                           uint64_t caller_ra, int *truncated, int mode);
 
 #endif

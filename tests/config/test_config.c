@@ -135,6 +135,12 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   fake_env clocks = {{{"CONTPROF_CPU_CLOCK", "posix"}}};
   CHECK_EQ_INT(load(&cfg, NULL, &clocks, err, sizeof err), 0);
   CHECK_EQ_INT(cfg.cpu_clock, CP_CPU_CLOCK_POSIX);
+  CHECK_EQ_INT(cfg.unwind_mode, 0); /* auto by default */
+  cp_config_free(&cfg);
+
+  fake_env unwinders = {{{"CONTPROF_UNWIND", "dwarf"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &unwinders, err, sizeof err), 0);
+  CHECK_EQ_INT(cfg.unwind_mode, 2);
   cp_config_free(&cfg);
 
   /* Durations as the Datadog and Pyroscope clients write them. */
@@ -196,6 +202,8 @@ static void test_bad_values(void) {
             offsetof(cp_config, upload_period_s), 60);
   check_bad("CONTPROF_CPU_CLOCK", "fast", "auto",
             offsetof(cp_config, cpu_clock), CP_CPU_CLOCK_AUTO);
+  check_bad("CONTPROF_UNWIND", "lbr", "auto", offsetof(cp_config, unwind_mode),
+            0);
   check_bad("CONTPROF_ENABLED", "maybe", "true", offsetof(cp_config, enabled),
             1);
   check_bad("CONTPROF_PROFILES", "cpu,gpu", "using cpu",

@@ -181,3 +181,17 @@ set_target_properties(inline_workload PROPERTIES
 cp_unit_test(test_lines integration/test_lines.c)
 add_dependencies(test_lines inline_workload contprof_cli contprof_preload)
 set_tests_properties(test_lines PROPERTIES TIMEOUT 180)
+
+# CONTPROF_UNWIND on a program built with frame pointers and without: the
+# profiles' call chains (test_fp_profile.c).
+add_executable(fp_workload_fp integration/fp_workload.c)
+target_compile_options(fp_workload_fp PRIVATE -O2 -fno-omit-frame-pointer
+  -mno-omit-leaf-frame-pointer)
+add_executable(fp_workload_nofp integration/fp_workload.c)
+target_compile_options(fp_workload_nofp PRIVATE -O2 -fomit-frame-pointer)
+set_target_properties(fp_workload_fp fp_workload_nofp PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_fp_profile integration/test_fp_profile.c)
+add_dependencies(test_fp_profile fp_workload_fp fp_workload_nofp contprof_cli
+  contprof_preload)
+set_tests_properties(test_fp_profile PROPERTIES TIMEOUT 240)

@@ -9,3 +9,13 @@ set_tests_properties(test_alloc PROPERTIES TIMEOUT 120)
 # unwind.c's memory accessor for libunwind: unreadable addresses fail,
 # registers that point nowhere end the stack (test_unwind.c).
 cp_unit_test(test_unwind samplers/test_unwind.c)
+# The frame-pointer walker against libunwind at the same signals, on code
+# built with frame pointers and through an object built without
+# (test_fpwalk.c).
+add_library(cp_fpwalk_nofp SHARED samplers/fpwalk_nofp.c)
+target_compile_options(cp_fpwalk_nofp PRIVATE -O2 -fomit-frame-pointer)
+cp_unit_test(test_fpwalk samplers/test_fpwalk.c)
+target_compile_options(test_fpwalk PRIVATE -O1 -fno-omit-frame-pointer
+  -mno-omit-leaf-frame-pointer)
+target_link_libraries(test_fpwalk PRIVATE cp_fpwalk_nofp)
+set_tests_properties(test_fpwalk PROPERTIES TIMEOUT 120)

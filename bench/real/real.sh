@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# Real servers with and without contprof (every profile type: cpu, wall,
+# alloc, heap, lock; file output), docs/benchmarks.md "Real servers":
+#   nginx    loaded by wrk (one thread, REAL_CONNS connections, a 4 KiB
+#            static file), nginx with 2 workers;
+#   postgres loaded by pgbench (TPC-B like, scale 5, REAL_CLIENTS clients,
+#            2 threads; synchronous_commit off, so that the server's CPU,
+#            not the disk, is measured).
+# Each server is started on 127.0.0.1 on a non-default port from its own
+# configuration and data under a temporary directory, as an unprivileged
+# user (nobody for nginx, postgres for PostgreSQL, which refuses root), and
+# stopped after each run (and on exit, by a trap). Plain and profiled runs
+# alternate (ABBA...), REAL_REPEATS of each, REAL_SECONDS of load after
+# REAL_WARMUP seconds of warm-up. Prints throughput and p99 latency per run,
+# the profiled/plain ratios (median over the repeats), and the top functions
+# of the last profiled run's profiles (`contprof top`, all processes).
+#
+#   bench/real/real.sh [nginx] [postgres]        (default: both)
+# Environment: REAL_REPEATS (3), REAL_SECONDS (15), REAL_WARMUP (3),
+# REAL_CONNS (32), REAL_CLIENTS (8), REAL_PAUSE (2 s between runs),
+# REAL_PROFILES (cpu,wall,alloc,heap,lock: CONTPROF_PROFILES when profiled),
+# BENCH_BUILD_DIR.
+# Needs the Debian packages of scripts/deps's `bench` group (nginx-light, wrk,
+# postgresql, run as root to switch users).
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+
+REAL_REPEATS=${REAL_REPEATS:-3}
+REAL_SECONDS=${REAL_SECONDS:-15}
+REAL_WARMUP=${REAL_WARMUP:-3}
+REAL_CONNS=${REAL_CONNS:-32}
+REAL_CLIENTS=${REAL_CLIENTS:-8}
+NGINX_PORT=18080
+PG_PORT=15432
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+servers=("$@")
+[[ ${#servers[@]} -eq 0 ]] && servers=(nginx postgres)
+
+[[ $(id -u) -eq 0 ]] || bench_die "run as root (the servers run as nobody and postgres)"
+command -v nginx >/dev/null || bench_die "nginx missing (scripts/deps bench)"
+command -v wrk >/dev/null || bench_die "wrk missing (scripts/deps bench)"
+[[ -x $PG_BIN/postgres ]] || bench_die "postgresql missing (scripts/deps bench)"
+
+bench_build
+tmp=$(mktemp -d /tmp/contprof-real.XXXXXX)
+chmod 755 "$tmp"
+# The preload library where the servers' users can read it.
+cp "$PRELOAD_LIB" "$tmp/libcontprof_preload.so"
+chmod 755 "$tmp/libcontprof_preload.so"
+server_pid=""
+
+stop_server() {
+  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+    # nginx: QUIT is a graceful stop; postgres: INT a fast shutdown. Both
+    # let every process exit normally (and write its profile).
+    kill "-$1" "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  server_pid=""
+  # Every process of the server gone (a profiled worker writes its profile
+  # on its way out), then a pause: the next run must not share the CPUs
+  # with the last one's exit.
+  for _ in $(seq 1 300); do
+    pgrep -u nobody -x nginx >/dev/null || pgrep -u postgres -x postgres >/dev/null || break
+    sleep 0.1
+  done
+  sleep "${REAL_PAUSE:-2}"
+}
+cleanup() {
+  stop_server TERM
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# run_as USER ENV... -- COMMAND...: as USER, in the background, with ENV
+# added after the switch (setpriv itself, not profiled: with contprof's
+# threads running, glibc aborts in setresgid: see docs/benchmarks.md);
+# sets server_pid (the server itself: setpriv and env exec it).
+run_as() {
+  local user=$1
+  shift
+  local env=()
+  while [[ $1 != -- ]]; do env+=("$1"); shift; done
+  shift
+  setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups \
+    env ${env[@]+"${env[@]}"} "$@" &
+  server_pid=$!
+}
+
+# profiled_env DIR: the environment of a profiled server writing into DIR.
+profiled_env() {
+  echo "LD_PRELOAD=$tmp/libcontprof_preload.so CONTPROF_PROFILES=${REAL_PROFILES:-cpu,wall,alloc,heap,lock} CONTPROF_EXPORT=file CONTPROF_OUTPUT_DIR=$1 CONTPROF_SERVICE=$2"
+}
+
+# results: one line per run, "server variant repeat throughput p99_ms
+# server_cpu_us_per_request load=...".
+results=$tmp/results
+: >"$results"
+
+# --- nginx + wrk ----------------------------------------------------------
+nginx_setup() {
+  local d=$tmp/nginx
+  mkdir -p "$d/www" "$d/temp"
+  head -c 4096 /dev/urandom | base64 -w 76 | head -c 4096 >"$d/www/index.html"
+  cat >"$d/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 2;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $d/temp/body;
+  proxy_temp_path $d/temp/proxy;
+  fastcgi_temp_path $d/temp/fastcgi;
+  uwsgi_temp_path $d/temp/uwsgi;
+  scgi_temp_path $d/temp/scgi;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / { root $d/www; }
+  }
+}
+EOF
+  chown -R nobody "$d"
+}
+
+# server_cpu USER COMM: CPU seconds used so far by the server (its live
+# processes, and the children its master reaped), from /proc.
+server_cpu() {
+  local pids
+  pids=$(pgrep -u "$1" -x "$2" | tr '\n' ' ')
+  # Fields after the ")": state is 3, utime 14, stime 15, cutime 16,
+  # cstime 17; only the master's cutime/cstime (its reaped children).
+  for p in $pids; do
+    [[ -r /proc/$p/stat ]] || continue
+    sed 's/^.*) //' "/proc/$p/stat" | awk -v master="$([[ $p == "$server_pid" ]] && echo 1)" \
+      '{ t = $12 + $13; if (master) t += $14 + $15; print t }'
+  done | awk -v hz="$(getconf CLK_TCK)" '{ s += $1 } END { printf "%.2f\n", s / hz }'
+}
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  bench_die "nothing listens on 127.0.0.1:$1"
+}
+
+# nginx_run VARIANT REPEAT
+nginx_run() {
+  local variant=$1 r=$2 env=() out=$tmp/nginx/prof-$2
+  if [[ $variant == profiled ]]; then
+    rm -rf "$out"
+    mkdir -m 700 "$out" && chown nobody "$out"
+    read -ra env <<<"$(profiled_env "$out" nginx)"
+  fi
+  run_as nobody ${env[@]+"${env[@]}"} -- nginx -c "$tmp/nginx/nginx.conf" -p "$tmp/nginx" \
+    2>>"$tmp/nginx/stderr"
+  wait_port "$NGINX_PORT"
+  wrk -t1 -c"$REAL_CONNS" -d"${REAL_WARMUP}s" "http://127.0.0.1:$NGINX_PORT/index.html" >/dev/null
+  local load cpu0 cpu1
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  cpu0=$(server_cpu nobody nginx)
+  wrk -t1 -c"$REAL_CONNS" -d"${REAL_SECONDS}s" --latency \
+    "http://127.0.0.1:$NGINX_PORT/index.html" >"$tmp/wrk.out"
+  cpu1=$(server_cpu nobody nginx)
+  stop_server QUIT
+  local rps p99 n
+  rps=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk.out")
+  n=$(awk '/requests in/ {print $1}' "$tmp/wrk.out")
+  # wrk prints the 99% latency with its unit (us, ms, s).
+  p99=$(awk '$1 == "99%" {v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+          print (u == "us" ? v / 1000 : u == "s" ? v * 1000 : v)}' "$tmp/wrk.out")
+  echo "nginx $variant $r $rps $p99 $(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.2f", (b - a) * 1e6 / n}') load=$load" |
+    tee -a "$results"
+}
+
+# --- postgres + pgbench ---------------------------------------------------
+pg_setup() {
+  local d=$tmp/pg
+  mkdir -p "$d/sock"
+  chown -R postgres "$d"
+  setpriv --reuid=postgres --regid="$(id -g postgres)" --clear-groups \
+    "$PG_BIN/initdb" -D "$d/data" -A trust -U postgres >"$d/initdb.log" 2>&1 ||
+    bench_die "initdb failed: $(tail -3 "$d/initdb.log")"
+  pg_start plain ""
+  "$PG_BIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -i -s 5 postgres \
+    >"$d/init.log" 2>&1 || bench_die "pgbench -i failed: $(tail -3 "$d/init.log")"
+  stop_server INT
+}
+
+pg_start() {
+  local env=()
+  [[ $1 == profiled ]] && read -ra env <<<"$(profiled_env "$2" postgres)"
+  run_as postgres ${env[@]+"${env[@]}"} -- "$PG_BIN/postgres" -D "$tmp/pg/data" \
+    -p "$PG_PORT" -k "$tmp/pg/sock" -c listen_addresses=127.0.0.1 \
+    -c synchronous_commit=off -c max_connections=50 \
+    2>>"$tmp/pg/server.log"
+  for _ in $(seq 1 200); do
+    "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" && return 0
+    sleep 0.1
+  done
+  bench_die "postgres did not start: $(tail -5 "$tmp/pg/server.log")"
+}
+
+# pg_run VARIANT REPEAT
+pg_run() {
+  local variant=$1 r=$2 out=$tmp/pg/prof-$2
+  if [[ $variant == profiled ]]; then
+    rm -rf "$out"
+    mkdir -m 700 "$out" && chown postgres "$out"
+  fi
+  pg_start "$variant" "$out"
+  local pgb=("$PG_BIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres
+    -c "$REAL_CLIENTS" -j 2 postgres)
+  "${pgb[@]}" -T "$REAL_WARMUP" >/dev/null 2>&1
+  local load cpu0 cpu1
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  rm -rf "$tmp/pglog" && mkdir "$tmp/pglog"
+  cpu0=$(server_cpu postgres postgres)
+  (cd "$tmp/pglog" && "${pgb[@]}" -n -T "$REAL_SECONDS" -l --log-prefix=tx \
+    >"$tmp/pgbench.out" 2>&1)
+  sleep 0.5 # the backends' exit, reaped by the postmaster
+  cpu1=$(server_cpu postgres postgres)
+  stop_server INT
+  local tps p99 n
+  tps=$(awk '/^tps = / {print $3; exit}' "$tmp/pgbench.out")
+  n=$(awk '/number of transactions actually processed/ {print $NF}' "$tmp/pgbench.out" | cut -d/ -f1)
+  # Per-transaction log: the third field is the latency in us.
+  p99=$(cat "$tmp/pglog"/tx* | awk '{print $3}' | sort -n |
+    awk '{v[NR] = $1} END {i = int(NR * 0.99); if (i < 1) i = 1; print v[i] / 1000}')
+  echo "postgres $variant $r $tps $p99 $(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.2f", (b - a) * 1e6 / n}') load=$load" |
+    tee -a "$results"
+}
+
+bench_machine
+echo "load: nginx ${REAL_CONNS} connections (wrk -t1), postgres ${REAL_CLIENTS} clients (pgbench -j 2);" \
+  "${REAL_SECONDS} s per run after ${REAL_WARMUP} s of warm-up, $REAL_REPEATS repeats per side"
+for s in "${servers[@]}"; do
+  case $s in
+  nginx) nginx_setup ;;
+  postgres) pg_setup ;;
+  *) bench_die "unknown server $s (nginx, postgres)" ;;
+  esac
+  for ((r = 1; r <= REAL_REPEATS; r++)); do
+    if ((r % 2)); then order=(plain profiled); else order=(profiled plain); fi
+    for v in "${order[@]}"; do
+      if [[ $s == nginx ]]; then nginx_run "$v" "$r"; else pg_run "$v" "$r"; fi
+    done
+  done
+done
+
+echo
+echo "| server | plain: throughput/s, p99 ms, server CPU us per request (per repeat) | profiled | throughput ratio (median) | p99 ratio (median) | CPU per request ratio (median) |"
+echo "|---|---|---|---|---|---|"
+python3 - "$results" "${servers[@]}" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+for s in sys.argv[2:]:
+    runs = {}
+    for r in rows:
+        if r[0] == s:
+            runs.setdefault(r[2], {})[r[1]] = (float(r[3]), float(r[4]), float(r[5]))
+    reps = [runs[k] for k in sorted(runs) if len(runs[k]) == 2]
+    if not reps:
+        continue
+    fmt = lambda v: "; ".join("%.0f, %.2f, %.1f" % x for x in v)
+    tr = statistics.median(p["profiled"][0] / p["plain"][0] for p in reps)
+    lr = statistics.median(p["profiled"][1] / p["plain"][1] for p in reps)
+    cr = statistics.median(p["profiled"][2] / p["plain"][2] for p in reps)
+    print("| %s | %s | %s | %.3f | %.3f | %.3f |" % (
+        s, fmt([p["plain"] for p in reps]), fmt([p["profiled"] for p in reps]), tr, lr, cr))
+PY
+
+for s in "${servers[@]}"; do
+  d=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/prof-$REAL_REPEATS
+  [[ -d $d ]] || d=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/prof-$((REAL_REPEATS - 1))
+  files=("$d"/*.pb.gz)
+  echo
+  echo "$s, last profiled run: ${#files[@]} profiles (one per process)"
+  for type in cpu-time alloc-space; do
+    echo "top $type:"
+    "$BENCH_BUILD_DIR/contprof" top "${files[@]}" --type "$type" -n 10 2>&1 || true
+  done
+done
