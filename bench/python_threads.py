@@ -15,7 +15,8 @@ service). Besides the
 ratios, the CPU of the profiler's own threads (contprof-python,
 contprof-pyname, from schedstat) divided by the work's CPU: a direct,
 low-noise figure. Latency from the extension's stats() over all profiled
-segments.
+segments. With native frames, the CPU the sampled threads spend in the
+signal handler (its own thread CPU clock, from stats()) over the work's.
 
     PYTHONPATH=<built package> python3 bench/python_threads.py [THREADS ROUNDS WORK]
 """
@@ -69,6 +70,7 @@ def segment(profiled, out, lat, native=False):
     # that once), the threads' first run warms the interpreter.
     work(max(1, WORK // 5))
     p0 = profiler_cpu_ns()
+    h0 = _contprof.stats()["native_handler_ns"] if profiled else 0
     c0 = time.process_time()
     work()
     c1 = time.process_time()
@@ -78,7 +80,8 @@ def segment(profiled, out, lat, native=False):
         s = _contprof.stats()
         lat.append((s["latency_p50_us"], s["latency_p99_us"],
                     s["latency_max_us"], s["latency_n"], s["dropped"],
-                    s["samples"], s["native_requests"], s["native_merged"]))
+                    s["samples"], s["native_requests"], s["native_merged"],
+                    (s["native_handler_ns"] - h0) / 1e9 / (c1 - c0)))
         contprof.stop()
     return c1 - c0, own / 1e9
 
@@ -122,6 +125,8 @@ def main():
                   max(x[2] for x in lat[v]), sum(x[5] for x in lat[v]),
                   sum(x[4] for x in lat[v]), sum(x[6] for x in lat[v]),
                   sum(x[7] for x in lat[v])))
+    print("  native   signal handlers' CPU / work CPU: %s" % q(
+        [x[8] for x in lat["native"]]))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@
  *   and the elapsed wall time are recorded. Code objects are named from
  *   copies too (their strings and line table), through a cache keyed by the
  *   code object's address, instruction and identity fields.
+ * - With CONTPROF_PYTHON_NATIVE=1, a CPU sample of a running thread is
+ *   answered by that thread in a signal handler: its native stack (the
+ *   core's unwinder) and its Python frames at one instant, merged by the
+ *   sampler into one stack (see "native frames in place" below).
  * - Where process_vm_readv is refused (seccomp), the sampler takes the GIL
  *   for each pass and reads in place, as before 0.2 (one `contprof:` line).
  * - Struct layouts: 3.8-3.10 PyFrameObject chains, 3.11-3.12 the
@@ -969,7 +973,8 @@ typedef struct pythread {
   int64_t last_cpu_ns;   /* thread CPU clock at its previous sample */
   uint64_t last_wall_ns; /* monotonic time of its previous wall sample */
   uint64_t pass;         /* the sampler pass that last saw it */
-  int native_misses;     /* mixed-stack requests unanswered in a row */
+  uint64_t native_since; /* its CPU sample waits for it to run, since */
+  int native_unanswered; /* a request of ours may be pending on it */
 } pythread;
 
 static pythread threads_tab[THREAD_TABLE_SIZE];
@@ -1234,10 +1239,10 @@ static void record(const uint64_t *frames, size_t n, const pythread *t,
  * "Native frames"). One request at a time: the sampler asks the threads one
  * after the other. */
 
-#define NATIVE_MAX 512             /* native frames per answer */
-#define NATIVE_WAIT_NS 10000000ull /* the sampler's wait for an answer */
-#define NATIVE_SEGS 16             /* the interpreter's executable segments */
-#define NATIVE_CARRY 3 /* unanswered requests whose sample waits a tick */
+#define NATIVE_MAX 512               /* native frames per answer */
+#define NATIVE_WAIT_NS 10000000ull   /* the sampler's wait for an answer */
+#define NATIVE_SEGS 16               /* the interpreter's executable segments */
+#define NATIVE_CARRY_NS 200000000ull /* a CPU sample waits for a CPU */
 #define NATIVE_LATER ((size_t)-1)
 
 /* The slot's state word (a futex): a request number << 2 | phase. The
@@ -1265,6 +1270,7 @@ static struct {
   int seg[MAX_STACK];
   /* Counters (the sampler's, under threads_lock), read by stats(). */
   uint64_t requests, merged, timeouts, not_running, mismatched, unreadable;
+  uint64_t handler_ns; /* CPU time in the handler (its owner adds it) */
 } native;
 static walk_scratch native_scratch; /* the handler's */
 
@@ -1290,6 +1296,7 @@ static void native_handler(int sig, siginfo_t *info, void *uc) {
     errno = saved;
     return;
   }
+  int64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   native.ok = 0;
   native.nnative = 0;
   /* Another handler of ours unwinding on this thread: libunwind's
@@ -1310,6 +1317,9 @@ static void native_handler(int sig, siginfo_t *info, void *uc) {
       native.ok = native.npy > 0;
     }
   }
+  int64_t t1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  if (t0 >= 0 && t1 >= t0)
+    native.handler_ns += (uint64_t)(t1 - t0);
   __atomic_store_n(&native.state, (s & ~3u) | NS_DONE, __ATOMIC_RELEASE);
   syscall(SYS_futex, &native.state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
   errno = saved;
@@ -1383,10 +1393,12 @@ static size_t native_merge(uint64_t *out, size_t max) {
   return p == np ? k : 0;
 }
 
-/* Whether thread t is on a CPU or waiting for one (not blocked): its CPU
- * clock moved since `cpu`, or /proc says R. A blocked thread is not sent
- * the signal: it would cut short a call that SA_RESTART does not restart
- * (poll, nanosleep) in C code that does not retry. */
+/* Whether thread t is on a CPU or waiting for one, not blocked: its CPU
+ * clock moved since `cpu` (read a few microseconds ago; with a tick-based
+ * scheduler clock, as on this VM, it rarely does), or /proc says R. A
+ * blocked thread is not sent the signal: it would have a call cut short
+ * that SA_RESTART does not restart (poll, nanosleep) in C code that may
+ * not retry. */
 static int native_running(const pythread *t, int64_t cpu) {
   if (clock_ns(t->cpu_clock) > cpu)
     return 1;
@@ -1402,6 +1414,18 @@ static int native_running(const pythread *t, int64_t cpu) {
   buf[n] = 0;
   const char *r = strrchr(buf, ')');
   return r && r[1] == ' ' && r[2] == 'R';
+}
+
+/* Thread t's CPU sample waits for it to run (NATIVE_LATER), or, once it
+ * has waited NATIVE_CARRY_NS, is taken now with the Python stack (0). */
+static size_t native_defer(pythread *t) {
+  uint64_t now = monotonic_ns();
+  if (!t->native_since)
+    t->native_since = now;
+  if (now - t->native_since <= NATIVE_CARRY_NS)
+    return NATIVE_LATER;
+  t->native_since = 0;
+  return 0;
 }
 
 /* Whether our signal is still pending on thread tid (a request it has not
@@ -1424,24 +1448,30 @@ static int native_pending(pid_t tid) {
   return (mask >> (native.sig - 1) & 1) != 0;
 }
 
+static size_t native_wait(uint32_t seq, pythread *t, uint64_t *out, size_t max);
+
 /* On the sampler thread, under threads_lock: a CPU sample of thread t
  * (thread state at tsp, CPU clock `cpu` read for this sample) as a mixed
  * stack into out (at most max frames); 0: the caller takes the Python-only
- * stack; NATIVE_LATER: the thread did not answer in time (it waits for a
- * CPU), its sample is taken at the next tick with the time carried over
- * (NATIVE_CARRY times in a row at most). Bounded: at most 2 x
- * NATIVE_WAIT_NS of waiting. */
+ * stack; NATIVE_LATER: the thread is blocked, or did not answer in time
+ * (it waits for a CPU): its CPU sample is taken at a later tick that finds
+ * it running,
+ * with the CPU time carried over, for at most NATIVE_CARRY_NS (then with
+ * the Python stack). Bounded: at most 2 x NATIVE_WAIT_NS of waiting. */
 static size_t native_sample(pythread *t, uintptr_t tsp, int64_t cpu,
                             uint64_t *out, size_t max) {
   if (!native.on || !t->tid || !t->has_clock)
     return 0;
   if (!native_running(t, cpu)) {
     native.not_running++;
-    return 0;
+    return native_defer(t);
   }
-  if (t->native_misses && native_pending(t->tid)) {
-    native.timeouts++;
-    return ++t->native_misses <= NATIVE_CARRY ? NATIVE_LATER : 0;
+  if (t->native_unanswered) {
+    if (native_pending(t->tid)) {
+      native.timeouts++;
+      return native_defer(t);
+    }
+    t->native_unanswered = 0;
   }
   uint32_t s = __atomic_load_n(&native.state, __ATOMIC_ACQUIRE);
   if ((s & 3) == NS_BUSY) {
@@ -1460,10 +1490,24 @@ static size_t native_sample(pythread *t, uintptr_t tsp, int64_t cpu,
     native.timeouts++;
     return 0;
   }
+  /* Python threads take threads_lock with the GIL held (labels, spans,
+   * sampled allocations): not held while we wait. Records are neither
+   * moved nor freed meanwhile (only this thread sweeps the table). */
+  pthread_mutex_unlock(&threads_lock);
+  size_t k = native_wait(seq, t, out, max);
+  pthread_mutex_lock(&threads_lock);
+  return k;
+}
+
+/* native_sample's wait for the answer to request seq and its merge, on the
+ * sampler thread without threads_lock. Bounded: at most 2 x
+ * NATIVE_WAIT_NS. */
+static size_t native_wait(uint32_t seq, pythread *t, uint64_t *out,
+                          size_t max) {
   uint64_t deadline = monotonic_ns() + NATIVE_WAIT_NS;
   int extended = 0;
   for (;;) {
-    s = __atomic_load_n(&native.state, __ATOMIC_ACQUIRE);
+    uint32_t s = __atomic_load_n(&native.state, __ATOMIC_ACQUIRE);
     if (s == (seq | NS_DONE))
       break;
     uint64_t now = monotonic_ns();
@@ -1472,13 +1516,14 @@ static size_t native_sample(pythread *t, uintptr_t tsp, int64_t cpu,
       if (__atomic_compare_exchange_n(&native.state, &want, seq | NS_IDLE, 0,
                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         native.timeouts++; /* not started: the thread did not run */
-        return ++t->native_misses <= NATIVE_CARRY ? NATIVE_LATER : 0;
+        t->native_unanswered = 1;
+        return native_defer(t);
       }
       if (want == (seq | NS_DONE))
         break;
       if (extended) {
         native.timeouts++; /* left busy; the next request finds it */
-        return ++t->native_misses <= NATIVE_CARRY ? NATIVE_LATER : 0;
+        return native_defer(t);
       }
       extended = 1; /* the handler runs: give it one more wait */
       deadline = now + NATIVE_WAIT_NS;
@@ -1490,7 +1535,7 @@ static size_t native_sample(pythread *t, uintptr_t tsp, int64_t cpu,
     syscall(SYS_futex, &native.state, FUTEX_WAIT_PRIVATE, s, &ts, NULL, 0);
   }
   size_t k = 0;
-  t->native_misses = 0;
+  t->native_since = 0;
   if (!native.ok)
     native.unreadable++;
   else if (!(k = native_merge(out, max)))
@@ -1580,7 +1625,8 @@ static void native_stats(PyObject *d) {
            {"native_timeouts", native.timeouts},
            {"native_not_running", native.not_running},
            {"native_mismatched", native.mismatched},
-           {"native_unreadable", native.unreadable}};
+           {"native_unreadable", native.unreadable},
+           {"native_handler_ns", native.handler_ns}};
   for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
     PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)c[i].v);
     if (v)
@@ -1657,12 +1703,13 @@ static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
                     ? native_sample(t, tsp, cpu, frames, cfg.max_frames)
                     : 0;
     if (nk == NATIVE_LATER) {
-      /* Not answered yet: this sample is taken at the next tick, which
-       * gets this one's CPU and wall time too. */
+      /* The CPU sample waits for a tick that finds the thread running,
+       * which gets this one's CPU time too; a wall sample is taken now. */
       t->last_cpu_ns -= cpu_delta;
-      if (do_wall)
-        t->last_wall_ns -= wall_delta;
-      continue;
+      cpu_delta = 0;
+      if (!do_wall)
+        continue;
+      nk = 0;
     }
     if (nk) {
       /* The mixed stack of a running thread (for wall too, when due in
@@ -2320,6 +2367,7 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
   }
   native.requests = native.merged = native.timeouts = 0;
   native.not_running = native.mismatched = native.unreadable = 0;
+  native.handler_ns = 0;
   if (L.ok && cache_init(&alloc_names, 12) != 0)
     L.ok = 0;
 
