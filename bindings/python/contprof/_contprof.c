@@ -1620,6 +1620,7 @@ static void native_stats(PyObject *d) {
     const char *key;
     uint64_t v;
   } c[] = {{"native_on", (uint64_t)native.on},
+           {"native_signal", (uint64_t)native.sig},
            {"native_requests", native.requests},
            {"native_merged", native.merged},
            {"native_timeouts", native.timeouts},

@@ -166,3 +166,45 @@ def test_churn_no_crash(run_py):
         # stack that has it has rec (or nothing of ours) right above.
         if "key" in py:
             assert py[py.index("key") + 1] == "rec", s.frames
+
+
+# The application takes our signal after start: it gets its own signals,
+# and the sampler stops sending it (one line).
+TAKEN = """
+import json, os, signal, threading, time, zlib
+import contprof
+from contprof import _contprof
+
+contprof.start(profiles="cpu", cpu_hz=1000, python_native=True)
+BUF = os.urandom(1 << 20)
+stop = False
+def work():
+    while not stop:
+        zlib.compress(BUF, 6)
+t = threading.Thread(target=work); t.start()
+time.sleep(0.3)
+before = _contprof.stats()
+sig = before["native_signal"]
+got = []
+signal.signal(sig, lambda s, f: got.append(s))
+time.sleep(0.3)
+for i in range(3):
+    os.kill(os.getpid(), sig)
+    time.sleep(0.05)
+stop = True; t.join()
+after = _contprof.stats()
+print(json.dumps(dict(got=len(got), before=before["native_merged"],
+                      on=after["native_on"])))
+contprof.stop()
+"""
+
+
+def test_application_takes_the_signal(run_py):
+    """Its handler runs for its own three kill()s (and at most one pass of
+    ours sent before the sampler saw the change); mixed stacks stop."""
+    run = run_py(TAKEN, timeout=120)
+    out = json.loads(run.proc.stdout.strip().splitlines()[-1])
+    assert out["before"] > 0, out
+    assert out["on"] == 0, out
+    assert 3 <= out["got"] <= 4, out
+    assert "was given another handler" in run.proc.stderr, run.proc.stderr
