@@ -2,9 +2,10 @@
 running pure Python: CPU overhead against no profiler, and the sampling
 latency (a sample due -> that thread's frames read).
 
-In one process, ROUNDS rounds of three segments in rotating order: plain,
+In one process, ROUNDS rounds of four segments in rotating order: plain,
 profiled (contprof.start before, stop after; both outside the timed part),
-plain again (the A/A control). Each segment runs the same work in THREADS
+profiled with native frames (CONTPROF_PYTHON_NATIVE=1), plain again (the
+A/A control). Each segment runs the same work in THREADS
 threads (bench/python_work.py's round() as many times as WORK). Per
 segment the process's CPU time (every thread, so the sampler's and the
 uploader's too) is divided by its round's first plain segment; a fifth of
@@ -14,7 +15,8 @@ service). Besides the
 ratios, the CPU of the profiler's own threads (contprof-python,
 contprof-pyname, from schedstat) divided by the work's CPU: a direct,
 low-noise figure. Latency from the extension's stats() over all profiled
-segments.
+segments. With native frames, the CPU the sampled threads spend in the
+signal handler (its own thread CPU clock, from stats()) over the work's.
 
     PYTHONPATH=<built package> python3 bench/python_threads.py [THREADS ROUNDS WORK]
 """
@@ -60,13 +62,15 @@ def work(n=None):
         t.join()
 
 
-def segment(profiled, out, lat):
+def segment(profiled, out, lat, native=False):
     if profiled:
-        contprof.start(output_dir=out, upload_period=3600)
+        contprof.start(output_dir=out, upload_period=3600,
+                       python_native=native)
     # Untimed, in both: the first samples name every frame (a service pays
     # that once), the threads' first run warms the interpreter.
     work(max(1, WORK // 5))
     p0 = profiler_cpu_ns()
+    h0 = _contprof.stats()["native_handler_ns"] if profiled else 0
     c0 = time.process_time()
     work()
     c1 = time.process_time()
@@ -76,25 +80,27 @@ def segment(profiled, out, lat):
         s = _contprof.stats()
         lat.append((s["latency_p50_us"], s["latency_p99_us"],
                     s["latency_max_us"], s["latency_n"], s["dropped"],
-                    s["samples"]))
+                    s["samples"], s["native_requests"], s["native_merged"],
+                    (s["native_handler_ns"] - h0) / 1e9 / (c1 - c0)))
         contprof.stop()
     return c1 - c0, own / 1e9
 
 
 def main():
     out = tempfile.mkdtemp(prefix="contprof-pythreads.")
-    variants = ["plain", "contprof", "plain-again"]
+    variants = ["plain", "contprof", "native", "plain-again"]
     ratios = {v: [] for v in variants}
-    own = []
-    lat = []
+    own = {"contprof": [], "native": []}
+    lat = {"contprof": [], "native": []}
     work()  # warm-up
     for r in range(ROUNDS):
-        order = variants[r % 3:] + variants[:r % 3]
+        order = variants[r % 4:] + variants[:r % 4]
         cpu = {}
         for v in order:
-            cpu[v], o = segment(v == "contprof", out, lat)
-            if v == "contprof":
-                own.append(o / cpu[v])
+            profiled = v in own
+            cpu[v], o = segment(profiled, out, lat.get(v), v == "native")
+            if profiled:
+                own[v].append(o / cpu[v])
         for v in variants:
             ratios[v].append(cpu[v] / cpu["plain"])
 
@@ -106,13 +112,21 @@ def main():
         THREADS, ROUNDS, WORK, sys.version.split()[0]))
     for v in variants:
         print("  %-12s process CPU / plain %s" % (v, q(ratios[v])))
-    print("  profiler threads' CPU / work CPU: %s" % q(own))
-    p99 = sorted(x[1] for x in lat)
-    print("  latency per segment (us): p50 median %d, p99 median %d, p99 "
-          "max %d, max %d; samples %d, dropped %d" % (
-              statistics.median(x[0] for x in lat),
-              statistics.median(p99), p99[-1], max(x[2] for x in lat),
-              sum(x[5] for x in lat), sum(x[4] for x in lat)))
+    print("  native / contprof process CPU %s" % q(
+        [a / b for a, b in zip(ratios["native"], ratios["contprof"])]))
+    for v in own:
+        print("  %-8s profiler threads' CPU / work CPU: %s" % (v, q(own[v])))
+        p99 = sorted(x[1] for x in lat[v])
+        print("  %-8s latency per segment (us): p50 median %d, p99 median "
+              "%d, p99 max %d, max %d; samples %d, dropped %d; native "
+              "requests %d, merged %d" % (
+                  v, statistics.median(x[0] for x in lat[v]),
+                  statistics.median(p99), p99[-1],
+                  max(x[2] for x in lat[v]), sum(x[5] for x in lat[v]),
+                  sum(x[4] for x in lat[v]), sum(x[6] for x in lat[v]),
+                  sum(x[7] for x in lat[v])))
+    print("  native   signal handlers' CPU / work CPU: %s" % q(
+        [x[8] for x in lat["native"]]))
 
 
 if __name__ == "__main__":

@@ -773,6 +773,16 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
     cfg->follow_fork = 1;
   }
 
+  /* Read by the Python binding only (docs/python.md, "Native frames"). */
+  cfg->python_native = 0;
+  const char *py_native = env_get(&src, "CONTPROF_PYTHON_NATIVE");
+  if (py_native && parse_bool(py_native, &cfg->python_native) != 0) {
+    cp_warn("CONTPROF_PYTHON_NATIVE='%s' is not a boolean (1/0, true/false); "
+            "using false",
+            py_native);
+    cfg->python_native = 0;
+  }
+
   cfg->follow_exec = 1;
   const char *follow_exec = env_get(&src, "CONTPROF_FOLLOW_EXEC");
   if (follow_exec && parse_bool(follow_exec, &cfg->follow_exec) != 0) {

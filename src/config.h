@@ -72,6 +72,7 @@ typedef struct cp_config {
   int timeline;              /* CONTPROF_TIMELINE: end_timestamp_ns labels */
   int follow_fork;           /* CONTPROF_FOLLOW_FORK: children profile too */
   int follow_exec;           /* CONTPROF_FOLLOW_EXEC: exec'd programs too */
+  int python_native;         /* CONTPROF_PYTHON_NATIVE: mixed stacks */
   long alloc_sample_bytes;   /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
   long heap_max_tracked;     /* CONTPROF_HEAP_MAX_TRACKED: live-table size */
   long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */

@@ -62,6 +62,7 @@ OPTIONS = {
     "site": "DD_SITE",
     "pyroscope_url": "PYROSCOPE_SERVER_ADDRESS",
     "spool_dir": "CONTPROF_SPOOL_DIR",
+    "python_native": "CONTPROF_PYTHON_NATIVE",
 }
 
 

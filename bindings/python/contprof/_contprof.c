@@ -13,6 +13,10 @@
  *   and the elapsed wall time are recorded. Code objects are named from
  *   copies too (their strings and line table), through a cache keyed by the
  *   code object's address, instruction and identity fields.
+ * - With CONTPROF_PYTHON_NATIVE=1, a CPU sample of a running thread is
+ *   answered by that thread in a signal handler: its native stack (the
+ *   core's unwinder) and its Python frames at one instant, merged by the
+ *   sampler into one stack (see "native frames in place" below).
  * - Where process_vm_readv is refused (seccomp), the sampler takes the GIL
  *   for each pass and reads in place, as before 0.2 (one `contprof:` line).
  * - Struct layouts: 3.8-3.10 PyFrameObject chains, 3.11-3.12 the
@@ -60,13 +64,18 @@ PyMODINIT_FUNC PyInit__contprof(void) {
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,6 +83,8 @@ PyMODINIT_FUNC PyInit__contprof(void) {
 #include "config.h"
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
+#include "samplers/signals.h"
+#include "samplers/unwind.h"
 #include "trace.h"
 
 #define MAX_STACK 1024         /* frames per sample (CONTPROF_MAX_FRAMES) */
@@ -130,7 +141,7 @@ static const char *const own_vars[] = {
     "CONTPROF_PROFILES",         "CONTPROF_CPU_HZ",
     "CONTPROF_WALL_INTERVAL_MS", "CONTPROF_ALLOC_SAMPLE_BYTES",
     "CONTPROF_HEAP_MAX_TRACKED", "CONTPROF_MAX_FRAMES",
-    "CONTPROF_LOG_LEVEL"};
+    "CONTPROF_LOG_LEVEL",        "CONTPROF_PYTHON_NATIVE"};
 
 static const char *own_option(const char *name, void *ctx) {
   (void)ctx;
@@ -156,6 +167,7 @@ static void norm_add(const char *name, const char *fmt, long value) {
 static struct {
   int running;
   int cpu_on, wall_on, alloc_on, heap_on;
+  int python_native; /* CONTPROF_PYTHON_NATIVE */
   int log_level;
   int64_t cpu_period_ns, wall_period_ns;
   size_t max_frames;
@@ -184,6 +196,7 @@ static struct layout {
   uintptr_t tag_mask;     /* 3.14+: f_executable is a tagged reference */
   size_t ts_next, ts_interp, ts_frame, ts_key, cf_current, ts_window;
   size_t fr_back, fr_code, fr_pos, fr_owner, fr_window;
+  size_t fr_entry; /* 3.11: _PyInterpreterFrame.is_entry (0: none) */
   size_t co_filename, co_name, co_linetable, co_firstlineno, co_code,
       co_firsttraceable, co_window;
   size_t str_state, str_length, str_ascii, str_compact;
@@ -226,6 +239,9 @@ static void layout_compiled(void) {
   L.fr_code = offsetof(_PyInterpreterFrame, f_code);
   L.fr_pos = offsetof(_PyInterpreterFrame, prev_instr);
   L.fr_owner = offsetof(_PyInterpreterFrame, owner);
+#if PY_VERSION_HEX < 0x030C0000
+  L.fr_entry = offsetof(_PyInterpreterFrame, is_entry);
+#endif
   L.co_name = offsetof(PyCodeObject, co_qualname);
   L.co_linetable = offsetof(PyCodeObject, co_linetable);
   L.co_code = offsetof(PyCodeObject, co_code_adaptive);
@@ -407,6 +423,7 @@ typedef struct walk_scratch {
   uintptr_t frame[MAX_STACK], code[MAX_STACK], back[MAX_STACK];
   uint64_t pos[MAX_STACK];
   int src[MAX_STACK];    /* the window frame i was read from, or -1 */
+  int seg[MAX_STACK];    /* entry markers passed before frame i (see walk) */
   int co_src[MAX_STACK]; /* an earlier frame with the same code, or -1 */
   unsigned char co[MAX_STACK][CO_WINDOW_MAX];
   unsigned char again[MAX_STACK][FR_WINDOW_MAX];
@@ -466,10 +483,20 @@ static int window_of(walk_scratch *s, uintptr_t f) {
  * WALK_TORN: an unreadable or cyclic chain, a code object that is not one,
  * an instruction outside its code, or a frame that changed between the
  * walk and the second read after it. Bounded: 2 * max + 16 frames
- * visited, one read per frame, then one batched read. */
-static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
-                 walk_scratch *s) {
-  size_t n = 0, steps = 0;
+ * visited, one read per frame, then one batched read. Async-signal-safe
+ * (reads, memcpy, memset; no lock, no allocation): the mixed-stack handler
+ * runs it on its own thread.
+ *
+ * With seg (mixed stacks): seg[i] is the number of the interpreter's
+ * evaluation calls (_PyEval_EvalFrameDefault) entered leafward of out[i],
+ * that is which of those calls, from the leaf, runs it, and *nentries how
+ * many the walk passed in all: 3.8-3.10 one call per frame object; 3.11
+ * frames up to and including one marked is_entry; 3.12+ frames leafward
+ * of a C-stack shim frame (FRAME_OWNED_BY_CSTACK, pushed by each call). */
+static long walk_segments(uintptr_t first, codeid *out, size_t max,
+                          int *truncated, walk_scratch *s, int *seg,
+                          size_t *nentries) {
+  size_t n = 0, steps = 0, entries = 0;
   *truncated = 0;
   memset(s->seen, 0, sizeof s->seen);
   s->nwin = 0;
@@ -490,9 +517,16 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
       return WALK_TORN;
     uintptr_t back = (uintptr_t)word_at(fr, L.fr_back);
     if (L.has_owner && (signed char)fr[L.fr_owner] >= 3) {
-      f = back; /* a C-stack shim frame (3.12+), not Python code */
+      /* A C-stack shim frame (3.12+), not Python code: an evaluation
+       * call's entry (4, 3.14's base frame, is not). */
+      if ((signed char)fr[L.fr_owner] == 3)
+        entries++;
+      f = back;
       continue;
     }
+    s->seg[n] = (int)entries;
+    if (L.frame_objects || (L.fr_entry && fr[L.fr_entry]))
+      entries++;
     s->frame[n] = f;
     s->src[n] = w;
     s->code[n] = (uintptr_t)word_at(fr, L.fr_code) & ~L.tag_mask;
@@ -556,6 +590,8 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
           units < int_at(co, L.co_firsttraceable))
         continue; /* pushed, not started: _PyFrame_IsIncomplete */
     }
+    if (seg)
+      seg[k] = s->seg[i];
     out[k++] = (codeid){.code = s->code[i],
                         .addrq = (int32_t)(units < 0 ? -1 : units * 2),
                         .firstlineno = int_at(co, L.co_firstlineno),
@@ -563,7 +599,14 @@ static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
                         .filename = (uintptr_t)word_at(co, L.co_filename),
                         .linetable = (uintptr_t)word_at(co, L.co_linetable)};
   }
+  if (nentries)
+    *nentries = entries;
   return (long)k;
+}
+
+static long walk(uintptr_t first, codeid *out, size_t max, int *truncated,
+                 walk_scratch *s) {
+  return walk_segments(first, out, max, truncated, s, NULL, NULL);
 }
 
 /* The frame chain's head of thread state ts, read through rd. */
@@ -837,7 +880,8 @@ static const char *layout_check(void) {
     return why;
 #endif
   L.ts_window = max3(L.ts_next, L.ts_interp, max3(L.ts_frame, L.ts_key, 0)) + 8;
-  L.fr_window = max3(L.fr_back, L.fr_code, max3(L.fr_pos, L.fr_owner, 0)) + 8;
+  L.fr_window =
+      max3(L.fr_back, L.fr_code, max3(L.fr_pos, L.fr_owner, L.fr_entry)) + 8;
   L.co_window =
       max3(L.co_filename + 8, L.co_name + 8,
            max3(L.co_linetable + 8, L.co_firstlineno + 4,
@@ -929,6 +973,8 @@ typedef struct pythread {
   int64_t last_cpu_ns;   /* thread CPU clock at its previous sample */
   uint64_t last_wall_ns; /* monotonic time of its previous wall sample */
   uint64_t pass;         /* the sampler pass that last saw it */
+  uint64_t native_since; /* its CPU sample waits for it to run, since */
+  int native_unanswered; /* a request of ours may be pending on it */
 } pythread;
 
 static pythread threads_tab[THREAD_TABLE_SIZE];
@@ -1179,6 +1225,417 @@ static void record(const uint64_t *frames, size_t n, const pythread *t,
   contprof_record(&s);
 }
 
+/* --- native frames in place (CONTPROF_PYTHON_NATIVE) --------------------- *
+ * With the option on, a CPU sample of a thread that is running asks that
+ * thread for its stacks: a real-time signal (tgkill) whose handler unwinds
+ * the thread's native stack with the core's unwinder and walks its own
+ * Python frames (walk_segments), both at the same instant, and publishes
+ * them in `native`. The sampler waits at most NATIVE_WAIT_NS for the
+ * answer, then merges off the handler: each _PyEval_EvalFrameDefault
+ * native frame becomes the Python frames that call runs, the interpreter's
+ * own frames between Python frames are dropped, the native frames below
+ * the innermost Python frame are kept. Anything that does not line up, or
+ * no answer in time, gives the Python-only stack, counted (docs/python.md,
+ * "Native frames"). One request at a time: the sampler asks the threads one
+ * after the other. */
+
+#define NATIVE_MAX 512               /* native frames per answer */
+#define NATIVE_WAIT_NS 10000000ull   /* the sampler's wait for an answer */
+#define NATIVE_SEGS 16               /* the interpreter's executable segments */
+#define NATIVE_CARRY_NS 200000000ull /* a CPU sample waits for a CPU */
+#define NATIVE_LATER ((size_t)-1)
+
+/* The slot's state word (a futex): a request number << 2 | phase. The
+ * number makes a late handler's compare-and-swap fail once the sampler has
+ * given up on its request and made another. */
+enum { NS_IDLE = 0, NS_REQ = 1, NS_BUSY = 2, NS_DONE = 3 };
+
+static struct {
+  int on;  /* CONTPROF_PYTHON_NATIVE, and set up */
+  int sig; /* our signal; 0 until installed (then for the process's life) */
+  uintptr_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault's code */
+  uintptr_t seg_lo[NATIVE_SEGS], seg_hi[NATIVE_SEGS]; /* the interpreter's */
+  size_t nsegs;
+  uint32_t state; /* NS_*, see above */
+  /* The request, written by the sampler before NS_REQ. */
+  pid_t tid;
+  uintptr_t tstate;
+  size_t max_frames;
+  /* The answer, written by the handler before NS_DONE. */
+  int ok, native_truncated, py_truncated;
+  size_t nnative, nentries;
+  long npy;
+  uint64_t frames[NATIVE_MAX + CP_UNWIND_SLACK];
+  codeid ids[MAX_STACK];
+  int seg[MAX_STACK];
+  /* Counters (the sampler's, under threads_lock), read by stats(). */
+  uint64_t requests, merged, timeouts, not_running, mismatched, unreadable;
+  uint64_t handler_ns; /* CPU time in the handler (its owner adds it) */
+} native;
+static walk_scratch native_scratch; /* the handler's */
+
+/* The mixed-stack request's handler, on the sampled thread.
+ * Async-signal-safe and bounded: the slot is taken with one
+ * compare-and-swap (a late or stray request does nothing), then the core's
+ * unwinder (no lock, no allocation: src/samplers/unwind.c), one walk of
+ * this thread's own frames with reads that cannot fault, one store and a
+ * futex wake; errno is kept. A signal that is not a tgkill from this
+ * process goes to the application's handler (cp_signal_chain). */
+static void native_handler(int sig, siginfo_t *info, void *uc) {
+  int saved = errno;
+  if (!info || info->si_code != SI_TKILL || info->si_pid != self_pid) {
+    cp_signal_chain(sig, info, uc);
+    errno = saved;
+    return;
+  }
+  uint32_t s = __atomic_load_n(&native.state, __ATOMIC_ACQUIRE);
+  if ((s & 3) != NS_REQ ||
+      __atomic_load_n(&native.tid, __ATOMIC_RELAXED) != (pid_t)gettid() ||
+      !__atomic_compare_exchange_n(&native.state, &s, (s & ~3u) | NS_BUSY, 0,
+                                   __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    errno = saved;
+    return;
+  }
+  int64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  native.ok = 0;
+  native.nnative = 0;
+  /* Another handler of ours unwinding on this thread: libunwind's
+   * per-thread cache is not re-entrant (see unwind.h). */
+  if (!cp_in_sampling_handler) {
+    cp_in_sampling_handler = 1;
+    native.nnative = cp_unwind_signal(uc, native.frames, NATIVE_MAX, 1,
+                                      &native.native_truncated);
+    cp_in_sampling_handler = 0;
+    unsigned char tsw[TS_WINDOW_MAX];
+    uintptr_t first = 0;
+    uint64_t own = L.tid_native ? (uint64_t)gettid() : (uint64_t)pthread_self();
+    if (rd(native.tstate, tsw, L.ts_window) == 0 &&
+        word_at(tsw, L.ts_key) == own && first_frame(tsw, &first) == 0) {
+      native.npy = walk_segments(first, native.ids, native.max_frames,
+                                 &native.py_truncated, &native_scratch,
+                                 native.seg, &native.nentries);
+      native.ok = native.npy > 0;
+    }
+  }
+  int64_t t1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  if (t0 >= 0 && t1 >= t0)
+    native.handler_ns += (uint64_t)(t1 - t0);
+  __atomic_store_n(&native.state, (s & ~3u) | NS_DONE, __ATOMIC_RELEASE);
+  syscall(SYS_futex, &native.state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  errno = saved;
+}
+
+/* Where native frame i of the answer is: 2 in _PyEval_EvalFrameDefault, 1
+ * elsewhere in the interpreter (the executable or libpython), 0 outside.
+ * Return addresses (i > 0) are looked up at the call instruction. */
+static int native_class(size_t i) {
+  uintptr_t pc = (uintptr_t)native.frames[i] - (i > 0);
+  if (pc >= native.eval_lo && pc < native.eval_hi)
+    return 2;
+  for (size_t j = 0; j < native.nsegs; j++)
+    if (pc >= native.seg_lo[j] && pc < native.seg_hi[j])
+      return 1;
+  return 0;
+}
+
+/* On the sampler thread: the answer as one stack into out (named), or 0
+ * when its native evaluation calls are not exactly the Python frames'
+ * (an unwind cut short, a thread caught entering or leaving a call, a
+ * custom frame evaluator, a truncated side). Leaf first: the native frames
+ * below the innermost evaluation call, then per call its Python frames and
+ * the native frames outside the interpreter between it and the next (a C
+ * extension that calls back into Python); the interpreter's own frames
+ * between calls and everything above the outermost call are dropped.
+ * Below the innermost call, when the leaf is in another object (libz, an
+ * extension module), the interpreter's frames between the outermost such
+ * frame and the call are dropped too: they are the call's plumbing
+ * (cfunction_vectorcall_*, PyObject_Vectorcall), present or not depending
+ * on how the call site was specialised, and would split one C call into
+ * several stacks. When every frame there is the interpreter's (sorted(),
+ * a builtin), all are kept. */
+static size_t native_merge(uint64_t *out, size_t max) {
+  size_t nn = native.nnative, np = (size_t)native.npy, neval = 0;
+  if (native.native_truncated || native.py_truncated)
+    return 0;
+  long cut = -1; /* the outermost frame outside the interpreter below the
+                  * innermost call */
+  for (size_t i = 0; i < nn; i++) {
+    int c = native_class(i);
+    neval += c == 2;
+    if (c == 0 && neval == 0)
+      cut = (long)i;
+  }
+  if (neval == 0 || neval != native.nentries)
+    return 0;
+  size_t k = 0, p = 0, call = 0;
+  for (size_t i = 0; i < nn && call < neval && k < max; i++) {
+    int c = native_class(i);
+    if (call == 0 && c != 2) {
+      if (cut < 0 || (long)i <= cut)
+        out[k++] = native.frames[i];
+    } else if (c == 2) {
+      for (; p < np && native.seg[p] == (int)call && k < max; p++) {
+        uint64_t w = frame_word(&sampler_names, &native.ids[p]);
+        if (!w)
+          return 0;
+        out[k++] = w;
+      }
+      call++;
+    } else if (c == 0) {
+      out[k++] = native.frames[i];
+    }
+  }
+  if (k == max && (p < np || call < neval)) {
+    if (truncated_word)
+      out[max - 1] = truncated_word;
+    return max;
+  }
+  return p == np ? k : 0;
+}
+
+/* Whether thread t is on a CPU or waiting for one, not blocked: its CPU
+ * clock moved since `cpu` (read a few microseconds ago; with a tick-based
+ * scheduler clock, as on this VM, it rarely does), or /proc says R. A
+ * blocked thread is not sent the signal: it would have a call cut short
+ * that SA_RESTART does not restart (poll, nanosleep) in C code that may
+ * not retry. */
+static int native_running(const pythread *t, int64_t cpu) {
+  if (clock_ns(t->cpu_clock) > cpu)
+    return 1;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)t->tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = 0;
+  const char *r = strrchr(buf, ')');
+  return r && r[1] == ' ' && r[2] == 'R';
+}
+
+/* Thread t's CPU sample waits for it to run (NATIVE_LATER), or, once it
+ * has waited NATIVE_CARRY_NS, is taken now with the Python stack (0). */
+static size_t native_defer(pythread *t) {
+  uint64_t now = monotonic_ns();
+  if (!t->native_since)
+    t->native_since = now;
+  if (now - t->native_since <= NATIVE_CARRY_NS)
+    return NATIVE_LATER;
+  t->native_since = 0;
+  return 0;
+}
+
+/* Whether our signal is still pending on thread tid (a request it has not
+ * taken yet: real-time signals queue, so no second one is sent). */
+static int native_pending(pid_t tid) {
+  char path[64], buf[2048];
+  snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 1;
+  buf[n] = 0;
+  const char *p = strstr(buf, "\nSigPnd:");
+  if (!p)
+    return 1;
+  unsigned long long mask = strtoull(p + 8, NULL, 16);
+  return (mask >> (native.sig - 1) & 1) != 0;
+}
+
+static size_t native_wait(uint32_t seq, pythread *t, uint64_t *out, size_t max);
+
+/* On the sampler thread, under threads_lock: a CPU sample of thread t
+ * (thread state at tsp, CPU clock `cpu` read for this sample) as a mixed
+ * stack into out (at most max frames); 0: the caller takes the Python-only
+ * stack; NATIVE_LATER: the thread is blocked, or did not answer in time
+ * (it waits for a CPU): its CPU sample is taken at a later tick that finds
+ * it running,
+ * with the CPU time carried over, for at most NATIVE_CARRY_NS (then with
+ * the Python stack). Bounded: at most 2 x NATIVE_WAIT_NS of waiting. */
+static size_t native_sample(pythread *t, uintptr_t tsp, int64_t cpu,
+                            uint64_t *out, size_t max) {
+  if (!native.on || !t->tid || !t->has_clock)
+    return 0;
+  if (!native_running(t, cpu)) {
+    native.not_running++;
+    return native_defer(t);
+  }
+  if (t->native_unanswered) {
+    if (native_pending(t->tid)) {
+      native.timeouts++;
+      return native_defer(t);
+    }
+    t->native_unanswered = 0;
+  }
+  uint32_t s = __atomic_load_n(&native.state, __ATOMIC_ACQUIRE);
+  if ((s & 3) == NS_BUSY) {
+    native.timeouts++; /* an abandoned request is still being answered */
+    return 0;
+  }
+  /* Idle, or a late answer to an abandoned request: the slot is ours. */
+  uint32_t seq = (s & ~3u) + 4;
+  __atomic_store_n(&native.tid, t->tid, __ATOMIC_RELAXED);
+  __atomic_store_n(&native.tstate, tsp, __ATOMIC_RELAXED);
+  native.max_frames = cfg.max_frames;
+  __atomic_store_n(&native.state, seq | NS_REQ, __ATOMIC_RELEASE);
+  native.requests++;
+  if (syscall(SYS_tgkill, self_pid, t->tid, native.sig) != 0) {
+    __atomic_store_n(&native.state, seq | NS_IDLE, __ATOMIC_RELEASE);
+    native.timeouts++;
+    return 0;
+  }
+  /* Python threads take threads_lock with the GIL held (labels, spans,
+   * sampled allocations): not held while we wait. Records are neither
+   * moved nor freed meanwhile (only this thread sweeps the table). */
+  pthread_mutex_unlock(&threads_lock);
+  size_t k = native_wait(seq, t, out, max);
+  pthread_mutex_lock(&threads_lock);
+  return k;
+}
+
+/* native_sample's wait for the answer to request seq and its merge, on the
+ * sampler thread without threads_lock. Bounded: at most 2 x
+ * NATIVE_WAIT_NS. */
+static size_t native_wait(uint32_t seq, pythread *t, uint64_t *out,
+                          size_t max) {
+  uint64_t deadline = monotonic_ns() + NATIVE_WAIT_NS;
+  int extended = 0;
+  for (;;) {
+    uint32_t s = __atomic_load_n(&native.state, __ATOMIC_ACQUIRE);
+    if (s == (seq | NS_DONE))
+      break;
+    uint64_t now = monotonic_ns();
+    if (now >= deadline) {
+      uint32_t want = seq | NS_REQ;
+      if (__atomic_compare_exchange_n(&native.state, &want, seq | NS_IDLE, 0,
+                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        native.timeouts++; /* not started: the thread did not run */
+        t->native_unanswered = 1;
+        return native_defer(t);
+      }
+      if (want == (seq | NS_DONE))
+        break;
+      if (extended) {
+        native.timeouts++; /* left busy; the next request finds it */
+        return native_defer(t);
+      }
+      extended = 1; /* the handler runs: give it one more wait */
+      deadline = now + NATIVE_WAIT_NS;
+      continue;
+    }
+    uint64_t left = deadline - now;
+    struct timespec ts = {.tv_sec = (time_t)(left / 1000000000),
+                          .tv_nsec = (long)(left % 1000000000)};
+    syscall(SYS_futex, &native.state, FUTEX_WAIT_PRIVATE, s, &ts, NULL, 0);
+  }
+  size_t k = 0;
+  t->native_since = 0;
+  if (!native.ok)
+    native.unreadable++;
+  else if (!(k = native_merge(out, max)))
+    native.mismatched++;
+  else
+    native.merged++;
+  __atomic_store_n(&native.state, seq | NS_IDLE, __ATOMIC_RELEASE);
+  return k;
+}
+
+/* Finds the executable segments of the object that holds pc. */
+static int native_segments(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  uintptr_t pc = (uintptr_t)data;
+  size_t n = 0;
+  int holds = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+      continue;
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+    holds |= pc >= lo && pc < hi;
+    if (n < NATIVE_SEGS) {
+      native.seg_lo[n] = lo;
+      native.seg_hi[n++] = hi;
+    }
+  }
+  if (!holds)
+    return 0;
+  native.nsegs = n;
+  return 1;
+}
+
+/* With the GIL, at start: CONTPROF_PYTHON_NATIVE's setup (once per
+ * process: the signal stays installed). NULL when on, or why not. */
+static const char *native_setup(void) {
+  if (!safe_reads)
+    return "process_vm_readv is refused here";
+  if (!native.eval_hi) {
+    void *ev = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    Dl_info di;
+    const ElfW(Sym) *sym = NULL;
+    if (!ev || !dladdr1(ev, &di, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
+        di.dli_saddr != ev || sym->st_size == 0)
+      return "_PyEval_EvalFrameDefault's code is not found";
+    native.nsegs = 0;
+    dl_iterate_phdr(native_segments, ev);
+    if (!native.nsegs)
+      return "the interpreter's code segments are not found";
+    native.eval_lo = (uintptr_t)ev;
+    native.eval_hi = (uintptr_t)ev + sym->st_size;
+  }
+  if (!native.sig) {
+    int sig = cp_signal_install(SIGRTMIN + 4, native_handler);
+    if (sig <= 0)
+      return "no free real-time signal";
+    native.sig = sig;
+    cp_unwind_init();
+  }
+  return NULL;
+}
+
+/* On the sampler thread, once per pass with CPU samples: an application
+ * that installed its own handler for our signal (signal.signal) gets it
+ * back untouched, and the sampler stops asking. */
+static void native_check_signal(void) {
+  struct sigaction cur;
+  if (!native.on || sigaction(native.sig, NULL, &cur) != 0)
+    return;
+  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == native_handler)
+    return;
+  native.on = 0;
+  fprintf(stderr,
+          "contprof: signal %d was given another handler; Python samples "
+          "are taken without native frames from now on\n",
+          native.sig);
+}
+
+/* stats()'s native_* counters. */
+static void native_stats(PyObject *d) {
+  const struct {
+    const char *key;
+    uint64_t v;
+  } c[] = {{"native_on", (uint64_t)native.on},
+           {"native_signal", (uint64_t)native.sig},
+           {"native_requests", native.requests},
+           {"native_merged", native.merged},
+           {"native_timeouts", native.timeouts},
+           {"native_not_running", native.not_running},
+           {"native_mismatched", native.mismatched},
+           {"native_unreadable", native.unreadable},
+           {"native_handler_ns", native.handler_ns}};
+  for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)c[i].v);
+    if (v)
+      PyDict_SetItemString(d, c[i].key, v);
+    Py_XDECREF(v);
+  }
+}
+
 /* On the sampler thread, without the GIL (with it when needs_gil): one
  * sample of every Python thread, due at `due`. Bounded: THREAD_WALK_MAX
  * thread states, each one walk (see walk). */
@@ -1187,6 +1644,8 @@ static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
   unsigned char tsw[TS_WINDOW_MAX];
   pthread_mutex_lock(&threads_lock);
   uint64_t pass = ++sampler.pass;
+  if (do_cpu)
+    native_check_signal();
   uint64_t now = monotonic_ns();
   size_t seen = 0;
   uintptr_t ts = threads_head();
@@ -1241,6 +1700,30 @@ static void sample_pass(int do_cpu, int do_wall, uint64_t due) {
       t->last_wall_ns = now;
     if (!do_wall && cpu_delta <= 0)
       continue; /* no CPU since its last sample: nothing to read */
+    size_t nk = do_cpu && cpu_delta > 0
+                    ? native_sample(t, tsp, cpu, frames, cfg.max_frames)
+                    : 0;
+    if (nk == NATIVE_LATER) {
+      /* The CPU sample waits for a tick that finds the thread running,
+       * which gets this one's CPU time too; a wall sample is taken now. */
+      t->last_cpu_ns -= cpu_delta;
+      cpu_delta = 0;
+      if (!do_wall)
+        continue;
+      nk = 0;
+    }
+    if (nk) {
+      /* The mixed stack of a running thread (for wall too, when due in
+       * the same pass: it is this moment's stack). */
+      uint64_t got = monotonic_ns();
+      sampler.latency_us[sampler.latencies++ % LATENCY_RING] =
+          (uint32_t)((got > due ? got - due : 0) / 1000);
+      sampler.samples++;
+      record(frames, nk, t, CONTPROF_KIND_CPU, cpu_delta);
+      if (do_wall)
+        record(frames, nk, t, CONTPROF_KIND_WALL, (int64_t)wall_delta);
+      continue;
+    }
     int truncated = 0;
     long n = head_ok ? walk(first, sampler_ids, cfg.max_frames, &truncated,
                             &sampler_scratch)
@@ -1768,6 +2251,8 @@ static void atfork_child(void) {
   heap_reset();
   heap.untracked = heap.untracked_reported = 0;
   alloc.rng = 0;
+  /* No request survives: the sampled threads are gone. */
+  __atomic_store_n(&native.state, NS_IDLE, __ATOMIC_RELAXED);
 }
 
 /* --- module functions ---------------------------------------------------- */
@@ -1817,6 +2302,7 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
   norm_add("CONTPROF_ALLOC_SAMPLE_BYTES", "%ld", c.alloc_sample_bytes);
   norm_add("CONTPROF_HEAP_MAX_TRACKED", "%ld", c.heap_max_tracked);
   norm_add("CONTPROF_MAX_FRAMES", "%ld", c.max_frames);
+  norm_add("CONTPROF_PYTHON_NATIVE", "%ld", c.python_native);
   static const char *const levels[] = {"error", "warn", "info", "debug"};
   if ((unsigned)c.log_level < 4) {
     opts.norm[opts.nnorm].name = strdup("CONTPROF_LOG_LEVEL");
@@ -1835,6 +2321,7 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
   cfg.alloc_rate = (double)c.alloc_sample_bytes;
   cfg.heap_max_tracked = c.heap_max_tracked;
   cfg.log_level = c.log_level;
+  cfg.python_native = c.python_native;
   cp_config_free(&c);
 
   if (cfg.heap_on && heap_init(cfg.heap_max_tracked) != 0) {
@@ -1873,6 +2360,19 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     layout_checked = 1;
   }
   sampler.needs_gil = !safe_reads;
+  native.on = 0;
+  if (cfg.python_native && L.ok && cfg.cpu_on) {
+    const char *why = native_setup();
+    if (why)
+      fprintf(stderr,
+              "contprof: CONTPROF_PYTHON_NATIVE: %s; Python stacks are "
+              "sampled without native frames\n",
+              why);
+    native.on = !why;
+  }
+  native.requests = native.merged = native.timeouts = 0;
+  native.not_running = native.mismatched = native.unreadable = 0;
+  native.handler_ns = 0;
   if (L.ok && cache_init(&alloc_names, 12) != 0)
     L.ok = 0;
 
@@ -1948,6 +2448,17 @@ static PyObject *py_stop(PyObject *self, PyObject *unused) {
             (unsigned long long)sampler.samples,
             (unsigned long long)sampler.dropped,
             (unsigned long long)sampler.threads_unreadable);
+  if (cfg.log_level >= 2 && native.on)
+    fprintf(stderr,
+            "contprof: Python native frames: %llu of %llu requests merged; "
+            "%llu not answered in time, %llu did not line up, %llu "
+            "unreadable; %llu samples of threads not running\n",
+            (unsigned long long)native.merged,
+            (unsigned long long)native.requests,
+            (unsigned long long)native.timeouts,
+            (unsigned long long)native.mismatched,
+            (unsigned long long)native.unreadable,
+            (unsigned long long)native.not_running);
   int rc;
   /* The uploader runs before_export (the live heap) for the last profile:
    * without the GIL, so it may wait for the uploader. */
@@ -2404,7 +2915,7 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
   memcpy(lat, sampler.latency_us, n * sizeof *lat);
   pthread_mutex_unlock(&threads_lock);
   qsort(lat, n, sizeof *lat, cmp_u32);
-  return Py_BuildValue(
+  PyObject *d = Py_BuildValue(
       "{s:K,s:K,s:K,s:K,s:K,s:k,s:k,s:k,s:O,s:O,s:s,s:l}", "samples",
       (unsigned long long)samples, "dropped", (unsigned long long)dropped,
       "retried", (unsigned long long)retried, "passes_cut_short",
@@ -2414,6 +2925,9 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
       (unsigned long)(n ? lat[n - 1] : 0), "without_gil",
       safe_reads ? Py_True : Py_False, "layout_ok", L.ok ? Py_True : Py_False,
       "layout", L.source, "pthread_tid_offset", pthread_tid_off);
+  if (d)
+    native_stats(d);
+  return d;
 }
 
 static PyMethodDef methods[] = {
