@@ -108,17 +108,24 @@ static CP_TLS struct {
 /* Async-signal-safe (one clock_gettime). The CPU time the thread used
  * since its last perf sample: the time the event stood still from its
  * overflow to this handler, or while the thread blocked the signal, is
- * counted too. The first sample of a thread in a run weighs one period
- * (its first period was random in (0, period]). */
+ * counted too. The first sample of a thread in a run weighs at most one
+ * period (its first period was random in (0, period]). */
 static int64_t perf_cpu_since_last(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
     return (int64_t)cpu.period_ns;
   uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
   unsigned gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
+  /* A first sample weighs one period, or the thread's whole CPU time when
+   * that is less (a thread made after the start, whose clock was armed when
+   * it began): a period can be long when the governor slowed sampling, and
+   * hundreds of idle threads each caught once as they exit must not count
+   * a period each. */
+  int64_t period = (int64_t)cpu.period_ns;
   int64_t since = perf_last.gen == gen && now > perf_last.cpu_ns
                       ? (int64_t)(now - perf_last.cpu_ns)
-                      : (int64_t)cpu.period_ns;
+                  : (int64_t)now < period ? (int64_t)now
+                                          : period;
   perf_last.gen = gen;
   perf_last.cpu_ns = now;
   return since;
