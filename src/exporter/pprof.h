@@ -90,7 +90,8 @@ pprof_builder *pprof_fold(const pprof_builder *b, size_t keep,
  * buffer. Returns 0 or -1. */
 int pprof_encode(const pprof_builder *b, uint8_t **out, size_t *len);
 
-/* gzip-compresses a buffer into a malloc'd one. Returns 0 or -1. */
+/* gzip-compresses a buffer into a malloc'd one at level 1 (fast: a
+ * profile is made every period). Returns 0 or -1. */
 int pprof_gzip(const uint8_t *in, size_t len, uint8_t **out, size_t *out_len);
 /* The same at zlib level 0-9 (-1: zlib's default, 6). */
 int pprof_gzip_level(const uint8_t *in, size_t len, int level, uint8_t **out,

@@ -592,7 +592,7 @@ static void test_hostile_gzip(void) {
   /* A real bomb: 4 MiB of zeros (a few kB gzipped) against a 1 MiB limit. */
   uint8_t *zeros = calloc(4 << 20, 1), *bomb;
   size_t bomb_len;
-  CHECK_EQ_INT(pprof_gzip(zeros, 4 << 20, &bomb, &bomb_len), 0);
+  CHECK_EQ_INT(pprof_gzip_level(zeros, 4 << 20, 9, &bomb, &bomb_len), 0);
   CHECK(bomb_len < 16 << 10);
   expect_reject(bomb, bomb_len, 1 << 20, "over the 1 MiB limit");
   free(bomb);
