@@ -31,19 +31,6 @@ void cp_unwind_warm_up(void);
  * recorded. */
 #ifndef CP_UNWIND_STACK_NEED
 #define CP_UNWIND_STACK_NEED 16384
-/* The unwinder chosen by CONTPROF_UNWIND (fpwalk.h's cp_unwind_mode:
- * auto, fp, dwarf); before cp_unwind_init. The default is auto. */
-void cp_unwind_set_mode(int mode);
-
-/* cp_unwind_signal and cp_unwind_here with the unwinder named (a
- * cp_unwind_mode) instead of the configured one: the test and the
- * benchmark unwind one signal both ways. Async-signal-safe. */
-size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
-                             size_t max_frames, int may_build_cache,
-                             int *truncated, int mode);
-size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
-                           uint64_t caller_ra, int *truncated, int mode);
-
 #endif
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated);
