@@ -126,6 +126,14 @@ void cp_governor_after_fork_child(void) {
   gov.nhistory = 0;
 }
 
+/* g's factor (> 1) after speeding it up by `speed`: at most twice as fast a
+ * step, and at least one step. */
+static unsigned sped_up(const governed *g, double speed) {
+  unsigned f = clamp_factor(floor((double)g->factor / (speed < 2 ? speed : 2)),
+                            g->max_factor);
+  return f < g->factor ? f : g->factor - 1;
+}
+
 /* Shares the budget out. A sampler taking fewer samples than its min_rate
  * is not slowed (a slowed one is sped up towards that rate): its cost comes off
  * the budget first. The rest is shared from the cheapest sampler up, each
@@ -147,10 +155,7 @@ static int rebalance(const double *cost, const double *rate, double budget,
     }
     budget -= cost[i];
     if (g->factor > 1) {
-      double speed = g->min_rate / (rate[i] > 1 ? rate[i] : 1);
-      unsigned f = clamp_factor(
-          floor((double)g->factor / (speed < 2 ? speed : 2)), g->max_factor);
-      set_factor(g, f < g->factor ? f : g->factor - 1);
+      set_factor(g, sped_up(g, g->min_rate / (rate[i] > 1 ? rate[i] : 1)));
       changed = 1;
     }
   }
@@ -173,11 +178,7 @@ static int rebalance(const double *cost, const double *rate, double budget,
                              g->max_factor)
               : g->max_factor;
     } else if (under_cap && g->factor > 1 && cost[i] < part / 2) {
-      double speed = cost[i] > 0 ? 0.7 * part / cost[i] : 2;
-      f = clamp_factor(floor((double)g->factor / (speed < 2 ? speed : 2)),
-                       g->max_factor);
-      if (f >= g->factor)
-        f = g->factor - 1;
+      f = sped_up(g, cost[i] > 0 ? 0.7 * part / cost[i] : 2);
     }
     if (f != g->factor) {
       set_factor(g, f);
