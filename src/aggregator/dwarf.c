@@ -388,14 +388,7 @@ static void module_close(module *m) {
   m->image = NULL;
   m->image_elf = NULL;
   m->image_bytes = 0;
-  if (m->debug_elf)
-    elf_end(m->debug_elf);
-  if (m->elf)
-    elf_end(m->elf);
-  if (m->debug_fd >= 0)
-    close(m->debug_fd);
-  if (m->fd >= 0)
-    close(m->fd);
+  module_release_files(m);
   free(m->ranges);
   for (size_t i = 0; i < m->ncus; i++) {
     free(m->cus[i].fns);
@@ -406,8 +399,6 @@ static void module_close(module *m) {
   m->cus = NULL;
   m->ncus = 0;
   m->dw = NULL;
-  m->elf = m->debug_elf = NULL;
-  m->fd = m->debug_fd = -1;
   m->ranges = NULL;
   m->nranges = 0;
   st.used -= m->open_bytes;
