@@ -1393,6 +1393,22 @@ static size_t native_merge(uint64_t *out, size_t max) {
   return p == np ? k : 0;
 }
 
+/* Reads the start of /proc/self/task/TID/<name> into buf, NUL-terminated.
+ * Returns 0 when it cannot be read (the thread is gone). */
+static int read_task_file(pid_t tid, const char *name, char *buf, size_t size) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, size - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = 0;
+  return 1;
+}
+
 /* Whether thread t is on a CPU or waiting for one, not blocked: its CPU
  * clock moved since `cpu` (read a few microseconds ago; with a tick-based
  * scheduler clock, as on this VM, it rarely does), or /proc says R. A
@@ -1402,16 +1418,9 @@ static size_t native_merge(uint64_t *out, size_t max) {
 static int native_running(const pythread *t, int64_t cpu) {
   if (clock_ns(t->cpu_clock) > cpu)
     return 1;
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)t->tid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  char buf[512];
+  if (!read_task_file(t->tid, "stat", buf, sizeof buf))
     return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return 0;
-  buf[n] = 0;
   const char *r = strrchr(buf, ')');
   return r && r[1] == ' ' && r[2] == 'R';
 }
@@ -1431,16 +1440,9 @@ static size_t native_defer(pythread *t) {
 /* Whether our signal is still pending on thread tid (a request it has not
  * taken yet: real-time signals queue, so no second one is sent). */
 static int native_pending(pid_t tid) {
-  char path[64], buf[2048];
-  snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  char buf[2048];
+  if (!read_task_file(tid, "status", buf, sizeof buf))
     return 1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return 1;
-  buf[n] = 0;
   const char *p = strstr(buf, "\nSigPnd:");
   if (!p)
     return 1;
