@@ -59,6 +59,18 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* After one unwind in every mode: which agree with libunwind's. */
+static void tally(uint64_t f[NMODES][MAXF + CP_UNWIND_SLACK],
+                  const size_t n[NMODES]) {
+  rotation++;
+  for (int m = 0; m < NMODES; m++) {
+    frames_seen[m] = (long)n[m];
+    agree[m] += n[m] == n[M_DWARF] &&
+                memcmp(f[m], f[M_DWARF], n[m] * sizeof(uint64_t)) == 0;
+  }
+  atomic_fetch_add(&handled, 1);
+}
+
 static void on_signal(int sig, siginfo_t *si, void *uc) {
   (void)sig;
   (void)si;
@@ -74,13 +86,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
     if (ntimes[m] < max_signals)
       times[m][ntimes[m]++] = t1 - t0;
   }
-  rotation++;
-  for (int m = 0; m < NMODES; m++) {
-    frames_seen[m] = (long)n[m];
-    agree[m] += n[m] == n[M_DWARF] &&
-                memcmp(f[m], f[M_DWARF], n[m] * sizeof(uint64_t)) == 0;
-  }
-  atomic_fetch_add(&handled, 1);
+  tally(f, n);
 }
 
 static int pipefd[2];
@@ -101,13 +107,7 @@ __attribute__((noinline)) static void fake_hook(void) {
     if (ntimes[m] < max_signals)
       times[m][ntimes[m]++] = t1 - t0;
   }
-  rotation++;
-  for (int m = 0; m < NMODES; m++) {
-    frames_seen[m] = (long)n[m];
-    agree[m] += n[m] == n[M_DWARF] &&
-                memcmp(f[m], f[M_DWARF], n[m] * sizeof(uint64_t)) == 0;
-  }
-  atomic_fetch_add(&handled, 1);
+  tally(f, n);
 }
 
 static void run_here(int blocked) {
