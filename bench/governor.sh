@@ -54,20 +54,7 @@ run() {
     t[2] == from { b0 = b[2]; c0 = c[2] }
     t[2] == to { print (c[2] - c0) / (b[2] - b0) }' "$tmp/rate" >>"$tmp/$v.cost"
   if [[ $v != plain ]]; then
-    local f
-    for f in $(ls "$tmp"/out/*.pb.gz | sort -t. -k4 -n); do
-      go tool pprof -comments "$f" 2>/dev/null | tr '\n' ' '
-      echo
-    done | awk -v from="$GOVERNOR_FROM" -v period=5 '{
-        seq = -1; p = 0; c = 0
-        for (i = 1; i <= NF; i++) {
-          split($i, kv, "=")
-          if (kv[1] == "profile_seq") seq = kv[2]
-          if (kv[1] == "profiler_cpu_ns") p = kv[2]
-          if (kv[1] == "process_cpu_ns") c = kv[2]
-        }
-        if (seq * period >= from) { sp += p; sc += c }
-      } END { printf "%.3f\n", (sc > 0 ? 100 * sp / sc : 0) }' >>"$tmp/$v.reported"
+    bench_reported_overhead "$tmp/out" "$GOVERNOR_FROM" 5 >>"$tmp/$v.reported"
     ls "$tmp"/out/*.pb.gz | sort -t. -k4 -n | tail -1 | xargs go tool pprof -comments 2>/dev/null |
       sed -n 's/^sampling.alloc=//p' >>"$tmp/$v.mean"
   fi

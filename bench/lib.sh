@@ -160,3 +160,26 @@ bench_overhead_table() {
   done
   echo
 }
+
+# bench_reported_overhead DIR [FROM_S PERIOD_S]: what contprof's profiles in
+# DIR said of their own cost (docs/overhead.md), as read by go tool pprof:
+# the sum of their profiler_cpu_ns over the sum of their process_cpu_ns, in
+# percent ("nan" without any), over the profiles whose period began at
+# FROM_S seconds or later (profile_seq x PERIOD_S; default: all of them).
+bench_reported_overhead() {
+  local dir=$1 from=${2:-0} period=${3:-1} f
+  for f in "$dir"/*.pb.gz; do
+    go tool pprof -comments "$f" 2>/dev/null | tr '\n' ' '
+    echo
+  done | awk -v from="$from" -v period="$period" '{
+      seq = 0; p = 0; c = 0
+      for (i = 1; i <= NF; i++) {
+        split($i, kv, "=")
+        if (kv[1] == "profile_seq") seq = kv[2]
+        if (kv[1] == "profiler_cpu_ns") p = kv[2]
+        if (kv[1] == "process_cpu_ns") c = kv[2]
+      }
+      if (seq * period >= from) { sp += p; sc += c }
+    }
+    END { if (sc > 0) printf "%.4f\n", 100 * sp / sc; else print "nan" }'
+}

@@ -24,15 +24,6 @@ gcc -O2 -g -pthread -o "$BENCH_BIN/alloc_work" "$bench_root/bench/alloc_work.c"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-telemetry.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-# reported DIR: profiler_cpu_ns and process_cpu_ns summed over DIR's profiles.
-reported() {
-  local f
-  for f in "$1"/*.pb.gz; do
-    go tool pprof -comments "$f" 2>/dev/null
-  done | awk -F= '$1 == "profiler_cpu_ns" {p += $2} $1 == "process_cpu_ns" {c += $2}
-    END {if (c > 0) printf "%.4f\n", 100 * p / c; else print "nan"}'
-}
-
 # one_case NAME ENV... -- CMD...: the rounds of one case, then its table line.
 one_case() {
   local name=$1 envs=() r
@@ -60,7 +51,7 @@ one_case() {
     ((r > 0)) || continue # the first round warms the caches
     paste -d' ' "$tmp/plain.log" "$tmp/prof.log" |
       awk '{print 100 * (($6 + $7) - ($2 + $3)) / ($2 + $3)}' >>"$tmp/$name.measured"
-    reported "$tmp/prof" >>"$tmp/$name.reported"
+    bench_reported_overhead "$tmp/prof" >>"$tmp/$name.reported"
   done
   local m rep
   m=$(bench_quantiles <"$tmp/$name.measured")
