@@ -163,6 +163,13 @@ static unsigned parse_profiles(const char *s, int *bad) {
   return mask;
 }
 
+const char *cp_profile_name(unsigned bit) {
+  for (size_t i = 0; i < CP_ARRAY_SIZE(profile_names); i++)
+    if (profile_names[i].bit == bit)
+      return profile_names[i].name;
+  return "";
+}
+
 const char *cp_profiles_string(unsigned profiles, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;

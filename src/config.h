@@ -145,5 +145,8 @@ void cp_config_free(cp_config *cfg);
 
 /* "cpu,wall" for a CP_PROFILE_* mask, into buf. */
 const char *cp_profiles_string(unsigned profiles, char *buf, size_t len);
+/* The name of one CP_PROFILE_* bit ("cpu", "heap"...); "" for another. The
+ * profile of sample kind k (contprof_sample_kind) is bit 1 << k. */
+const char *cp_profile_name(unsigned bit);
 
 #endif

@@ -187,8 +187,8 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
       snprintf(buf, sizeof buf, "%.0fns", (double)cfg->lock_sample_ns * f);
       break;
     }
-    char name[16], key[48];
-    cp_profiles_string(1u << k, name, sizeof name);
+    const char *name = cp_profile_name(1u << k);
+    char key[48];
     snprintf(key, sizeof key, "sampling.%s", name);
     add_comment(b, key, buf);
     snprintf(key, sizeof key, "slowdown.%s", name);
@@ -213,8 +213,8 @@ static void add_cost_comments(pprof_builder *b, const cp_config *cfg,
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     if (!(cfg->profiles & (1u << k)))
       continue;
-    char name[16], key[40];
-    cp_profiles_string(1u << k, name, sizeof name);
+    const char *name = cp_profile_name(1u << k);
+    char key[40];
     snprintf(key, sizeof key, "samples.%s", name);
     add_comment_u64(b, key, s->samples[k]);
     snprintf(key, sizeof key, "drops.%s", name);

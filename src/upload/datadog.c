@@ -181,8 +181,7 @@ static char *event_json(dd_ctx *c, const cp_generation *g,
     for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
       if (!(cfg->profiles & (1u << k)))
         continue;
-      char name[16];
-      cp_profiles_string(1u << k, name, sizeof name);
+      const char *name = cp_profile_name(1u << k);
       sb_printf(&b, ",\"samples.%s\":%" PRIu64 ",\"drops.%s\":%" PRIu64, name,
                 s->samples[k], name, s->drops[k]);
     }
