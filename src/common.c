@@ -51,6 +51,13 @@ uint64_t cp_monotonic_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t cp_clock_ns(clockid_t clock) {
+  struct timespec ts;
+  if (clock_gettime(clock, &ts) != 0)
+    return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Async-signal-safe: a TLS load, else one raw syscall. */
 pid_t cp_gettid(void) {
   pid_t tid = cached_tid;

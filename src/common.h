@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 typedef enum cp_log_level {
   CP_LOG_ERROR = 0,
@@ -29,6 +30,9 @@ void cp_log(cp_log_level level, const char *fmt, ...)
 /* Clocks, in nanoseconds. Async-signal-safe. */
 uint64_t cp_realtime_ns(void);
 uint64_t cp_monotonic_ns(void);
+/* Any clock (a thread's or the process's CPU clock); 0 if it cannot be read.
+ * Async-signal-safe. */
+uint64_t cp_clock_ns(clockid_t clock);
 /* The calling thread's kernel id. Async-signal-safe (cached per thread). */
 pid_t cp_gettid(void);
 /* Forget the cached tid (the child of fork calls it). */

@@ -34,7 +34,6 @@ static struct {
 static _Atomic uint64_t hook_ns[CONTPROF_KIND_COUNT];
 static uint64_t threads_cpu_locked(void);
 static uint64_t kind_threads_cpu_locked(int kind);
-static uint64_t clock_ns(clockid_t clock);
 static _Atomic uint64_t fixed_memory[CP_STATS_MEM_COUNT];
 static _Atomic uint64_t extra_samples[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t drained_samples[CONTPROF_KIND_COUNT];
@@ -50,6 +49,12 @@ void cp_stats_add_drain_ns(uint64_t ns) {
 void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n) {
   if ((unsigned)kind < CONTPROF_KIND_COUNT)
     atomic_fetch_add_explicit(&drained_samples[kind], n, memory_order_relaxed);
+}
+
+uint64_t cp_stats_samples_counted(contprof_sample_kind kind) {
+  if ((unsigned)kind >= CONTPROF_KIND_COUNT)
+    return 0;
+  return atomic_load_explicit(&drained_samples[kind], memory_order_relaxed);
 }
 
 void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
@@ -70,7 +75,7 @@ void cp_stats_totals_read(cp_stats_totals *out) {
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
     out->kind_threads_cpu_ns[k] = kind_threads_cpu_locked(k);
   pthread_mutex_unlock(&st.lock);
-  out->process_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  out->process_cpu_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   out->drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     out->hook_ns[k] = atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
@@ -82,13 +87,6 @@ void cp_stats_totals_read(cp_stats_totals *out) {
 void cp_stats_add_samples(contprof_sample_kind kind, uint64_t n) {
   if ((unsigned)kind < CONTPROF_KIND_COUNT)
     atomic_fetch_add_explicit(&extra_samples[kind], n, memory_order_relaxed);
-}
-
-static uint64_t clock_ns(clockid_t clock) {
-  struct timespec ts;
-  if (clock_gettime(clock, &ts) != 0)
-    return 0;
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 void cp_stats_thread_begin(void) {
@@ -118,7 +116,7 @@ void cp_stats_thread_end(void) {
   pthread_mutex_lock(&st.lock);
   for (size_t i = 0; i < MAX_OWN_THREADS; i++)
     if (st.threads[i].used && pthread_equal(st.threads[i].thread, self)) {
-      uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+      uint64_t cpu = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
       st.retired_ns += cpu;
       if (st.threads[i].kind >= 0)
         st.retired_kind_ns[st.threads[i].kind] += cpu;
@@ -143,7 +141,7 @@ static uint64_t kind_threads_cpu_locked(int kind) {
   uint64_t sum = st.retired_kind_ns[kind];
   for (size_t i = 0; i < MAX_OWN_THREADS; i++)
     if (st.threads[i].used && st.threads[i].kind == kind)
-      sum += clock_ns(st.threads[i].clock);
+      sum += cp_clock_ns(st.threads[i].clock);
   return sum;
 }
 
@@ -155,27 +153,20 @@ void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns) {
 
 static CP_TLS uint8_t hook_ticks[CONTPROF_KIND_COUNT];
 
-static uint64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-    return 0;
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Async-signal-safe: a thread-local counter, and one clock read (a system
  * call) in CP_STATS_HOOK_EVERY calls. */
 uint64_t cp_stats_hook_begin(contprof_sample_kind kind) {
   if ((unsigned)kind >= CONTPROF_KIND_COUNT ||
       ++hook_ticks[kind] % CP_STATS_HOOK_EVERY)
     return 0;
-  return thread_cpu_ns();
+  return cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 /* Async-signal-safe: a clock read and a relaxed atomic add. */
 void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
   if (!began)
     return;
-  uint64_t now = thread_cpu_ns();
+  uint64_t now = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
   if (now > began)
     cp_stats_add_hook_ns(kind, (now - began) * CP_STATS_HOOK_EVERY);
 }
@@ -197,7 +188,7 @@ static uint64_t threads_cpu_locked(void) {
   uint64_t sum = st.retired_ns;
   for (size_t i = 0; i < MAX_OWN_THREADS; i++)
     if (st.threads[i].used)
-      sum += clock_ns(st.threads[i].clock);
+      sum += cp_clock_ns(st.threads[i].clock);
   return sum;
 }
 
@@ -211,7 +202,7 @@ void cp_stats_take(cp_period_stats *out) {
   pthread_mutex_lock(&st.lock);
   out->threads_cpu_ns += delta(threads_cpu_locked(), &st.last_threads_ns);
   out->process_cpu_ns +=
-      delta(clock_ns(CLOCK_PROCESS_CPUTIME_ID), &st.last_process_ns);
+      delta(cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID), &st.last_process_ns);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     uint64_t hook =
         delta(atomic_load_explicit(&hook_ns[k], memory_order_relaxed),
@@ -234,7 +225,7 @@ void cp_stats_take(cp_period_stats *out) {
 void cp_stats_reset(void) {
   pthread_mutex_lock(&st.lock);
   st.last_threads_ns = threads_cpu_locked();
-  st.last_process_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  st.last_process_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
     st.last_hook_ns[k] =
         atomic_load_explicit(&hook_ns[k], memory_order_relaxed);

@@ -42,6 +42,8 @@ void cp_stats_add_samples(contprof_sample_kind kind, uint64_t n);
  * grows with the samples (the rest, exports and uploads, grows with the
  * periods). */
 void cp_stats_count_samples(contprof_sample_kind kind, uint64_t n);
+/* The samples of kind counted so far (since the process or its fork). */
+uint64_t cp_stats_samples_counted(contprof_sample_kind kind);
 void cp_stats_add_drain_ns(uint64_t ns);
 
 /* The sums since the process started, for the governor (samplers/governor.c):

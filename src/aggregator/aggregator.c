@@ -43,9 +43,9 @@ static struct {
   cp_generation *gen;
   uint64_t next_gen_id;
   uint64_t drops_reported;
-  /* Per kind, in the current generation: samples drained or recorded, and
-   * the ring's drop counts at the last swap. */
-  uint64_t kind_samples[CONTPROF_KIND_COUNT];
+  /* Per kind, at the last swap: the samples counted so far (stats.h) and
+   * the ring's drops. */
+  uint64_t kind_samples_reported[CONTPROF_KIND_COUNT];
   uint64_t kind_drops_reported[CONTPROF_KIND_COUNT];
   size_t memory_limit;
   int timeline; /* CONTPROF_TIMELINE */
@@ -129,12 +129,6 @@ static uint64_t timeline_bucket_end(uint64_t timestamp_ns) {
   return (timestamp_ns / TIMELINE_BUCKET_NS + 1) * TIMELINE_BUCKET_NS;
 }
 
-static uint64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Caller holds agg.lock. */
 static void drain_locked(void) {
   cp_ring *ring = agg.owned_ring;
@@ -147,7 +141,7 @@ static void drain_locked(void) {
   if (cp_symbols_refresh() == 1)
     cp_gen_forget_addresses(agg.gen);
   uint64_t drained[CONTPROF_KIND_COUNT] = {0};
-  uint64_t began = thread_cpu_ns();
+  uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
   for (; s; s = cp_ring_peek(ring)) {
     cp_sample_key key = {
         .labels = s->labels,
@@ -157,10 +151,8 @@ static void drain_locked(void) {
         .time_bucket_ns = timeline_bucket_end(s->timestamp_ns),
     };
     note_thread(agg.gen, s->tid);
-    if (s->kind < CONTPROF_KIND_COUNT) {
-      agg.kind_samples[s->kind]++;
+    if (s->kind < CONTPROF_KIND_COUNT)
       drained[s->kind]++;
-    }
     cp_gen_add(agg.gen, s->frames, s->nframes, (int)s->truncated, &key,
                (contprof_sample_kind)s->kind, s->count, s->quantity);
     cp_ring_release(ring);
@@ -168,7 +160,7 @@ static void drain_locked(void) {
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
     if (drained[k])
       cp_stats_count_samples((contprof_sample_kind)k, drained[k]);
-  cp_stats_add_drain_ns(thread_cpu_ns() - began);
+  cp_stats_add_drain_ns(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began);
 }
 
 static void *drain_thread(void *arg) {
@@ -210,7 +202,7 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void)) {
   }
   agg.drops_reported = cp_ring_drops(agg.owned_ring);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
-    agg.kind_samples[k] = 0;
+    agg.kind_samples_reported[k] = cp_stats_samples_counted(k);
     agg.kind_drops_reported[k] = cp_ring_drops_of_kind(agg.owned_ring, k);
   }
   cp_stats_set_fixed_memory(CP_STATS_MEM_RING, cp_ring_memory(agg.owned_ring));
@@ -284,12 +276,13 @@ cp_generation *cp_agg_swap(uint64_t *drops, cp_period_stats *stats) {
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     uint64_t dropped =
         agg.owned_ring ? cp_ring_drops_of_kind(agg.owned_ring, k) : 0;
+    uint64_t counted = cp_stats_samples_counted(k);
     if (stats) {
-      stats->samples[k] = agg.kind_samples[k];
+      stats->samples[k] = counted - agg.kind_samples_reported[k];
       stats->drops[k] = dropped - agg.kind_drops_reported[k];
     }
     if (old) {
-      agg.kind_samples[k] = 0;
+      agg.kind_samples_reported[k] = counted;
       agg.kind_drops_reported[k] = dropped;
     }
   }
@@ -310,10 +303,7 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
   if (!timed.time_bucket_ns)
     timed.time_bucket_ns = timeline_bucket_end(cp_realtime_ns());
   cp_gen_add(agg.gen, frames, nframes, 0, &timed, kind, count, quantity);
-  if ((unsigned)kind < CONTPROF_KIND_COUNT) {
-    agg.kind_samples[kind]++;
-    cp_stats_count_samples(kind, 1);
-  }
+  cp_stats_count_samples(kind, 1);
   pthread_mutex_unlock(&agg.lock);
   return 0;
 }

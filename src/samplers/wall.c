@@ -115,14 +115,6 @@ static uint64_t next_random(void) {
   return wall.rng * 2685821657736338717ull;
 }
 
-/* Async-signal-safe. */
-static uint64_t own_cpu_ns(void) {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-    return 0;
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Whether the interrupted context is at a system call: the kernel leaves the
  * pc on the `syscall` instruction (a restarted call) or right after it (a
  * call that returns EINTR). Async-signal-safe: reads the code at pc, which
@@ -220,7 +212,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     /* Only a stack taken in a system call is ever reused (a system call
      * of its own: a thread's CPU clock is not in the vDSO). */
     if (usable && s->in_syscall)
-      s->stack_cpu_ns = own_cpu_ns();
+      s->stack_cpu_ns = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     /* Releases the slot to the timer thread unless it added more weight
      * meanwhile: then that is recorded too, with the same stack. */
     if (atomic_fetch_sub_explicit(&s->pending_ns, ns, memory_order_acq_rel) ==
