@@ -27,10 +27,10 @@
 #include "samplers/signals.h"
 #include "samplers/threads.h"
 #include "samplers/unwind.h"
+#include "scheduler.h"
 #include "stats.h"
 #include "trace.h"
 #include "upload/sink.h"
-#include "upload/uploader.h"
 
 static const cp_sampler *const all_samplers[] = {
     &cp_cpu_sampler, &cp_lock_sampler, &cp_wall_sampler, &cp_alloc_sampler};
@@ -155,7 +155,7 @@ static void after_fork_child(void) {
   prof.nactive = 0;
   cp_signals_after_fork_child();
   cp_threads_after_fork_child();
-  cp_uploader_after_fork_child();
+  cp_scheduler_after_fork_child();
   cp_agg_after_fork_child();
   cp_stats_after_fork_child();
   cp_governor_after_fork_child();
@@ -178,7 +178,7 @@ static void teardown_locked(int keep_config) {
   cp_threads_stop();
   /* The last profile still gets the snapshot samplers' samples (the live
    * heap as it is at stop): the active list is cleared after it is made. */
-  cp_uploader_stop();
+  cp_scheduler_stop();
   prof.nactive = 0;
   cp_agg_stop();
   /* Nothing is pending: label sets no one holds can go now. */
@@ -234,8 +234,8 @@ static int start_configured(void) {
           prof.has_runtime ? prof.runtime_version : gnu_get_libc_version(),
       .cpu_period_ns = 1000000000 / prof.cfg.cpu_hz,
   };
-  if ((rc =
-           cp_uploader_start(&prof.cfg, sinks, nsinks, &meta, before_export))) {
+  if ((rc = cp_scheduler_start(&prof.cfg, sinks, nsinks, &meta,
+                               before_export))) {
     cp_sinks_destroy(sinks, nsinks);
     cp_agg_stop();
     cp_labels_set_profiling(0);
@@ -342,7 +342,7 @@ int contprof_stop(void) {
 
 int contprof_flush(void) {
   pthread_mutex_lock(&prof.lock);
-  int rc = atomic_load(&prof.running) ? cp_uploader_flush()
+  int rc = atomic_load(&prof.running) ? cp_scheduler_flush()
                                       : CONTPROF_ERR_NOT_STARTED;
   pthread_mutex_unlock(&prof.lock);
   return rc;

@@ -1,6 +1,6 @@
 /* The aggregator thread: drains the lock-free ring into the current
  * generation (symbolizing on the way), records thread names, and lets the
- * uploader swap generations. The profiler's own thread never samples itself:
+ * scheduler swap generations. The profiler's own thread never samples itself:
  * it blocks every signal. */
 #include "aggregator.h"
 
@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "dwarf.h"
 #include "frames.h"
+#include "labels.h"
 #include "samplers/threads.h"
 #include "stats.h"
 #include "symbols.h"
@@ -325,4 +327,17 @@ uint64_t cp_agg_oldest_live_generation(void) {
   uint64_t id = agg.gen ? cp_gen_id(agg.gen) : agg.next_gen_id + 1;
   pthread_mutex_unlock(&agg.lock);
   return id;
+}
+
+size_t cp_agg_memory_used(const cp_generation *g) {
+  return cp_gen_memory_used(g) + cp_labels_memory_used() +
+         cp_symbols_memory_used() + cp_dwarf_memory_used();
+}
+
+void cp_agg_retire(cp_generation *g) {
+  cp_gen_destroy(g);
+  cp_symbols_collect(cp_agg_oldest_live_generation());
+  /* The period's samples are out: label sets unused since the period
+   * before can go. */
+  cp_labels_collect();
 }

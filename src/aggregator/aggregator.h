@@ -1,6 +1,6 @@
 /* The aggregator: owns the sample ring and the current generation; its thread
  * drains the ring every few milliseconds into the call tree. At each export
- * the uploader swaps in a fresh generation and takes the old one. */
+ * the scheduler swaps in a fresh generation and takes the old one. */
 #ifndef CP_AGGREGATOR_H
 #define CP_AGGREGATOR_H
 
@@ -44,5 +44,14 @@ void cp_agg_after_fork_child(void);
 
 /* The id of the oldest generation that may still be referenced. */
 uint64_t cp_agg_oldest_live_generation(void);
+
+/* What the aggregator's side holds for generation g (taken by cp_agg_swap):
+ * its tables, the label sets, symbols and DWARF data (bytes). */
+size_t cp_agg_memory_used(const cp_generation *g);
+
+/* Frees g once exported, then what no live generation references any more:
+ * records of unloaded libraries and label sets unused since the period
+ * before. */
+void cp_agg_retire(cp_generation *g);
 
 #endif
