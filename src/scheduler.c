@@ -92,7 +92,10 @@ static void close_period(void) {
     sched.unreported = stats;
   } else {
     meta.seq = sched.seq++;
-    cp_uploader_deliver(g, &meta);
+    cp_export e;
+    cp_export_init(&e, g, &meta);
+    cp_uploader_deliver(&e);
+    cp_export_release(&e);
     cp_stats_publish(&stats);
   }
   free(endpoints);

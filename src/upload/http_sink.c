@@ -204,14 +204,13 @@ static void *sink_thread(void *arg) {
   return NULL;
 }
 
-static int http_send(cp_sink *self, const cp_generation *g,
-                     const cp_export_meta *meta) {
+static int http_send(cp_sink *self, cp_export *e) {
   http_sink *s = (http_sink *)self;
   cp_spool_item *items[MAX_ITEMS_PER_PROFILE];
-  int n = s->build(s->ctx, g, meta, items, MAX_ITEMS_PER_PROFILE);
+  int n = s->build(s->ctx, e, items, MAX_ITEMS_PER_PROFILE);
   if (n < 0) {
     cp_error("%s: cannot encode the profile of period %" PRIu64, s->name,
-             meta->seq);
+             e->meta.seq);
     return -1;
   }
   pthread_mutex_lock(&s->lock);

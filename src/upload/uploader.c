@@ -15,9 +15,9 @@ void cp_uploader_start(cp_sink **sinks, size_t nsinks) {
   up.nsinks = nsinks;
 }
 
-void cp_uploader_deliver(const cp_generation *g, const cp_export_meta *meta) {
+void cp_uploader_deliver(cp_export *e) {
   for (size_t i = 0; i < up.nsinks; i++)
-    up.sinks[i]->send(up.sinks[i], g, meta);
+    up.sinks[i]->send(up.sinks[i], e);
 }
 
 void cp_uploader_forget(void) {

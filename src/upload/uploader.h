@@ -15,7 +15,7 @@
 void cp_uploader_start(cp_sink **sinks, size_t nsinks);
 
 /* Hands the finished period to every sink. */
-void cp_uploader_deliver(const cp_generation *g, const cp_export_meta *meta);
+void cp_uploader_deliver(cp_export *e);
 
 /* Gives the sinks back unused (a start that failed after cp_uploader_start:
  * the caller destroys them). */
