@@ -25,6 +25,7 @@
 #include "samplers/governor.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
+#include "samplers/thread_names.h"
 #include "samplers/threads.h"
 #include "samplers/unwind.h"
 #include "scheduler.h"
@@ -157,6 +158,7 @@ static void after_fork_child(void) {
   cp_threads_after_fork_child();
   cp_scheduler_after_fork_child();
   cp_agg_after_fork_child();
+  cp_thread_names_after_fork_child();
   cp_stats_after_fork_child();
   cp_governor_after_fork_child();
   cp_symbols_reset();
@@ -208,7 +210,10 @@ static int start_configured(void) {
   cp_labels_set_memory_limit(prof.cfg.max_memory_bytes / 4);
   cp_labels_set_profiling(1);
   cp_stats_reset();
-  if ((rc = cp_agg_start(&prof.cfg, tick))) {
+  /* Every thread of the profiler's own, whichever layer starts it, is
+   * excluded from sampling before it runs. */
+  cp_set_internal_thread_init(cp_threads_exclude_self);
+  if ((rc = cp_agg_start(&prof.cfg, tick, cp_thread_name_of))) {
     cp_labels_set_profiling(0);
     return rc;
   }
@@ -449,7 +454,12 @@ int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
 }
 
 int contprof_set_thread_name(pid_t tid, const char *name) {
-  return cp_agg_set_thread_name(tid ? tid : cp_gettid(), name);
+  if (!tid)
+    tid = cp_gettid();
+  int rc = cp_thread_names_set(tid, name);
+  if (rc == 0 && name)
+    cp_agg_thread_renamed(tid);
+  return rc;
 }
 
 int contprof_runtime_settings_get(contprof_runtime_settings *out) {

@@ -11,7 +11,6 @@
 #include "aggregator/aggregator.h"
 #include "common.h"
 #include "contprof/profiler.h"
-#include "samplers/threads.h"
 #include "stats.h"
 #include "trace.h"
 #include "upload/uploader.h"
@@ -104,7 +103,6 @@ static void close_period(void) {
 
 static void *scheduler_thread(void *arg) {
   (void)arg;
-  cp_threads_exclude_self();
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   pthread_mutex_lock(&sched.lock);

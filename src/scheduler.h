@@ -10,7 +10,6 @@
 
 #include <stddef.h>
 
-#include "aggregator/calltree.h"
 #include "config.h"
 #include "exporter/export.h"
 #include "upload/sink.h"

@@ -14,7 +14,6 @@
 
 #include "common.h"
 #include "http.h"
-#include "samplers/threads.h"
 
 #define MAX_ITEMS_PER_PROFILE 8
 
@@ -175,7 +174,6 @@ static void timespec_at(struct timespec *ts, uint64_t mono_ns) {
 
 static void *sink_thread(void *arg) {
   http_sink *s = arg;
-  cp_threads_exclude_self();
   pthread_mutex_lock(&s->lock);
   for (;;) {
     uint64_t now = cp_monotonic_ns();
