@@ -1,6 +1,7 @@
 /* The public API: start, stop, flush, and the bindings' sample recording.
- * Wires config -> samplers -> aggregator -> uploader -> sinks, and writes the
- * last profile at exit. One mutex serialises the lifecycle calls. */
+ * Wires config -> samplers -> aggregator -> scheduler -> uploader -> sinks,
+ * and writes the last profile at exit. One mutex serialises the lifecycle
+ * calls. */
 #include <fcntl.h>
 #include <gnu/libc-version.h>
 #include <pthread.h>

@@ -44,7 +44,7 @@ typedef struct cp_export_meta {
   uint64_t drops; /* samples producers had to drop in the period */
   int64_t cpu_period_ns;
   /* Requests per endpoint in the period (trace.h), for the Datadog
-   * event's endpoint_counts; set by the uploader for every sink. */
+   * event's endpoint_counts; set by the scheduler for every sink. */
   const cp_endpoint_count *endpoint_counts;
   size_t nendpoint_counts;
   /* What the profiler cost in the period (stats.h); NULL: not reported. */
