@@ -30,7 +30,9 @@ if [[ ! -f $lib ]]; then
 fi
 gcc -O2 -g -Wall -I"$bench_root/src" -I"$bench_root/include" \
   -I"$BENCH_BUILD_DIR/proto" -o "$out/dwarf_export" \
-  "$bench_root/bench/dwarf_export.c" "$BENCH_BUILD_DIR/libcontprof.a" \
+  "$bench_root/bench/dwarf_export.c" \
+  "$BENCH_BUILD_DIR/libcontprof_pprof_reader.a" \
+  "$BENCH_BUILD_DIR/libcontprof.a" \
   -lunwind -ldw -lelf -lprotobuf-c -lz -lpthread -ldl -lm
 # naddrs distinct addresses spread over the exported functions' bodies.
 nm -S --defined-only "$lib" | python3 -c '

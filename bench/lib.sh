@@ -41,6 +41,7 @@ bench_build() {
   $cc -O2 -Wall -o "$BENCH_BIN/cpurun" "$src/cpurun.c"
   $cc -O2 -Wall -I"$bench_root/src" -I"$BENCH_BUILD_DIR/proto" \
     -o "$BENCH_BIN/proftotal" "$src/proftotal.c" \
+    "$BENCH_BUILD_DIR/libcontprof_pprof_reader.a" \
     "$BENCH_BUILD_DIR/libcontprof.a" -lprotobuf-c -lz -lunwind -ldw -lelf -lpthread \
     -ldl -lm
   # Calls unwind.c's functions directly: linked with the static library.

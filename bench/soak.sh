@@ -33,6 +33,7 @@ gcc -O1 -g -pthread -o "$BENCH_BIN/mixed_workload" \
   "$bench_root/tests/integration/mixed_workload.c"
 gcc -O2 -Wall -I"$bench_root/src" -I"$BENCH_BUILD_DIR/proto" \
   -o "$BENCH_BIN/soak_check" "$bench_root/bench/soak_check.c" \
+  "$BENCH_BUILD_DIR/libcontprof_pprof_reader.a" \
   "$BENCH_BUILD_DIR/libcontprof.a" -lprotobuf-c -lz -lunwind -ldw -lelf -lpthread -ldl -lm
 
 out=$(mktemp -d "${TMPDIR:-/tmp}/contprof-soak.XXXXXX")

@@ -127,7 +127,10 @@ int main(int argc, char **argv) {
                         .end_ns = start + (uint64_t)i + 1,
                         .seq = (uint64_t)i,
                         .cpu_period_ns = 10000000};
-    s->send(s, g, &m);
+    cp_export e;
+    cp_export_init(&e, g, &m);
+    s->send(s, &e);
+    cp_export_release(&e);
   }
   if (s->finish)
     s->finish(s, cp_monotonic_ns() + 120000000000ull);

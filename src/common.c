@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,10 +87,19 @@ typedef struct internal_start {
   void *arg;
 } internal_start;
 
+static void (*_Atomic internal_thread_init)(void);
+
+void cp_set_internal_thread_init(void (*init)(void)) {
+  atomic_store(&internal_thread_init, init);
+}
+
 static void *internal_thread_main(void *p) {
   internal_start start = *(internal_start *)p;
   free(p);
   cp_stats_thread_begin();
+  void (*init)(void) = atomic_load(&internal_thread_init);
+  if (init)
+    init();
   void *result = start.fn(start.arg);
   cp_stats_thread_end();
   return result;

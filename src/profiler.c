@@ -1,6 +1,7 @@
 /* The public API: start, stop, flush, and the bindings' sample recording.
- * Wires config -> samplers -> aggregator -> uploader -> sinks, and writes the
- * last profile at exit. One mutex serialises the lifecycle calls. */
+ * Wires config -> samplers -> aggregator -> scheduler -> uploader -> sinks,
+ * and writes the last profile at exit. One mutex serialises the lifecycle
+ * calls. */
 #include <fcntl.h>
 #include <gnu/libc-version.h>
 #include <pthread.h>
@@ -25,12 +26,13 @@
 #include "samplers/governor.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
+#include "samplers/thread_names.h"
 #include "samplers/threads.h"
 #include "samplers/unwind.h"
+#include "scheduler.h"
 #include "stats.h"
 #include "trace.h"
 #include "upload/sink.h"
-#include "upload/uploader.h"
 
 static const cp_sampler *const all_samplers[] = {
     &cp_cpu_sampler, &cp_lock_sampler, &cp_wall_sampler, &cp_alloc_sampler};
@@ -155,8 +157,9 @@ static void after_fork_child(void) {
   prof.nactive = 0;
   cp_signals_after_fork_child();
   cp_threads_after_fork_child();
-  cp_uploader_after_fork_child();
+  cp_scheduler_after_fork_child();
   cp_agg_after_fork_child();
+  cp_thread_names_after_fork_child();
   cp_stats_after_fork_child();
   cp_governor_after_fork_child();
   cp_symbols_reset();
@@ -178,7 +181,7 @@ static void teardown_locked(int keep_config) {
   cp_threads_stop();
   /* The last profile still gets the snapshot samplers' samples (the live
    * heap as it is at stop): the active list is cleared after it is made. */
-  cp_uploader_stop();
+  cp_scheduler_stop();
   prof.nactive = 0;
   cp_agg_stop();
   /* Nothing is pending: label sets no one holds can go now. */
@@ -208,7 +211,10 @@ static int start_configured(void) {
   cp_labels_set_memory_limit(prof.cfg.max_memory_bytes / 4);
   cp_labels_set_profiling(1);
   cp_stats_reset();
-  if ((rc = cp_agg_start(&prof.cfg, tick))) {
+  /* Every thread of the profiler's own, whichever layer starts it, is
+   * excluded from sampling before it runs. */
+  cp_set_internal_thread_init(cp_threads_exclude_self);
+  if ((rc = cp_agg_start(&prof.cfg, tick, cp_thread_name_of))) {
     cp_labels_set_profiling(0);
     return rc;
   }
@@ -234,8 +240,8 @@ static int start_configured(void) {
           prof.has_runtime ? prof.runtime_version : gnu_get_libc_version(),
       .cpu_period_ns = 1000000000 / prof.cfg.cpu_hz,
   };
-  if ((rc =
-           cp_uploader_start(&prof.cfg, sinks, nsinks, &meta, before_export))) {
+  if ((rc = cp_scheduler_start(&prof.cfg, sinks, nsinks, &meta,
+                               before_export))) {
     cp_sinks_destroy(sinks, nsinks);
     cp_agg_stop();
     cp_labels_set_profiling(0);
@@ -342,7 +348,7 @@ int contprof_stop(void) {
 
 int contprof_flush(void) {
   pthread_mutex_lock(&prof.lock);
-  int rc = atomic_load(&prof.running) ? cp_uploader_flush()
+  int rc = atomic_load(&prof.running) ? cp_scheduler_flush()
                                       : CONTPROF_ERR_NOT_STARTED;
   pthread_mutex_unlock(&prof.lock);
   return rc;
@@ -449,7 +455,12 @@ int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
 }
 
 int contprof_set_thread_name(pid_t tid, const char *name) {
-  return cp_agg_set_thread_name(tid ? tid : cp_gettid(), name);
+  if (!tid)
+    tid = cp_gettid();
+  int rc = cp_thread_names_set(tid, name);
+  if (rc == 0 && name)
+    cp_agg_thread_renamed(tid);
+  return rc;
 }
 
 int contprof_runtime_settings_get(contprof_runtime_settings *out) {

@@ -62,7 +62,7 @@ void cp_stats_totals_read(cp_stats_totals *out);
  * the configured one divided by it), for each profile to report. */
 void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor);
 
-/* Fixed memory the profiler holds apart from what the uploader reads from
+/* Fixed memory the profiler holds apart from what the scheduler reads from
  * its modules (the ring, the live-heap table): set once, at creation. */
 enum { CP_STATS_MEM_RING, CP_STATS_MEM_HEAP_TABLE, CP_STATS_MEM_COUNT };
 void cp_stats_set_fixed_memory(int which, uint64_t bytes);
@@ -78,7 +78,7 @@ typedef struct cp_period_stats {
   uint64_t process_cpu_ns;                    /* the whole process */
   uint64_t samples[CONTPROF_KIND_COUNT];      /* filled by the aggregator */
   uint64_t drops[CONTPROF_KIND_COUNT];        /* filled by the aggregator */
-  uint64_t memory_bytes;                      /* filled by the uploader */
+  uint64_t memory_bytes;                      /* filled by the scheduler */
   unsigned slowdown[CONTPROF_KIND_COUNT];     /* at the period's end */
   unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* the most in the period */
 } cp_period_stats;

@@ -36,9 +36,10 @@ typedef struct cp_endpoint_count {
 
 /* Hands over the counts accumulated since the previous call and starts a new
  * count: *out receives a malloc'd array (free it; not the strings), or NULL
- * when there were none. Returns the number of entries. The uploader calls it
- * once per period, right after the generation swap, and passes the result to
- * every sink in cp_export_meta.endpoint_counts (so sinks must not call it).
+ * when there were none. Returns the number of entries. The scheduler calls
+ * it once per period, right after the generation swap, and passes the result
+ * to every sink in cp_export_meta.endpoint_counts (so sinks must not call
+ * it).
  * Thread-safe. */
 size_t cp_trace_endpoint_counts_take(cp_endpoint_count **out);
 

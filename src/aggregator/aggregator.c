@@ -1,22 +1,21 @@
 /* The aggregator thread: drains the lock-free ring into the current
- * generation (symbolizing on the way), records thread names, and lets the
- * uploader swap generations. The profiler's own thread never samples itself:
- * it blocks every signal. */
+ * generation (symbolizing on the way), notes each thread's name once per
+ * generation, and lets the scheduler swap generations. The profiler's own
+ * thread never samples itself: it blocks every signal, and the core marks
+ * it as the profiler's (cp_set_internal_thread_init). */
 #include "aggregator.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "common.h"
+#include "dwarf.h"
 #include "frames.h"
-#include "samplers/threads.h"
+#include "labels.h"
 #include "stats.h"
 #include "symbols.h"
 
@@ -50,77 +49,33 @@ static struct {
   size_t memory_limit;
   int timeline; /* CONTPROF_TIMELINE */
   void (*tick)(void);
+  void (*thread_name)(pid_t tid, char *buf, size_t len);
 } agg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 cp_ring *cp_agg_ring(void) {
   return atomic_load_explicit(&agg.ring, memory_order_acquire);
 }
 
-static void read_thread_name(pid_t tid, char *buf, size_t len) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
-  buf[0] = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return;
-  ssize_t n = read(fd, buf, len - 1);
-  close(fd);
-  if (n <= 0)
-    return;
-  buf[n] = 0;
-  char *nl = strchr(buf, '\n');
-  if (nl)
-    *nl = 0;
-}
-
-/* Names given by bindings (contprof_set_thread_name), under agg.lock. */
-#define MAX_NAMED_THREADS 4096
-static struct {
-  pid_t tid;
-  char name[64];
-} named[MAX_NAMED_THREADS];
-static size_t nnamed;
-
-static const char *given_name(pid_t tid) {
-  for (size_t i = 0; i < nnamed; i++)
-    if (named[i].tid == tid)
-      return named[i].name;
-  return NULL;
-}
-
+/* Caller holds agg.lock. A thread's name is looked up once per generation,
+ * through the core's callback (the names live with the thread registry);
+ * "" when unknown, so that it is not looked up again. */
 static void note_thread(cp_generation *g, pid_t tid) {
   if (tid <= 0 || cp_gen_thread_name(g, tid))
     return;
-  const char *given = given_name(tid);
-  char name[64];
-  if (!given)
-    read_thread_name(tid, name, sizeof name);
-  cp_gen_set_thread_name(g, tid, given ? given : name);
+  char name[64] = "";
+  if (agg.thread_name)
+    agg.thread_name(tid, name, sizeof name);
+  cp_gen_set_thread_name(g, tid, name);
 }
 
-int cp_agg_set_thread_name(pid_t tid, const char *name) {
-  if (tid <= 0)
-    return CONTPROF_ERR_INVALID;
+void cp_agg_thread_renamed(pid_t tid) {
   pthread_mutex_lock(&agg.lock);
-  size_t i = 0;
-  while (i < nnamed && named[i].tid != tid)
-    i++;
-  int rc = 0;
-  if (!name) {
-    if (i < nnamed)
-      named[i] = named[--nnamed];
-  } else if (i == nnamed && nnamed == MAX_NAMED_THREADS) {
-    rc = CONTPROF_ERR_LABELS_FULL;
-  } else {
-    if (i == nnamed)
-      nnamed++;
-    named[i].tid = tid;
-    snprintf(named[i].name, sizeof named[i].name, "%s", name);
-    if (agg.gen && cp_gen_thread_name(agg.gen, tid))
-      cp_gen_set_thread_name(agg.gen, tid, named[i].name);
+  if (agg.gen && agg.thread_name && cp_gen_thread_name(agg.gen, tid)) {
+    char name[64] = "";
+    agg.thread_name(tid, name, sizeof name);
+    cp_gen_set_thread_name(agg.gen, tid, name);
   }
   pthread_mutex_unlock(&agg.lock);
-  return rc;
 }
 
 static uint64_t timeline_bucket_end(uint64_t timestamp_ns) {
@@ -165,7 +120,6 @@ static void drain_locked(void) {
 
 static void *drain_thread(void *arg) {
   (void)arg;
-  cp_threads_exclude_self();
   uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
   while (!atomic_load(&agg.stop)) {
     cp_ring_wait(agg.owned_ring, DRAIN_INTERVAL_NS);
@@ -180,7 +134,8 @@ static void *drain_thread(void *arg) {
   return NULL;
 }
 
-int cp_agg_start(const cp_config *cfg, void (*tick)(void)) {
+int cp_agg_start(const cp_config *cfg, void (*tick)(void),
+                 void (*thread_name)(pid_t tid, char *buf, size_t len)) {
   pthread_mutex_lock(&agg.lock);
   agg.memory_limit = cfg->max_memory_bytes;
   agg.timeline = cfg->timeline;
@@ -207,6 +162,7 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void)) {
   }
   cp_stats_set_fixed_memory(CP_STATS_MEM_RING, cp_ring_memory(agg.owned_ring));
   agg.tick = tick;
+  agg.thread_name = thread_name;
   atomic_store(&agg.stop, 0);
   int rc =
       cp_start_internal_thread(&agg.thread, drain_thread, NULL, "contprof-agg");
@@ -310,7 +266,6 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
 
 void cp_agg_after_fork_child(void) {
   pthread_mutex_init(&agg.lock, NULL);
-  nnamed = 0; /* the parent's threads are gone */
   atomic_store_explicit(&agg.ring, NULL, memory_order_release);
   if (agg.owned_ring)
     cp_ring_discard_after_fork(agg.owned_ring);
@@ -325,4 +280,17 @@ uint64_t cp_agg_oldest_live_generation(void) {
   uint64_t id = agg.gen ? cp_gen_id(agg.gen) : agg.next_gen_id + 1;
   pthread_mutex_unlock(&agg.lock);
   return id;
+}
+
+size_t cp_agg_memory_used(const cp_generation *g) {
+  return cp_gen_memory_used(g) + cp_labels_memory_used() +
+         cp_symbols_memory_used() + cp_dwarf_memory_used();
+}
+
+void cp_agg_retire(cp_generation *g) {
+  cp_gen_destroy(g);
+  cp_symbols_collect(cp_agg_oldest_live_generation());
+  /* The period's samples are out: label sets unused since the period
+   * before can go. */
+  cp_labels_collect();
 }

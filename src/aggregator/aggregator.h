@@ -1,18 +1,23 @@
 /* The aggregator: owns the sample ring and the current generation; its thread
  * drains the ring every few milliseconds into the call tree. At each export
- * the uploader swaps in a fresh generation and takes the old one. */
+ * the scheduler swaps in a fresh generation and takes the old one. */
 #ifndef CP_AGGREGATOR_H
 #define CP_AGGREGATOR_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "calltree.h"
 #include "config.h"
 #include "ring.h"
 
-/* Creates the ring and the first generation and starts the drain thread;
- * `tick` (may be NULL) runs on that thread about once a second. */
-int cp_agg_start(const cp_config *cfg, void (*tick)(void));
+/* Creates the ring and the first generation and starts the drain thread.
+ * The core passes what the aggregator must not know of itself: `tick` (may
+ * be NULL) runs on that thread about once a second (the samplers' thread
+ * rescan and governor); `thread_name` (may be NULL: no names) writes a
+ * thread's name, "" when unknown, for the `thread name` label. */
+int cp_agg_start(const cp_config *cfg, void (*tick)(void),
+                 void (*thread_name)(pid_t tid, char *buf, size_t len));
 
 /* Drains what is left and stops the thread. The last generation is freed;
  * take it with cp_agg_swap first. */
@@ -34,9 +39,9 @@ int cp_agg_record(const uint64_t *frames, size_t nframes,
                   const cp_sample_key *key, contprof_sample_kind kind,
                   int64_t count, int64_t quantity);
 
-/* Gives thread tid a name that wins over its kernel name (NULL forgets it);
- * contprof_set_thread_name. Thread-safe. */
-int cp_agg_set_thread_name(pid_t tid, const char *name);
+/* Thread tid was given a new name (contprof_set_thread_name): the current
+ * generation takes it if it already named the thread. Thread-safe. */
+void cp_agg_thread_renamed(pid_t tid);
 
 /* In the child of fork: the drain thread is gone; forget it and the
  * parent's samples, keep the ring for a later start. */
@@ -44,5 +49,14 @@ void cp_agg_after_fork_child(void);
 
 /* The id of the oldest generation that may still be referenced. */
 uint64_t cp_agg_oldest_live_generation(void);
+
+/* What the aggregator's side holds for generation g (taken by cp_agg_swap):
+ * its tables, the label sets, symbols and DWARF data (bytes). */
+size_t cp_agg_memory_used(const cp_generation *g);
+
+/* Frees g once exported, then what no live generation references any more:
+ * records of unloaded libraries and label sets unused since the period
+ * before. */
+void cp_agg_retire(cp_generation *g);
 
 #endif

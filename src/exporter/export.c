@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "aggregator/calltree.h"
 #include "aggregator/dwarf.h"
 #include "aggregator/frames.h"
 #include "aggregator/symbols.h"

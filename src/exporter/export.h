@@ -1,5 +1,6 @@
 /* Turns one generation into a gzip-compressed pprof with the profile's
- * metadata, in the dialect a sink speaks. */
+ * metadata, in the dialect a sink speaks; and a finished period as the sinks
+ * receive it (cp_export), which needs no aggregator header. */
 #ifndef CP_EXPORT_H
 #define CP_EXPORT_H
 
@@ -7,9 +8,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "aggregator/calltree.h"
 #include "config.h"
 #include "trace.h"
+
+/* The aggregator's (aggregator/calltree.h); sinks never look inside. */
+typedef struct cp_generation cp_generation;
 
 typedef enum cp_dialect {
   CP_DIALECT_DATADOG = 0, /* Datadog names and labels: files, Datadog */
@@ -41,7 +44,7 @@ typedef struct cp_export_meta {
   uint64_t drops; /* samples producers had to drop in the period */
   int64_t cpu_period_ns;
   /* Requests per endpoint in the period (trace.h), for the Datadog
-   * event's endpoint_counts; set by the uploader for every sink. */
+   * event's endpoint_counts; set by the scheduler for every sink. */
   const cp_endpoint_count *endpoint_counts;
   size_t nendpoint_counts;
   /* What the profiler cost in the period (stats.h); NULL: not reported. */
@@ -69,5 +72,43 @@ uint64_t cp_export_chain_location(struct pprof_builder *b, uint64_t mapping,
                                   const struct cp_line_chain *chain);
 void cp_export_module_offset_name(const char *path, uint64_t file_offset,
                                   char *out, size_t size);
+
+/* A finished period as the sinks receive it (sink.h): its metadata and
+ * counts, and its profile, encoded when a sink first asks for it. Made by the
+ * scheduler after the swap, on its stack; valid while the sinks are handed
+ * it, on the scheduler's thread only (not thread-safe). */
+typedef struct cp_export {
+  cp_export_meta meta; /* with the period, seq, drops, costs, endpoints */
+  uint64_t samples;    /* the samples the period recorded */
+  uint64_t samples_overflowed; /* of which folded into [overflow] */
+  /* The exporter's own (finished.c); sinks use the calls below. */
+  const cp_generation *source;
+  uint8_t *profile;
+  size_t profile_len;
+} cp_export;
+
+/* Makes e the export of g with meta (copied; what it points to must outlive
+ * e). Nothing is encoded yet; nothing can fail. */
+void cp_export_init(cp_export *e, const cp_generation *g,
+                    const cp_export_meta *meta);
+
+/* Frees what e encoded (not the generation). */
+void cp_export_release(cp_export *e);
+
+/* The period as one gzip pprof in the Datadog dialect with every enabled
+ * profile (files, Datadog): encoded at the first call, the same bytes for
+ * every later one. The bytes belong to e. Returns 0, or -1 when it cannot be
+ * encoded (a later call tries again). */
+int cp_export_profile(cp_export *e, const uint8_t **data, size_t *len);
+
+/* Whether a sample of the period holds a value of one of `profiles`
+ * (CP_PROFILE_* bits). */
+int cp_export_has_samples(const cp_export *e, unsigned profiles);
+
+/* The profiles of o->profiles alone, with o's dialect and bounds, into a
+ * malloc'd gzip pprof (Pyroscope's one profile family per request); as
+ * cp_export_pprof_with. */
+int cp_export_encode(const cp_export *e, const cp_export_options *o,
+                     uint8_t **out, size_t *out_len, size_t *samples_folded);
 
 #endif

@@ -116,8 +116,8 @@ static const char *language_of(const char *runtime) {
   return "native";
 }
 
-static char *event_json(dd_ctx *c, const cp_generation *g,
-                        const cp_export_meta *m) {
+static char *event_json(dd_ctx *c, const cp_export *e) {
+  const cp_export_meta *m = &e->meta;
   const cp_config *cfg = m->cfg;
   char start[64], end[64];
   rfc3339(m->start_ns, start, sizeof start);
@@ -168,7 +168,7 @@ static char *event_json(dd_ctx *c, const cp_generation *g,
   sb_printf(&b,
             "\"samples\":%" PRIu64 ",\"samples_dropped\":%" PRIu64
             ",\"samples_overflowed\":%" PRIu64,
-            cp_gen_samples_added(g), m->drops, cp_gen_samples_overflowed(g));
+            e->samples, m->drops, e->samples_overflowed);
   if (m->stats) {
     const cp_period_stats *s = m->stats;
     sb_printf(&b,
@@ -219,19 +219,19 @@ static char *event_json(dd_ctx *c, const cp_generation *g,
   return b.p;
 }
 
-static int dd_build(void *ctx, const cp_generation *g, const cp_export_meta *m,
-                    cp_spool_item **items, size_t max) {
+static int dd_build(void *ctx, cp_export *e, cp_spool_item **items,
+                    size_t max) {
   dd_ctx *c = ctx;
   if (max < 1)
     return -1;
-  uint8_t *pprof = NULL;
+  const uint8_t *pprof = NULL;
   size_t len = 0;
-  if (cp_export_pprof(g, m, CP_DIALECT_DATADOG, &pprof, &len) != 0)
+  if (cp_export_profile(e, &pprof, &len) != 0)
     return -1;
-  char *event = event_json(c, g, m);
+  char *event = event_json(c, e);
   cp_spool_item *it =
       event ? cp_spool_item_new(c->agentless ? "" : "/profiling/v1/input",
-                                m->end_ns)
+                                e->meta.end_ns)
             : NULL;
   int rc = -1;
   if (it &&
@@ -245,7 +245,6 @@ static int dd_build(void *ctx, const cp_generation *g, const cp_export_meta *m,
   }
   cp_spool_item_free(it);
   free(event);
-  free(pprof);
   return rc;
 }
 

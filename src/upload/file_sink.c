@@ -62,12 +62,12 @@ static void safe_name(const char *in, char *out, size_t len) {
     snprintf(out, len, "profile");
 }
 
-static int file_send(cp_sink *self, const cp_generation *g,
-                     const cp_export_meta *meta) {
+static int file_send(cp_sink *self, cp_export *e) {
   file_sink *fs = (file_sink *)self;
-  uint8_t *data = NULL;
+  const cp_export_meta *meta = &e->meta;
+  const uint8_t *data = NULL;
   size_t len = 0;
-  if (cp_export_pprof(g, meta, CP_DIALECT_DATADOG, &data, &len) != 0) {
+  if (cp_export_profile(e, &data, &len) != 0) {
     cp_error("cannot encode the profile of period %" PRIu64, meta->seq);
     return -1;
   }
@@ -126,7 +126,6 @@ static int file_send(cp_sink *self, const cp_generation *g,
     cp_info("wrote %s/%s (%zu bytes)", fs->dir.path, final_name, len);
   }
 out:
-  free(data);
   return rc;
 }
 

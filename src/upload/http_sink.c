@@ -14,7 +14,6 @@
 
 #include "common.h"
 #include "http.h"
-#include "samplers/threads.h"
 
 #define MAX_ITEMS_PER_PROFILE 8
 
@@ -175,7 +174,6 @@ static void timespec_at(struct timespec *ts, uint64_t mono_ns) {
 
 static void *sink_thread(void *arg) {
   http_sink *s = arg;
-  cp_threads_exclude_self();
   pthread_mutex_lock(&s->lock);
   for (;;) {
     uint64_t now = cp_monotonic_ns();
@@ -204,14 +202,13 @@ static void *sink_thread(void *arg) {
   return NULL;
 }
 
-static int http_send(cp_sink *self, const cp_generation *g,
-                     const cp_export_meta *meta) {
+static int http_send(cp_sink *self, cp_export *e) {
   http_sink *s = (http_sink *)self;
   cp_spool_item *items[MAX_ITEMS_PER_PROFILE];
-  int n = s->build(s->ctx, g, meta, items, MAX_ITEMS_PER_PROFILE);
+  int n = s->build(s->ctx, e, items, MAX_ITEMS_PER_PROFILE);
   if (n < 0) {
     cp_error("%s: cannot encode the profile of period %" PRIu64, s->name,
-             meta->seq);
+             e->meta.seq);
     return -1;
   }
   pthread_mutex_lock(&s->lock);

@@ -12,9 +12,8 @@
 
 /* Encodes a finished period into at most max requests (items), returns how
  * many (0 when there is nothing to send) or -1. */
-typedef int (*cp_http_build_fn)(void *ctx, const cp_generation *g,
-                                const cp_export_meta *meta,
-                                cp_spool_item **items, size_t max);
+typedef int (*cp_http_build_fn)(void *ctx, cp_export *e, cp_spool_item **items,
+                                size_t max);
 
 typedef struct cp_http_sink_spec {
   const char *name;     /* "datadog", "pyroscope": messages and spool files */

@@ -26,20 +26,17 @@
  * profiles would be refused. */
 #define PYROSCOPE_MAX_AGE_NS (3300ull * 1000000000ull)
 
+/* A family is sent when a sample holds a value of one of its profiles. */
 typedef struct family {
   const char *name;
   unsigned profiles;
-  int values[4]; /* value indexes that make the family non-empty; -1 ends */
 } family;
 
 static const family families[] = {
-    {"process_cpu", CP_PROFILE_CPU, {CP_V_CPU_SAMPLES, CP_V_CPU_TIME, -1, -1}},
-    {"wall", CP_PROFILE_WALL, {CP_V_WALL_SAMPLES, CP_V_WALL_TIME, -1, -1}},
-    {"memory",
-     CP_PROFILE_ALLOC | CP_PROFILE_HEAP,
-     {CP_V_ALLOC_SAMPLES, CP_V_ALLOC_SPACE, CP_V_INUSE_OBJECTS,
-      CP_V_INUSE_SPACE}},
-    {"mutex", CP_PROFILE_LOCK, {CP_V_LOCK_ACQUIRE, CP_V_LOCK_WAIT, -1, -1}},
+    {"process_cpu", CP_PROFILE_CPU},
+    {"wall", CP_PROFILE_WALL},
+    {"memory", CP_PROFILE_ALLOC | CP_PROFILE_HEAP},
+    {"mutex", CP_PROFILE_LOCK},
 };
 
 typedef struct pyro_ctx {
@@ -47,31 +44,21 @@ typedef struct pyro_ctx {
   size_t max_labels;
 } pyro_ctx;
 
-static int has_values(const cp_generation *g, const family *f) {
-  for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
-    cp_sample s;
-    cp_gen_sample(g, i, &s);
-    for (size_t v = 0; v < 4 && f->values[v] >= 0; v++)
-      if (s.values[f->values[v]])
-        return 1;
-  }
-  return 0;
-}
-
 static int sample_rate(const cp_config *cfg, const family *f) {
   if (f->profiles & CP_PROFILE_WALL)
     return 1000 / (cfg->wall_interval_ms > 0 ? cfg->wall_interval_ms : 10);
   return cfg->cpu_hz;
 }
 
-static int pyro_build(void *ctx, const cp_generation *g,
-                      const cp_export_meta *m, cp_spool_item **items,
+static int pyro_build(void *ctx, cp_export *e, cp_spool_item **items,
                       size_t max) {
   pyro_ctx *c = ctx;
+  const cp_export_meta *m = &e->meta;
   int n = 0;
   for (size_t i = 0; i < CP_ARRAY_SIZE(families); i++) {
     const family *f = &families[i];
-    if (!(m->cfg->profiles & f->profiles) || !has_values(g, f))
+    if (!(m->cfg->profiles & f->profiles) ||
+        !cp_export_has_samples(e, f->profiles))
       continue;
     if ((size_t)n == max)
       break;
@@ -84,7 +71,7 @@ static int pyro_build(void *ctx, const cp_generation *g,
     };
     uint8_t *pprof = NULL;
     size_t len = 0, folded = 0;
-    if (cp_export_pprof_with(g, m, &o, &pprof, &len, &folded) != 0)
+    if (cp_export_encode(e, &o, &pprof, &len, &folded) != 0)
       goto fail;
     if (folded)
       cp_info("pyroscope: %zu light samples of %s folded into [other] "

@@ -1,10 +1,10 @@
-/* A sink receives every finished period: it encodes the generation in its own
- * dialect and delivers it (a file, an HTTP backend). Sinks are independent:
- * one failing never stops another. They run on the uploader thread only. */
+/* A sink receives every finished period (cp_export: the encoded profile and
+ * its metadata) and delivers it in its own form (a file, an HTTP backend).
+ * Sinks are independent: one failing never stops another. They run on the
+ * scheduler's thread only. */
 #ifndef CP_SINK_H
 #define CP_SINK_H
 
-#include "aggregator/calltree.h"
 #include "config.h"
 #include "exporter/export.h"
 
@@ -12,8 +12,7 @@ typedef struct cp_sink cp_sink;
 struct cp_sink {
   const char *name;
   /* Returns 0 when delivered (or safely kept for later), -1 otherwise. */
-  int (*send)(cp_sink *self, const cp_generation *g,
-              const cp_export_meta *meta);
+  int (*send)(cp_sink *self, cp_export *e);
   /* Optional (NULL for sinks that never wait): at stop, deliver what is
    * queued until deadline_ns (CLOCK_MONOTONIC) without blocking the caller;
    * destroy then returns by the deadline. */

@@ -1,31 +1,32 @@
-/* The uploader thread: every period it swaps the aggregator's generation and
- * hands the finished one to every sink; flush and stop do the same at once.
- * Periods are back to back: each starts where the previous one ended. */
+/* The uploader: delivers each finished period to every sink, in order, on
+ * the scheduler's thread (scheduler.h keeps the period); one sink failing
+ * never stops another. At stop, every sink delivers what it has queued by
+ * one deadline. */
 #ifndef CP_UPLOADER_H
 #define CP_UPLOADER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-#include "config.h"
 #include "exporter/export.h"
 #include "sink.h"
 
-/* Takes ownership of the sinks. meta carries the fixed metadata (host, pid,
- * runtime id...); the uploader fills in the period, sequence and drops.
- * before_export (may be NULL) sees each finished generation first. */
-int cp_uploader_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
-                      const cp_export_meta *meta,
-                      void (*before_export)(cp_generation *g));
+/* Takes ownership of the sinks. */
+void cp_uploader_start(cp_sink **sinks, size_t nsinks);
 
-/* Ends the current period now and waits until its profile was handed to the
- * sinks. Returns 0, or CONTPROF_ERR_NOT_STARTED. */
-int cp_uploader_flush(void);
+/* Hands the finished period to every sink. */
+void cp_uploader_deliver(cp_export *e);
 
-/* In the child of fork: the thread is gone; drop the sinks unflushed (the
- * parent delivers its own data). */
+/* Gives the sinks back unused (a start that failed after cp_uploader_start:
+ * the caller destroys them). */
+void cp_uploader_forget(void);
+
+/* In the child of fork: drop the sinks unflushed (the parent delivers its
+ * own data). */
 void cp_uploader_after_fork_child(void);
 
-/* Exports the last period, stops the thread and destroys the sinks. */
-void cp_uploader_stop(void);
+/* Every sink delivers what it has queued by deadline_ns (CLOCK_MONOTONIC);
+ * then the sinks are destroyed. */
+void cp_uploader_stop(uint64_t deadline_ns);
 
 #endif

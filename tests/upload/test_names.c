@@ -55,7 +55,7 @@ static char *pyroscope_name(test_server *srv, const cp_config *cfg) {
                       .end_ns = now - 1000000000ull,
                       .cpu_period_ns = 10000000};
   size_t before = srv->nreqs;
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
   CHECK_EQ_INT(srv_wait(srv, before + 1, 5000), before + 1);
   if (s->finish)
     s->finish(s, cp_monotonic_ns() + 2000000000ull);

@@ -89,7 +89,7 @@ static cp_export_meta make_meta(const cp_config *cfg, uint64_t seq) {
 static void send_one(cp_sink *s, const cp_config *cfg, uint64_t seq,
                      cp_generation *g) {
   cp_export_meta m = make_meta(cfg, seq);
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
 }
 
 static void finish(cp_sink *s, int ms) {
@@ -444,7 +444,7 @@ static void test_datadog_unix_socket(void) {
   cp_endpoint_count counts[2] = {{"GET /users", 3}, {"POST \"q\"", 1}};
   m.endpoint_counts = counts;
   m.nendpoint_counts = 2;
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
   CHECK_EQ_INT(srv_wait(srv, 1, 5000), 1);
   finish(s, 2000);
   char start[64], end[64];
@@ -537,7 +537,7 @@ static void test_pyroscope_families(void) {
       cp_gen_add(g, st, 2, 0, &key, (contprof_sample_kind)k, 2, 100);
     }
   cp_export_meta m = make_meta(&cfg, 0);
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
   CHECK_EQ_INT(srv_wait(srv, 4, 5000), 4);
   finish(s, 2000);
   static const struct {

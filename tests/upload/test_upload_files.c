@@ -219,7 +219,7 @@ static void test_planted_links(void) {
   cp_sink *s = cp_file_sink_create(&cfg);
   cp_generation *g = make_generation();
   capture_start();
-  int rc = s->send(s, g, &m);
+  int rc = sink_send(s, g, &m);
   char *err = capture_end();
   s->destroy(s);
   /* Written beside the planted links, neither followed nor replaced. */
@@ -271,7 +271,7 @@ static void expect_refused(const char *dir, const char *why) {
   capture_start();
   for (uint64_t seq = 0; seq < 2; seq++) {
     cp_export_meta m = make_meta(&cfg, seq);
-    CHECK_EQ_INT(s->send(s, g, &m), -1);
+    CHECK_EQ_INT(sink_send(s, g, &m), -1);
   }
   char *err = capture_end();
   s->destroy(s);
@@ -292,7 +292,7 @@ static int write_one(const char *dir) {
   cp_sink *s = cp_file_sink_create(&cfg);
   cp_generation *g = make_generation();
   cp_export_meta m = make_meta(&cfg, 0);
-  int rc = s->send(s, g, &m);
+  int rc = sink_send(s, g, &m);
   s->destroy(s);
   cp_gen_destroy(g);
   cp_config_free(&cfg);
@@ -346,7 +346,7 @@ static void test_closed_dir_fd(void) {
   cp_sink *s = cp_file_sink_create(&cfg);
   cp_generation *g = make_generation();
   cp_export_meta m = make_meta(&cfg, 0);
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
   /* Find the sink's descriptor by what it points to. */
   int ours = -1;
   for (int fd = 3; fd < 1024 && ours < 0; fd++) {
@@ -361,7 +361,7 @@ static void test_closed_dir_fd(void) {
   int app = open(other, O_RDONLY | O_DIRECTORY);
   CHECK_EQ_INT(app, ours);
   m = make_meta(&cfg, 1);
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
   s->destroy(s);
   CHECK_EQ_INT(count_entries(dir, ".pb.gz", NULL), 2);
   CHECK_EQ_INT(count_entries(other, ".pb.gz", NULL), 0);
@@ -587,7 +587,7 @@ static void test_long_dirs(void) {
   cp_sink *s = cp_file_sink_create(&cfg);
   cp_generation *g = make_generation();
   cp_export_meta m = make_meta(&cfg, 0);
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
   s->destroy(s);
   CHECK_EQ_INT(count_deep(base, ".pb.gz"), 1);
   cp_config_free(&cfg);
@@ -602,7 +602,7 @@ static void test_long_dirs(void) {
   load_config(&cfg, &e);
   s = cp_datadog_sink_create(&cfg);
   m = make_meta(&cfg, 1);
-  CHECK_EQ_INT(s->send(s, g, &m), 0);
+  CHECK_EQ_INT(sink_send(s, g, &m), 0);
   usleep(100000);
   finish(s, 200);
   CHECK_EQ_INT(count_deep(base, ".spool"), 1);

@@ -1,0 +1,212 @@
+/* The period scheduler (see scheduler.h). Its thread blocks every signal, so
+ * sampling never lands on it; it is the only caller of the uploader. */
+#include "scheduler.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "aggregator/aggregator.h"
+#include "common.h"
+#include "contprof/profiler.h"
+#include "stats.h"
+#include "trace.h"
+#include "upload/uploader.h"
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t wake; /* flush or stop requested */
+  pthread_cond_t done; /* a flush completed */
+  pthread_t thread;
+  int running;
+  int stop;
+  uint64_t flush_requested, flush_completed;
+  void (*before_export)(cp_generation *g);
+  cp_export_meta meta;
+  uint64_t period_ns;
+  uint64_t period_start_ns;
+  uint64_t seq;
+  uint64_t exit_timeout_ns; /* CONTPROF_EXIT_TIMEOUT: the whole of stop */
+  /* Costs of periods that wrote no profile, carried into the next one. */
+  cp_period_stats unreported;
+} sched = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Closes the period: swaps generations and has the finished one delivered.
+ * Runs on the scheduler's thread without holding sched.lock. */
+static void close_period(void) {
+  uint64_t drops = 0;
+  cp_period_stats stats = sched.unreported;
+  memset(&sched.unreported, 0, sizeof sched.unreported);
+  cp_period_stats swapped = {0};
+  cp_generation *g = cp_agg_swap(&drops, &swapped);
+  uint64_t end = cp_realtime_ns();
+  if (!g) {
+    cp_error("out of memory: the period's samples stay in the next profile");
+    sched.unreported = stats;
+    return;
+  }
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    stats.samples[k] += swapped.samples[k];
+    stats.drops[k] += swapped.drops[k];
+  }
+  cp_export_meta meta = sched.meta;
+  meta.start_ns = sched.period_start_ns;
+  meta.end_ns = end;
+  meta.drops = drops;
+  /* Requests per endpoint are counted by trace.c as tracers report them;
+   * the period takes its share at the same moment as its generation. */
+  cp_endpoint_count *endpoints = NULL;
+  meta.nendpoint_counts = cp_trace_endpoint_counts_take(&endpoints);
+  meta.endpoint_counts = endpoints;
+  sched.period_start_ns = end;
+  /* A few drops are signals that came while a sampler stopped or nested
+   * in another handler; a warning is for a ring that overflows. */
+  if (drops > 100 || drops * 20 > cp_gen_samples_added(g))
+    cp_warn("%" PRIu64 " samples dropped in period %" PRIu64
+            " (ring full); counted in the profile's samples_dropped",
+            drops, sched.seq);
+  else if (drops)
+    cp_info("%" PRIu64 " samples dropped in period %" PRIu64
+            "; counted in the profile's samples_dropped",
+            drops, sched.seq);
+  if (cp_gen_samples_overflowed(g))
+    cp_warn("%" PRIu64 " samples folded into [overflow] in period %" PRIu64
+            " (CONTPROF_MAX_MEMORY_MB reached)",
+            cp_gen_samples_overflowed(g), sched.seq);
+  if (sched.before_export)
+    sched.before_export(g);
+  cp_stats_take(&stats);
+  stats.memory_bytes = cp_agg_memory_used(g) + cp_stats_fixed_memory();
+  meta.stats = &stats;
+  /* A process that has recorded nothing yet (a short-lived program, such
+   * as a shell's child under LD_PRELOAD) writes or uploads no profile.
+   * Once one is out, every period gets one, empty or not (the live heap may
+   * have gone to nothing). Dropped samples are on the [dropped] stack, so an
+   * empty generation has lost nothing. */
+  if (sched.seq == 0 && cp_gen_samples_added(g) == 0 &&
+      meta.nendpoint_counts == 0) {
+    cp_debug("period with no samples: no profile");
+    sched.unreported = stats;
+  } else {
+    meta.seq = sched.seq++;
+    cp_export e;
+    cp_export_init(&e, g, &meta);
+    cp_uploader_deliver(&e);
+    cp_export_release(&e);
+    cp_stats_publish(&stats);
+  }
+  free(endpoints);
+  cp_agg_retire(g);
+}
+
+static void *scheduler_thread(void *arg) {
+  (void)arg;
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  pthread_mutex_lock(&sched.lock);
+  for (;;) {
+    deadline.tv_sec += (time_t)(sched.period_ns / 1000000000ull);
+    int flushing = 0;
+    while (!sched.stop && !flushing) {
+      flushing = sched.flush_requested > sched.flush_completed;
+      if (flushing)
+        break;
+      if (pthread_cond_timedwait(&sched.wake, &sched.lock, &deadline) != 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > deadline.tv_sec ||
+            (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
+          break;
+      }
+    }
+    uint64_t requested = sched.flush_requested;
+    int stopping = sched.stop;
+    pthread_mutex_unlock(&sched.lock);
+    close_period();
+    pthread_mutex_lock(&sched.lock);
+    if (flushing) {
+      sched.flush_completed = requested;
+      pthread_cond_broadcast(&sched.done);
+      /* A flush starts a new full period. */
+      clock_gettime(CLOCK_MONOTONIC, &deadline);
+    }
+    if (stopping)
+      break;
+  }
+  pthread_mutex_unlock(&sched.lock);
+  return NULL;
+}
+
+int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
+                       const cp_export_meta *meta,
+                       void (*before_export)(cp_generation *g)) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&sched.wake, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_cond_init(&sched.done, NULL);
+  cp_uploader_start(sinks, nsinks);
+  sched.before_export = before_export;
+  sched.meta = *meta;
+  sched.period_ns = (uint64_t)cfg->upload_period_s * 1000000000ull;
+  sched.exit_timeout_ns = (uint64_t)cfg->exit_timeout_ms * 1000000ull;
+  sched.period_start_ns = cp_realtime_ns();
+  sched.stop = 0;
+  memset(&sched.unreported, 0, sizeof sched.unreported);
+  sched.seq = 0; /* a start makes a new runtime-id: its profiles count from 0 */
+  sched.flush_requested = sched.flush_completed = 0;
+  int rc = cp_start_internal_thread(&sched.thread, scheduler_thread, NULL,
+                                    "contprof-upload");
+  if (rc != 0) {
+    cp_error("cannot start the uploader thread: %s", strerror(rc));
+    cp_uploader_forget();
+    return CONTPROF_ERR_SYSTEM;
+  }
+  sched.running = 1;
+  return 0;
+}
+
+int cp_scheduler_flush(void) {
+  pthread_mutex_lock(&sched.lock);
+  if (!sched.running || sched.stop) {
+    pthread_mutex_unlock(&sched.lock);
+    return CONTPROF_ERR_NOT_STARTED;
+  }
+  uint64_t ticket = ++sched.flush_requested;
+  pthread_cond_signal(&sched.wake);
+  while (sched.flush_completed < ticket && sched.running)
+    pthread_cond_wait(&sched.done, &sched.lock);
+  pthread_mutex_unlock(&sched.lock);
+  return 0;
+}
+
+void cp_scheduler_after_fork_child(void) {
+  pthread_mutex_init(&sched.lock, NULL);
+  if (!sched.running)
+    return;
+  sched.running = 0;
+  cp_uploader_after_fork_child();
+}
+
+void cp_scheduler_stop(void) {
+  uint64_t deadline = cp_monotonic_ns() + sched.exit_timeout_ns;
+  pthread_mutex_lock(&sched.lock);
+  if (!sched.running) {
+    pthread_mutex_unlock(&sched.lock);
+    return;
+  }
+  sched.stop = 1;
+  pthread_cond_signal(&sched.wake);
+  pthread_mutex_unlock(&sched.lock);
+  pthread_join(sched.thread, NULL);
+  pthread_mutex_lock(&sched.lock);
+  sched.running = 0;
+  pthread_cond_broadcast(&sched.done);
+  pthread_mutex_unlock(&sched.lock);
+  cp_uploader_stop(deadline);
+  pthread_cond_destroy(&sched.wake);
+  pthread_cond_destroy(&sched.done);
+}

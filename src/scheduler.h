@@ -1,0 +1,37 @@
+/* The period scheduler, part of the core: its thread (named contprof-upload,
+ * "the uploader thread" of the docs) keeps the period clock and closes each
+ * period, on time or at once for a flush or stop: it swaps the aggregator's
+ * generation, takes the period's endpoint counts and costs, lets the
+ * snapshot samplers add to the generation, makes the finished export and
+ * hands it to the uploader, then retires the generation. Periods are back to
+ * back: each starts where the previous one ended. */
+#ifndef CP_SCHEDULER_H
+#define CP_SCHEDULER_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "exporter/export.h"
+#include "upload/sink.h"
+
+/* Takes ownership of the sinks (given to the uploader). meta carries the
+ * fixed metadata (host, pid, runtime id...); the scheduler fills in the
+ * period, sequence, drops, endpoint counts and costs. before_export (may be
+ * NULL) sees each finished generation first, on the scheduler's thread. */
+int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
+                       const cp_export_meta *meta,
+                       void (*before_export)(cp_generation *g));
+
+/* Ends the current period now and waits until its export was handed to the
+ * sinks. Returns 0, or CONTPROF_ERR_NOT_STARTED. */
+int cp_scheduler_flush(void);
+
+/* In the child of fork: the thread is gone; the sinks are dropped unflushed
+ * (the parent delivers its own data). */
+void cp_scheduler_after_fork_child(void);
+
+/* Exports the last period, stops the thread, and has the uploader finish
+ * and destroy the sinks, all within CONTPROF_EXIT_TIMEOUT. */
+void cp_scheduler_stop(void);
+
+#endif
