@@ -1,5 +1,5 @@
 /* exec under the profiler: what happens around an exec (the hooks are in
- * interpose/exec.c and call cp_exec_begin / cp_exec_came_back).
+ * interpose/exec_calls.c and call cp_exec_begin / cp_exec_came_back).
  *
  * LD_PRELOAD is inherited, so a program that execs another (a shell, a
  * supervisor, a pre-fork server re-executing itself) brings the profiler

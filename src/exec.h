@@ -1,5 +1,5 @@
 /* What happens around an exec under the profiler (exec.c): the exec hooks
- * (interpose/exec.c) call cp_exec_begin before the real call and
+ * (interpose/exec_calls.c) call cp_exec_begin before the real call and
  * cp_exec_came_back if it returned. */
 #ifndef CP_EXEC_H
 #define CP_EXEC_H

@@ -15,10 +15,10 @@
  * Also wrapped: ppoll, pselect and epoll_pwait (like poll, select and
  * epoll_wait), and sem_timedwait and sem_clockwait (a futex wait with a
  * timeout is not restarted either: glibc returns EINTR; sem_wait without a
- * timeout is). The calls that wait for signals are in signals.c. Other calls
- * that signal(7) lists as never restarted are not wrapped (docs/signals.md):
- * socket calls on a socket with SO_RCVTIMEO/SO_SNDTIMEO, System V msgrcv,
- * msgsnd, semop, semtimedop, io_getevents, epoll_pwait2. */
+ * timeout is). The calls that wait for signals are in signal_calls.c. Other
+ * calls that signal(7) lists as never restarted are not wrapped
+ * (docs/signals.md): socket calls on a socket with SO_RCVTIMEO/SO_SNDTIMEO,
+ * System V msgrcv, msgsnd, semop, semtimedop, io_getevents, epoll_pwait2. */
 
 #include <errno.h>
 #include <poll.h>

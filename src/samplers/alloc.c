@@ -38,7 +38,7 @@
 
 #define HEAP_MAX_FRAMES 256 /* frames kept per live allocation */
 
-_Atomic int cp_alloc_sampling;
+cp_alloc_hot_t cp_alloc_hot;
 CP_TLS int64_t cp_alloc_countdown;
 
 static struct {
@@ -192,7 +192,7 @@ __attribute__((noinline, cold)) void cp_alloc_on_alloc(void *p, size_t size,
   double mean = tls_gap_mean;
   tls_gap_mean = atomic_load_explicit(&alloc.rate, memory_order_relaxed);
   cp_alloc_countdown = next_gap(tls_gap_mean);
-  if (p && atomic_load_explicit(&cp_alloc_sampling, memory_order_relaxed)) {
+  if (p && atomic_load_explicit(&cp_alloc_hot.sampling, memory_order_relaxed)) {
     uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
     record_sample(p, size, caller_ra, mean);
     cp_stats_hook_end(CONTPROF_KIND_ALLOC, began);
@@ -266,20 +266,20 @@ static int alloc_start(const cp_config *cfg) {
   }
   cp_unwind_init();
   atomic_fetch_add(&alloc.epoch, 1);
-  atomic_store(&cp_alloc_sampling, alloc.alloc_on || alloc.heap_on);
+  atomic_store(&cp_alloc_hot.sampling, alloc.alloc_on || alloc.heap_on);
   return 0;
 }
 
 /* Sampling stops; tracked allocations stay tracked (frees keep removing
  * them), so the last profile's in-use snapshot is right and a restart
  * reports what is still live. */
-static void alloc_stop(void) { atomic_store(&cp_alloc_sampling, 0); }
+static void alloc_stop(void) { atomic_store(&cp_alloc_hot.sampling, 0); }
 
 /* Sampling stops until the child's profiler starts again. The parent's
  * tracked blocks are forgotten: the child's in-use profile is its own (a
  * pre-fork server's workers would otherwise each report the parent's heap). */
 static void alloc_after_fork_child(void) {
-  atomic_store(&cp_alloc_sampling, 0);
+  atomic_store(&cp_alloc_hot.sampling, 0);
   cp_thread.in_hook = 0; /* a sample the fork interrupted */
   cp_heap_untrack_all();
 }

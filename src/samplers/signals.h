@@ -1,7 +1,7 @@
 /* Signal plumbing shared by the signal-driven samplers: choosing a signal the
  * application does not use, installing a handler with SA_RESTART, and
  * chaining to the application's own handler for signals that are not ours.
- * sigaction() and signal() are interposed (interpose/signals.c, which calls
+ * sigaction() and signal() are interposed (interpose/signal_calls.c, which calls
  * the observers below): an application that sets a
  * handler for one of our signals after we installed ours gets its handler
  * called for its own signals (chained), while ours stays in place; its

@@ -1,6 +1,6 @@
 /* Thread registry (see threads.h).
  *
- * The pthread_create hook (interpose/threads.c) wraps every thread's start
+ * The pthread_create hook (interpose/thread_calls.c) wraps every thread's start
  * routine: the new thread registers itself (cp_threads_on_start), runs, and
  * unregisters (cp_threads_on_exit) in a cleanup handler that also runs on
  * pthread_exit and cancellation. Threads made without pthread_create, and

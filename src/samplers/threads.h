@@ -1,6 +1,6 @@
 /* The registry of application threads: those that exist at start (from
  * /proc/self/task), those created later (the pthread_create hook in
- * interpose/threads.c calls the observers below, and a rescan finds threads
+ * interpose/thread_calls.c calls the observers below, and a rescan finds threads
  * made by other means), and their ends. It announces them to the
  * running samplers. The profiler's own threads are never announced. */
 #ifndef CP_THREADS_H

@@ -47,7 +47,7 @@ static CP_TLS int busy_samples; /* samples that could have built the cache */
 
 /* The calling thread's alternate signal stack, as the hooks last read it:
  * [alt_lo, alt_hi), empty when it has none. A thread can change its own
- * only: the sigaltstack hook (interpose/signals.c) forgets the copy, and a
+ * only: the sigaltstack hook (interpose/signal_calls.c) forgets the copy, and a
  * new thread starts with none known. Only while sigaltstack calls are known
  * to come here (alt_cache_ok: this library is first in the lookup order, as
  * when preloaded or linked) is the copy used. Otherwise, and after a raw

@@ -44,7 +44,7 @@ size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
  * per-thread cache is not re-entrant. Async-signal-safe (a TLS word). */
 #define cp_in_sampling_handler (cp_thread.in_handler)
 
-/* Called by the sigaltstack hook (interpose/signals.c) before and after the
+/* Called by the sigaltstack hook (interpose/signal_calls.c) before and after the
  * system call: the thread's alternate stack as last read is forgotten.
  * Async-signal-safe. */
 void cp_unwind_on_sigaltstack(void);

@@ -2,7 +2,9 @@
 # and issue #18): runs `nm --defined-only` over the built objects and fails
 # if any of the functions src/interpose/exports.map lists is defined by an
 # object not built from src/interpose/, if the hook objects miss one of
-# them, or if the contprof command defines one.
+# them, or if the contprof command defines one. Also that no two objects
+# share a file name: the Python binding takes libcontprof.a apart with
+# `ar x`, where one would overwrite the other.
 #   cmake -DNM=nm -DMAP=exports.map -DHOOKS=a.o|b.o -DOTHERS=c.o|d.o
 #         -DBINARIES=contprof -P test_nm.cmake
 cmake_minimum_required(VERSION 3.16)
@@ -68,6 +70,16 @@ foreach(name ${interposed})
     message(SEND_ERROR "${name} is exported (${MAP}) but no src/interpose/ object defines it")
     math(EXPR failures "${failures} + 1")
   endif()
+endforeach()
+
+set(names "")
+foreach(obj ${HOOKS} ${OTHERS})
+  get_filename_component(name ${obj} NAME)
+  if(name IN_LIST names)
+    message(SEND_ERROR "two objects are named ${name}: `ar x` of libcontprof.a keeps one")
+    math(EXPR failures "${failures} + 1")
+  endif()
+  list(APPEND names ${name})
 endforeach()
 
 list(LENGTH OTHERS nothers)

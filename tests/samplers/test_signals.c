@@ -1,5 +1,5 @@
 /* Signal installation (samplers/signals.c) with the interposed sigaction,
- * signal and signal waits (interpose/signals.c), as docs/signals.md says:
+ * signal and signal waits (interpose/signal_calls.c), as docs/signals.md says:
  * our handler is installed on a signal the application does not use; an
  * application that later sets a handler for it reads back what it set and
  * gets its handler called for its own signals (chained), while ours stays;

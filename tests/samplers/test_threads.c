@@ -1,5 +1,5 @@
 /* The thread registry (samplers/threads.c) with the pthread_create hook
- * (interpose/threads.c): which threads the running samplers hear of, when,
+ * (interpose/thread_calls.c): which threads the running samplers hear of, when,
  * and which they never hear of. A fake sampler records the announcements.
  * Across fork: test_fork. */
 #include <pthread.h>
