@@ -50,6 +50,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-alloc.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 variants=(plain forward-only hooks-off counting-only contprof jemalloc jemalloc-prof plain-again)
+if [[ -n $BASE_PRELOAD_LIB ]]; then variants+=(hooks-off-base contprof-base); fi
 
 # run VARIANT MILLIONS LOG: one run, appending "wall user sys status" to LOG
 # and the workers' own CPU seconds to LOG.threads.
@@ -61,15 +62,15 @@ run() {
   forward-only)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$BENCH_BIN/forward_only.so" \
       "${cmd[@]}" >"$tmp/stdout" ;;
-  hooks-off)
-    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+  hooks-off | hooks-off-base)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$(bench_preload "$v")" \
       CONTPROF_ENABLED=0 "${cmd[@]}" >"$tmp/stdout" ;;
   counting-only)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
       CONTPROF_PROFILES=alloc,heap CONTPROF_ALLOC_SAMPLE_BYTES=1073741824 \
       CONTPROF_OUTPUT_DIR="$tmp/out" "${cmd[@]}" >"$tmp/stdout" ;;
-  contprof)
-    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+  contprof | contprof-base)
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$(bench_preload "$v")" \
       CONTPROF_PROFILES=alloc,heap CONTPROF_OUTPUT_DIR="$tmp/out" \
       "${cmd[@]}" >"$tmp/stdout" ;;
   jemalloc)
@@ -87,7 +88,7 @@ run() {
   sed -n 's/.*workers_cpu_s=\([0-9.]*\).*/\1/p' "$tmp/stdout" >>"$log.threads"
   # A profiler that silently did nothing would look free: check its output.
   case $v in
-  contprof)
+  contprof | contprof-base)
     local objects
     objects=$("$BENCH_BUILD_DIR/contprof" top --type alloc-samples \
       "$tmp"/out/*.pb.gz | sed -n 's/.*total \([0-9]*\).*/\1/p')
@@ -128,6 +129,11 @@ for v in "${variants[@]}"; do
 done
 echo
 echo "Ratios: median [interquartile range] over $ALLOC_ROUNDS rounds. contprof's alloc-samples total per run, the allocations it estimates (median): $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'); the program made $((ALLOC_THREADS * ALLOC_MILLIONS)) million."
+if [[ -n $BASE_PRELOAD_LIB ]]; then
+  for v in hooks-off contprof; do
+    echo "This tree against $BENCH_BASE_REF, per round: $v / $v-base CPU $(bench_ratio "$v" '($2 + $3) / ($6 + $7)' "$v-base"), CPU steady $(bench_ratio "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)' "$v-base"), workers CPU $(threads_ratio "$v" "$v-base")."
+  done
+fi
 
 if ((HEAPTRACK_ROUNDS > 0)) && command -v heaptrack >/dev/null; then
   for v in heaptrack plain-ht; do : >"$tmp/$v"; : >"$tmp/$v.threads"; : >"$tmp/$v.empty"; done

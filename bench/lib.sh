@@ -9,6 +9,11 @@ BENCH_BUILD_DIR=${BENCH_BUILD_DIR:-$bench_root/build-bench}
 BENCH_BIN=$BENCH_BUILD_DIR/bench
 GPERFTOOLS_LIB=${GPERFTOOLS_LIB:-/usr/lib/x86_64-linux-gnu/libprofiler.so}
 PRELOAD_LIB=$BENCH_BUILD_DIR/libcontprof_preload.so
+# BENCH_BASE_REF=COMMIT (optional): overhead.sh, alloc_overhead.sh and lock.sh
+# then also run that commit's preload library as "...-base" variants in the
+# same interleaved rounds, for a paired before/after comparison of a change
+# (bench_build builds it in a detached worktree into $BENCH_BUILD_DIR-base).
+BASE_PRELOAD_LIB=
 
 bench_die() {
   echo "bench: $*" >&2
@@ -50,7 +55,28 @@ bench_build() {
   $cc -O2 -g -Wall -pthread -I"$bench_root/include" \
     -o "$BENCH_BIN/label_cost" "$src/label_cost.c" \
     -L"$BENCH_BUILD_DIR" -lcontprof -Wl,-rpath,"$BENCH_BUILD_DIR"
+  bench_build_base
   export BENCH_BUILT=$BENCH_BUILD_DIR
+}
+
+# Builds BENCH_BASE_REF's libraries (see above) and sets BASE_PRELOAD_LIB.
+bench_build_base() {
+  [[ -n ${BENCH_BASE_REF:-} ]] || return 0
+  local src=$BENCH_BUILD_DIR-base-src dir=$BENCH_BUILD_DIR-base
+  echo "bench: building $BENCH_BASE_REF into $dir" >&2
+  git -C "$bench_root" worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
+  git -C "$bench_root" worktree add -q --detach "$src" "$BENCH_BASE_REF" >&2 ||
+    bench_die "cannot check out $BENCH_BASE_REF"
+  BUILD_DIR=$dir "$src/scripts/build" -DCONTPROF_BUILD_TESTS=OFF >&2 ||
+    bench_die "building $BENCH_BASE_REF failed"
+  git -C "$bench_root" worktree remove --force "$src"
+  BASE_PRELOAD_LIB=$dir/libcontprof_preload.so
+}
+
+# bench_preload VARIANT: the preload library a variant runs (its "-base"
+# twin runs BENCH_BASE_REF's).
+bench_preload() {
+  if [[ $1 == *-base ]]; then echo "$BASE_PRELOAD_LIB"; else echo "$PRELOAD_LIB"; fi
 }
 
 # bench_python_build PY: builds the Python package for interpreter PY with

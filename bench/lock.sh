@@ -50,11 +50,11 @@ run() {
   mkdir -p "$tmp/prof"
   case $v in
   plain*) "$BENCH_BIN/lock_work" "$@" ;;
-  hooks-off)
-    env LD_PRELOAD="$PRELOAD_LIB" CONTPROF_ENABLED=0 \
+  hooks-off*)
+    env LD_PRELOAD="$(bench_preload "$v")" CONTPROF_ENABLED=0 \
       "$BENCH_BIN/lock_work" "$@" ;;
-  lock-on)
-    env LD_PRELOAD="$PRELOAD_LIB" CONTPROF_PROFILES=lock \
+  lock-on*)
+    env LD_PRELOAD="$(bench_preload "$v")" CONTPROF_PROFILES=lock \
       CONTPROF_OUTPUT_DIR="$tmp/prof" CONTPROF_LOG_LEVEL=error \
       "${sample_env[@]}" "$BENCH_BIN/lock_work" "$@" ;;
   esac
@@ -76,6 +76,10 @@ echo "lock: $LOCK_ROUNDS rounds (+1 warm-up); pair: $LOCK_PAIRS pairs; contended
 
 pair_variants=(plain hooks-off lock-on)
 cont_variants=(plain lock-on plain-again)
+if [[ -n $BASE_PRELOAD_LIB ]]; then
+  pair_variants+=(hooks-off-base lock-on-base)
+  cont_variants+=(lock-on-base)
+fi
 for v in "${pair_variants[@]}"; do : >"$tmp/pair.$v"; done
 for v in "${cont_variants[@]}"; do : >"$tmp/cont.$v"; done
 : >"$tmp/samples"
@@ -90,10 +94,10 @@ for ((r = -1; r < LOCK_ROUNDS; r++)); do
     out=$(run "$v" contended "$LOCK_THREADS" "$LOCK_MUTEXES" "$LOCK_ITERATIONS")
     if ((r >= 0)); then
       echo "$out" | awk '/^wall_s/ {print $2}' >>"$tmp/cont.$v"
-      if [[ $v == lock-on ]]; then
+      if [[ $v == lock-on* ]]; then
         n=$(lock_samples)
         [[ -n $n && $n -gt 0 ]] || bench_die "lock: the lock-on run recorded no lock samples"
-        echo "$n" >>"$tmp/samples"
+        if [[ $v == lock-on ]]; then echo "$n" >>"$tmp/samples"; fi
       fi
     fi
   done
@@ -132,6 +136,11 @@ for v in "${cont_variants[@]}"; do
 done
 echo
 echo "Contended acquisitions the lock-on profile estimates (lock-acquire total, median per run): $(bench_quantiles <"$tmp/samples" | awk '{printf "%.0f", $1}')"
+if [[ -n $BASE_PRELOAD_LIB ]]; then
+  paste -d' ' "$tmp/cont.lock-on" "$tmp/cont.lock-on-base" | awk '{print $1 / $2}' >"$tmp/ratio"
+  paste -d' ' "$tmp/pair.lock-on" "$tmp/pair.lock-on-base" | awk '{print $1 - $2}' >"$tmp/diff"
+  echo "This tree against $BENCH_BASE_REF, per round: contended wall lock-on / lock-on-base $(bench_quantiles <"$tmp/ratio" | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'); uncontended pair lock-on minus lock-on-base $(stats "$tmp/diff") ns."
+fi
 if [[ -n ${BENCH_RAW:-} ]]; then
   for f in "$tmp"/pair.* "$tmp"/cont.*; do
     echo "raw $(basename "$f"): $(tr '\n' ' ' <"$f")"

@@ -38,6 +38,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-overhead.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 variants=(plain contprof contprof-posix gperftools plain-again)
+if [[ -n $BASE_PRELOAD_LIB ]]; then variants+=(contprof-base); fi
 
 # run VARIANT REQUESTS LOG: one run, appending "wall user sys status" to LOG.
 run() {
@@ -47,10 +48,10 @@ run() {
   case $v in
   plain*)
     "$BENCH_BIN/cpurun" "$log" "${cmd[@]}" >"$tmp/out" ;;
-  contprof | contprof-posix)
+  contprof | contprof-posix | contprof-base)
     local clock=auto
     [[ $v == contprof-posix ]] && clock=posix
-    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
+    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$(bench_preload "$v")" \
       CONTPROF_CPU_HZ="$OVERHEAD_HZ" CONTPROF_OUTPUT_DIR="$tmp/prof" \
       CONTPROF_CPU_CLOCK="$clock" "${cmd[@]}" >"$tmp/out" ;;
   gperftools)
@@ -83,6 +84,9 @@ paste -d' ' "$tmp/contprof.threads" "$tmp/contprof" | awk '{print $2, $2 / $3}' 
     k = int((NR + 1) / 2)
     printf "contprof'"'"'s own threads (contprof-*), by the end of the work: median %.1f ms per run, %.2f ms per wall second.\n", ms[k], ps[k] * 1000 }'
 echo "workers CPU: the CPU time cpu_work's threads measured for themselves (signal delivery and handlers on them included; start-up, exit and the profiler's threads not)."
+if [[ -n $BASE_PRELOAD_LIB ]]; then
+  echo "This tree against $BENCH_BASE_REF, per round: contprof / contprof-base CPU $(bench_ratio contprof '($2 + $3) / ($6 + $7)' contprof-base), CPU steady $(bench_ratio contprof '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)' contprof-base)."
+fi
 # What contprof's own threads cost when the program does nothing: a sleeping
 # process under contprof, its contprof-* threads' CPU time (schedstat, ns)
 # over IDLE_SECONDS.
