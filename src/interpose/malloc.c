@@ -123,11 +123,6 @@ static size_t boot_size(const void *p) {
 
 /* --- finding the real allocator ---------------------------------------- */
 
-/* Whether fn is defined by the same object as the real malloc: a function
- * the next allocator lacks (jemalloc has no pvalloc or reallocarray) would
- * otherwise come from glibc and hand out memory the other one frees. */
-#define same_object cp_same_object
-
 static void *real_posix_memalign_based(size_t align, size_t size) {
   void *p = NULL;
   int rc = hot.posix_memalign(&p, align, size);
@@ -219,7 +214,7 @@ static int ensure_resolved(void) {
   void *from = RTLD_NEXT;
   malloc_fn m;
   void *first = cp_real_lookup(RTLD_DEFAULT, "malloc", NULL, 0);
-  if (first && !same_object(first, (void *)cp_alloc_own_malloc) &&
+  if (first && !cp_same_object(first, (void *)cp_alloc_own_malloc) &&
       is_definition(first)) {
     from = RTLD_DEFAULT;
     m = (malloc_fn)first;
@@ -242,16 +237,20 @@ static int ensure_resolved(void) {
    * point with acquire and needs that one only (an emulation needs the
    * entry points it is made of, published before it). free first, malloc
    * last: a thread that sees an allocating entry point can free what it
-   * gets. */
+   * gets. Each must be defined by the same object as the real malloc
+   * (cp_same_object): one the next allocator lacks (jemalloc has no pvalloc
+   * or reallocarray) would otherwise come from glibc and hand out memory the
+   * other one frees. */
   void *f;
   free_fn rfree = (free_fn)next_symbol(from, "free");
   realloc_fn rrealloc = (realloc_fn)next_symbol(from, "realloc");
   calloc_fn rcalloc = (calloc_fn)next_symbol(from, "calloc");
   f = next_symbol(from, "malloc_usable_size");
-  usable_fn rusable = same_object(f, (void *)m) ? (usable_fn)f : no_usable_size;
+  usable_fn rusable =
+      cp_same_object(f, (void *)m) ? (usable_fn)f : no_usable_size;
   f = next_symbol(from, "posix_memalign");
   posix_memalign_fn rposix =
-      same_object(f, (void *)m) ? (posix_memalign_fn)f : NULL;
+      cp_same_object(f, (void *)m) ? (posix_memalign_fn)f : NULL;
   if (!rfree || !rrealloc || !rcalloc || !rposix) {
     static const char msg[] =
         "contprof: the next allocator lacks free, realloc, calloc or "
@@ -268,17 +267,19 @@ static int ensure_resolved(void) {
   PUBLISH(calloc, rcalloc);
   f = next_symbol(from, "memalign");
   PUBLISH(memalign,
-          same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign);
+          cp_same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign);
   f = next_symbol(from, "aligned_alloc");
   PUBLISH(aligned_alloc,
-          same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign);
+          cp_same_object(f, (void *)m) ? (memalign_fn)f : emulated_memalign);
   f = next_symbol(from, "valloc");
-  PUBLISH(valloc, same_object(f, (void *)m) ? (valloc_fn)f : emulated_valloc);
+  PUBLISH(valloc,
+          cp_same_object(f, (void *)m) ? (valloc_fn)f : emulated_valloc);
   f = next_symbol(from, "pvalloc");
-  PUBLISH(pvalloc, same_object(f, (void *)m) ? (valloc_fn)f : emulated_pvalloc);
+  PUBLISH(pvalloc,
+          cp_same_object(f, (void *)m) ? (valloc_fn)f : emulated_pvalloc);
   f = next_symbol(from, "reallocarray");
-  PUBLISH(reallocarray, same_object(f, (void *)m) ? (reallocarray_fn)f
-                                                  : emulated_reallocarray);
+  PUBLISH(reallocarray, cp_same_object(f, (void *)m) ? (reallocarray_fn)f
+                                                     : emulated_reallocarray);
   PUBLISH(malloc, m);
 #undef PUBLISH
   errno = saved_errno;
