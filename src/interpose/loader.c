@@ -76,5 +76,6 @@ extern __typeof(dlclose) cp_own_dlclose
 int cp_interpose_sees_dlclose(void) {
   cp_interpose_loader_resolve();
   return __atomic_load_n(&real_dlclose, __ATOMIC_ACQUIRE) != NULL &&
-         dlsym(RTLD_DEFAULT, "dlclose") == (void *)cp_own_dlclose;
+         cp_real_lookup(RTLD_DEFAULT, "dlclose", NULL, 0) ==
+             (void *)cp_own_dlclose;
 }
