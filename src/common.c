@@ -13,9 +13,13 @@
 #include <unistd.h>
 
 #include "stats.h"
+#include "thread_state.h"
 
 static volatile int log_level = CP_LOG_WARN;
 static CP_TLS pid_t cached_tid;
+
+/* thread_state.h: the one per-thread state. */
+CP_TLS cp_thread_state cp_thread;
 
 void cp_log_set_level(cp_log_level level) { log_level = level; }
 cp_log_level cp_log_get_level(void) { return (cp_log_level)log_level; }

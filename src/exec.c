@@ -1,4 +1,5 @@
-/* exec under the profiler.
+/* exec under the profiler: what happens around an exec (the hooks are in
+ * interpose/exec_calls.c and call cp_exec_begin / cp_exec_came_back).
  *
  * LD_PRELOAD is inherited, so a program that execs another (a shell, a
  * supervisor, a pre-fork server re-executing itself) brings the profiler
@@ -34,9 +35,10 @@
  *
  * exec from a signal handler that interrupted the profiler (or malloc) may
  * deadlock in the stop: POSIX allows execve there, the stop does not. */
+#include "exec.h"
+
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -44,16 +46,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "interpose.h"
 #include "profiler_internal.h"
-
-extern char **environ;
-
-typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
-typedef int (*fexecve_fn)(int, char *const[], char *const[]);
-typedef int (*execveat_fn)(int, const char *, char *const[], char *const[],
-                           int);
 
 /* The file name of this library (for LD_PRELOAD), resolved once. */
 static const char *own_basename(void) {
@@ -111,12 +104,7 @@ static size_t strip_preload(const char *value, char *out) {
 #define PRELOAD_VAR "LD_PRELOAD="
 #define PRELOAD_VAR_LEN (sizeof PRELOAD_VAR - 1)
 
-/* A mapping that holds a changed environment. */
-typedef struct env_map {
-  void *addr;
-  size_t len;
-  pid_t pid; /* the process that made it */
-} env_map;
+typedef cp_exec_env env_map;
 
 /* This thread's mapping in use by an exec, or left by a vfork child whose
  * exec succeeded (then pid is not ours). Initial-exec TLS: no allocation. */
@@ -183,86 +171,16 @@ static char *const *exec_environment(char *const *envp, env_map *m) {
   return copy;
 }
 
-/* The body every hook shares: stop, call, restart if it came back. Fixed
- * stack use, whatever the environment. */
-#define EXEC_WITH(envp_in, call)                                               \
-  do {                                                                         \
-    reclaim_env();                                                             \
-    env_map map_ = {0};                                                        \
-    char *const *env = exec_environment((envp_in), &map_);                     \
-    int stopped_ = cp_profiler_before_exec();                                  \
-    int rc_ = (call);                                                          \
-    int errno_ = errno;                                                        \
-    if (stopped_)                                                              \
-      cp_profiler_exec_failed();                                               \
-    release_env(&map_);                                                        \
-    errno = errno_;                                                            \
-    return rc_;                                                                \
-  } while (0)
-
-int execve(const char *path, char *const argv[], char *const envp[]) {
-  CP_REAL(execve_fn, execve);
-  EXEC_WITH(envp, fn_execve(path, argv, env));
+char *const *cp_exec_begin(char *const *envp, cp_exec_env *m, int *stopped) {
+  reclaim_env();
+  *m = (cp_exec_env){0};
+  char *const *env = exec_environment(envp, m);
+  *stopped = cp_profiler_before_exec();
+  return env;
 }
 
-int execvpe(const char *file, char *const argv[], char *const envp[]) {
-  CP_REAL(execvpe_fn, execvpe);
-  EXEC_WITH(envp, fn_execvpe(file, argv, env));
-}
-
-int execv(const char *path, char *const argv[]) {
-  CP_REAL(execve_fn, execve);
-  EXEC_WITH(environ, fn_execve(path, argv, env));
-}
-
-int execvp(const char *file, char *const argv[]) {
-  CP_REAL(execvpe_fn, execvpe);
-  EXEC_WITH(environ, fn_execvpe(file, argv, env));
-}
-
-int fexecve(int fd, char *const argv[], char *const envp[]) {
-  CP_REAL(fexecve_fn, fexecve);
-  EXEC_WITH(envp, fn_fexecve(fd, argv, env));
-}
-
-int execveat(int dirfd, const char *path, char *const argv[],
-             char *const envp[], int flags) {
-  CP_REAL(execveat_fn, execveat);
-  EXEC_WITH(envp, fn_execveat(dirfd, path, argv, env, flags));
-}
-
-/* execl, execle, execlp: the arguments become an array on the stack (as
- * glibc does), then the array forms above. */
-#define COLLECT_ARGS(arg0, ap, argv)                                           \
-  size_t argc_ = 1;                                                            \
-  va_start(ap, arg0);                                                          \
-  while (va_arg(ap, const char *))                                             \
-    argc_++;                                                                   \
-  va_end(ap);                                                                  \
-  char *argv[argc_ + 1];                                                       \
-  argv[0] = (char *)(arg0);                                                    \
-  va_start(ap, arg0);                                                          \
-  for (size_t i_ = 1; i_ <= argc_; i_++)                                       \
-    argv[i_] = va_arg(ap, char *);
-
-int execl(const char *path, const char *arg, ...) {
-  va_list ap;
-  COLLECT_ARGS(arg, ap, argv);
-  va_end(ap);
-  return execv(path, argv);
-}
-
-int execlp(const char *file, const char *arg, ...) {
-  va_list ap;
-  COLLECT_ARGS(arg, ap, argv);
-  va_end(ap);
-  return execvp(file, argv);
-}
-
-int execle(const char *path, const char *arg, ...) {
-  va_list ap;
-  COLLECT_ARGS(arg, ap, argv);
-  char *const *envp = va_arg(ap, char *const *);
-  va_end(ap);
-  return execve(path, argv, envp);
+void cp_exec_came_back(cp_exec_env *m, int stopped) {
+  if (stopped)
+    cp_profiler_exec_failed();
+  release_env(m);
 }

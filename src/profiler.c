@@ -20,6 +20,7 @@
 #include "config.h"
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
+#include "interpose/real.h"
 #include "labels.h"
 #include "profiler_internal.h"
 #include "samplers/fpwalk.h"
@@ -157,6 +158,7 @@ static void after_fork_child(void) {
   prof.nactive = 0;
   cp_signals_after_fork_child();
   cp_threads_after_fork_child();
+  cp_interpose_after_fork_child();
   cp_scheduler_after_fork_child();
   cp_agg_after_fork_child();
   cp_thread_names_after_fork_child();

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "interpose/real.h"
 
 #define DW_RBP 6
 #define DW_RSP 7
@@ -110,29 +111,12 @@ static void main_thread_stack(void) {
   stack_hi = hi;
 }
 
-/* ---- dlclose, counted -------------------------------------------------- */
+/* ---- dlclose, counted (by interpose/loader.c's hook) ------------------- */
 
 static atomic_ulong dl_closes;
-typedef int (*dlclose_fn)(void *);
-static dlclose_fn real_dlclose;
 static int dl_tracking_ok; /* every dlclose comes here (see init) */
 
-int dlclose(void *handle) {
-  dlclose_fn fn = __atomic_load_n(&real_dlclose, __ATOMIC_ACQUIRE);
-  if (!fn) {
-    fn = (dlclose_fn)dlsym(RTLD_NEXT, "dlclose");
-    if (!fn)
-      return -1;
-    __atomic_store_n(&real_dlclose, fn, __ATOMIC_RELEASE);
-  }
-  atomic_fetch_add(&dl_closes, 1);
-  int rc = fn(handle);
-  atomic_fetch_add(&dl_closes, 1);
-  return rc;
-}
-
-extern __typeof(dlclose) cp_own_dlclose
-    __attribute__((alias("dlclose"), visibility("hidden"), copy(dlclose)));
+void cp_fpwalk_on_dlclose(void) { atomic_fetch_add(&dl_closes, 1); }
 
 /* ---- reading .eh_frame ------------------------------------------------- */
 
@@ -1114,11 +1098,7 @@ void cp_fpwalk_init(void) {
   if (atomic_load(&table))
     return; /* built at an earlier start (and kept across fork) */
   pthread_mutex_lock(&build_lock);
-  if (!real_dlclose)
-    __atomic_store_n(&real_dlclose, (dlclose_fn)dlsym(RTLD_NEXT, "dlclose"),
-                     __ATOMIC_RELEASE);
-  dl_tracking_ok = real_dlclose != NULL &&
-                   dlsym(RTLD_DEFAULT, "dlclose") == (void *)cp_own_dlclose;
+  dl_tracking_ok = cp_interpose_sees_dlclose();
   if (!stack_hi && cp_gettid() == getpid())
     main_thread_stack();
   if (!atomic_load(&table)) {

@@ -33,6 +33,11 @@ void cp_fpwalk_refresh(void);
  * start afresh. */
 void cp_fpwalk_after_fork_child(void);
 
+/* Called by the dlclose hook (interpose/loader.c) before and after the
+ * real dlclose: the table of objects is stale from then on. Async-signal-
+ * safe: one atomic add. */
+void cp_fpwalk_on_dlclose(void);
+
 /* The calling thread's stack, [lo, hi), for the walker's bounds; called by
  * the pthread_create hook on the new thread (pthread_getattr_np: allocates).
  * Not signal-safe. */

@@ -44,11 +44,9 @@ extern const cp_sampler cp_lock_sampler;
 /* Allocation and live heap (alloc.c): profile bits CP_PROFILE_ALLOC and
  * CP_PROFILE_HEAP. */
 extern const cp_sampler cp_alloc_sampler;
-/* Marks the calling thread as the profiler's own: its allocations are never
- * sampled (cp_threads_exclude_self calls it). */
-void cp_alloc_exclude_self(void);
 /* Brackets the profiler's own work on an application thread (start, stop,
- * thread registration): its allocations are not the application's. Nest. */
+ * thread registration): its allocations and lock waits are not the
+ * application's (cp_thread_work_begin in thread_state.h). Nest. */
 void cp_alloc_guard_begin(void);
 void cp_alloc_guard_end(void);
 

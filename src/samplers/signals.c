@@ -1,43 +1,24 @@
-/* Signal choice, installation and chaining (see signals.h). */
+/* Signal choice, installation and chaining (see signals.h); the sigaction
+ * hook (interpose/signal_calls.c) asks here what to do with one of our signals. */
 #include "signals.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common.h"
-
-typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+#include "interpose/real.h"
 
 /* previous[sig]: the application's disposition of one of our signals, which
  * cp_signal_chain calls. Written under `lock`, read by handlers. */
-CP_TLS unsigned cp_own_signals;
-
 static struct sigaction previous[_NSIG];
 static cp_signal_handler installed[_NSIG];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int real_sigaction(int sig, const struct sigaction *act,
-                          struct sigaction *old) {
-  static sigaction_fn real;
-  sigaction_fn fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-  if (!fn) {
-    fn = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-    if (!fn || fn == sigaction) {
-      void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-      fn = libc ? (sigaction_fn)dlsym(libc, "sigaction") : NULL;
-    }
-    if (!fn)
-      return errno = ENOSYS, -1;
-    __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
-  }
-  return fn(sig, act, old);
-}
+#define real_sigaction cp_real_sigaction
 
 static int is_free(int sig) {
   struct sigaction sa;
@@ -64,7 +45,7 @@ static void sampling_mask(sigset_t *mask) {
  * when even the frame does not fit. A sampling signal that comes meanwhile
  * stays pending and is handled when the handler returns (or siglongjmps
  * out, restoring the mask). Returns whether act was changed. */
-static int mask_on_alt_stack(struct sigaction *act) {
+int cp_signals_mask_on_alt_stack(struct sigaction *act) {
   if (!(act->sa_flags & SA_ONSTACK) ||
       (!(act->sa_flags & SA_SIGINFO) &&
        (act->sa_handler == SIG_DFL || act->sa_handler == SIG_IGN)))
@@ -112,7 +93,7 @@ static int install(int sig, cp_signal_handler handler) {
     struct sigaction app;
     if (installed[s] || real_sigaction(s, NULL, &app) != 0)
       continue;
-    if (mask_on_alt_stack(&app))
+    if (cp_signals_mask_on_alt_stack(&app))
       real_sigaction(s, &app, NULL);
   }
   return sig;
@@ -171,24 +152,11 @@ void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
   /* SIG_DFL or SIG_IGN: a stray signal of ours is simply ignored. */
 }
 
-/* --- interposed sigaction and signal ------------------------------------ */
-
-int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+int cp_signals_on_sigaction(int sig, const struct sigaction *act,
+                            struct sigaction *old) {
   if (sig <= 0 || sig >= _NSIG ||
-      !__atomic_load_n(&installed[sig], __ATOMIC_ACQUIRE)) {
-    /* Not ours. A handler on the alternate stack blocks our signals (see
-     * mask_on_alt_stack); the application never sees them in its masks. */
-    struct sigaction masked;
-    if (act && sig > 0 && sig < _NSIG) {
-      masked = *act;
-      if (mask_on_alt_stack(&masked))
-        act = &masked;
-    }
-    int rc = real_sigaction(sig, act, old);
-    if (rc == 0 && old)
-      cp_signal_remove_sampling(&old->sa_mask);
-    return rc;
-  }
+      !__atomic_load_n(&installed[sig], __ATOMIC_ACQUIRE))
+    return 0;
   /* One of ours: the application's handler becomes the chain target. */
   pthread_mutex_lock(&lock);
   if (old)
@@ -196,100 +164,5 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   if (act)
     previous[sig] = *act;
   pthread_mutex_unlock(&lock);
-  return 0;
-}
-
-sighandler_t signal(int sig, sighandler_t handler) {
-  struct sigaction sa, old;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = handler;
-  sa.sa_flags = SA_RESTART; /* BSD semantics, as glibc's signal() */
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(sig, &sa, &old) != 0)
-    return SIG_ERR;
-  return (old.sa_flags & SA_SIGINFO)
-             ? (sighandler_t)(void (*)(void))old.sa_sigaction
-             : old.sa_handler;
-}
-
-/* --- calls that wait for signals ----------------------------------------- *
- * pause and sigsuspend return after any handler ran, sigwaitinfo and
- * sigtimedwait fail with EINTR when a handler runs during the wait, whatever
- * SA_RESTART says (signal(7)); and a thread that blocks every signal and
- * waits for "all" of them (sigwait, signalfd) would be handed a sampling
- * signal pending on it. So during these waits the sampling signals are
- * blocked and left out of the awaited set: they stay pending and are handled
- * (the thread sampled) right after the call returns, which it does only for
- * the application's own signals. */
-
-static void *real_signal_fn(const char *name, void *self) {
-  void *fn = dlsym(RTLD_NEXT, name);
-  if (!fn || fn == self) {
-    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    fn = libc ? dlsym(libc, name) : NULL;
-  }
-  return fn;
-}
-
-#define REAL_SIGNAL_FN(type, name, fail)                                       \
-  static type real_##name;                                                     \
-  type fn = __atomic_load_n(&real_##name, __ATOMIC_ACQUIRE);                   \
-  if (!fn) {                                                                   \
-    fn = (type)real_signal_fn(#name, (void *)name);                            \
-    if (!fn)                                                                   \
-      return fail;                                                             \
-    __atomic_store_n(&real_##name, fn, __ATOMIC_RELEASE);                      \
-  }
-
-int sigsuspend(const sigset_t *mask) {
-  typedef int (*fn_t)(const sigset_t *);
-  REAL_SIGNAL_FN(fn_t, sigsuspend, (errno = ENOSYS, -1));
-  sigset_t m = *mask;
-  cp_signal_sampling_set(&m);
-  return fn(&m);
-}
-
-int pause(void) {
-  sigset_t m;
-  pthread_sigmask(SIG_BLOCK, NULL, &m);
-  return sigsuspend(&m);
-}
-
-int sigtimedwait(const sigset_t *set, siginfo_t *info,
-                 const struct timespec *timeout) {
-  typedef int (*fn_t)(const sigset_t *, siginfo_t *, const struct timespec *);
-  REAL_SIGNAL_FN(fn_t, sigtimedwait, (errno = ENOSYS, -1));
-  sigset_t ours, old, wanted = *set;
-  sigemptyset(&ours);
-  cp_signal_sampling_set(&ours);
-  if (sigisemptyset(&ours)) /* not sampling */
-    return fn(set, info, timeout);
-  cp_signal_remove_sampling(&wanted);
-  pthread_sigmask(SIG_BLOCK, &ours, &old);
-  int rc = fn(&wanted, info, timeout);
-  int saved_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  errno = saved_errno;
-  return rc;
-}
-
-int sigwaitinfo(const sigset_t *set, siginfo_t *info) {
-  return sigtimedwait(set, info, NULL);
-}
-
-int sigwait(const sigset_t *set, int *sig) {
-  typedef int (*fn_t)(const sigset_t *, int *);
-  REAL_SIGNAL_FN(fn_t, sigwait, ENOSYS);
-  /* glibc's sigwait retries after EINTR itself. */
-  sigset_t wanted = *set;
-  cp_signal_remove_sampling(&wanted);
-  return fn(&wanted, sig);
-}
-
-int signalfd(int fd, const sigset_t *mask, int flags) {
-  typedef int (*fn_t)(int, const sigset_t *, int);
-  REAL_SIGNAL_FN(fn_t, signalfd, (errno = ENOSYS, -1));
-  sigset_t wanted = *mask;
-  cp_signal_remove_sampling(&wanted);
-  return fn(fd, &wanted, flags);
+  return 1;
 }

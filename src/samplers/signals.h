@@ -1,7 +1,8 @@
 /* Signal plumbing shared by the signal-driven samplers: choosing a signal the
  * application does not use, installing a handler with SA_RESTART, and
  * chaining to the application's own handler for signals that are not ours.
- * sigaction() and signal() are interposed: an application that sets a
+ * sigaction() and signal() are interposed (interpose/signal_calls.c, which calls
+ * the observers below): an application that sets a
  * handler for one of our signals after we installed ours gets its handler
  * called for its own signals (chained), while ours stays in place; its
  * handlers that run on an alternate stack (SA_ONSTACK) block the sampling
@@ -13,6 +14,8 @@
 
 #include <signal.h>
 
+#include "thread_state.h"
+
 typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
 
 /* Installs handler for `preferred` if the application has no handler for it,
@@ -21,11 +24,11 @@ typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
  * for the life of the process: a late timer signal must never meet SIG_DFL. */
 int cp_signal_install(int preferred, cp_signal_handler handler);
 
-/* How many of the profiler's own sampling signals this thread has handled.
- * Handlers increment it (async-signal-safe: a TLS word); restart.c reads it
- * to tell an EINTR caused by sampling from one caused by the application. */
-extern __thread unsigned cp_own_signals
-    __attribute__((tls_model("initial-exec")));
+/* How many of the profiler's own sampling signals this thread has handled
+ * (a field of the thread's state, thread_state.h). Handlers increment it
+ * (async-signal-safe: a TLS word); interpose/waits.c reads it to tell an
+ * EINTR caused by sampling from one caused by the application. */
+#define cp_own_signals (cp_thread.own_signals)
 
 /* Adds the sampling signals installed so far to set / removes them from it.
  * Async-signal-safe. */
@@ -40,6 +43,18 @@ void cp_signal_chain(int sig, siginfo_t *info, void *ucontext);
  * process), with them blocked meanwhile; the mask is restored. For exec: a
  * pending SIGPROF would kill the new image. */
 void cp_signals_discard_pending(void);
+
+/* The sigaction hook's observer: when sig is one of ours, the application's
+ * act becomes the disposition cp_signal_chain calls, *old gets the one it
+ * set before (what it would read back without the profiler), and 1 is
+ * returned (the hook then returns 0); 0 for any other signal. */
+int cp_signals_on_sigaction(int sig, const struct sigaction *act,
+                            struct sigaction *old);
+
+/* For a handler the application installs that runs on its alternate stack
+ * (SA_ONSTACK): adds the sampling signals to act->sa_mask (see signals.c).
+ * Returns whether act was changed. */
+int cp_signals_mask_on_alt_stack(struct sigaction *act);
 
 /* In the child of fork: the lock is made anew (a lost thread may hold it). */
 void cp_signals_after_fork_child(void);

@@ -1,14 +1,14 @@
-/* Thread registry and the pthread_create hook (see threads.h).
+/* Thread registry (see threads.h).
  *
- * The hook wraps every thread's start routine: the new thread warms up the
- * unwinder, registers itself, runs, and unregisters in a cleanup handler that
- * also runs on pthread_exit and cancellation. Threads made without
- * pthread_create, and threads that existed before the profiler started, are
- * found by scanning /proc/self/task. */
+ * The pthread_create hook (interpose/thread_calls.c) wraps every thread's start
+ * routine: the new thread registers itself (cp_threads_on_start), runs, and
+ * unregisters (cp_threads_on_exit) in a cleanup handler that also runs on
+ * pthread_exit and cancellation. Threads made without pthread_create, and
+ * threads that existed before the profiler started, are found by scanning
+ * /proc/self/task. */
 #include "threads.h"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,14 +18,10 @@
 
 #include "common.h"
 #include "fpwalk.h"
-#include "lock.h"
-#include "unwind.h"
+#include "thread_state.h"
 
 #define MAX_EXCLUDED 16
 #define MAX_ENDED 1024
-
-typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *,
-                                 void *(*)(void *), void *);
 
 static struct {
   pthread_mutex_t lock;
@@ -43,8 +39,6 @@ static struct {
   size_t nended;
   _Atomic unsigned long long sampling_signals; /* bit sig - 1 */
 } reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static pthread_create_fn real_pthread_create;
 
 static int find(pid_t tid) {
   for (size_t i = 0; i < reg.ntids; i++)
@@ -165,11 +159,8 @@ void cp_threads_stop(void) {
   pthread_mutex_unlock(&reg.lock);
 }
 
-static void start_pool_reset(void);
-
 void cp_threads_after_fork_child(void) {
   pthread_mutex_init(&reg.lock, NULL);
-  start_pool_reset();
   reg.ntids = 0;
   reg.nexcluded = 0;
   reg.nended = 0;
@@ -179,8 +170,7 @@ void cp_threads_after_fork_child(void) {
 }
 
 void cp_threads_exclude_self(void) {
-  cp_lock_exclude_thread();
-  cp_alloc_exclude_self();
+  cp_thread_mark_internal();
   pid_t tid = cp_gettid();
   pthread_mutex_lock(&reg.lock);
   if (reg.nexcluded < MAX_EXCLUDED && !excluded(tid))
@@ -194,53 +184,16 @@ void cp_threads_set_sampling_signal(int sig) {
     atomic_fetch_or(&reg.sampling_signals, 1ull << (sig - 1));
 }
 
-/* --- the pthread_create hook ------------------------------------------- */
-
-typedef struct start_args {
-  void *(*routine)(void *);
-  void *arg;
-  sigset_t mask;    /* the creator's mask, restored once registered */
-  _Atomic int busy; /* a start_pool slot in use */
-} start_args;
-
-/* Where pthread_create hands the start routine to the new thread. Not
- * malloc: with threads whose first allocator call was free() of a block of
- * their creator's, the malloc/free benchmark ran 3% slower for its whole
- * run (glibc 2.36, docs/benchmarks.md). Past START_SLOTS threads starting
- * at once, malloc again. */
-#define START_SLOTS 64
-static start_args start_pool[START_SLOTS];
-
-static start_args *start_args_take(void) {
-  for (size_t i = 0; i < START_SLOTS; i++) {
-    int expected = 0;
-    if (!atomic_load_explicit(&start_pool[i].busy, memory_order_relaxed) &&
-        atomic_compare_exchange_strong_explicit(&start_pool[i].busy, &expected,
-                                                1, memory_order_acquire,
-                                                memory_order_relaxed))
-      return &start_pool[i];
-  }
-  return malloc(sizeof(start_args));
+void cp_threads_sampling_signals(sigset_t *set) {
+  unsigned long long sigs = atomic_load(&reg.sampling_signals);
+  for (int sig = 1; sig <= 64; sig++)
+    if (sigs & (1ull << (sig - 1)))
+      sigaddset(set, sig);
 }
 
-/* In the child of fork: slots the parent's other threads held are never
- * released here. */
-static void start_pool_reset(void) {
-  for (size_t i = 0; i < START_SLOTS; i++)
-    atomic_store_explicit(&start_pool[i].busy, 0, memory_order_relaxed);
-}
-
-static void start_args_release(start_args *args) {
-  if (args >= start_pool && args < start_pool + START_SLOTS)
-    atomic_store_explicit(&args->busy, 0, memory_order_release);
-  else
-    free(args);
-}
-
-static void thread_ended(void *unused) {
-  (void)unused;
+void cp_threads_on_exit(void) {
   pid_t tid = cp_gettid();
-  cp_alloc_guard_begin();
+  cp_thread_work_begin();
   pthread_mutex_lock(&reg.lock);
   /* When full (1,024 threads ended within one rescan), the oldest goes: at
    * worst a rescan re-arms a dying thread until the next rescan. */
@@ -251,15 +204,13 @@ static void thread_ended(void *unused) {
   }
   announce_exit(tid);
   pthread_mutex_unlock(&reg.lock);
-  cp_alloc_guard_end();
+  cp_thread_work_end();
 }
 
-static void *thread_trampoline(void *p) {
-  start_args args = *(start_args *)p;
-  start_args_release(p);
+void cp_threads_on_start(void) {
   /* No unwinder warm-up here: see cp_unwind_init. */
   pid_t tid = cp_gettid();
-  cp_alloc_guard_begin();   /* the samplers' tables are not the thread's */
+  cp_thread_work_begin();   /* the samplers' tables are not the thread's */
   cp_fpwalk_thread_start(); /* the walker's stack bounds */
   pthread_mutex_lock(&reg.lock);
   int gone = ended_index(tid); /* the tid of an ended thread, reused */
@@ -267,51 +218,5 @@ static void *thread_trampoline(void *p) {
     reg.ended[gone] = reg.ended[--reg.nended];
   announce_start(tid);
   pthread_mutex_unlock(&reg.lock);
-  cp_alloc_guard_end();
-  pthread_sigmask(SIG_SETMASK, &args.mask, NULL);
-  void *ret;
-  pthread_cleanup_push(thread_ended, NULL);
-  ret = args.routine(args.arg);
-  pthread_cleanup_pop(1);
-  return ret;
-}
-
-static pthread_create_fn resolve_real(void) {
-  pthread_create_fn fn =
-      __atomic_load_n(&real_pthread_create, __ATOMIC_ACQUIRE);
-  if (!fn) {
-    fn = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
-    if (!fn || fn == pthread_create) {
-      /* Linked statically into the executable: ask libc directly. */
-      void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-      fn = libc ? (pthread_create_fn)dlsym(libc, "pthread_create") : NULL;
-    }
-    __atomic_store_n(&real_pthread_create, fn, __ATOMIC_RELEASE);
-  }
-  return fn;
-}
-
-int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                   void *(*routine)(void *), void *arg) {
-  pthread_create_fn real = resolve_real();
-  if (!real)
-    return EAGAIN;
-  start_args *args = start_args_take();
-  if (!args)
-    return real(thread, attr, routine, arg);
-  args->routine = routine;
-  args->arg = arg;
-  sigset_t block, old;
-  sigemptyset(&block);
-  unsigned long long sigs = atomic_load(&reg.sampling_signals);
-  for (int sig = 1; sig <= 64; sig++)
-    if (sigs & (1ull << (sig - 1)))
-      sigaddset(&block, sig);
-  pthread_sigmask(SIG_BLOCK, &block, &old);
-  args->mask = old;
-  int rc = real(thread, attr, thread_trampoline, args);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0)
-    start_args_release(args);
-  return rc;
+  cp_thread_work_end();
 }

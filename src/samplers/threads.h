@@ -1,10 +1,12 @@
 /* The registry of application threads: those that exist at start (from
- * /proc/self/task), those created later (a pthread_create hook, and a rescan
- * for threads made by other means), and their ends. It announces them to the
+ * /proc/self/task), those created later (the pthread_create hook in
+ * interpose/thread_calls.c calls the observers below, and a rescan finds threads
+ * made by other means), and their ends. It announces them to the
  * running samplers. The profiler's own threads are never announced. */
 #ifndef CP_THREADS_H
 #define CP_THREADS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -32,5 +34,15 @@ void cp_threads_exclude_self(void);
  * unwinder interrupting the loader there could deadlock) and the new thread
  * starts with them blocked until it is registered. */
 void cp_threads_set_sampling_signal(int sig);
+
+/* The pthread_create hook's observers. cp_threads_sampling_signals adds the
+ * signals a new thread must start with blocked (see above) to set;
+ * cp_threads_on_start runs on the new thread before the application's start
+ * routine (registers it), cp_threads_on_exit when that routine returns, the
+ * thread calls pthread_exit or is cancelled (unregisters it). Not
+ * signal-safe: they take the registry's lock. */
+void cp_threads_sampling_signals(sigset_t *set);
+void cp_threads_on_start(void);
+void cp_threads_on_exit(void);
 
 #endif

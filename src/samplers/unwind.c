@@ -32,6 +32,8 @@
 
 #include "common.h"
 #include "fpwalk.h"
+#include "interpose/real.h"
+#include "thread_state.h"
 
 static int unwind_mode = CP_UNWIND_AUTO;
 
@@ -42,67 +44,20 @@ void cp_unwind_set_mode(int mode) {
 
 static CP_TLS int warmed_up;
 static CP_TLS int busy_samples; /* samples that could have built the cache */
-CP_TLS int cp_in_sampling_handler;
-static CP_TLS int in_dl_iterate_phdr; /* see loader_busy */
-
-typedef int (*dl_iterate_phdr_fn)(int (*)(struct dl_phdr_info *, size_t,
-                                          void *),
-                                  void *);
-static dl_iterate_phdr_fn real_dl_iterate_phdr;
-
-static dl_iterate_phdr_fn resolve_dl_iterate_phdr(void) {
-  dl_iterate_phdr_fn fn =
-      __atomic_load_n(&real_dl_iterate_phdr, __ATOMIC_ACQUIRE);
-  if (!fn) {
-    fn = (dl_iterate_phdr_fn)dlsym(RTLD_NEXT, "dl_iterate_phdr");
-    if (!fn || fn == dl_iterate_phdr) {
-      void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-      fn = libc ? (dl_iterate_phdr_fn)dlsym(libc, "dl_iterate_phdr") : NULL;
-    }
-    __atomic_store_n(&real_dl_iterate_phdr, fn, __ATOMIC_RELEASE);
-  }
-  return fn;
-}
-
-/* Interposed: marks the thread while it holds the loader's lock (see
- * loader_busy). libunwind's own calls come here too. The real function is
- * found at cp_unwind_init, outside any handler (dlsym is not
- * async-signal-safe); a handler that finds it missing lists no objects. */
-int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
-                    void *data) {
-  dl_iterate_phdr_fn fn =
-      __atomic_load_n(&real_dl_iterate_phdr, __ATOMIC_ACQUIRE);
-  if (!fn && (cp_in_sampling_handler || !(fn = resolve_dl_iterate_phdr())))
-    return 0;
-  in_dl_iterate_phdr++;
-  int rc = fn(callback, data);
-  in_dl_iterate_phdr--;
-  return rc;
-}
 
 /* The calling thread's alternate signal stack, as the hooks last read it:
  * [alt_lo, alt_hi), empty when it has none. A thread can change its own
- * only: sigaltstack below forgets the copy, and a new thread starts with
- * none known. Only while sigaltstack calls are known to come here
- * (alt_cache_ok: this library is first in the lookup order, as when
- * preloaded or linked) is the copy used. Otherwise, and after a raw
+ * only: the sigaltstack hook (interpose/signal_calls.c) forgets the copy, and a
+ * new thread starts with none known. Only while sigaltstack calls are known
+ * to come here (alt_cache_ok: this library is first in the lookup order, as
+ * when preloaded or linked) is the copy used. Otherwise, and after a raw
  * system call that changed the stack (not seen), every check asks the
  * kernel. */
 static CP_TLS int alt_known;
 static CP_TLS uintptr_t alt_lo, alt_hi;
 static int alt_cache_ok;
 
-int sigaltstack(const stack_t *ss, stack_t *old) {
-  alt_known = 0;
-  int rc = (int)syscall(SYS_sigaltstack, ss, old);
-  alt_known = 0; /* a hook's check may have run meanwhile, in a handler */
-  return rc;
-}
-
-/* This library's own sigaltstack, whatever the lookup order chose for
- * `&sigaltstack` (in PIC code that is the first definition). */
-extern __typeof(sigaltstack) cp_own_sigaltstack __attribute__((
-    alias("sigaltstack"), visibility("hidden"), copy(sigaltstack)));
+void cp_unwind_on_sigaltstack(void) { alt_known = 0; }
 
 /* Reading memory for libunwind without its pipe.
  *
@@ -213,12 +168,11 @@ static void replace_access_mem(void) {
 }
 
 void cp_unwind_init(void) {
-  resolve_dl_iterate_phdr();
+  cp_interpose_loader_resolve();
   /* Before the first unwind of ours: unw_get_accessors initialises
    * libunwind (and opens its pipe, unused from then on). */
   replace_access_mem();
-  alt_cache_ok =
-      dlsym(RTLD_DEFAULT, "sigaltstack") == (void *)cp_own_sigaltstack;
+  alt_cache_ok = cp_interpose_sees_sigaltstack();
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
   cp_unwind_warm_up();
   if (unwind_mode != CP_UNWIND_DWARF)
@@ -286,12 +240,12 @@ static int alt_stack_short(const ucontext_t *uc) {
  * in munmap). The loader marks the whole of that (r_state RT_ADD or
  * RT_DELETE, set before it takes the lock and reset after it releases it):
  * meanwhile every thread keeps its leaf only. A thread inside
- * dl_iterate_phdr holds the same lock: the interposed dl_iterate_phdr below
- * marks it. Async-signal-safe: two loads. */
+ * dl_iterate_phdr holds the same lock: the interposed dl_iterate_phdr
+ * (interpose/loader.c) marks it. Async-signal-safe: two loads. */
 static int loader_busy(void) {
   return __atomic_load_n(&_r_debug.r_state, __ATOMIC_RELAXED) !=
              RT_CONSISTENT ||
-         in_dl_iterate_phdr;
+         cp_thread.in_loader;
 }
 
 /* cp_unwind_signal once unwinding may start. Async-signal-safe. */

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "thread_state.h"
+
 /* One-time setup: the process's first backtrace (libunwind's global state:
  * pthread keys, memory pools). Not signal-safe; call before sampling. */
 void cp_unwind_init(void);
@@ -35,12 +37,17 @@ void cp_unwind_warm_up(void);
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated);
 
-/* Set while one of the samplers' signal handlers runs on this thread. Every
+/* Set while one of the samplers' signal handlers runs on this thread (a
+ * field of the thread's state, thread_state.h). Every
  * handler that unwinds checks it first: a handler that interrupted another
  * (the CPU and wall signals may nest) drops its sample, because libunwind's
  * per-thread cache is not re-entrant. Async-signal-safe (a TLS word). */
-extern __thread int cp_in_sampling_handler
-    __attribute__((tls_model("initial-exec")));
+#define cp_in_sampling_handler (cp_thread.in_handler)
+
+/* Called by the sigaltstack hook (interpose/signal_calls.c) before and after the
+ * system call: the thread's alternate stack as last read is forgotten.
+ * Async-signal-safe. */
+void cp_unwind_on_sigaltstack(void);
 
 /* Captures the calling thread's stack outside a signal handler (lock hooks),
  * leaf first, starting at the frame of caller_ra: the return address into the

@@ -23,6 +23,7 @@
 #include "contprof/profiler.h"
 #include "samplers/lock.h"
 #include "test.h"
+#include "thread_state.h"
 
 typedef struct lock_api {
   const char *name;
@@ -501,7 +502,7 @@ typedef struct contender {
 static void *contender_main(void *p) {
   contender *c = p;
   if (c->excluded)
-    cp_lock_exclude_thread();
+    cp_thread_mark_internal();
   c->tid = cp_gettid();
   unsigned seed = (unsigned)c->tid;
   uint64_t end = now_ns() + c->run_ns;

@@ -19,3 +19,8 @@ target_compile_options(test_fpwalk PRIVATE -O1 -fno-omit-frame-pointer
   -mno-omit-leaf-frame-pointer)
 target_link_libraries(test_fpwalk PRIVATE cp_fpwalk_nofp)
 set_tests_properties(test_fpwalk PROPERTIES TIMEOUT 120)
+# The thread registry with the pthread_create hook (test_threads.c), and
+# signal installation with the interposed sigaction, signal and signal waits
+# (test_signals.c).
+cp_unit_test(test_threads samplers/test_threads.c)
+cp_unit_test(test_signals samplers/test_signals.c)

@@ -52,7 +52,7 @@ LIBRARIES = ["unwind", "dw", "elf", "protobuf-c", "curl", "z", "dl", "m",
 COMPILE_ARGS = ["-std=gnu11", "-Wall", "-Wextra",
                 "-Wno-missing-field-initializers"]
 
-# The functions libcontprof interposes (src/exports.map) for the native
+# The functions libcontprof interposes (src/interpose/exports.map) for the native
 # samplers. The extension samples Python itself and must not interpose
 # anything: its own calls go straight to libc.
 INTERPOSED = [

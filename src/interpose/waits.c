@@ -1,4 +1,5 @@
-/* Blocking calls that a sampling signal must not cut short.
+/* Sleeps and waits: blocking calls that a sampling signal must not cut
+ * short.
  *
  * The wall sampler signals threads that may be blocked. SA_RESTART restarts
  * read, write, futex waits and the like, but never nanosleep, poll, select or
@@ -14,12 +15,11 @@
  * Also wrapped: ppoll, pselect and epoll_pwait (like poll, select and
  * epoll_wait), and sem_timedwait and sem_clockwait (a futex wait with a
  * timeout is not restarted either: glibc returns EINTR; sem_wait without a
- * timeout is). The calls that wait for signals are in signals.c. Other calls
- * that signal(7) lists as never restarted are not wrapped (docs/signals.md):
- * socket calls on a socket with SO_RCVTIMEO/SO_SNDTIMEO, System V msgrcv,
- * msgsnd, semop, semtimedop, io_getevents, epoll_pwait2. */
+ * timeout is). The calls that wait for signals are in signal_calls.c. Other
+ * calls that signal(7) lists as never restarted are not wrapped
+ * (docs/signals.md): socket calls on a socket with SO_RCVTIMEO/SO_SNDTIMEO,
+ * System V msgrcv, msgsnd, semop, semtimedop, io_getevents, epoll_pwait2. */
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <semaphore.h>
@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "interpose.h"
-#include "signals.h"
+#include "interpose/real.h"
+#include "thread_state.h"
 
 static int64_t ts_ns(const struct timespec *ts) {
   return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
@@ -57,15 +57,16 @@ static int64_t deadline_after_ms(int timeout_ms) {
   return ts_ns(&now) + (int64_t)timeout_ms * 1000000;
 }
 
-/* Whether the last EINTR came from one of the profiler's signals. */
-static int ours(unsigned before) { return cp_own_signals != before; }
+/* Whether the last EINTR came from one of the profiler's signals: the
+ * sampling handlers count them in the thread's state. */
+static int ours(unsigned before) { return cp_thread.own_signals != before; }
 
 int nanosleep(const struct timespec *req, struct timespec *rem) {
   typedef int (*fn_t)(const struct timespec *, struct timespec *);
   CP_REAL(fn_t, nanosleep);
   struct timespec left = *req, r;
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_nanosleep(&left, &r);
     if (rc == 0 || errno != EINTR || !ours(before)) {
       if (rc != 0 && rem)
@@ -80,18 +81,11 @@ int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
                     struct timespec *rem) {
   typedef int (*fn_t)(clockid_t, int, const struct timespec *,
                       struct timespec *);
-  static fn_t real_clock_nanosleep;
-  fn_t fn = __atomic_load_n(&real_clock_nanosleep, __ATOMIC_ACQUIRE);
-  if (!fn) {
-    fn = (fn_t)cp_real_symbol("clock_nanosleep", (void *)clock_nanosleep);
-    if (!fn)
-      return ENOSYS;
-    __atomic_store_n(&real_clock_nanosleep, fn, __ATOMIC_RELEASE);
-  }
+  CP_REAL_OR(fn_t, clock_nanosleep, ENOSYS);
   struct timespec left = *req, r;
   for (;;) {
-    unsigned before = cp_own_signals;
-    int rc = fn(clock, flags, &left, &r); /* returns the error number */
+    unsigned before = cp_thread.own_signals;
+    int rc = fn_clock_nanosleep(clock, flags, &left, &r); /* the error */
     if (rc != EINTR || !ours(before)) {
       if (rc == EINTR && rem && !(flags & TIMER_ABSTIME))
         *rem = r;
@@ -120,7 +114,7 @@ int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   CP_REAL(fn_t, poll);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_poll(fds, nfds, timeout);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -135,7 +129,7 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
   CP_REAL(fn_t, epoll_wait);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_epoll_wait(epfd, events, maxevents, timeout);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -157,7 +151,7 @@ int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   if (exceptfds)
     x = *exceptfds;
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     /* Linux leaves the time not slept in *timeout: a retry waits for the
      * rest. */
     int rc = fn_select(nfds, readfds, writefds, exceptfds, timeout);
@@ -194,7 +188,7 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
   struct timespec left;
   const struct timespec *t = timeout;
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_ppoll(fds, nfds, t, sigmask);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -223,7 +217,7 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   struct timespec left;
   const struct timespec *t = timeout;
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_pselect(nfds, readfds, writefds, exceptfds, t, sigmask);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -256,7 +250,7 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
   CP_REAL(fn_t, epoll_pwait);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_epoll_pwait(epfd, events, maxevents, timeout, sigmask);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -270,7 +264,7 @@ int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, const struct timespec *);
   CP_REAL(fn_t, sem_timedwait);
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_sem_timedwait(sem, abstime);
     if (rc == 0 || errno != EINTR || !ours(before))
       return rc;
@@ -281,7 +275,7 @@ int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, clockid_t, const struct timespec *);
   CP_REAL(fn_t, sem_clockwait);
   for (;;) {
-    unsigned before = cp_own_signals;
+    unsigned before = cp_thread.own_signals;
     int rc = fn_sem_clockwait(sem, clock, abstime);
     if (rc == 0 || errno != EINTR || !ours(before))
       return rc;

@@ -1,0 +1,27 @@
+/* What happens around an exec under the profiler (exec.c): the exec hooks
+ * (interpose/exec_calls.c) call cp_exec_begin before the real call and
+ * cp_exec_came_back if it returned. */
+#ifndef CP_EXEC_H
+#define CP_EXEC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* A mapping that holds a changed environment. */
+typedef struct cp_exec_env {
+  void *addr;
+  size_t len;
+  pid_t pid; /* the process that made it */
+} cp_exec_env;
+
+/* Before an exec: reclaims what a vfork child's exec left, returns the
+ * environment the new image gets (envp, or a copy without this library in
+ * LD_PRELOAD when exec is not followed, described in *m), and stops the
+ * profiler (*stopped: whether it was running). Fixed stack use. */
+char *const *cp_exec_begin(char *const *envp, cp_exec_env *m, int *stopped);
+
+/* The exec came back (it failed): profiling starts again where it was, the
+ * environment's copy is unmapped. */
+void cp_exec_came_back(cp_exec_env *m, int stopped);
+
+#endif

@@ -1,0 +1,82 @@
+/* The one lookup of the function an interposed one stands in front of, and
+ * what the rest of the profiler may ask of the interposition layer
+ * (src/interpose/: every libc function contprof defines, one file per
+ * family; docs/architecture.md). */
+#ifndef CP_INTERPOSE_REAL_H
+#define CP_INTERPOSE_REAL_H
+
+#include <errno.h>
+#include <signal.h>
+
+/* The next definition of name after this library in the lookup order
+ * (handle RTLD_NEXT), or in the object `handle` names (RTLD_DEFAULT, libc's
+ * handle), never one of ours: `self` is the hook's address, and with
+ * self_object set anything defined in the same object as `self` is refused
+ * too (the malloc family: in PIC code `&free` is whatever the lookup order
+ * chose). With RTLD_NEXT and nothing found (linked into an executable, the
+ * next may be our own), libc's. NULL when none.
+ *
+ * Not a hot path: dlsym may take the loader's locks and allocate. While it
+ * runs the thread is marked `resolving` (thread_state.h): a malloc hook
+ * reached meanwhile serves from its bootstrap arena and a lock hook polls,
+ * instead of looking up their own functions inside dlsym. errno is
+ * preserved. */
+void *cp_real_lookup(void *handle, const char *name, void *self,
+                     int self_object);
+
+/* Whether fn and other are defined by the same loaded object (dladdr). */
+int cp_same_object(void *fn, void *other);
+
+/* cp_real_lookup(RTLD_NEXT, name, self, 0). */
+void *cp_real_symbol(const char *name, void *self);
+
+/* In an interposed function: fn_NAME becomes the real NAME (resolved once,
+ * then one acquire load), or the function returns `fail` (an expression:
+ * (errno = ENOSYS, -1) for most). */
+#define CP_REAL_OR(type, name, fail)                                           \
+  static type real_##name;                                                     \
+  type fn_##name = __atomic_load_n(&real_##name, __ATOMIC_ACQUIRE);            \
+  if (!fn_##name) {                                                            \
+    fn_##name = (type)cp_real_symbol(#name, (void *)name);                     \
+    if (!fn_##name)                                                            \
+      return fail;                                                             \
+    __atomic_store_n(&real_##name, fn_##name, __ATOMIC_RELEASE);               \
+  }
+
+/* CP_REAL_OR for functions that return int and set errno. */
+#define CP_REAL(type, name) CP_REAL_OR(type, name, (errno = ENOSYS, -1))
+
+/* --- what the samplers and the profiler ask of this layer --------------- */
+
+/* The C library's sigaction, past the hook (samplers/signals.c installs
+ * the sampling handlers with it). */
+int cp_real_sigaction(int sig, const struct sigaction *act,
+                      struct sigaction *old);
+
+/* Whether every dlclose / sigaltstack call of the process comes to our hook
+ * (this library is first in the lookup order, as when preloaded or linked
+ * into the program): only then may a sampler trust what the hook counted.
+ * Not signal-safe (dlsym); call at start. */
+int cp_interpose_sees_dlclose(void);
+int cp_interpose_sees_sigaltstack(void);
+
+/* Finds the real allocator now (at the allocation sampler's start, outside
+ * any hook). Returns 1 when another malloc comes before ours in the lookup
+ * order (the application then reaches our hooks only for what that one
+ * lacks: nothing is sampled). */
+int cp_interpose_malloc_resolve(void);
+
+/* Finds the C library's lock functions now (the lock sampler's start; they
+ * are also looked up when the library loads). */
+void cp_interpose_locks_resolve(void);
+
+/* Finds the real dl_iterate_phdr and dlclose now (cp_unwind_init, outside
+ * any signal handler: a handler that meets dl_iterate_phdr unresolved lists
+ * no objects). */
+void cp_interpose_loader_resolve(void);
+
+/* In the child of fork (only the forking thread exists): forget state the
+ * parent's other threads held (pthread_create's start slots). */
+void cp_interpose_after_fork_child(void);
+
+#endif

@@ -1,0 +1,225 @@
+/* Signal installation (samplers/signals.c) with the interposed sigaction,
+ * signal and signal waits (interpose/signal_calls.c), as docs/signals.md says:
+ * our handler is installed on a signal the application does not use; an
+ * application that later sets a handler for it reads back what it set and
+ * gets its handler called for its own signals (chained), while ours stays;
+ * SIG_IGN and restoring the default work as they would without the
+ * profiler; handlers on an alternate stack block our signals without the
+ * application seeing them in its masks; waits never consume our signals. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "interpose/real.h"
+#include "samplers/signals.h"
+#include "test.h"
+
+static volatile sig_atomic_t ours_ran, app_ran, app_info_ran;
+static volatile int app_info_code;
+
+/* The sampler's handler: counts, and passes on to the application's
+ * disposition (what cpu.c and wall.c do for signals that are not theirs). */
+static void our_handler(int sig, siginfo_t *info, void *uc) {
+  ours_ran++;
+  cp_signal_chain(sig, info, uc);
+}
+
+static void app_handler(int sig) {
+  (void)sig;
+  app_ran++;
+}
+
+static void app_info_handler(int sig, siginfo_t *info, void *uc) {
+  (void)sig;
+  (void)uc;
+  app_info_ran++;
+  app_info_code = info->si_code;
+}
+
+/* What the kernel has installed, past the hook. */
+static struct sigaction real_of(int sig) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  cp_real_sigaction(sig, NULL, &sa);
+  return sa;
+}
+
+/* Whether the kernel's mask for sig's handler holds member. */
+static int real_masks(int sig, int member) {
+  struct sigaction sa = real_of(sig);
+  return sigismember(&sa.sa_mask, member);
+}
+
+static int ours = -1; /* the signal installed, for every test */
+
+/* A free preferred signal is taken; one the application handles is left
+ * to it and a free real-time signal is taken instead. Installing the same
+ * handler again keeps its signal. */
+static void test_install_picks_a_free_signal(void) {
+  struct sigaction app;
+  memset(&app, 0, sizeof app);
+  app.sa_handler = app_handler;
+  sigemptyset(&app.sa_mask);
+  CHECK_EQ_INT(sigaction(SIGUSR2, &app, NULL), 0);
+
+  ours = cp_signal_install(SIGUSR1, our_handler);
+  CHECK_EQ_INT(ours, SIGUSR1);
+  struct sigaction k = real_of(SIGUSR1);
+  CHECK(k.sa_flags & SA_SIGINFO);
+  CHECK(k.sa_flags & SA_RESTART);
+  CHECK(k.sa_sigaction == our_handler);
+
+  int other = cp_signal_install(SIGUSR2, app_info_handler);
+  CHECK(other >= SIGRTMIN + 4 && other <= SIGRTMAX);
+  CHECK(real_of(SIGUSR2).sa_handler == app_handler); /* untouched */
+  CHECK_EQ_INT(cp_signal_install(SIGUSR2, app_info_handler), other);
+  /* Our handlers block each other's signals. */
+  CHECK(real_masks(other, ours));
+  CHECK(real_masks(ours, other));
+
+  sigset_t set;
+  sigemptyset(&set);
+  cp_signal_sampling_set(&set);
+  CHECK(sigismember(&set, ours) && sigismember(&set, other));
+  CHECK(!sigismember(&set, SIGUSR2));
+}
+
+/* Before the application sets anything: it reads back SIG_DFL, and one of
+ * our signals raised at it does not kill it (a stray signal of ours is
+ * ignored). */
+static void test_reads_back_default(void) {
+  struct sigaction old;
+  memset(&old, 0xff, sizeof old);
+  CHECK_EQ_INT(sigaction(ours, NULL, &old), 0);
+  CHECK(!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL);
+  ours_ran = app_ran = 0;
+  raise(ours);
+  CHECK_EQ_INT(ours_ran, 1);
+  CHECK_EQ_INT(app_ran, 0);
+}
+
+/* The application installs its own handler for our signal: sigaction
+ * returns 0 and the previous (default) disposition, reads back its own
+ * handler, ours stays installed, and its handler runs for the signal. */
+static void test_application_handler_is_chained(void) {
+  struct sigaction app, old, cur;
+  memset(&app, 0, sizeof app);
+  app.sa_sigaction = app_info_handler;
+  app.sa_flags = SA_SIGINFO;
+  sigemptyset(&app.sa_mask);
+  sigaddset(&app.sa_mask, SIGTERM);
+  CHECK_EQ_INT(sigaction(ours, &app, &old), 0);
+  CHECK(!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL);
+  CHECK_EQ_INT(sigaction(ours, NULL, &cur), 0);
+  CHECK(cur.sa_sigaction == app_info_handler);
+  CHECK(cur.sa_flags & SA_SIGINFO);
+  CHECK(sigismember(&cur.sa_mask, SIGTERM));
+  CHECK(real_of(ours).sa_sigaction == our_handler);
+
+  ours_ran = app_info_ran = 0;
+  union sigval v = {.sival_int = 7};
+  sigqueue(getpid(), ours, v);
+  CHECK_EQ_INT(ours_ran, 1);
+  CHECK_EQ_INT(app_info_ran, 1);
+  CHECK_EQ_INT(app_info_code, SI_QUEUE);
+
+  /* signal() as well: returns what was set, and sets a plain handler. */
+  CHECK(signal(ours, app_handler) ==
+        (sighandler_t)(void (*)(void))app_info_handler);
+  app_ran = 0;
+  raise(ours);
+  CHECK_EQ_INT(app_ran, 1);
+  CHECK(real_of(ours).sa_sigaction == our_handler);
+}
+
+/* SIG_IGN: read back as set, the signal ignored (the process goes on);
+ * then the default restored: read back, and still not fatal (ours stays). */
+static void test_ignore_and_restore(void) {
+  struct sigaction ign, old, cur;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  CHECK_EQ_INT(sigaction(ours, &ign, &old), 0);
+  CHECK(old.sa_handler == app_handler);
+  CHECK_EQ_INT(sigaction(ours, NULL, &cur), 0);
+  CHECK(cur.sa_handler == SIG_IGN);
+  app_ran = ours_ran = 0;
+  raise(ours);
+  CHECK_EQ_INT(ours_ran, 1);
+  CHECK_EQ_INT(app_ran, 0);
+
+  CHECK(signal(ours, SIG_DFL) == SIG_IGN);
+  CHECK_EQ_INT(sigaction(ours, NULL, &cur), 0);
+  CHECK(cur.sa_handler == SIG_DFL);
+  raise(ours);
+  CHECK_EQ_INT(ours_ran, 2);
+  CHECK(real_of(ours).sa_sigaction == our_handler);
+}
+
+/* Signals that are not ours pass through unchanged; a handler on the
+ * alternate stack (SA_ONSTACK) gets our signals added to its mask in the
+ * kernel, while the application reads back the mask it set. */
+static void test_other_signals_and_alt_stack_mask(void) {
+  struct sigaction app, cur;
+  memset(&app, 0, sizeof app);
+  app.sa_handler = app_handler;
+  app.sa_flags = SA_ONSTACK;
+  sigemptyset(&app.sa_mask);
+  CHECK_EQ_INT(sigaction(SIGUSR2, &app, NULL), 0);
+  CHECK(real_masks(SIGUSR2, ours));
+  CHECK_EQ_INT(sigaction(SIGUSR2, NULL, &cur), 0);
+  CHECK(cur.sa_handler == app_handler);
+  CHECK(cur.sa_flags & SA_ONSTACK);
+  CHECK(!sigismember(&cur.sa_mask, ours));
+
+  app.sa_flags = 0; /* not on the alternate stack: nothing added */
+  CHECK_EQ_INT(sigaction(SIGUSR2, &app, NULL), 0);
+  CHECK(!real_masks(SIGUSR2, ours));
+  app_ran = 0;
+  raise(SIGUSR2);
+  CHECK_EQ_INT(app_ran, 1);
+  CHECK_EQ_INT(sigaction(0, &app, NULL), -1);
+  CHECK_EQ_INT(errno, EINVAL);
+}
+
+/* A wait for signals never takes one of ours: with ours and the
+ * application's blocked and ours pending, a wait for both times out; ours
+ * is handled once unblocked. */
+static void test_waits_leave_our_signals_pending(void) {
+  sigset_t both, old;
+  sigemptyset(&both);
+  sigaddset(&both, ours);
+  sigaddset(&both, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &both, &old);
+  ours_ran = 0;
+  raise(ours);
+  struct timespec zero = {0, 0};
+  CHECK_EQ_INT(sigtimedwait(&both, NULL, &zero), -1);
+  CHECK_EQ_INT(errno, EAGAIN);
+  int fd = signalfd(-1, &both, SFD_NONBLOCK);
+  CHECK(fd >= 0);
+  if (fd >= 0) {
+    struct signalfd_siginfo si;
+    CHECK_EQ_INT(read(fd, &si, sizeof si), -1); /* nothing for the app */
+    close(fd);
+  }
+  raise(SIGUSR2);
+  int got = 0;
+  CHECK_EQ_INT(sigwait(&both, &got), 0);
+  CHECK_EQ_INT(got, SIGUSR2);
+  sigset_t pending;
+  sigpending(&pending);
+  CHECK(sigismember(&pending, ours));
+  CHECK_EQ_INT(ours_ran, 0);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  CHECK_EQ_INT(ours_ran, 1);
+}
+
+TEST_MAIN(T(test_install_picks_a_free_signal), T(test_reads_back_default),
+          T(test_application_handler_is_chained), T(test_ignore_and_restore),
+          T(test_other_signals_and_alt_stack_mask),
+          T(test_waits_leave_our_signals_pending))
