@@ -26,21 +26,11 @@
  * profiles would be refused. */
 #define PYROSCOPE_MAX_AGE_NS (3300ull * 1000000000ull)
 
+/* A profile family (kinds.h): its name and CP_PROFILE_* bits. */
 typedef struct family {
   const char *name;
   unsigned profiles;
-  int values[4]; /* value indexes that make the family non-empty; -1 ends */
 } family;
-
-static const family families[] = {
-    {"process_cpu", CP_PROFILE_CPU, {CP_V_CPU_SAMPLES, CP_V_CPU_TIME, -1, -1}},
-    {"wall", CP_PROFILE_WALL, {CP_V_WALL_SAMPLES, CP_V_WALL_TIME, -1, -1}},
-    {"memory",
-     CP_PROFILE_ALLOC | CP_PROFILE_HEAP,
-     {CP_V_ALLOC_SAMPLES, CP_V_ALLOC_SPACE, CP_V_INUSE_OBJECTS,
-      CP_V_INUSE_SPACE}},
-    {"mutex", CP_PROFILE_LOCK, {CP_V_LOCK_ACQUIRE, CP_V_LOCK_WAIT, -1, -1}},
-};
 
 typedef struct pyro_ctx {
   char name_escaped[PYROSCOPE_MAX_NAME + 1]; /* APP{k=v,...}, encoded */
@@ -51,8 +41,10 @@ static int has_values(const cp_generation *g, const family *f) {
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
     cp_sample s;
     cp_gen_sample(g, i, &s);
-    for (size_t v = 0; v < 4 && f->values[v] >= 0; v++)
-      if (s.values[f->values[v]])
+    for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+      if ((f->profiles & cp_kinds[k].profile) &&
+          (s.values[cp_kind_value_index(k)] ||
+           s.values[cp_kind_value_index(k) + 1]))
         return 1;
   }
   return 0;
@@ -69,9 +61,11 @@ static int pyro_build(void *ctx, const cp_generation *g,
                       size_t max) {
   pyro_ctx *c = ctx;
   int n = 0;
-  for (size_t i = 0; i < CP_ARRAY_SIZE(families); i++) {
-    const family *f = &families[i];
-    if (!(m->cfg->profiles & f->profiles) || !has_values(g, f))
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    family fam = {cp_kinds[k].pyroscope_family,
+                  cp_kind_pyroscope_family((contprof_sample_kind)k)};
+    const family *f = &fam;
+    if (!f->profiles || !(m->cfg->profiles & f->profiles) || !has_values(g, f))
       continue;
     if ((size_t)n == max)
       break;
