@@ -37,14 +37,12 @@
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
-#include "labels.h"
+#include "record.h"
 #include "sampler.h"
 #include "signals.h"
 #include "stats.h"
 #include "threads.h"
-#include "trace.h"
 #include "unwind.h"
 
 #define TIMER_COOKIE 0x63707531 /* "cpu1": marks our timer signals */
@@ -194,27 +192,19 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   if (cp_in_sampling_handler) {
-    cp_ring_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
+    cp_record_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
     errno = saved_errno;
     return;
   }
   cp_in_sampling_handler = 1;
-  uint64_t ticket;
+  cp_record rec;
   cp_raw_sample *s =
-      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_CPU, weight, quantity);
+      cp_record_begin(&rec, ring, CONTPROF_KIND_CPU, weight, quantity);
   if (s) {
     int truncated = 0;
-    s->kind = CONTPROF_KIND_CPU;
-    s->tid = cp_gettid();
-    s->labels = cp_labels_current();
-    s->timestamp_ns = cp_realtime_ns();
-    cp_trace_current(&s->span_id, &s->local_root_span_id);
-    s->count = weight;
-    s->quantity = quantity;
-    s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, cpu.max_frames,
-                                            1, &truncated);
-    s->truncated = (uint32_t)truncated;
-    cp_ring_commit(ring, ticket);
+    size_t n =
+        cp_unwind_signal(ucontext, s->frames, cpu.max_frames, 1, &truncated);
+    cp_record_commit(&rec, n, truncated);
   }
   cp_in_sampling_handler = 0;
   cp_stats_hook_end(CONTPROF_KIND_CPU, began);
