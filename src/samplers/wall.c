@@ -36,9 +36,9 @@
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
 #include "labels.h"
+#include "record.h"
 #include "sampler.h"
 #include "signals.h"
 #include "stats.h"
@@ -138,23 +138,14 @@ static int interrupted_in_syscall(const void *ucontext) {
 /* Async-signal-safe: fills a ring slot with the slot's saved stack. */
 static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
                         int64_t ns, int64_t count) {
-  uint64_t ticket;
+  cp_record rec;
   cp_raw_sample *r =
-      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_WALL, count, ns);
+      cp_record_begin_as(&rec, ring, CONTPROF_KIND_WALL, count, ns, tid,
+                         s->labels, s->span_id, s->local_root_span_id);
   if (!r)
     return; /* values kept in the ring's dropped totals */
-  r->kind = CONTPROF_KIND_WALL;
-  r->tid = tid;
-  r->labels = s->labels;
-  r->timestamp_ns = cp_realtime_ns();
-  r->span_id = s->span_id;
-  r->local_root_span_id = s->local_root_span_id;
-  r->count = count;
-  r->quantity = ns;
-  r->nframes = s->nframes;
-  r->truncated = s->truncated;
   memcpy(r->frames, s->frames, s->nframes * sizeof *s->frames);
-  cp_ring_commit(ring, ticket);
+  cp_record_commit(&rec, s->nframes, (int)s->truncated);
 }
 
 /* Async-signal-safe: runs in the wall signal handler on the drawn thread.
@@ -207,7 +198,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     if (usable)
       emit_sample(ring, s, tid, ns, count);
     else if (ring)
-      cp_ring_drop(ring, CONTPROF_KIND_WALL, count, ns);
+      cp_record_drop(ring, CONTPROF_KIND_WALL, count, ns);
     atomic_fetch_sub_explicit(&s->pending_count, count, memory_order_relaxed);
     /* Only a stack taken in a system call is ever reused (a system call
      * of its own: a thread's CPU clock is not in the vDSO). */
@@ -294,7 +285,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
     int64_t owed_ns = atomic_exchange(&s->pending_ns, 0);
     int64_t owed_count = atomic_exchange(&s->pending_count, 0);
     if (full)
-      cp_ring_drop(ring, CONTPROF_KIND_WALL, owed_count, owed_ns);
+      cp_record_drop(ring, CONTPROF_KIND_WALL, owed_count, owed_ns);
   }
 }
 
