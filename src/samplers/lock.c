@@ -38,12 +38,10 @@
 #include <time.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
-#include "labels.h"
+#include "record.h"
 #include "sampler.h"
 #include "stats.h"
-#include "trace.h"
 #include "unwind.h"
 
 /* The C library's functions, found with dlsym(RTLD_NEXT). */
@@ -256,22 +254,14 @@ static void record_wait(uint64_t wait_ns, uint64_t caller_ra, double mean_ns) {
   int64_t count = round_unbiased(1.0 / p);
   int64_t quantity = round_unbiased((double)wait_ns / p);
   in_hook = 1;
-  uint64_t ticket;
+  cp_record rec;
   cp_raw_sample *s =
-      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_LOCK, count, quantity);
+      cp_record_begin(&rec, ring, CONTPROF_KIND_LOCK, count, quantity);
   if (s) {
     int truncated = 0;
-    s->kind = CONTPROF_KIND_LOCK;
-    s->tid = cp_gettid();
-    s->labels = cp_labels_current();
-    s->timestamp_ns = cp_realtime_ns();
-    cp_trace_current(&s->span_id, &s->local_root_span_id);
-    s->count = count;
-    s->quantity = quantity;
-    s->nframes = (uint32_t)cp_unwind_here(s->frames, lock.max_frames, caller_ra,
-                                          &truncated);
-    s->truncated = (uint32_t)truncated;
-    cp_ring_commit(ring, ticket);
+    size_t n =
+        cp_unwind_here(s->frames, lock.max_frames, caller_ra, &truncated);
+    cp_record_commit(&rec, n, truncated);
   }
   in_hook = 0;
 }
