@@ -33,13 +33,12 @@
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
 #include "heap_table.h"
 #include "labels.h"
+#include "record.h"
 #include "sampler.h"
 #include "stats.h"
-#include "trace.h"
 #include "unwind.h"
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
@@ -381,9 +380,9 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra,
   int64_t bytes = (int64_t)(scale * (double)size + 0.5);
 
   cp_ring *ring = alloc.alloc_on ? cp_agg_ring() : NULL;
-  uint64_t ticket = 0;
+  cp_record rec;
   cp_raw_sample *s =
-      ring ? cp_ring_reserve(ring, &ticket, CONTPROF_KIND_ALLOC, count, bytes)
+      ring ? cp_record_begin(&rec, ring, CONTPROF_KIND_ALLOC, count, bytes)
            : NULL;
   cp_heap_entry *e = alloc.heap_on ? cp_heap_entry_take() : NULL;
   uint64_t *frames = NULL;
@@ -400,38 +399,27 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra,
   if (frames) {
     int truncated = 0;
     size_t n = cp_unwind_here(frames, max, caller_ra, &truncated);
-    pid_t tid = cp_gettid();
-    uint32_t labels = cp_labels_current();
-    if (s) {
-      s->kind = CONTPROF_KIND_ALLOC;
-      s->tid = tid;
-      s->labels = labels;
-      s->timestamp_ns = cp_realtime_ns();
-      cp_trace_current(&s->span_id, &s->local_root_span_id);
-      s->count = count;
-      s->quantity = bytes;
-      s->nframes = (uint32_t)n;
-      s->truncated = (uint32_t)truncated;
-    }
     if (e) {
+      size_t keep = n;
+      int cut = truncated;
       if (frames != e->frames) {
-        size_t keep = n < alloc.heap_frames ? n : alloc.heap_frames;
+        keep = n < alloc.heap_frames ? n : alloc.heap_frames;
         memcpy(e->frames, frames, keep * sizeof *frames);
-        truncated |= keep < n;
-        n = keep;
+        cut |= keep < n;
       }
-      e->tid = tid;
+      /* The ring slot, when there is one, holds the thread and labels. */
+      e->tid = s ? s->tid : cp_gettid();
       /* The live sample keeps its label set from being freed; the heap
        * table gives the hold back when the entry goes. */
-      e->labels = cp_labels_hold(labels);
+      e->labels = cp_labels_hold(s ? s->labels : cp_labels_current());
       e->count = count;
       e->bytes = bytes;
-      e->nframes = (uint32_t)n;
-      e->truncated = (uint32_t)truncated;
+      e->nframes = (uint32_t)keep;
+      e->truncated = (uint32_t)cut;
       cp_heap_entry_publish(e, (uintptr_t)p);
     }
     if (s)
-      cp_ring_commit(ring, ticket);
+      cp_record_commit(&rec, n, truncated);
   }
 }
 
