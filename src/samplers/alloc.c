@@ -36,6 +36,7 @@
 #include "common.h"
 #include "heap_table.h"
 #include "labels.h"
+#include "random.h"
 #include "record.h"
 #include "sampler.h"
 #include "stats.h"
@@ -117,7 +118,6 @@ static CP_TLS int64_t tls_countdown; /* bytes until the next sample */
 static CP_TLS uint32_t tls_epoch;
 static CP_TLS double tls_gap_mean; /* the mean of the gap counting down */
 static CP_TLS uint32_t tls_guard;
-static CP_TLS uint64_t tls_rng;
 
 /* --- the bootstrap arena ----------------------------------------------- */
 
@@ -333,38 +333,11 @@ static int ensure_resolved(void) {
 
 /* --- sampling ---------------------------------------------------------- */
 
-/* Async-signal-safe: xorshift64*, per thread. */
-static uint64_t rng_next(void) {
-  uint64_t x = tls_rng;
-  if (UNLIKELY(x == 0)) {
-    x = cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32) ^
-        (uint64_t)(uintptr_t)&tls_rng;
-    if (x == 0)
-      x = 0x9e3779b97f4a7c15ull;
-  }
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  tls_rng = x;
-  return x * 0x2545f4914f6cdd1dull;
-}
-
-/* A uniform double in (0, 1]. */
-static double rng_unit(void) {
-  return (double)((rng_next() >> 11) + 1) * (1.0 / 9007199254740992.0);
-}
-
-/* The bytes until the next sample: exponential with mean `mean`. */
+/* Async-signal-safe: the bytes until the next sample, exponential with
+ * mean `mean`. */
 static int64_t next_gap(double mean) {
-  double gap = -log(rng_unit()) * mean;
+  double gap = cp_random_exp(mean);
   return gap >= 4.0e18 ? (int64_t)4e18 : (int64_t)gap;
-}
-
-/* x rounded up or down at random so that the expected result is x: counts
- * of 1.58 objects must not become 2 every time. */
-static int64_t round_unbiased(double x) {
-  double whole = floor(x);
-  return (int64_t)whole + (rng_unit() <= x - whole ? 1 : 0);
 }
 
 /* Hot path (malloc hook), bounded, no locks, no allocation: reserves a ring
@@ -376,7 +349,7 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra,
                           double mean) {
   double prob = -expm1(-(double)size / mean);
   double scale = prob > 0 ? 1.0 / prob : 1.0;
-  int64_t count = round_unbiased(scale);
+  int64_t count = cp_random_round(scale);
   int64_t bytes = (int64_t)(scale * (double)size + 0.5);
 
   cp_ring *ring = alloc.alloc_on ? cp_agg_ring() : NULL;

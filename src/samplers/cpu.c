@@ -38,6 +38,7 @@
 
 #include "aggregator/aggregator.h"
 #include "common.h"
+#include "random.h"
 #include "record.h"
 #include "sampler.h"
 #include "signals.h"
@@ -87,7 +88,6 @@ static struct {
   size_t nperf;         /* perf descriptors open */
   size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
   int perf_fd_floor;    /* descriptors are moved to this number or above */
-  unsigned seed;
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static inline int perf_fd_ours(int fd) {
@@ -129,9 +129,6 @@ static int64_t perf_cpu_since_last(void) {
   return since;
 }
 
-/* The thread's generator of sampling intervals (xorshift64; 0 = unseeded). */
-static CP_TLS uint64_t perf_rng;
-
 /* Async-signal-safe: two ioctls on our own descriptor. The overflow disabled
  * the event (its refresh limit of 1); this enables it for one more
  * interval, drawn uniformly in [period/2, 3 period/2). A fixed interval
@@ -139,15 +136,8 @@ static CP_TLS uint64_t perf_rng;
  * 2 ms of another, sampled every exact 4 ms, puts every sample in the same
  * one. The weights are CPU time, so the mean interval does not matter. */
 static void perf_rearm(int fd) {
-  uint64_t x = perf_rng;
-  if (!x)
-    x = (cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32)) | 1;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  perf_rng = x;
   uint64_t period = atomic_load_explicit(&cpu.period_ns, memory_order_relaxed);
-  uint64_t interval = period / 2 + x % period;
+  uint64_t interval = period / 2 + cp_random_below(period);
   if (interval < PERF_MIN_PERIOD_NS)
     interval = PERF_MIN_PERIOD_NS;
   ioctl(fd, PERF_EVENT_IOC_PERIOD, &interval);
@@ -214,7 +204,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
 /* A thread's first sampling point: random in (0, period], so that
  * short-lived threads get their fair share. Caller holds cpu.lock. */
 static uint64_t first_expiry(void) {
-  return 1 + (uint64_t)rand_r(&cpu.seed) % cpu.period_ns;
+  return 1 + cp_random_below(cpu.period_ns);
 }
 
 static int timer_create_for(pid_t tid, int *timer_id) {
@@ -507,7 +497,6 @@ static int cpu_start(const cp_config *cfg) {
   atomic_store(&cpu.period_ns, cpu.base_period_ns);
   atomic_store(&cpu.slowdown, 1);
   cpu.max_frames = (size_t)cfg->max_frames;
-  cpu.seed = (unsigned)cp_monotonic_ns() ^ (unsigned)getpid();
   cp_unwind_init();
   int sig = cp_signal_install(SIGPROF, cpu_signal_handler);
   if (sig < 0)

@@ -39,6 +39,7 @@
 
 #include "aggregator/aggregator.h"
 #include "common.h"
+#include "random.h"
 #include "record.h"
 #include "sampler.h"
 #include "stats.h"
@@ -89,7 +90,6 @@ static CP_TLS int internal_thread; /* the profiler's own thread */
 static CP_TLS int in_hook;         /* recording a sample: let locks through */
 static CP_TLS int resolving;       /* inside dlsym */
 static CP_TLS struct {
-  uint64_t rng;        /* xorshift64* state, 0 until seeded */
   double countdown_ns; /* waiting left before the next sample point */
   double mean_ns;      /* the mean the countdown was drawn with */
   unsigned epoch;
@@ -189,28 +189,6 @@ static int poll_lock(int (*try_lock)(void *), void *l, clockid_t clock,
 
 /* --- sampling ------------------------------------------------------------ */
 
-/* Hot path (every contended wait while profiling): TLS arithmetic only. */
-static inline uint64_t next_random(void) {
-  uint64_t x = sampling.rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  sampling.rng = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
-/* Uniform in (0, 1). */
-static inline double next_uniform(void) {
-  return ((double)(next_random() >> 11) + 0.5) * 0x1.0p-53;
-}
-
-/* Rounds x up or down at random so that the expected result is x: the
- * weights 1/p are fractional and plain rounding would bias the totals. */
-static inline int64_t round_unbiased(double x) {
-  double whole = floor(x);
-  return (int64_t)whole + (next_uniform() < x - whole);
-}
-
 /* Hot path: decides whether a wait of wait_ns holds a point of the Poisson
  * process. The distance to the next point is exponential; after a point, the
  * process restarts at the end of the wait (memoryless), so each wait is kept
@@ -218,15 +196,9 @@ static inline int64_t round_unbiased(double x) {
 static int wait_is_sampled(uint64_t wait_ns, double *mean_ns) {
   unsigned epoch = atomic_load_explicit(&lock.epoch, memory_order_relaxed);
   if (sampling.epoch != epoch) {
-    if (!sampling.rng) {
-      uint64_t seed = cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32);
-      seed = (seed ^ (seed >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64 */
-      seed = (seed ^ (seed >> 27)) * 0x94d049bb133111ebull;
-      sampling.rng = (seed ^ (seed >> 31)) | 1;
-    }
     sampling.mean_ns =
         atomic_load_explicit(&lock.mean_ns, memory_order_relaxed);
-    sampling.countdown_ns = -sampling.mean_ns * log(next_uniform());
+    sampling.countdown_ns = cp_random_exp(sampling.mean_ns);
     sampling.epoch = epoch;
   }
   if ((double)wait_ns < sampling.countdown_ns) {
@@ -237,7 +209,7 @@ static int wait_is_sampled(uint64_t wait_ns, double *mean_ns) {
    * weighted with it, whatever the governor set meanwhile. */
   *mean_ns = sampling.mean_ns;
   sampling.mean_ns = atomic_load_explicit(&lock.mean_ns, memory_order_relaxed);
-  sampling.countdown_ns = -sampling.mean_ns * log(next_uniform());
+  sampling.countdown_ns = cp_random_exp(sampling.mean_ns);
   return 1;
 }
 
@@ -251,8 +223,8 @@ static void record_wait(uint64_t wait_ns, uint64_t caller_ra, double mean_ns) {
   double p = -expm1(-(double)wait_ns / mean_ns);
   if (p <= 0)
     return;
-  int64_t count = round_unbiased(1.0 / p);
-  int64_t quantity = round_unbiased((double)wait_ns / p);
+  int64_t count = cp_random_round(1.0 / p);
+  int64_t quantity = cp_random_round((double)wait_ns / p);
   in_hook = 1;
   cp_record rec;
   cp_raw_sample *s =
