@@ -136,15 +136,6 @@ static int parse_bool(const char *s, int *out) {
   return -1;
 }
 
-static const struct {
-  const char *name;
-  unsigned bit;
-} profile_names[] = {
-    {"cpu", CP_PROFILE_CPU},     {"wall", CP_PROFILE_WALL},
-    {"alloc", CP_PROFILE_ALLOC}, {"heap", CP_PROFILE_HEAP},
-    {"lock", CP_PROFILE_LOCK},
-};
-
 /* Parses "cpu,wall" (commas or spaces). Unknown names are counted in *bad. */
 static unsigned parse_profiles(const char *s, int *bad) {
   unsigned mask = 0;
@@ -153,31 +144,21 @@ static unsigned parse_profiles(const char *s, int *bad) {
   char *save = NULL;
   for (char *tok = strtok_r(buf, ", \t", &save); tok;
        tok = strtok_r(NULL, ", \t", &save)) {
-    unsigned bit = 0;
-    for (size_t i = 0; i < CP_ARRAY_SIZE(profile_names); i++)
-      if (strcasecmp(tok, profile_names[i].name) == 0)
-        bit = profile_names[i].bit;
+    unsigned bit = cp_kind_profile_named(tok);
     *bad += !bit;
     mask |= bit;
   }
   return mask;
 }
 
-const char *cp_profile_name(unsigned bit) {
-  for (size_t i = 0; i < CP_ARRAY_SIZE(profile_names); i++)
-    if (profile_names[i].bit == bit)
-      return profile_names[i].name;
-  return "";
-}
-
 const char *cp_profiles_string(unsigned profiles, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = 0;
-  for (size_t i = 0; i < CP_ARRAY_SIZE(profile_names); i++) {
-    if (!(profiles & profile_names[i].bit))
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    if (!(profiles & cp_kinds[k].profile))
       continue;
     int n = snprintf(buf + used, len - used, "%s%s", used ? "," : "",
-                     profile_names[i].name);
+                     cp_kinds[k].name);
     if (n < 0 || (size_t)n >= len - used)
       break;
     used += (size_t)n;
@@ -659,20 +640,23 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
   if (profiles) {
     int bad = 0;
     unsigned mask = parse_profiles(profiles, &bad);
+    char used[64], known[64] = "";
+    for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+      snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+               k ? ", " : "", cp_kinds[k].name);
     if (opts->profiles && bad) {
-      cp_error("profiles option '%s' names an unknown profile (known: cpu, "
-               "wall, alloc, heap, lock)",
-               profiles);
+      cp_error("profiles option '%s' names an unknown profile (known: %s)",
+               profiles, known);
       rc = CONTPROF_ERR_INVALID;
       goto fail;
     }
-    char used[64];
     if (mask)
       cfg->profiles = mask;
     if (bad || !mask)
-      cp_warn("CONTPROF_PROFILES='%s' names unknown profiles (known: cpu, "
-              "wall, alloc, heap, lock); using %s",
-              profiles, cp_profiles_string(cfg->profiles, used, sizeof used));
+      cp_warn("CONTPROF_PROFILES='%s' names unknown profiles (known: %s); "
+              "using %s",
+              profiles, known,
+              cp_profiles_string(cfg->profiles, used, sizeof used));
   }
 
   int memory_mb, symbols_mb, dwarf_mb;

@@ -7,14 +7,7 @@
 
 #include "common.h"
 #include "contprof/profiler.h"
-
-enum {
-  CP_PROFILE_CPU = 1u << 0,
-  CP_PROFILE_WALL = 1u << 1,
-  CP_PROFILE_ALLOC = 1u << 2,
-  CP_PROFILE_HEAP = 1u << 3,
-  CP_PROFILE_LOCK = 1u << 4,
-};
+#include "kinds.h"
 
 /* What drives CPU samples (CONTPROF_CPU_CLOCK). */
 typedef enum cp_cpu_clock {
@@ -145,8 +138,5 @@ void cp_config_free(cp_config *cfg);
 
 /* "cpu,wall" for a CP_PROFILE_* mask, into buf. */
 const char *cp_profiles_string(unsigned profiles, char *buf, size_t len);
-/* The name of one CP_PROFILE_* bit ("cpu", "heap"...); "" for another. The
- * profile of sample kind k (contprof_sample_kind) is bit 1 << k. */
-const char *cp_profile_name(unsigned bit);
 
 #endif

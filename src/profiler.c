@@ -105,18 +105,11 @@ static void before_export(cp_generation *g) {
 
 /* The CP_PROFILE_* bits a binding samples itself. */
 static unsigned self_sampled_profiles(void) {
-  static const unsigned of_kind[CONTPROF_KIND_COUNT] = {
-      [CONTPROF_KIND_CPU] = CP_PROFILE_CPU,
-      [CONTPROF_KIND_WALL] = CP_PROFILE_WALL,
-      [CONTPROF_KIND_ALLOC] = CP_PROFILE_ALLOC,
-      [CONTPROF_KIND_INUSE] = CP_PROFILE_HEAP,
-      [CONTPROF_KIND_LOCK] = CP_PROFILE_LOCK,
-  };
   unsigned bits = 0;
   if (prof.has_runtime)
     for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
       if (prof.runtime.self_sampled & CONTPROF_SELF(k))
-        bits |= of_kind[k];
+        bits |= cp_kinds[k].profile;
   return bits;
 }
 
@@ -471,18 +464,10 @@ int contprof_runtime_settings_get(contprof_runtime_settings *out) {
   pthread_mutex_lock(&prof.lock);
   int rc = CONTPROF_ERR_NOT_STARTED;
   if (atomic_load(&prof.running)) {
-    static const struct {
-      unsigned profile;
-      contprof_sample_kind kind;
-    } map[] = {{CP_PROFILE_CPU, CONTPROF_KIND_CPU},
-               {CP_PROFILE_WALL, CONTPROF_KIND_WALL},
-               {CP_PROFILE_ALLOC, CONTPROF_KIND_ALLOC},
-               {CP_PROFILE_HEAP, CONTPROF_KIND_INUSE},
-               {CP_PROFILE_LOCK, CONTPROF_KIND_LOCK}};
     out->profiles = 0;
-    for (size_t i = 0; i < CP_ARRAY_SIZE(map); i++)
-      if (prof.cfg.profiles & map[i].profile)
-        out->profiles |= CONTPROF_SELF(map[i].kind);
+    for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+      if (prof.cfg.profiles & cp_kinds[k].profile)
+        out->profiles |= CONTPROF_SELF(k);
     out->cpu_hz = prof.cfg.cpu_hz;
     out->max_frames = prof.cfg.max_frames;
     out->wall_interval_ms = prof.cfg.wall_interval_ms;

@@ -201,14 +201,16 @@ void cp_agg_stop(void) {
 static void add_dropped_locked(void) {
   if (!agg.owned_ring || !agg.gen)
     return;
-  int64_t values[2 * 8];
+  int64_t values[CP_NVALUES];
   cp_ring_take_dropped(agg.owned_ring, values);
   uint64_t frame = cp_frame_dropped();
   cp_sample_key key = {0};
-  for (int kind = 0; kind < CONTPROF_KIND_COUNT; kind++)
-    if (values[2 * kind] || values[2 * kind + 1])
+  for (int kind = 0; kind < CONTPROF_KIND_COUNT; kind++) {
+    int at = cp_kind_value_index((contprof_sample_kind)kind);
+    if (values[at] || values[at + 1])
       cp_gen_add(agg.gen, &frame, 1, 0, &key, (contprof_sample_kind)kind,
-                 values[2 * kind], values[2 * kind + 1]);
+                 values[at], values[at + 1]);
+  }
 }
 
 cp_generation *cp_agg_swap(uint64_t *drops, cp_period_stats *stats) {

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kinds.h"
 #include "symbols.h"
-#include "values.h"
 
 typedef struct cp_location {
   uint64_t address;          /* pc (callers: return address - 1); 0 runtime */

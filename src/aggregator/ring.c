@@ -28,8 +28,8 @@ struct cp_ring {
   _Atomic uint32_t wake_pending; /* a wake was sent and not yet consumed */
   char pad2[48];
   _Atomic uint64_t drops;
-  _Atomic uint64_t drops_of_kind[8];
-  _Atomic int64_t dropped_values[2 * 8]; /* per kind: count, quantity */
+  _Atomic uint64_t drops_of_kind[CONTPROF_KIND_COUNT];
+  _Atomic int64_t dropped_values[CP_NVALUES]; /* per kind: count, quantity */
   size_t mask;
   size_t max_frames;
   size_t slot_bytes;
@@ -92,17 +92,18 @@ size_t cp_ring_max_frames(const cp_ring *r) { return r->max_frames; }
 /* Async-signal-safe, lock-free. */
 void cp_ring_drop(cp_ring *r, uint32_t kind, int64_t count, int64_t quantity) {
   atomic_fetch_add_explicit(&r->drops, 1, memory_order_relaxed);
-  if (kind >= 8)
+  if (kind >= CONTPROF_KIND_COUNT)
     return;
+  int at = cp_kind_value_index((contprof_sample_kind)kind);
   atomic_fetch_add_explicit(&r->drops_of_kind[kind], 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&r->dropped_values[2 * kind], count,
+  atomic_fetch_add_explicit(&r->dropped_values[at], count,
                             memory_order_relaxed);
-  atomic_fetch_add_explicit(&r->dropped_values[2 * kind + 1], quantity,
+  atomic_fetch_add_explicit(&r->dropped_values[at + 1], quantity,
                             memory_order_relaxed);
 }
 
-void cp_ring_take_dropped(cp_ring *r, int64_t values[2 * 8]) {
-  for (int i = 0; i < 2 * 8; i++)
+void cp_ring_take_dropped(cp_ring *r, int64_t values[CP_NVALUES]) {
+  for (int i = 0; i < CP_NVALUES; i++)
     values[i] = atomic_exchange_explicit(&r->dropped_values[i], 0,
                                          memory_order_relaxed);
 }
@@ -184,7 +185,7 @@ void cp_ring_discard_after_fork(cp_ring *r) {
     store_seq(r, pos, pos + r->mask + 1);
   atomic_store_explicit(&r->dequeue_pos, end, memory_order_relaxed);
   atomic_store_explicit(&r->wake_pending, 0, memory_order_relaxed);
-  for (size_t i = 0; i < 2 * 8; i++)
+  for (size_t i = 0; i < CP_NVALUES; i++)
     atomic_store_explicit(&r->dropped_values[i], 0, memory_order_relaxed);
 }
 
@@ -193,7 +194,7 @@ uint64_t cp_ring_drops(const cp_ring *r) {
 }
 
 uint64_t cp_ring_drops_of_kind(const cp_ring *r, uint32_t kind) {
-  if (kind >= 8)
+  if (kind >= CONTPROF_KIND_COUNT)
     return 0;
   return atomic_load_explicit(&((cp_ring *)r)->drops_of_kind[kind],
                               memory_order_relaxed);

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kinds.h"
+
 typedef struct cp_raw_sample {
   uint32_t kind;    /* contprof_sample_kind */
   uint32_t nframes; /* frames used, leaf first */
@@ -44,8 +46,8 @@ void cp_ring_drop(cp_ring *ring, uint32_t kind, int64_t count,
                   int64_t quantity);
 
 /* Consumer side: takes (and resets) the dropped totals of each kind, as
- * count/quantity pairs in values[2 * kind], values[2 * kind + 1]. */
-void cp_ring_take_dropped(cp_ring *ring, int64_t values[2 * 8]);
+ * count/quantity pairs at cp_kind_value_index(kind) and the index after. */
+void cp_ring_take_dropped(cp_ring *ring, int64_t values[CP_NVALUES]);
 
 /* Consumer side (one thread at a time). cp_ring_wait sleeps up to
  * timeout_ns, less when producers fill half the ring; cp_ring_peek gives the

@@ -15,45 +15,19 @@
 #include "aggregator/frames.h"
 #include "aggregator/symbols.h"
 #include "contprof/profiler.h"
+#include "kinds.h"
 #include "labels.h"
 #include "pprof.h"
 #include "stats.h"
 #include "trace.h"
 
-typedef struct value_type {
-  int value;
-  const char *type;
-  const char *unit;
-  unsigned profile;
-} value_type;
-
-static const value_type datadog_types[] = {
-    {CP_V_CPU_SAMPLES, "cpu-samples", "count", CP_PROFILE_CPU},
-    {CP_V_CPU_TIME, "cpu-time", "nanoseconds", CP_PROFILE_CPU},
-    {CP_V_WALL_SAMPLES, "wall-samples", "count", CP_PROFILE_WALL},
-    {CP_V_WALL_TIME, "wall-time", "nanoseconds", CP_PROFILE_WALL},
-    {CP_V_ALLOC_SAMPLES, "alloc-samples", "count", CP_PROFILE_ALLOC},
-    {CP_V_ALLOC_SPACE, "alloc-space", "bytes", CP_PROFILE_ALLOC},
-    {CP_V_INUSE_OBJECTS, "inuse-objects", "count", CP_PROFILE_HEAP},
-    {CP_V_INUSE_SPACE, "inuse-space", "bytes", CP_PROFILE_HEAP},
-    {CP_V_LOCK_ACQUIRE, "lock-acquire", "count", CP_PROFILE_LOCK},
-    {CP_V_LOCK_WAIT, "lock-acquire-wait", "nanoseconds", CP_PROFILE_LOCK},
-};
-
-/* Pyroscope's names (docs/formats.md: no '-'); "samples" repeats across
- * families, which is why a Pyroscope profile holds one family. */
-static const value_type pyroscope_types[] = {
-    {CP_V_CPU_SAMPLES, "samples", "count", CP_PROFILE_CPU},
-    {CP_V_CPU_TIME, "cpu", "nanoseconds", CP_PROFILE_CPU},
-    {CP_V_WALL_SAMPLES, "samples", "count", CP_PROFILE_WALL},
-    {CP_V_WALL_TIME, "wall", "nanoseconds", CP_PROFILE_WALL},
-    {CP_V_ALLOC_SAMPLES, "alloc_objects", "count", CP_PROFILE_ALLOC},
-    {CP_V_ALLOC_SPACE, "alloc_space", "bytes", CP_PROFILE_ALLOC},
-    {CP_V_INUSE_OBJECTS, "inuse_objects", "count", CP_PROFILE_HEAP},
-    {CP_V_INUSE_SPACE, "inuse_space", "bytes", CP_PROFILE_HEAP},
-    {CP_V_LOCK_ACQUIRE, "contentions", "count", CP_PROFILE_LOCK},
-    {CP_V_LOCK_WAIT, "delay", "nanoseconds", CP_PROFILE_LOCK},
-};
+/* The names a dialect gives kind k (kinds.h). Pyroscope's have no '-' and
+ * "samples" repeats across families, which is why a Pyroscope profile holds
+ * one family (docs/formats.md). */
+static const cp_kind_dialect *dialect_of(int k, cp_dialect dialect) {
+  return dialect == CP_DIALECT_PYROSCOPE ? &cp_kinds[k].pyroscope
+                                         : &cp_kinds[k].datadog;
+}
 
 #define MAX_LABELS 48
 
@@ -169,9 +143,9 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
   snprintf(buf, sizeof buf, "%g", cfg->max_overhead_pct);
   add_comment(b, "max_overhead_pct", buf);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
-    if (!(cfg->profiles & (1u << k)))
+    if (!(cfg->profiles & cp_kinds[k].profile))
       continue;
-    int of = k == CONTPROF_KIND_INUSE ? CONTPROF_KIND_ALLOC : k;
+    int of = cp_kinds[k].sampled_as;
     unsigned f = s->slowdown[of] ? s->slowdown[of] : 1;
     switch (k) {
     case CONTPROF_KIND_CPU:
@@ -188,7 +162,7 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
       snprintf(buf, sizeof buf, "%.0fns", (double)cfg->lock_sample_ns * f);
       break;
     }
-    const char *name = cp_profile_name(1u << k);
+    const char *name = cp_kinds[k].name;
     char key[48];
     snprintf(key, sizeof key, "sampling.%s", name);
     add_comment(b, key, buf);
@@ -210,11 +184,10 @@ static void add_cost_comments(pprof_builder *b, const cp_config *cfg,
   char pct[32];
   snprintf(pct, sizeof pct, "%.3f", cp_stats_overhead_pct(s));
   add_comment(b, "profiler_overhead_pct", pct);
-  /* Kind k is the profile of bit 1 << k (contprof_sample_kind). */
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
-    if (!(cfg->profiles & (1u << k)))
+    if (!(cfg->profiles & cp_kinds[k].profile))
       continue;
-    const char *name = cp_profile_name(1u << k);
+    const char *name = cp_kinds[k].name;
     char key[40];
     snprintf(key, sizeof key, "samples.%s", name);
     add_comment_u64(b, key, s->samples[k]);
@@ -321,24 +294,40 @@ static size_t dialect_labels(const cp_export_options *o, pprof_label *labels,
   return kept;
 }
 
-/* Period type and default sample type of a Pyroscope family. */
-static void pyroscope_period(pprof_builder *b, const cp_export_meta *m,
-                             unsigned profiles) {
-  const cp_config *cfg = m->cfg;
-  if (profiles & CP_PROFILE_CPU) {
-    pprof_set_period(b, "cpu", "nanoseconds", m->cpu_period_ns);
-    pprof_set_default_sample_type(b, "cpu");
-  } else if (profiles & CP_PROFILE_WALL) {
-    pprof_set_period(b, "wall", "nanoseconds",
-                     (int64_t)cfg->wall_interval_ms * 1000000);
-    pprof_set_default_sample_type(b, "wall");
-  } else if (profiles & (CP_PROFILE_ALLOC | CP_PROFILE_HEAP)) {
-    pprof_set_period(b, "space", "bytes", cfg->alloc_sample_bytes);
-    pprof_set_default_sample_type(
-        b, (profiles & CP_PROFILE_HEAP) ? "inuse_space" : "alloc_space");
-  } else if (profiles & CP_PROFILE_LOCK) {
-    pprof_set_period(b, "contentions", "count", 1);
-    pprof_set_default_sample_type(b, "delay");
+/* The period's value for kind k: its sampling interval or mean. */
+static int64_t period_of(int k, const cp_export_meta *m) {
+  switch (cp_kinds[k].sampled_as) {
+  case CONTPROF_KIND_CPU:
+    return m->cpu_period_ns;
+  case CONTPROF_KIND_WALL:
+    return (int64_t)m->cfg->wall_interval_ms * 1000000;
+  case CONTPROF_KIND_ALLOC:
+    return m->cfg->alloc_sample_bytes;
+  default:
+    return 1;
+  }
+}
+
+/* Period type and default sample type: the first profile that names them
+ * (kinds.h) gives the period; in Pyroscope's families, the last one of its
+ * family gives the default type (inuse_space over alloc_space). */
+static void set_period(pprof_builder *b, const cp_export_meta *m,
+                       unsigned profiles, cp_dialect dialect) {
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    const cp_kind_dialect *d = dialect_of(k, dialect);
+    if (!(profiles & cp_kinds[k].profile) || !d->default_type)
+      continue;
+    pprof_set_period(b, d->period.type, d->period.unit, period_of(k, m));
+    const char *type = d->default_type;
+    for (int j = k + 1;
+         dialect == CP_DIALECT_PYROSCOPE && j < CONTPROF_KIND_COUNT &&
+         strcmp(cp_kinds[j].pyroscope_family, cp_kinds[k].pyroscope_family) ==
+             0;
+         j++)
+      if (profiles & cp_kinds[j].profile)
+        type = dialect_of(j, dialect)->default_type;
+    pprof_set_default_sample_type(b, type);
+    return;
   }
 }
 
@@ -382,16 +371,16 @@ int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
 int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
                          const cp_export_options *o, uint8_t **out,
                          size_t *out_len, size_t *samples_folded) {
-  const value_type *types[CP_NVALUES];
+  /* The sample types of the enabled kinds, in kind order: value t of each
+   * sample is values[types[t]] of the aggregate. */
+  int types[CP_NVALUES];
   size_t ntypes = 0;
   unsigned profiles = m->cfg->profiles & (o->profiles ? o->profiles : ~0u);
-  int pyro = o->dialect == CP_DIALECT_PYROSCOPE;
-  const value_type *table = pyro ? pyroscope_types : datadog_types;
-  size_t ntable =
-      pyro ? CP_ARRAY_SIZE(pyroscope_types) : CP_ARRAY_SIZE(datadog_types);
-  for (size_t i = 0; i < ntable && ntypes < CP_NVALUES; i++)
-    if (profiles & table[i].profile)
-      types[ntypes++] = &table[i];
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    if (profiles & cp_kinds[k].profile) {
+      types[ntypes++] = cp_kind_value_index((contprof_sample_kind)k);
+      types[ntypes++] = cp_kind_value_index((contprof_sample_kind)k) + 1;
+    }
   if (samples_folded)
     *samples_folded = 0;
 
@@ -405,18 +394,16 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
   if (!b || !loc_ids || !stack)
     goto done;
 
-  for (size_t i = 0; i < ntypes; i++)
-    pprof_add_sample_type(b, types[i]->type, types[i]->unit);
-  if (o->dialect == CP_DIALECT_PYROSCOPE) {
-    pyroscope_period(b, m, profiles);
-  } else if (m->cfg->profiles & CP_PROFILE_CPU) {
-    pprof_set_period(b, "cpu", "nanoseconds", m->cpu_period_ns);
-    pprof_set_default_sample_type(b, "cpu-time");
-  } else if (m->cfg->profiles & CP_PROFILE_WALL) {
-    pprof_set_period(b, "wall", "nanoseconds",
-                     (int64_t)m->cfg->wall_interval_ms * 1000000);
-    pprof_set_default_sample_type(b, "wall-time");
+  for (size_t i = 0; i < ntypes; i++) {
+    const cp_value_name *v =
+        &dialect_of(types[i] / 2, o->dialect)->values[types[i] % 2];
+    pprof_add_sample_type(b, v->type, v->unit);
   }
+  /* Datadog's period follows the enabled profiles, whichever this export
+   * holds; Pyroscope's, the family it holds. */
+  set_period(b, m,
+             o->dialect == CP_DIALECT_PYROSCOPE ? profiles : m->cfg->profiles,
+             o->dialect);
   pprof_set_time(b, (int64_t)m->start_ns, (int64_t)(m->end_ns - m->start_ns));
   add_metadata(b, g, m);
   add_main_mapping_first(b, g, loc_ids, chain, !m->cfg->symbolize_none);
@@ -431,7 +418,7 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
     int64_t values[CP_NVALUES];
     int nonzero = 0;
     for (size_t t = 0; t < ntypes; t++) {
-      values[t] = s->values[types[t]->value];
+      values[t] = s->values[types[t]];
       nonzero |= values[t] != 0;
     }
     if (!nonzero)

@@ -40,11 +40,10 @@ int cp_export_has_samples(const cp_export *e, unsigned profiles) {
   for (size_t i = 0; i < cp_gen_sample_count(g); i++) {
     cp_sample s;
     cp_gen_sample(g, i, &s);
-    /* Kind k is the profile of bit 1 << k (contprof_sample_kind); its count
-     * and quantity are values.h's pair. */
+    /* A kind's count and quantity are its pair of values (kinds.h). */
     for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
       int v = cp_kind_value_index((contprof_sample_kind)k);
-      if ((profiles & (1u << k)) && (s.values[v] || s.values[v + 1]))
+      if ((profiles & cp_kinds[k].profile) && (s.values[v] || s.values[v + 1]))
         return 1;
     }
   }

@@ -23,15 +23,15 @@
 #include <string.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
 #include "heap_table.h"
 #include "interpose/real.h"
 #include "labels.h"
+#include "random.h"
+#include "record.h"
 #include "sampler.h"
 #include "stats.h"
 #include "thread_state.h"
-#include "trace.h"
 #include "unwind.h"
 
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -57,42 +57,14 @@ static struct {
 
 static CP_TLS uint32_t tls_epoch;
 static CP_TLS double tls_gap_mean; /* the mean of the gap counting down */
-static CP_TLS uint64_t tls_rng;
 
 /* --- sampling ---------------------------------------------------------- */
 
-/* Async-signal-safe: xorshift64*, per thread. */
-static uint64_t rng_next(void) {
-  uint64_t x = tls_rng;
-  if (UNLIKELY(x == 0)) {
-    x = cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32) ^
-        (uint64_t)(uintptr_t)&tls_rng;
-    if (x == 0)
-      x = 0x9e3779b97f4a7c15ull;
-  }
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  tls_rng = x;
-  return x * 0x2545f4914f6cdd1dull;
-}
-
-/* A uniform double in (0, 1]. */
-static double rng_unit(void) {
-  return (double)((rng_next() >> 11) + 1) * (1.0 / 9007199254740992.0);
-}
-
-/* The bytes until the next sample: exponential with mean `mean`. */
+/* Async-signal-safe: the bytes until the next sample, exponential with
+ * mean `mean`. */
 static int64_t next_gap(double mean) {
-  double gap = -log(rng_unit()) * mean;
+  double gap = cp_random_exp(mean);
   return gap >= 4.0e18 ? (int64_t)4e18 : (int64_t)gap;
-}
-
-/* x rounded up or down at random so that the expected result is x: counts
- * of 1.58 objects must not become 2 every time. */
-static int64_t round_unbiased(double x) {
-  double whole = floor(x);
-  return (int64_t)whole + (rng_unit() <= x - whole ? 1 : 0);
 }
 
 /* Hot path (malloc hook), bounded, no locks, no allocation: reserves a ring
@@ -104,13 +76,13 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra,
                           double mean) {
   double prob = -expm1(-(double)size / mean);
   double scale = prob > 0 ? 1.0 / prob : 1.0;
-  int64_t count = round_unbiased(scale);
+  int64_t count = cp_random_round(scale);
   int64_t bytes = (int64_t)(scale * (double)size + 0.5);
 
   cp_ring *ring = alloc.alloc_on ? cp_agg_ring() : NULL;
-  uint64_t ticket = 0;
+  cp_record rec;
   cp_raw_sample *s =
-      ring ? cp_ring_reserve(ring, &ticket, CONTPROF_KIND_ALLOC, count, bytes)
+      ring ? cp_record_begin(&rec, ring, CONTPROF_KIND_ALLOC, count, bytes)
            : NULL;
   cp_heap_entry *e = alloc.heap_on ? cp_heap_entry_take() : NULL;
   uint64_t *frames = NULL;
@@ -127,38 +99,27 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra,
   if (frames) {
     int truncated = 0;
     size_t n = cp_unwind_here(frames, max, caller_ra, &truncated);
-    pid_t tid = cp_gettid();
-    uint32_t labels = cp_labels_current();
-    if (s) {
-      s->kind = CONTPROF_KIND_ALLOC;
-      s->tid = tid;
-      s->labels = labels;
-      s->timestamp_ns = cp_realtime_ns();
-      cp_trace_current(&s->span_id, &s->local_root_span_id);
-      s->count = count;
-      s->quantity = bytes;
-      s->nframes = (uint32_t)n;
-      s->truncated = (uint32_t)truncated;
-    }
     if (e) {
+      size_t keep = n;
+      int cut = truncated;
       if (frames != e->frames) {
-        size_t keep = n < alloc.heap_frames ? n : alloc.heap_frames;
+        keep = n < alloc.heap_frames ? n : alloc.heap_frames;
         memcpy(e->frames, frames, keep * sizeof *frames);
-        truncated |= keep < n;
-        n = keep;
+        cut |= keep < n;
       }
-      e->tid = tid;
+      /* The ring slot, when there is one, holds the thread and labels. */
+      e->tid = s ? s->tid : cp_gettid();
       /* The live sample keeps its label set from being freed; the heap
        * table gives the hold back when the entry goes. */
-      e->labels = cp_labels_hold(labels);
+      e->labels = cp_labels_hold(s ? s->labels : cp_labels_current());
       e->count = count;
       e->bytes = bytes;
-      e->nframes = (uint32_t)n;
-      e->truncated = (uint32_t)truncated;
+      e->nframes = (uint32_t)keep;
+      e->truncated = (uint32_t)cut;
       cp_heap_entry_publish(e, (uintptr_t)p);
     }
     if (s)
-      cp_ring_commit(ring, ticket);
+      cp_record_commit(&rec, n, truncated);
   }
 }
 

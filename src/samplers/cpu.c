@@ -37,14 +37,13 @@
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
-#include "labels.h"
+#include "random.h"
+#include "record.h"
 #include "sampler.h"
 #include "signals.h"
 #include "stats.h"
 #include "threads.h"
-#include "trace.h"
 #include "unwind.h"
 
 #define TIMER_COOKIE 0x63707531 /* "cpu1": marks our timer signals */
@@ -89,7 +88,6 @@ static struct {
   size_t nperf;         /* perf descriptors open */
   size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
   int perf_fd_floor;    /* descriptors are moved to this number or above */
-  unsigned seed;
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static inline int perf_fd_ours(int fd) {
@@ -131,9 +129,6 @@ static int64_t perf_cpu_since_last(void) {
   return since;
 }
 
-/* The thread's generator of sampling intervals (xorshift64; 0 = unseeded). */
-static CP_TLS uint64_t perf_rng;
-
 /* Async-signal-safe: two ioctls on our own descriptor. The overflow disabled
  * the event (its refresh limit of 1); this enables it for one more
  * interval, drawn uniformly in [period/2, 3 period/2). A fixed interval
@@ -141,15 +136,8 @@ static CP_TLS uint64_t perf_rng;
  * 2 ms of another, sampled every exact 4 ms, puts every sample in the same
  * one. The weights are CPU time, so the mean interval does not matter. */
 static void perf_rearm(int fd) {
-  uint64_t x = perf_rng;
-  if (!x)
-    x = (cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32)) | 1;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  perf_rng = x;
   uint64_t period = atomic_load_explicit(&cpu.period_ns, memory_order_relaxed);
-  uint64_t interval = period / 2 + x % period;
+  uint64_t interval = period / 2 + cp_random_below(period);
   if (interval < PERF_MIN_PERIOD_NS)
     interval = PERF_MIN_PERIOD_NS;
   ioctl(fd, PERF_EVENT_IOC_PERIOD, &interval);
@@ -194,27 +182,19 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   if (cp_in_sampling_handler) {
-    cp_ring_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
+    cp_record_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
     errno = saved_errno;
     return;
   }
   cp_in_sampling_handler = 1;
-  uint64_t ticket;
+  cp_record rec;
   cp_raw_sample *s =
-      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_CPU, weight, quantity);
+      cp_record_begin(&rec, ring, CONTPROF_KIND_CPU, weight, quantity);
   if (s) {
     int truncated = 0;
-    s->kind = CONTPROF_KIND_CPU;
-    s->tid = cp_gettid();
-    s->labels = cp_labels_current();
-    s->timestamp_ns = cp_realtime_ns();
-    cp_trace_current(&s->span_id, &s->local_root_span_id);
-    s->count = weight;
-    s->quantity = quantity;
-    s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, cpu.max_frames,
-                                            1, &truncated);
-    s->truncated = (uint32_t)truncated;
-    cp_ring_commit(ring, ticket);
+    size_t n =
+        cp_unwind_signal(ucontext, s->frames, cpu.max_frames, 1, &truncated);
+    cp_record_commit(&rec, n, truncated);
   }
   cp_in_sampling_handler = 0;
   cp_stats_hook_end(CONTPROF_KIND_CPU, began);
@@ -224,7 +204,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
 /* A thread's first sampling point: random in (0, period], so that
  * short-lived threads get their fair share. Caller holds cpu.lock. */
 static uint64_t first_expiry(void) {
-  return 1 + (uint64_t)rand_r(&cpu.seed) % cpu.period_ns;
+  return 1 + cp_random_below(cpu.period_ns);
 }
 
 static int timer_create_for(pid_t tid, int *timer_id) {
@@ -517,7 +497,6 @@ static int cpu_start(const cp_config *cfg) {
   atomic_store(&cpu.period_ns, cpu.base_period_ns);
   atomic_store(&cpu.slowdown, 1);
   cpu.max_frames = (size_t)cfg->max_frames;
-  cpu.seed = (unsigned)cp_monotonic_ns() ^ (unsigned)getpid();
   cp_unwind_init();
   int sig = cp_signal_install(SIGPROF, cpu_signal_handler);
   if (sig < 0)

@@ -50,8 +50,8 @@ typedef struct governed {
 
 static struct {
   pthread_mutex_t lock;
-  double cap_pct; /* 0: off */
-  governed g[8];
+  double cap_pct;                  /* 0: off */
+  governed g[CONTPROF_KIND_COUNT]; /* a sampler per kind at most */
   size_t n;
   cp_stats_totals history[WINDOW_MAX + 1];
   size_t nhistory;
@@ -66,17 +66,26 @@ static unsigned clamp_factor(double f, unsigned max) {
   return (unsigned)f;
 }
 
-/* The most a sampler may be slowed: to its floor rate. */
-static unsigned max_factor_of(const cp_sampler *s, const cp_config *cfg) {
+/* The most the sampler of `kind` may be slowed: to its floor rate. */
+static unsigned max_factor_of(contprof_sample_kind kind, const cp_config *cfg) {
   double f = 1;
-  if (s->profile & CP_PROFILE_CPU)
+  switch (kind) {
+  case CONTPROF_KIND_CPU:
     f = (double)cfg->cpu_hz / CPU_FLOOR_HZ;
-  else if (s->profile & CP_PROFILE_WALL)
+    break;
+  case CONTPROF_KIND_WALL:
     f = (double)WALL_FLOOR_INTERVAL_NS / ((double)cfg->wall_interval_ms * 1e6);
-  else if (s->profile & (CP_PROFILE_ALLOC | CP_PROFILE_HEAP))
+    break;
+  case CONTPROF_KIND_ALLOC:
+  case CONTPROF_KIND_INUSE:
     f = ALLOC_FLOOR_MEAN_BYTES / (double)cfg->alloc_sample_bytes;
-  else if (s->profile & CP_PROFILE_LOCK)
+    break;
+  case CONTPROF_KIND_LOCK:
     f = LOCK_FLOOR_MEAN_NS / (double)cfg->lock_sample_ns;
+    break;
+  default:
+    break;
+  }
   return clamp_factor(f, MAX_SLOWDOWN);
 }
 
@@ -101,13 +110,12 @@ void cp_governor_start(const cp_config *cfg, const cp_sampler *const *active,
       continue;
     governed *g = &gov.g[gov.n++];
     g->sampler = s;
-    g->kind = (contprof_sample_kind)__builtin_ctz(s->profile);
+    g->kind = cp_kind_of_profile(s->profile);
     g->factor = 1;
-    g->max_factor = max_factor_of(s, cfg);
-    g->min_rate = (s->profile & (CP_PROFILE_ALLOC | CP_PROFILE_HEAP))
-                      ? MIN_ALLOC_SAMPLES_PER_S
-                  : (s->profile & CP_PROFILE_LOCK) ? MIN_ALLOC_SAMPLES_PER_S / 5
-                                                   : 0;
+    g->max_factor = max_factor_of(g->kind, cfg);
+    g->min_rate = g->kind == CONTPROF_KIND_ALLOC  ? MIN_ALLOC_SAMPLES_PER_S
+                  : g->kind == CONTPROF_KIND_LOCK ? MIN_ALLOC_SAMPLES_PER_S / 5
+                                                  : 0;
     cp_stats_set_slowdown(g->kind, 1);
   }
   pthread_mutex_unlock(&gov.lock);
@@ -145,7 +153,7 @@ static unsigned sped_up(const governed *g, double speed) {
  * old rates' samples ran) comes back. Returns 1 if a factor changed. */
 static int rebalance(const double *cost, const double *rate, double budget,
                      int under_cap) {
-  size_t order[8], n = 0;
+  size_t order[CONTPROF_KIND_COUNT], n = 0;
   int changed = 0;
   for (size_t i = 0; i < gov.n; i++) {
     governed *g = &gov.g[i];
@@ -221,7 +229,8 @@ void cp_governor_tick(void) {
   if (drain > shared)
     drain = shared;
   double fixed = shared > drain ? shared - drain : 0;
-  double samples[8], all_samples = 0, cost[8], total = fixed;
+  double samples[CONTPROF_KIND_COUNT], all_samples = 0,
+                                       cost[CONTPROF_KIND_COUNT], total = fixed;
   for (size_t i = 0; i < gov.n; i++) {
     contprof_sample_kind k = gov.g[i].kind;
     samples[i] = (double)(now.samples[k] - then->samples[k]);
@@ -256,7 +265,7 @@ void cp_governor_tick(void) {
   double smoothed = gov.fixed_share * (double)process;
   double budget = cap - smoothed > cap / 4 ? cap - smoothed : cap / 4;
   total += smoothed - fixed;
-  double rate[8];
+  double rate[CONTPROF_KIND_COUNT];
   for (size_t i = 0; i < gov.n; i++)
     rate[i] = samples[i] / (double)seconds;
   int changed = rebalance(cost, rate, budget, total < cap);

@@ -21,14 +21,13 @@
 #include <time.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
 #include "interpose/real.h"
-#include "labels.h"
+#include "random.h"
+#include "record.h"
 #include "sampler.h"
 #include "stats.h"
 #include "thread_state.h"
-#include "trace.h"
 #include "unwind.h"
 
 static struct {
@@ -48,35 +47,12 @@ static struct {
 } lock;
 
 static CP_TLS struct {
-  uint64_t rng;        /* xorshift64* state, 0 until seeded */
   double countdown_ns; /* waiting left before the next sample point */
   double mean_ns;      /* the mean the countdown was drawn with */
   unsigned epoch;
 } sampling;
 
 /* --- sampling ------------------------------------------------------------ */
-
-/* Hot path (every contended wait while profiling): TLS arithmetic only. */
-static inline uint64_t next_random(void) {
-  uint64_t x = sampling.rng;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  sampling.rng = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
-/* Uniform in (0, 1). */
-static inline double next_uniform(void) {
-  return ((double)(next_random() >> 11) + 0.5) * 0x1.0p-53;
-}
-
-/* Rounds x up or down at random so that the expected result is x: the
- * weights 1/p are fractional and plain rounding would bias the totals. */
-static inline int64_t round_unbiased(double x) {
-  double whole = floor(x);
-  return (int64_t)whole + (next_uniform() < x - whole);
-}
 
 /* Hot path: decides whether a wait of wait_ns holds a point of the Poisson
  * process. The distance to the next point is exponential; after a point, the
@@ -85,15 +61,9 @@ static inline int64_t round_unbiased(double x) {
 static int wait_is_sampled(uint64_t wait_ns, double *mean_ns) {
   unsigned epoch = atomic_load_explicit(&lock.epoch, memory_order_relaxed);
   if (sampling.epoch != epoch) {
-    if (!sampling.rng) {
-      uint64_t seed = cp_monotonic_ns() ^ ((uint64_t)cp_gettid() << 32);
-      seed = (seed ^ (seed >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64 */
-      seed = (seed ^ (seed >> 27)) * 0x94d049bb133111ebull;
-      sampling.rng = (seed ^ (seed >> 31)) | 1;
-    }
     sampling.mean_ns =
         atomic_load_explicit(&lock.mean_ns, memory_order_relaxed);
-    sampling.countdown_ns = -sampling.mean_ns * log(next_uniform());
+    sampling.countdown_ns = cp_random_exp(sampling.mean_ns);
     sampling.epoch = epoch;
   }
   if ((double)wait_ns < sampling.countdown_ns) {
@@ -104,7 +74,7 @@ static int wait_is_sampled(uint64_t wait_ns, double *mean_ns) {
    * weighted with it, whatever the governor set meanwhile. */
   *mean_ns = sampling.mean_ns;
   sampling.mean_ns = atomic_load_explicit(&lock.mean_ns, memory_order_relaxed);
-  sampling.countdown_ns = -sampling.mean_ns * log(next_uniform());
+  sampling.countdown_ns = cp_random_exp(sampling.mean_ns);
   return 1;
 }
 
@@ -118,24 +88,16 @@ static void record_wait(uint64_t wait_ns, uint64_t caller_ra, double mean_ns) {
   double p = -expm1(-(double)wait_ns / mean_ns);
   if (p <= 0)
     return;
-  int64_t count = round_unbiased(1.0 / p);
-  int64_t quantity = round_unbiased((double)wait_ns / p);
-  uint64_t ticket;
+  int64_t count = cp_random_round(1.0 / p);
+  int64_t quantity = cp_random_round((double)wait_ns / p);
+  cp_record rec;
   cp_raw_sample *s =
-      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_LOCK, count, quantity);
+      cp_record_begin(&rec, ring, CONTPROF_KIND_LOCK, count, quantity);
   if (s) {
     int truncated = 0;
-    s->kind = CONTPROF_KIND_LOCK;
-    s->tid = cp_gettid();
-    s->labels = cp_labels_current();
-    s->timestamp_ns = cp_realtime_ns();
-    cp_trace_current(&s->span_id, &s->local_root_span_id);
-    s->count = count;
-    s->quantity = quantity;
-    s->nframes = (uint32_t)cp_unwind_here(s->frames, lock.max_frames, caller_ra,
-                                          &truncated);
-    s->truncated = (uint32_t)truncated;
-    cp_ring_commit(ring, ticket);
+    size_t n =
+        cp_unwind_here(s->frames, lock.max_frames, caller_ra, &truncated);
+    cp_record_commit(&rec, n, truncated);
   }
 }
 

@@ -36,9 +36,10 @@
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
-#include "aggregator/ring.h"
 #include "common.h"
 #include "labels.h"
+#include "random.h"
+#include "record.h"
 #include "sampler.h"
 #include "signals.h"
 #include "stats.h"
@@ -93,7 +94,6 @@ static struct {
   size_t per_tick;
   _Atomic size_t max_frames;
   _Atomic int active;
-  uint64_t rng;
   int warned_full;
   uint64_t ticks, signals, reused; /* for the debug log */
 } wall = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -105,14 +105,6 @@ static wall_slot *slot_at(uint32_t index) {
   wall_slot *chunk = atomic_load_explicit(&wall.chunks[index >> CHUNK_BITS],
                                           memory_order_acquire);
   return chunk ? &chunk[index & (CHUNK_SLOTS - 1)] : NULL;
-}
-
-static uint64_t next_random(void) {
-  /* xorshift64*: the timer thread's only source of randomness. */
-  wall.rng ^= wall.rng >> 12;
-  wall.rng ^= wall.rng << 25;
-  wall.rng ^= wall.rng >> 27;
-  return wall.rng * 2685821657736338717ull;
 }
 
 /* Whether the interrupted context is at a system call: the kernel leaves the
@@ -138,23 +130,14 @@ static int interrupted_in_syscall(const void *ucontext) {
 /* Async-signal-safe: fills a ring slot with the slot's saved stack. */
 static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
                         int64_t ns, int64_t count) {
-  uint64_t ticket;
+  cp_record rec;
   cp_raw_sample *r =
-      cp_ring_reserve(ring, &ticket, CONTPROF_KIND_WALL, count, ns);
+      cp_record_begin_as(&rec, ring, CONTPROF_KIND_WALL, count, ns, tid,
+                         s->labels, s->span_id, s->local_root_span_id);
   if (!r)
     return; /* values kept in the ring's dropped totals */
-  r->kind = CONTPROF_KIND_WALL;
-  r->tid = tid;
-  r->labels = s->labels;
-  r->timestamp_ns = cp_realtime_ns();
-  r->span_id = s->span_id;
-  r->local_root_span_id = s->local_root_span_id;
-  r->count = count;
-  r->quantity = ns;
-  r->nframes = s->nframes;
-  r->truncated = s->truncated;
   memcpy(r->frames, s->frames, s->nframes * sizeof *s->frames);
-  cp_ring_commit(ring, ticket);
+  cp_record_commit(&rec, s->nframes, (int)s->truncated);
 }
 
 /* Async-signal-safe: runs in the wall signal handler on the drawn thread.
@@ -207,7 +190,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     if (usable)
       emit_sample(ring, s, tid, ns, count);
     else if (ring)
-      cp_ring_drop(ring, CONTPROF_KIND_WALL, count, ns);
+      cp_record_drop(ring, CONTPROF_KIND_WALL, count, ns);
     atomic_fetch_sub_explicit(&s->pending_count, count, memory_order_relaxed);
     /* Only a stack taken in a system call is ever reused (a system call
      * of its own: a thread's CPU clock is not in the vDSO). */
@@ -255,7 +238,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
     return;
   size_t k = n < wall.per_tick ? n : wall.per_tick;
   for (size_t i = 0; i < k; i++) {
-    size_t j = i + (size_t)(next_random() % (n - i));
+    size_t j = i + (size_t)cp_random_below(n - i);
     uint32_t t = wall.live[i];
     wall.live[i] = wall.live[j];
     wall.live[j] = t;
@@ -267,7 +250,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
     wall_slot *s = slot_at(index);
     /* In configured intervals: a slowed-down tick stands for several. */
     int64_t count =
-        ((int64_t)(n / k) + (next_random() % k < n % k)) * wall.slowdown;
+        ((int64_t)(n / k) + (cp_random_below(k) < n % k)) * wall.slowdown;
     int64_t prev = atomic_fetch_add(&s->pending_ns, weight_ns);
     atomic_fetch_add(&s->pending_count, count);
     if (prev > 0)
@@ -294,7 +277,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
     int64_t owed_ns = atomic_exchange(&s->pending_ns, 0);
     int64_t owed_count = atomic_exchange(&s->pending_count, 0);
     if (full)
-      cp_ring_drop(ring, CONTPROF_KIND_WALL, owed_count, owed_ns);
+      cp_record_drop(ring, CONTPROF_KIND_WALL, owed_count, owed_ns);
   }
 }
 
@@ -306,8 +289,7 @@ static void *wall_timer_thread(void *arg) {
   pthread_mutex_lock(&wall.lock);
   while (!wall.stop) {
     /* Dithered, so that work in step with the interval is not aliased. */
-    uint64_t gap =
-        wall.interval_ns / 2 + next_random() % (wall.interval_ns + 1);
+    uint64_t gap = wall.interval_ns / 2 + cp_random_below(wall.interval_ns + 1);
     uint64_t deadline_ns = last + gap;
     struct timespec deadline = {(time_t)(deadline_ns / 1000000000ull),
                                 (long)(deadline_ns % 1000000000ull)};
@@ -414,7 +396,6 @@ static int wall_start(const cp_config *cfg) {
   atomic_store(&wall.max_frames, (size_t)cfg->max_frames);
   atomic_store(&wall.pid, getpid());
   wall.uid = getuid();
-  wall.rng = (cp_monotonic_ns() ^ ((uint64_t)wall.pid << 32)) | 1;
   wall.stop = 0;
   wall.warned_full = 0;
   wall.ticks = wall.signals = wall.reused = 0;

@@ -179,9 +179,9 @@ static char *event_json(dd_ctx *c, const cp_export *e) {
               s->threads_cpu_ns + s->hooks_ns, s->threads_cpu_ns, s->hooks_ns,
               s->process_cpu_ns, cp_stats_overhead_pct(s), s->memory_bytes);
     for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
-      if (!(cfg->profiles & (1u << k)))
+      if (!(cfg->profiles & cp_kinds[k].profile))
         continue;
-      const char *name = cp_profile_name(1u << k);
+      const char *name = cp_kinds[k].name;
       sb_printf(&b, ",\"samples.%s\":%" PRIu64 ",\"drops.%s\":%" PRIu64, name,
                 s->samples[k], name, s->drops[k]);
     }

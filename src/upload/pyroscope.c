@@ -26,18 +26,11 @@
  * profiles would be refused. */
 #define PYROSCOPE_MAX_AGE_NS (3300ull * 1000000000ull)
 
-/* A family is sent when a sample holds a value of one of its profiles. */
+/* A profile family (kinds.h): its name and CP_PROFILE_* bits. */
 typedef struct family {
   const char *name;
   unsigned profiles;
 } family;
-
-static const family families[] = {
-    {"process_cpu", CP_PROFILE_CPU},
-    {"wall", CP_PROFILE_WALL},
-    {"memory", CP_PROFILE_ALLOC | CP_PROFILE_HEAP},
-    {"mutex", CP_PROFILE_LOCK},
-};
 
 typedef struct pyro_ctx {
   char name_escaped[PYROSCOPE_MAX_NAME + 1]; /* APP{k=v,...}, encoded */
@@ -55,9 +48,11 @@ static int pyro_build(void *ctx, cp_export *e, cp_spool_item **items,
   pyro_ctx *c = ctx;
   const cp_export_meta *m = &e->meta;
   int n = 0;
-  for (size_t i = 0; i < CP_ARRAY_SIZE(families); i++) {
-    const family *f = &families[i];
-    if (!(m->cfg->profiles & f->profiles) ||
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    family fam = {cp_kinds[k].pyroscope_family,
+                  cp_kind_pyroscope_family((contprof_sample_kind)k)};
+    const family *f = &fam;
+    if (!f->profiles || !(m->cfg->profiles & f->profiles) ||
         !cp_export_has_samples(e, f->profiles))
       continue;
     if ((size_t)n == max)

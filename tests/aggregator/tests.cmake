@@ -4,6 +4,7 @@ cp_unit_test(test_symbols
   ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/test_symbols.c
   ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/symbols_fixture.cpp)
 cp_unit_test(test_calltree ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/test_calltree.c)
+cp_unit_test(test_ring ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/test_ring.c)
 # DWARF lines: inline_workload (tests/integration) as built, stripped,
 # compressed and with DWARF 4.
 add_executable(inline_workload_dwarf4 integration/inline_workload.c)

@@ -83,6 +83,7 @@ PyMODINIT_FUNC PyInit__contprof(void) {
 #include "config.h"
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
+#include "random.h"
 #include "samplers/signals.h"
 #include "samplers/unwind.h"
 #include "trace.h"
@@ -1944,7 +1945,6 @@ static struct {
 static struct {
   int installed;
   int64_t countdown; /* bytes until the next sample (GIL) */
-  uint64_t rng;
 } alloc = {.countdown = INT64_MAX};
 
 typedef struct hook_ctx {
@@ -2100,30 +2100,11 @@ static void before_export(void *ctx) {
             (unsigned long long)lost);
 }
 
-/* xorshift64*, with the GIL. */
-static uint64_t rng_next(void) {
-  uint64_t x = alloc.rng;
-  if (x == 0)
-    x = monotonic_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  alloc.rng = x;
-  return x * 0x2545f4914f6cdd1dull;
-}
-
-static double rng_unit(void) {
-  return (double)((rng_next() >> 11) + 1) * (1.0 / 9007199254740992.0);
-}
-
+/* With the GIL: Python bytes until the next sample, exponential with the
+ * configured mean (the core's random source, random.h). */
 static int64_t next_gap(void) {
-  double gap = -log(rng_unit()) * cfg.alloc_rate;
+  double gap = cp_random_exp(cfg.alloc_rate);
   return gap >= 4.0e18 ? (int64_t)4e18 : (int64_t)gap;
-}
-
-static int64_t round_unbiased(double x) {
-  double whole = floor(x);
-  return (int64_t)whole + (rng_unit() <= x - whole ? 1 : 0);
 }
 
 /* Allocation hook, with the GIL: the countdown ran out at p (size bytes).
@@ -2153,7 +2134,7 @@ static void alloc_sampled(void *p, size_t size) {
   }
   double prob = -expm1(-(double)size / cfg.alloc_rate);
   double scale = prob > 0 ? 1.0 / prob : 1.0;
-  int64_t count = round_unbiased(scale);
+  int64_t count = cp_random_round(scale);
   int64_t bytes = (int64_t)(scale * (double)size + 0.5);
   if (cfg.alloc_on)
     contprof_record(&(contprof_sample){.frames = frames,
@@ -2252,7 +2233,7 @@ static void atfork_child(void) {
   }
   heap_reset();
   heap.untracked = heap.untracked_reported = 0;
-  alloc.rng = 0;
+  cp_random_reseed(); /* not the parent's draws */
   /* No request survives: the sampled threads are gone. */
   __atomic_store_n(&native.state, NS_IDLE, __ATOMIC_RELAXED);
 }

@@ -48,6 +48,7 @@
 
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
+#include "random.h"
 
 #define MAX_THREADS 1024
 #define TIMER_COOKIE 0x52420000 /* "RB" in the high half, slot below */
@@ -104,7 +105,6 @@ static struct {
   int signal;
   int handler_installed;
   struct sigaction old_sa;
-  unsigned seed;
 
   pthread_mutex_t lock; /* slots' stacks, labels, used/tid; ticker state */
   pthread_cond_t cond;
@@ -281,7 +281,7 @@ static void arm_timer(int slot) {
   if (syscall(SYS_timer_create, thread_clock(t->tid), &sev, &id) != 0)
     return;
   /* First expiry random in (0, period]: short threads get their share. */
-  uint64_t first = 1 + (uint64_t)rand_r(&st.seed) % st.period_ns;
+  uint64_t first = 1 + cp_random_below(st.period_ns);
   struct itimerspec its = {
       .it_interval = {(time_t)(st.period_ns / 1000000000ull),
                       (long)(st.period_ns % 1000000000ull)},
@@ -720,8 +720,7 @@ static void on_thread(VALUE tpval, void *data) {
 static long geometric(long mean) {
   if (mean <= 1)
     return 1;
-  double u = (rand_r(&st.seed) + 1.0) / ((double)RAND_MAX + 2.0);
-  return 1 + (long)(-log(u) * (double)mean);
+  return 1 + (long)cp_random_exp((double)mean);
 }
 
 /* In object allocation (NEWOBJ): no Ruby allocation, no GC. Copies the raw
@@ -871,7 +870,6 @@ static void start_sampling(void) {
   st.set = set;
   st.max_frames = (size_t)set.max_frames;
   st.period_ns = 1000000000ull / (uint64_t)(set.cpu_hz > 0 ? set.cpu_hz : 100);
-  st.seed ^= (unsigned)monotonic_ns() ^ (unsigned)getpid();
   if (!gc_frame) {
     gc_frame = contprof_frame_intern("[GC]", "", 0);
     unknown_frame = contprof_frame_intern("[unknown]", "", 0);

@@ -31,6 +31,8 @@ archive = File.join(build, "libcontprof.a")
 abort "contprof: #{archive} is missing" unless File.exist?(archive)
 
 $INCFLAGS << " -I#{File.join(source, 'include')}"
+# random.h: the core's random source, shared with the extension's samplers.
+$INCFLAGS << " -I#{File.join(source, 'src')}"
 $CFLAGS << " -std=gnu11 -Wall -Wextra"
 $defs << "-D_GNU_SOURCE"
 %w[libunwind libdw libprotobuf-c libcurl].each do |pkg|

@@ -1,0 +1,373 @@
+/* Multi-producer stress test of the sample ring (src/aggregator/ring.c)
+ * through the one record entry point (src/record.h): several threads and a
+ * signal handler interrupting them (a tgkill storm) produce at once into a
+ * small ring while one consumer drains it. Every sample carries its stream
+ * (thread or that thread's handler), a sequence number and a checksum over
+ * its frames, written last before the commit. Checked: each committed
+ * sample is read exactly once, in its stream's order, intact; the ring
+ * never shows a slot before its commit; what was dropped is counted exactly
+ * (per kind, produced = consumed + dropped, in samples, counts and
+ * quantities); and the child of a fork in the middle of it all starts with
+ * an empty ring it can fill. */
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aggregator/ring.h"
+#include "record.h"
+#include "test.h"
+
+#define PRODUCERS 4
+#define STREAMS (2 * PRODUCERS) /* each producer thread, then its handler */
+#define RING_SLOTS 64
+#define MAX_FRAMES 16
+#if CP_TEST_SANITIZED
+#define PER_STREAM 20000
+#else
+#define PER_STREAM 100000
+#endif
+
+static cp_ring *ring;
+static _Atomic int producers_left;
+static _Atomic int storm_over; /* no signal comes any more */
+static _Atomic pid_t producer_tids[PRODUCERS];
+
+/* What each stream tried, and which of its sequence numbers the ring
+ * refused: written by the stream only, read after the joins. */
+static struct stream {
+  uint64_t attempts;
+  int64_t dropped_count[CONTPROF_KIND_COUNT];
+  int64_t dropped_quantity[CONTPROF_KIND_COUNT];
+  int64_t produced_count[CONTPROF_KIND_COUNT];
+  int64_t produced_quantity[CONTPROF_KIND_COUNT];
+  uint64_t dropped_samples[CONTPROF_KIND_COUNT];
+  uint8_t dropped[PER_STREAM / 8];
+} streams[STREAMS];
+
+/* What the consumer read, per stream. */
+static struct seen {
+  uint64_t next_min; /* sequence numbers only go up */
+  uint8_t bits[PER_STREAM / 8];
+} seen[STREAMS];
+
+static CP_TLS int my_producer = -1; /* the thread's index, -1: not one */
+
+/* A stream's sample seq: its kind, values and stack, all derived from the
+ * two numbers so that the consumer can tell a torn one. */
+static contprof_sample_kind kind_of(int stream, uint64_t seq) {
+  if (stream >= PRODUCERS)
+    return CONTPROF_KIND_WALL; /* the handlers' */
+  static const contprof_sample_kind k[] = {
+      CONTPROF_KIND_CPU, CONTPROF_KIND_ALLOC, CONTPROF_KIND_LOCK,
+      CONTPROF_KIND_INUSE};
+  return k[(seq + (uint64_t)stream) % 4];
+}
+static int64_t count_of(int stream, uint64_t seq) {
+  return 1 + (int64_t)((seq * 7 + (uint64_t)stream) % 13);
+}
+static int64_t quantity_of(int stream, uint64_t seq) {
+  return (int64_t)(seq * 1000 + (uint64_t)stream * 17 + 3);
+}
+static size_t nframes_of(int stream, uint64_t seq) {
+  return 1 + (size_t)((seq + (uint64_t)stream * 3) % MAX_FRAMES);
+}
+static uint64_t frame_of(int stream, uint64_t seq, size_t i) {
+  uint64_t x = (seq << 20) ^ ((uint64_t)stream << 56) ^ (i * 0x9e3779b9ull);
+  return x * 0xbf58476d1ce4e5b9ull;
+}
+static uint32_t checksum(const cp_raw_sample *s) {
+  uint64_t h = s->kind * 31 + (uint64_t)s->tid;
+  h = h * 1000003 ^ s->span_id;
+  h = h * 1000003 ^ (uint64_t)s->count;
+  h = h * 1000003 ^ (uint64_t)s->quantity;
+  h = h * 1000003 ^ s->nframes;
+  for (uint32_t i = 0; i < s->nframes && i < MAX_FRAMES; i++)
+    h = h * 1000003 ^ s->frames[i];
+  return (uint32_t)(h ^ (h >> 32)) | 1; /* never 0, the "not yet" mark */
+}
+
+/* Async-signal-safe (the handler calls it too): produces sample seq of
+ * stream, or counts it as the ring's drop. */
+static void produce(int stream, uint64_t seq) {
+  struct stream *st = &streams[stream];
+  contprof_sample_kind kind = kind_of(stream, seq);
+  int64_t count = count_of(stream, seq), quantity = quantity_of(stream, seq);
+  st->attempts = seq + 1;
+  st->produced_count[kind] += count;
+  st->produced_quantity[kind] += quantity;
+  cp_record rec;
+  cp_raw_sample *s = cp_record_begin_as(&rec, ring, kind, count, quantity,
+                                        (pid_t)stream, 0, seq, 0);
+  if (!s) {
+    st->dropped[seq / 8] |= (uint8_t)(1u << (seq % 8));
+    st->dropped_count[kind] += count;
+    st->dropped_quantity[kind] += quantity;
+    st->dropped_samples[kind]++;
+    return;
+  }
+  /* The checksum goes in last: a slot read before its commit shows 0 or
+   * the checksum of the sample it held before. */
+  size_t n = nframes_of(stream, seq);
+  s->nframes = (uint32_t)n;
+  for (size_t i = 0; i < n; i++)
+    s->frames[i] = frame_of(stream, seq, i);
+  for (volatile int spin = 0; spin < (int)(seq % 64); spin++)
+    ;
+  s->labels = checksum(s);
+  cp_record_commit(&rec, n, 0);
+}
+
+static void on_signal(int sig) {
+  (void)sig;
+  static CP_TLS uint64_t handler_seq;
+  if (my_producer < 0 || handler_seq >= PER_STREAM)
+    return;
+  produce(PRODUCERS + my_producer, handler_seq++);
+}
+
+static void *producer(void *arg) {
+  my_producer = (int)(long)arg;
+  atomic_store(&producer_tids[my_producer], (pid_t)syscall(SYS_gettid));
+  for (uint64_t seq = 0; seq < PER_STREAM; seq++) {
+    produce(my_producer, seq);
+    /* Some work between samples, so that the ring both fills and drains. */
+    for (volatile int spin = 0; spin < 3000; spin++)
+      ;
+  }
+  atomic_fetch_sub(&producers_left, 1);
+  /* Alive until the storm ends: it never signals a thread that is gone. */
+  while (!atomic_load(&storm_over))
+    sched_yield();
+  return NULL;
+}
+
+/* Signals the producers in turn while they run. */
+static void *storm(void *arg) {
+  (void)arg;
+  pid_t pid = getpid();
+  struct timespec pause = {0, 20000};
+  while (atomic_load(&producers_left) > 0) {
+    for (int p = 0; p < PRODUCERS; p++) {
+      pid_t tid = atomic_load(&producer_tids[p]);
+      if (tid)
+        syscall(SYS_tgkill, pid, tid, SIGUSR2);
+    }
+    nanosleep(&pause, NULL);
+  }
+  atomic_store(&storm_over, 1);
+  return NULL;
+}
+
+static uint64_t read_count, torn;
+static int64_t consumed_count[CONTPROF_KIND_COUNT];
+static int64_t consumed_quantity[CONTPROF_KIND_COUNT];
+static uint64_t consumed_samples[CONTPROF_KIND_COUNT];
+
+static void consume(const cp_raw_sample *s) {
+  read_count++;
+  int stream = (int)s->tid;
+  uint64_t seq = s->span_id;
+  if (stream < 0 || stream >= STREAMS || seq >= PER_STREAM ||
+      s->labels != checksum(s) || s->kind != kind_of(stream, seq) ||
+      s->count != count_of(stream, seq) ||
+      s->quantity != quantity_of(stream, seq) ||
+      s->nframes != nframes_of(stream, seq)) {
+    torn++;
+    return;
+  }
+  for (size_t i = 0; i < s->nframes; i++)
+    if (s->frames[i] != frame_of(stream, seq, i)) {
+      torn++;
+      return;
+    }
+  struct seen *sn = &seen[stream];
+  CHECK(seq >= sn->next_min); /* in order, never twice */
+  sn->next_min = seq + 1;
+  CHECK(!(sn->bits[seq / 8] & (1u << (seq % 8))));
+  sn->bits[seq / 8] |= (uint8_t)(1u << (seq % 8));
+  consumed_count[s->kind] += s->count;
+  consumed_quantity[s->kind] += s->quantity;
+  consumed_samples[s->kind]++;
+}
+
+/* In the child of a fork taken while producers were mid-sample: the ring is
+ * empty, has no dropped totals, and takes a full ring of new samples.
+ * Returns the number of failures (the child's exit status). */
+static int child_after_fork(void) {
+  int failures = 0;
+  cp_ring_discard_after_fork(ring);
+  failures += cp_ring_peek(ring) != NULL;
+  int64_t dropped[CP_NVALUES];
+  cp_ring_take_dropped(ring, dropped);
+  for (int i = 0; i < CP_NVALUES; i++)
+    failures += dropped[i] != 0;
+  for (int i = 0; i < RING_SLOTS; i++) {
+    cp_record rec;
+    cp_raw_sample *s =
+        cp_record_begin_as(&rec, ring, CONTPROF_KIND_CPU, 1, i, 1, 0, 0, 0);
+    if (!s)
+      return failures + 1;
+    s->frames[0] = (uint64_t)i;
+    cp_record_commit(&rec, 1, 0);
+  }
+  for (int i = 0; i < RING_SLOTS; i++) {
+    const cp_raw_sample *s = cp_ring_peek(ring);
+    if (!s)
+      return failures + 1;
+    failures += s->quantity != i || s->frames[0] != (uint64_t)i;
+    cp_ring_release(ring);
+  }
+  failures += cp_ring_peek(ring) != NULL;
+  return failures;
+}
+
+static void test_ring_producers_and_handlers(void) {
+  ring = cp_ring_create(RING_SLOTS, MAX_FRAMES);
+  CHECK(ring != NULL);
+  if (!ring)
+    return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &sa, NULL);
+
+  atomic_store(&producers_left, PRODUCERS);
+  pthread_t th[PRODUCERS], stormer;
+  for (long i = 0; i < PRODUCERS; i++)
+    pthread_create(&th[i], NULL, producer, (void *)i);
+  pthread_create(&stormer, NULL, storm, NULL);
+
+  int forked = 0, child_status = -1;
+  for (;;) {
+    int left = atomic_load(&producers_left);
+    const cp_raw_sample *s;
+    while ((s = cp_ring_peek(ring)) != NULL) {
+      consume(s);
+      cp_ring_release(ring);
+    }
+    /* Once, with the producers mid-flight: a forked child starts empty
+     * (not under TSan, which does not support forking threaded programs). */
+    if (!forked && !CP_TEST_TSAN && (read_count > 1000 || left == 0)) {
+      forked = 1;
+      fflush(NULL); /* the child's exit must not print our buffer again */
+      pid_t child = fork();
+      if (child == 0)
+        _exit(child_after_fork());
+      CHECK(child > 0);
+      if (child > 0)
+        waitpid(child, &child_status, 0);
+    }
+    if (left == 0)
+      break;
+    cp_ring_wait(ring, 20000);
+  }
+  for (int i = 0; i < PRODUCERS; i++)
+    pthread_join(th[i], NULL);
+  pthread_join(stormer, NULL);
+  signal(SIGUSR2, SIG_IGN);
+  /* Every producer has committed: the rest is in the ring. */
+  const cp_raw_sample *s;
+  while ((s = cp_ring_peek(ring)) != NULL) {
+    consume(s);
+    cp_ring_release(ring);
+  }
+
+  CHECK_EQ_INT(torn, 0);
+  CHECK(forked || CP_TEST_TSAN);
+  CHECK(!forked || (WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0));
+
+  /* Exactly once: each attempt was either read or dropped, never both. */
+  uint64_t attempts = 0, handler_attempts = 0, missing = 0, both = 0;
+  for (int st = 0; st < STREAMS; st++) {
+    attempts += streams[st].attempts;
+    if (st >= PRODUCERS)
+      handler_attempts += streams[st].attempts;
+    for (uint64_t q = 0; q < streams[st].attempts; q++) {
+      int r = (seen[st].bits[q / 8] >> (q % 8)) & 1;
+      int d = (streams[st].dropped[q / 8] >> (q % 8)) & 1;
+      missing += !r && !d;
+      both += r && d;
+    }
+    CHECK(seen[st].next_min <= streams[st].attempts);
+  }
+  CHECK_EQ_INT(missing, 0);
+  CHECK_EQ_INT(both, 0);
+  CHECK(handler_attempts > 0); /* the handlers did produce */
+
+  /* Drops counted exactly, per kind, in samples, counts and quantities. */
+  int64_t ring_dropped[CP_NVALUES];
+  cp_ring_take_dropped(ring, ring_dropped);
+  uint64_t drops = 0;
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    int64_t pc = 0, pq = 0, dc = 0, dq = 0;
+    uint64_t ds = 0;
+    for (int st = 0; st < STREAMS; st++) {
+      pc += streams[st].produced_count[k];
+      pq += streams[st].produced_quantity[k];
+      dc += streams[st].dropped_count[k];
+      dq += streams[st].dropped_quantity[k];
+      ds += streams[st].dropped_samples[k];
+    }
+    int at = cp_kind_value_index((contprof_sample_kind)k);
+    CHECK_EQ_INT(ring_dropped[at], dc);
+    CHECK_EQ_INT(ring_dropped[at + 1], dq);
+    CHECK_EQ_INT(cp_ring_drops_of_kind(ring, (uint32_t)k), ds);
+    CHECK_EQ_INT(consumed_count[k] + dc, pc);
+    CHECK_EQ_INT(consumed_quantity[k] + dq, pq);
+    drops += ds;
+  }
+  CHECK_EQ_INT(cp_ring_drops(ring), drops);
+  CHECK_EQ_INT(read_count + drops, attempts);
+  fprintf(stderr,
+          "ring stress: %llu samples (%llu from handlers), %llu read, %llu "
+          "dropped\n",
+          (unsigned long long)attempts, (unsigned long long)handler_attempts,
+          (unsigned long long)read_count, (unsigned long long)drops);
+  cp_ring_destroy(ring);
+}
+
+/* A child forked with reservations its parent's threads never commit (and
+ * committed samples, and dropped totals) starts with an empty ring whose
+ * every slot it can use. */
+static void test_ring_discard_after_fork(void) {
+  ring = cp_ring_create(RING_SLOTS, MAX_FRAMES);
+  CHECK(ring != NULL);
+  if (!ring)
+    return;
+  cp_record held[3];
+  for (int i = 0; i < 3; i++) /* reserved, never committed */
+    CHECK(cp_record_begin_as(&held[i], ring, CONTPROF_KIND_LOCK, 1, 1, 1, 0, 0,
+                             0) != NULL);
+  for (int i = 0; i < RING_SLOTS - 3; i++) {
+    cp_record rec;
+    if (cp_record_begin_as(&rec, ring, CONTPROF_KIND_CPU, 1, 1, 1, 0, 0, 0))
+      cp_record_commit(&rec, 0, 0);
+  }
+  cp_record rec;
+  CHECK(cp_record_begin_as(&rec, ring, CONTPROF_KIND_ALLOC, 2, 64, 1, 0, 0,
+                           0) == NULL); /* full: dropped */
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0)
+    _exit(child_after_fork());
+  int status = -1;
+  CHECK(child > 0);
+  if (child > 0)
+    waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  /* The parent's ring is untouched: the drop is still there. */
+  int64_t dropped[CP_NVALUES];
+  cp_ring_take_dropped(ring, dropped);
+  CHECK_EQ_INT(dropped[cp_kind_value_index(CONTPROF_KIND_ALLOC) + 1], 64);
+  cp_ring_destroy(ring);
+}
+
+TEST_MAIN(T(test_ring_producers_and_handlers), T(test_ring_discard_after_fork))
