@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "aggregator/ring.h"
-#include "record.h"
+#include "samplers/record.h"
 #include "test.h"
 
 #define PRODUCERS 4
