@@ -436,6 +436,34 @@ int contprof_record(const contprof_sample *sample) {
   return rc;
 }
 
+int contprof_native_signal_install(int preferred,
+                                   void (*handler)(int, siginfo_t *, void *)) {
+  int sig = cp_signal_install(preferred, handler);
+  if (sig <= 0)
+    return -1;
+  cp_unwind_init();
+  return sig;
+}
+
+/* Async-signal-safe. */
+void contprof_native_signal_chain(int sig, siginfo_t *info, void *ucontext) {
+  cp_signal_chain(sig, info, ucontext);
+}
+
+_Static_assert(CONTPROF_NATIVE_UNWIND_SLACK >= CP_UNWIND_SLACK,
+               "runtime.h promises the room cp_unwind_signal needs");
+
+/* Async-signal-safe, bounded, no locks (see runtime.h). */
+long contprof_native_unwind_signal(void *ucontext, uint64_t *frames,
+                                   size_t max_frames, int *truncated) {
+  if (cp_in_sampling_handler)
+    return -1;
+  cp_in_sampling_handler = 1;
+  size_t n = cp_unwind_signal(ucontext, frames, max_frames, 1, truncated);
+  cp_in_sampling_handler = 0;
+  return (long)n;
+}
+
 int contprof_record_sample(const uint64_t *frames, size_t nframes, pid_t tid,
                            uint32_t labels, contprof_sample_kind kind,
                            int64_t count, int64_t quantity) {

@@ -8,6 +8,7 @@
 #ifndef CONTPROF_RUNTIME_H
 #define CONTPROF_RUNTIME_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -135,6 +136,34 @@ int contprof_runtime_settings_get(contprof_runtime_settings *out);
  * thread and end before it returns. Not async-signal-safe. */
 void contprof_own_thread_begin(void);
 void contprof_own_thread_end(void);
+
+/* Native stacks for a binding that reads its runtime's frames inside a
+ * signal handler on the sampled thread (the Python binding's mixed stacks,
+ * docs/python.md), through the profiler's own signal and unwinding code. */
+
+/* Installs handler for a free real-time signal (preferred if free) for the
+ * life of the process, and readies the native unwinder. Returns the signal,
+ * or -1 when none is free. The application's own disposition of that signal
+ * is kept: a signal the handler does not recognise as its request goes to
+ * contprof_native_signal_chain. Not async-signal-safe. */
+int contprof_native_signal_install(int preferred,
+                                   void (*handler)(int, siginfo_t *, void *));
+
+/* Calls the disposition the signal had before contprof_native_signal_install.
+ * Async-signal-safe. */
+void contprof_native_signal_chain(int sig, siginfo_t *info, void *ucontext);
+
+/* In that handler: the interrupted thread's native frames (program
+ * counters, leaf first, the handler's own frames left out) into frames,
+ * up to max_frames; *truncated is set when the stack was deeper. frames
+ * must have room for max_frames + CONTPROF_NATIVE_UNWIND_SLACK words (the
+ * handler's own frames are captured, then dropped). Returns
+ * the count, or -1 when another of the profiler's handlers is unwinding on
+ * this thread (the unwinder's per-thread cache is not re-entrant: the
+ * sample is given up). Async-signal-safe, bounded, no locks. */
+#define CONTPROF_NATIVE_UNWIND_SLACK 16
+long contprof_native_unwind_signal(void *ucontext, uint64_t *frames,
+                                   size_t max_frames, int *truncated);
 
 #ifdef __cplusplus
 }

@@ -3,9 +3,9 @@
 # checked over the source tree: dependencies point down the data path
 # (interpose -> samplers -> aggregator -> scheduler -> exporter -> upload), the
 # aggregator knows no sampler and no sink, sinks know no sampler and no
-# aggregator, and only the core (profiler.c), the interposition layer and the
-# bindings' entry reach into the samplers. Prints each include that breaks a
-# rule and fails when there is one.
+# aggregator, and only the core (profiler.c) and the interposition layer reach
+# into the samplers (the Python and Ruby bindings use include/contprof).
+# Prints each include that breaks a rule and fails when there is one.
 #
 #   tests/layering/check_includes.sh [SOURCE_ROOT]
 set -euo pipefail
@@ -24,6 +24,7 @@ layer() {
   src/profiler.c | src/profiler_internal.h | src/exec.[ch]) echo core ;;
   src/*) echo shared ;;
   tools/*) echo tools ;;
+  bindings/*) echo bindings ;;
   esac
 }
 
@@ -56,6 +57,7 @@ allowed() {
   exporter) [[ $to == aggregator ]] ;;
   upload) [[ $to == exporter ]] ;;
   tools) [[ $to == aggregator || $to == exporter ]] ;;
+  bindings) return 1 ;; # the public API (include/contprof) and shared only
   shared) return 1 ;;
   *) return 1 ;;
   esac
@@ -87,7 +89,7 @@ while IFS= read -r file; do
       bad=1
     fi
   done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$file")
-done < <(find src tools -name '*.[ch]' | sort)
+done < <(find src tools bindings -name '*.[ch]' | sort)
 if ((bad)); then
   echo "check_includes: the includes above break docs/architecture.md's rules" >&2
   exit 1

@@ -84,8 +84,6 @@ PyMODINIT_FUNC PyInit__contprof(void) {
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
 #include "random.h"
-#include "samplers/signals.h"
-#include "samplers/unwind.h"
 #include "trace.h"
 
 #define MAX_STACK 1024         /* frames per sample (CONTPROF_MAX_FRAMES) */
@@ -1266,7 +1264,7 @@ static struct {
   int ok, native_truncated, py_truncated;
   size_t nnative, nentries;
   long npy;
-  uint64_t frames[NATIVE_MAX + CP_UNWIND_SLACK];
+  uint64_t frames[NATIVE_MAX + CONTPROF_NATIVE_UNWIND_SLACK];
   codeid ids[MAX_STACK];
   int seg[MAX_STACK];
   /* Counters (the sampler's, under threads_lock), read by stats(). */
@@ -1278,14 +1276,14 @@ static walk_scratch native_scratch; /* the handler's */
 /* The mixed-stack request's handler, on the sampled thread.
  * Async-signal-safe and bounded: the slot is taken with one
  * compare-and-swap (a late or stray request does nothing), then the core's
- * unwinder (no lock, no allocation: src/samplers/unwind.c), one walk of
+ * unwinder (contprof_native_unwind_signal: no lock, no allocation), one walk of
  * this thread's own frames with reads that cannot fault, one store and a
  * futex wake; errno is kept. A signal that is not a tgkill from this
- * process goes to the application's handler (cp_signal_chain). */
+ * process goes to the application's handler (contprof_native_signal_chain). */
 static void native_handler(int sig, siginfo_t *info, void *uc) {
   int saved = errno;
   if (!info || info->si_code != SI_TKILL || info->si_pid != self_pid) {
-    cp_signal_chain(sig, info, uc);
+    contprof_native_signal_chain(sig, info, uc);
     errno = saved;
     return;
   }
@@ -1300,13 +1298,12 @@ static void native_handler(int sig, siginfo_t *info, void *uc) {
   int64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   native.ok = 0;
   native.nnative = 0;
-  /* Another handler of ours unwinding on this thread: libunwind's
-   * per-thread cache is not re-entrant (see unwind.h). */
-  if (!cp_in_sampling_handler) {
-    cp_in_sampling_handler = 1;
-    native.nnative = cp_unwind_signal(uc, native.frames, NATIVE_MAX, 1,
-                                      &native.native_truncated);
-    cp_in_sampling_handler = 0;
+  /* -1: another of the profiler's handlers is unwinding on this thread
+   * (the unwinder's per-thread cache is not re-entrant): no answer. */
+  long nnative = contprof_native_unwind_signal(uc, native.frames, NATIVE_MAX,
+                                               &native.native_truncated);
+  if (nnative >= 0) {
+    native.nnative = (size_t)nnative;
     unsigned char tsw[TS_WINDOW_MAX];
     uintptr_t first = 0;
     uint64_t own = L.tid_native ? (uint64_t)gettid() : (uint64_t)pthread_self();
@@ -1592,11 +1589,10 @@ static const char *native_setup(void) {
     native.eval_hi = (uintptr_t)ev + sym->st_size;
   }
   if (!native.sig) {
-    int sig = cp_signal_install(SIGRTMIN + 4, native_handler);
+    int sig = contprof_native_signal_install(SIGRTMIN + 4, native_handler);
     if (sig <= 0)
       return "no free real-time signal";
     native.sig = sig;
-    cp_unwind_init();
   }
   return NULL;
 }
