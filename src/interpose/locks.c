@@ -11,15 +11,7 @@
  * up a real function (inside dlsym) polls instead. */
 
 /* This file defines the hooks themselves: undo own_locks.h. */
-#undef pthread_mutex_lock
-#undef pthread_mutex_timedlock
-#undef pthread_mutex_clocklock
-#undef pthread_rwlock_rdlock
-#undef pthread_rwlock_wrlock
-#undef pthread_rwlock_timedrdlock
-#undef pthread_rwlock_timedwrlock
-#undef pthread_rwlock_clockrdlock
-#undef pthread_rwlock_clockwrlock
+#include "interpose/own_locks_undo.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -6,15 +6,7 @@
  * hook objects, never with them. */
 
 /* This file defines the cp_lock_real_* functions: undo own_locks.h. */
-#undef pthread_mutex_lock
-#undef pthread_mutex_timedlock
-#undef pthread_mutex_clocklock
-#undef pthread_rwlock_rdlock
-#undef pthread_rwlock_wrlock
-#undef pthread_rwlock_timedrdlock
-#undef pthread_rwlock_timedwrlock
-#undef pthread_rwlock_clockrdlock
-#undef pthread_rwlock_clockwrlock
+#include "interpose/own_locks_undo.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -138,18 +138,32 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
   }
 }
 
+/* select and pselect: on EINTR the fd sets are unspecified, so the caller's
+ * are kept to retry with. */
+typedef struct fd_sets {
+  fd_set *set[3]; /* read, write, except: the caller's (may be NULL) */
+  fd_set saved[3];
+} fd_sets;
+
+static void fd_sets_save(fd_sets *s, fd_set *r, fd_set *w, fd_set *x) {
+  s->set[0] = r, s->set[1] = w, s->set[2] = x;
+  for (int i = 0; i < 3; i++)
+    if (s->set[i])
+      s->saved[i] = *s->set[i];
+}
+
+static void fd_sets_restore(const fd_sets *s) {
+  for (int i = 0; i < 3; i++)
+    if (s->set[i])
+      *s->set[i] = s->saved[i];
+}
+
 int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
            struct timeval *timeout) {
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
   CP_REAL(fn_t, select);
-  /* On EINTR the sets are unspecified: keep the caller's to retry with. */
-  fd_set r, w, x;
-  if (readfds)
-    r = *readfds;
-  if (writefds)
-    w = *writefds;
-  if (exceptfds)
-    x = *exceptfds;
+  fd_sets sets;
+  fd_sets_save(&sets, readfds, writefds, exceptfds);
   for (;;) {
     unsigned before = cp_thread.own_signals;
     /* Linux leaves the time not slept in *timeout: a retry waits for the
@@ -157,12 +171,7 @@ int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
     int rc = fn_select(nfds, readfds, writefds, exceptfds, timeout);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
-    if (readfds)
-      *readfds = r;
-    if (writefds)
-      *writefds = w;
-    if (exceptfds)
-      *exceptfds = x;
+    fd_sets_restore(&sets);
   }
 }
 
@@ -206,13 +215,8 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *,
                       const struct timespec *, const sigset_t *);
   CP_REAL(fn_t, pselect);
-  fd_set r, w, x;
-  if (readfds)
-    r = *readfds;
-  if (writefds)
-    w = *writefds;
-  if (exceptfds)
-    x = *exceptfds;
+  fd_sets sets;
+  fd_sets_save(&sets, readfds, writefds, exceptfds);
   int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
   struct timespec left;
   const struct timespec *t = timeout;
@@ -221,12 +225,7 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
     int rc = fn_pselect(nfds, readfds, writefds, exceptfds, t, sigmask);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
-    if (readfds)
-      *readfds = r;
-    if (writefds)
-      *writefds = w;
-    if (exceptfds)
-      *exceptfds = x;
+    fd_sets_restore(&sets);
     if (timeout) {
       left = ts_left(deadline);
       if (left.tv_sec == 0 && left.tv_nsec == 0) {
