@@ -32,6 +32,7 @@
 #include "samplers/unwind.h"
 #include "scheduler.h"
 #include "stats.h"
+#include "thread_state.h"
 #include "trace.h"
 #include "upload/sink.h"
 
@@ -456,11 +457,11 @@ _Static_assert(CONTPROF_NATIVE_UNWIND_SLACK >= CP_UNWIND_SLACK,
 /* Async-signal-safe, bounded, no locks (see runtime.h). */
 long contprof_native_unwind_signal(void *ucontext, uint64_t *frames,
                                    size_t max_frames, int *truncated) {
-  if (cp_in_sampling_handler)
+  if (cp_thread.in_handler)
     return -1;
-  cp_in_sampling_handler = 1;
+  cp_thread.in_handler = 1;
   size_t n = cp_unwind_signal(ucontext, frames, max_frames, 1, truncated);
-  cp_in_sampling_handler = 0;
+  cp_thread.in_handler = 0;
   return (long)n;
 }
 

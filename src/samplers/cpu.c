@@ -43,6 +43,7 @@
 #include "sampler.h"
 #include "signals.h"
 #include "stats.h"
+#include "thread_state.h"
 #include "threads.h"
 #include "unwind.h"
 
@@ -175,18 +176,18 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
-  cp_own_signals++;
+  cp_thread.own_signals++;
   cp_ring *ring = cp_agg_ring();
   if (!atomic_load_explicit(&cpu.active, memory_order_relaxed) || !ring) {
     errno = saved_errno;
     return;
   }
-  if (cp_in_sampling_handler) {
+  if (cp_thread.in_handler) {
     cp_record_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
     errno = saved_errno;
     return;
   }
-  cp_in_sampling_handler = 1;
+  cp_thread.in_handler = 1;
   cp_record rec;
   cp_raw_sample *s =
       cp_record_begin(&rec, ring, CONTPROF_KIND_CPU, weight, quantity);
@@ -196,7 +197,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
         cp_unwind_signal(ucontext, s->frames, cpu.max_frames, 1, &truncated);
     cp_record_commit(&rec, n, truncated);
   }
-  cp_in_sampling_handler = 0;
+  cp_thread.in_handler = 0;
   cp_stats_hook_end(CONTPROF_KIND_CPU, began);
   errno = saved_errno;
 }

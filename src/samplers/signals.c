@@ -1,5 +1,6 @@
 /* Signal choice, installation and chaining (see signals.h); the sigaction
- * hook (interpose/signal_calls.c) asks here what to do with one of our signals. */
+ * hook (interpose/signal_calls.c) asks here what to do with one of our signals.
+ */
 #include "signals.h"
 
 #include <errno.h>

@@ -1,14 +1,14 @@
 /* Signal plumbing shared by the signal-driven samplers: choosing a signal the
  * application does not use, installing a handler with SA_RESTART, and
  * chaining to the application's own handler for signals that are not ours.
- * sigaction() and signal() are interposed (interpose/signal_calls.c, which calls
- * the observers below): an application that sets a
- * handler for one of our signals after we installed ours gets its handler
- * called for its own signals (chained), while ours stays in place; its
- * handlers that run on an alternate stack (SA_ONSTACK) block the sampling
- * signals. The calls that wait for signals (pause, sigsuspend, sigwait,
- * sigwaitinfo, sigtimedwait, signalfd) are interposed too, so that they
- * neither return for nor consume a sampling signal (docs/signals.md). */
+ * sigaction() and signal() are interposed (interpose/signal_calls.c, which
+ * calls the observers below): an application that sets a handler for one of our
+ * signals after we installed ours gets its handler called for its own signals
+ * (chained), while ours stays in place; its handlers that run on an alternate
+ * stack (SA_ONSTACK) block the sampling signals. The calls that wait for
+ * signals (pause, sigsuspend, sigwait, sigwaitinfo, sigtimedwait, signalfd) are
+ * interposed too, so that they neither return for nor consume a sampling signal
+ * (docs/signals.md). */
 #ifndef CP_SIGNALS_H
 #define CP_SIGNALS_H
 
@@ -24,11 +24,9 @@ typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
  * for the life of the process: a late timer signal must never meet SIG_DFL. */
 int cp_signal_install(int preferred, cp_signal_handler handler);
 
-/* How many of the profiler's own sampling signals this thread has handled
- * (a field of the thread's state, thread_state.h). Handlers increment it
- * (async-signal-safe: a TLS word); interpose/waits.c reads it to tell an
- * EINTR caused by sampling from one caused by the application. */
-#define cp_own_signals (cp_thread.own_signals)
+/* Every sampling handler increments cp_thread.own_signals (thread_state.h)
+ * first: interpose/waits.c reads it to tell an EINTR caused by sampling from
+ * one caused by the application. */
 
 /* Adds the sampling signals installed so far to set / removes them from it.
  * Async-signal-safe. */

@@ -1,7 +1,7 @@
 /* The registry of application threads: those that exist at start (from
  * /proc/self/task), those created later (the pthread_create hook in
- * interpose/thread_calls.c calls the observers below, and a rescan finds threads
- * made by other means), and their ends. It announces them to the
+ * interpose/thread_calls.c calls the observers below, and a rescan finds
+ * threads made by other means), and their ends. It announces them to the
  * running samplers. The profiler's own threads are never announced. */
 #ifndef CP_THREADS_H
 #define CP_THREADS_H

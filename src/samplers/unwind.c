@@ -389,9 +389,9 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
   }
   if (mode != CP_UNWIND_DWARF) {
     /* here_on_short_alt_stack read the alternate stack's bounds. */
-    cp_in_sampling_handler = 1;
+    cp_thread.in_handler = 1;
     size_t n = walk_here(frames, max_frames, caller_ra, truncated, mode);
-    cp_in_sampling_handler = 0;
+    cp_thread.in_handler = 0;
     if (n)
       return n;
     *truncated = 0;
@@ -399,11 +399,11 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
   cp_unwind_warm_up();
   /* A sampling signal arriving meanwhile must not unwind on top of this
    * unwind (libunwind's per-thread cache): its handler drops its sample. */
-  cp_in_sampling_handler = 1;
+  cp_thread.in_handler = 1;
   own_unwind_begin();
   int got = unw_backtrace((void **)frames, (int)capacity);
   own_unwind_end();
-  cp_in_sampling_handler = 0;
+  cp_thread.in_handler = 0;
   size_t skip = 0;
   while ((int)skip < got && skip < CP_UNWIND_SLACK && frames[skip] != caller_ra)
     skip++;

@@ -37,15 +37,14 @@ void cp_unwind_warm_up(void);
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated);
 
-/* Set while one of the samplers' signal handlers runs on this thread (a
- * field of the thread's state, thread_state.h). Every
- * handler that unwinds checks it first: a handler that interrupted another
- * (the CPU and wall signals may nest) drops its sample, because libunwind's
- * per-thread cache is not re-entrant. Async-signal-safe (a TLS word). */
-#define cp_in_sampling_handler (cp_thread.in_handler)
+/* cp_thread.in_handler (thread_state.h) is set while one of the samplers'
+ * signal handlers unwinds on this thread. Every handler that unwinds checks
+ * it first: a handler that interrupted another (the CPU and wall signals may
+ * nest) drops its sample, because libunwind's per-thread cache is not
+ * re-entrant. */
 
-/* Called by the sigaltstack hook (interpose/signal_calls.c) before and after the
- * system call: the thread's alternate stack as last read is forgotten.
+/* Called by the sigaltstack hook (interpose/signal_calls.c) before and after
+ * the system call: the thread's alternate stack as last read is forgotten.
  * Async-signal-safe. */
 void cp_unwind_on_sigaltstack(void);
 

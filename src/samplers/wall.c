@@ -43,6 +43,7 @@
 #include "sampler.h"
 #include "signals.h"
 #include "stats.h"
+#include "thread_state.h"
 #include "threads.h"
 #include "trace.h"
 #include "unwind.h"
@@ -153,7 +154,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
-  cp_own_signals++;
+  cp_thread.own_signals++;
   wall_slot *s = slot_at((uint32_t)value);
   pid_t tid = cp_gettid();
   if (!s || atomic_load_explicit(&s->tid, memory_order_acquire) != tid ||
@@ -162,11 +163,11 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   cp_ring *ring = cp_agg_ring();
-  int nested = cp_in_sampling_handler;
+  int nested = cp_thread.in_handler;
   int usable = ring && !nested &&
                atomic_load_explicit(&wall.active, memory_order_relaxed);
   if (usable) {
-    cp_in_sampling_handler = 1;
+    cp_thread.in_handler = 1;
     size_t max = atomic_load_explicit(&wall.max_frames, memory_order_relaxed);
     if (max + CP_UNWIND_SLACK > s->frames_cap)
       max = s->frames_cap - CP_UNWIND_SLACK;
@@ -203,7 +204,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
       break;
   }
   if (usable)
-    cp_in_sampling_handler = 0;
+    cp_thread.in_handler = 0;
   cp_stats_hook_end(CONTPROF_KIND_WALL, began);
   errno = saved_errno;
 }
@@ -281,9 +282,10 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
   }
 }
 
+/* Started with cp_start_internal_thread: already marked as the profiler's
+ * own (never sampled, never announced to the samplers). */
 static void *wall_timer_thread(void *arg) {
   (void)arg;
-  cp_threads_exclude_self();
   cp_stats_thread_works_for(CONTPROF_KIND_WALL);
   uint64_t last = cp_monotonic_ns();
   pthread_mutex_lock(&wall.lock);
