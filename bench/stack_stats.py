@@ -13,55 +13,19 @@ also per sample, the share of samples in the 1% and 10% most frequent
 stacks, and the exponent of a Zipf law fitted (least squares, log-log) to
 the stacks' rank-frequency over their top ranks. --catalogue writes the stacks
 with their weights ("WEIGHT LOC..." a line, location ids leaf first), which
-bench/storage.c replays as its "replay" mix. Reads the pprof wire format
-itself (no protobuf module needed); FILE may also be such a catalogue
+bench/storage.c replays as its "replay" mix. Reads the pprof wire format with
+the Python tests' reader (no protobuf module needed); FILE may also be a catalogue
 (.cat or .cat.gz)."""
 import gzip
 import math
+import os
 import sys
 
 
-def varint(buf, i):
-    v = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v, i
-        shift += 7
-
-
-def fields(buf):
-    """(field number, wire type, value) of one message; value is an int for
-    varints, bytes for length-delimited fields."""
-    i = 0
-    while i < len(buf):
-        key, i = varint(buf, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = varint(buf, i)
-        elif wt == 2:
-            n, i = varint(buf, i)
-            v, i = buf[i:i + n], i + n
-        elif wt == 1:
-            v, i = buf[i:i + 8], i + 8
-        elif wt == 5:
-            v, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError("bad wire type %d" % wt)
-        yield num, wt, v
-
-
-def ints(wt, v):
-    """A repeated varint field, packed or not."""
-    if wt == 0:
-        return [v]
-    out, i = [], 0
-    while i < len(v):
-        x, i = varint(v, i)
-        out.append(x)
-    return out
+# The pprof wire format is read by the Python tests' reader.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "bindings", "python", "tests"))
+from pprof import _fields as fields, _ints as ints  # noqa: E402
 
 
 def main():

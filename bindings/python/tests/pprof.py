@@ -1,5 +1,6 @@
-"""A small pprof reader for the tests: gzip + protobuf wire format decoded by
-hand (no PyPI). Only the fields the tests need (profile.proto)."""
+"""A small pprof reader for the tests (and bench/stack_stats.py, which reads
+the wire format with _fields and _ints): gzip + protobuf wire format decoded
+by hand (no PyPI). Only the fields the tests need (profile.proto)."""
 import gzip
 
 
