@@ -8,6 +8,7 @@ package into a venv and runs this suite with that venv's python), the
 workloads import the installed package instead."""
 import glob
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -90,6 +91,30 @@ class Run:
         return out
 
 
+def hung_stacks(p):
+    """The native stacks of a workload that does not end (gdb, when it is
+    there), then its Python stacks (faulthandler's, on SIGABRT); kills it."""
+    out = []
+    try:
+        gdb = subprocess.run(
+            ["gdb", "-p", str(p.pid), "-batch", "-nx",
+             "-ex", "thread apply all bt 40"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=120)
+        out.append(gdb.stdout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out.append("gdb: %s" % e)
+    p.send_signal(signal.SIGABRT)
+    try:
+        _, err = p.communicate(timeout=20)
+        out.append(err)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        out.append(err)
+    return "\n".join(x for x in out if x)
+
+
 def runner(libdir, tmp_path):
     """run(code, env={}) runs code in this interpreter (sys.executable)
     with the package importable (from libdir, or installed) and
@@ -106,9 +131,17 @@ def runner(libdir, tmp_path):
         e.update(env or {})
         script = tmp_path / "workload.py"
         script.write_text(textwrap.dedent(code))
-        proc = subprocess.run([sys.executable, str(script)], env=e,
-                              capture_output=True, text=True,
-                              timeout=timeout, cwd=str(tmp_path))
+        e.setdefault("PYTHONFAULTHANDLER", "1")
+        p = subprocess.Popen([sys.executable, str(script)], env=e,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=str(tmp_path))
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stacks = hung_stacks(p)
+            pytest.fail("workload still running after %d s; its threads:\n%s"
+                        % (timeout, stacks), pytrace=False)
+        proc = subprocess.CompletedProcess(p.args, p.returncode, out, err)
         if check:
             assert proc.returncode == 0, proc.stdout + proc.stderr
         return Run(proc, outdir)
