@@ -2,8 +2,9 @@
 running pure Python: CPU overhead against no profiler, and the sampling
 latency (a sample due -> that thread's frames read).
 
-In one process, ROUNDS rounds of four segments in rotating order: plain,
+In one process, ROUNDS rounds of five segments in rotating order: plain,
 profiled (contprof.start before, stop after; both outside the timed part),
+profiled with process_vm_readv reads (CONTPROF_PYTHON_READS=syscall),
 profiled with native frames (CONTPROF_PYTHON_NATIVE=1), plain again (the
 A/A control). Each segment runs the same work in THREADS
 threads (bench/python_work.py's round() as many times as WORK). Per
@@ -12,8 +13,9 @@ uploader's too) is divided by its round's first plain segment; a fifth of
 the work runs untimed first in every segment (with the profiler already
 started: its first samples name every frame, once per process in a
 service). Besides the
-ratios, the CPU of the profiler's own threads (contprof-python,
-contprof-pyname, from schedstat) divided by the work's CPU: a direct,
+ratios, the CPU of the profiler's own threads (every contprof-* thread: the
+sampler, the namer, the aggregator, the uploader; from schedstat) divided
+by the work's CPU: a direct,
 low-noise figure. Latency from the extension's stats() over all profiled
 segments. With native frames, the CPU the sampled threads spend in the
 signal handler (its own thread CPU clock, from stats()) over the work's.
@@ -35,7 +37,9 @@ import contprof  # noqa: E402
 from contprof import _contprof  # noqa: E402
 
 THREADS, ROUNDS, WORK = (int(a) for a in (sys.argv[1:] + ["2", "15", "40"])[:3])
-OURS = ("contprof-python", "contprof-pyname")
+# Every thread of the profiler: the sampler, the namer, the aggregator's
+# drain thread, the uploader.
+OURS = "contprof-"
 
 
 def profiler_cpu_ns():
@@ -43,7 +47,7 @@ def profiler_cpu_ns():
     for task in glob.glob("/proc/self/task/*"):
         try:
             with open(task + "/comm") as f:
-                if f.read().strip() in OURS:
+                if f.read().startswith(OURS):
                     with open(task + "/schedstat") as f:
                         total += int(f.read().split()[0])
         except OSError:
@@ -62,10 +66,10 @@ def work(n=None):
         t.join()
 
 
-def segment(profiled, out, lat, native=False):
+def segment(profiled, out, lat, native=False, reads="direct"):
     if profiled:
         contprof.start(output_dir=out, upload_period=3600,
-                       python_native=native)
+                       python_native=native, python_reads=reads)
     # Untimed, in both: the first samples name every frame (a service pays
     # that once), the threads' first run warms the interpreter.
     work(max(1, WORK // 5))
@@ -88,17 +92,19 @@ def segment(profiled, out, lat, native=False):
 
 def main():
     out = tempfile.mkdtemp(prefix="contprof-pythreads.")
-    variants = ["plain", "contprof", "native", "plain-again"]
+    # contprof: the defaults (direct reads); syscall: process_vm_readv reads.
+    variants = ["plain", "contprof", "syscall", "native", "plain-again"]
     ratios = {v: [] for v in variants}
-    own = {"contprof": [], "native": []}
-    lat = {"contprof": [], "native": []}
+    own = {"contprof": [], "syscall": [], "native": []}
+    lat = {"contprof": [], "syscall": [], "native": []}
     work()  # warm-up
     for r in range(ROUNDS):
-        order = variants[r % 4:] + variants[:r % 4]
+        order = variants[r % 5:] + variants[:r % 5]
         cpu = {}
         for v in order:
             profiled = v in own
-            cpu[v], o = segment(profiled, out, lat.get(v), v == "native")
+            cpu[v], o = segment(profiled, out, lat.get(v), v == "native",
+                                "syscall" if v == "syscall" else "direct")
             if profiled:
                 own[v].append(o / cpu[v])
         for v in variants:
@@ -112,6 +118,8 @@ def main():
         THREADS, ROUNDS, WORK, sys.version.split()[0]))
     for v in variants:
         print("  %-12s process CPU / plain %s" % (v, q(ratios[v])))
+    print("  syscall / contprof process CPU %s" % q(
+        [a / b for a, b in zip(ratios["syscall"], ratios["contprof"])]))
     print("  native / contprof process CPU %s" % q(
         [a / b for a, b in zip(ratios["native"], ratios["contprof"])]))
     for v in own:

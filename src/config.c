@@ -774,6 +774,19 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
     cfg->python_native = 0;
   }
 
+  /* Read by the Python binding only (docs/python.md, "Reading without
+   * the GIL"). */
+  cfg->python_reads_direct = 1;
+  const char *py_reads = env_get(&src, "CONTPROF_PYTHON_READS");
+  if (py_reads) {
+    if (strcmp(py_reads, "syscall") == 0)
+      cfg->python_reads_direct = 0;
+    else if (strcmp(py_reads, "direct") != 0)
+      cp_warn("CONTPROF_PYTHON_READS='%s' is not one of direct, syscall; "
+              "using direct",
+              py_reads);
+  }
+
   cfg->follow_exec = 1;
   const char *follow_exec = env_get(&src, "CONTPROF_FOLLOW_EXEC");
   if (follow_exec && parse_bool(follow_exec, &cfg->follow_exec) != 0) {

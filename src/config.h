@@ -66,6 +66,7 @@ typedef struct cp_config {
   int follow_fork;           /* CONTPROF_FOLLOW_FORK: children profile too */
   int follow_exec;           /* CONTPROF_FOLLOW_EXEC: exec'd programs too */
   int python_native;         /* CONTPROF_PYTHON_NATIVE: mixed stacks */
+  int python_reads_direct;   /* CONTPROF_PYTHON_READS: direct (1), syscall */
   long alloc_sample_bytes;   /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
   long heap_max_tracked;     /* CONTPROF_HEAP_MAX_TRACKED: live-table size */
   long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */

@@ -63,6 +63,7 @@ OPTIONS = {
     "pyroscope_url": "PYROSCOPE_SERVER_ADDRESS",
     "spool_dir": "CONTPROF_SPOOL_DIR",
     "python_native": "CONTPROF_PYTHON_NATIVE",
+    "python_reads": "CONTPROF_PYTHON_READS",
 }
 
 

@@ -80,10 +80,12 @@ PyMODINIT_FUNC PyInit__contprof(void) {
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "config.h"
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
 #include "random.h"
+#include "safe_read.h"
 #include "trace.h"
 
 #define MAX_STACK 1024         /* frames per sample (CONTPROF_MAX_FRAMES) */
@@ -102,7 +104,7 @@ typedef struct option {
 static struct {
   option *user; /* start()'s keyword arguments, by variable name */
   size_t nuser;
-  option norm[8]; /* values this module parsed itself, normalised */
+  option norm[12]; /* values this module parsed itself, normalised */
   size_t nnorm;
 } opts;
 
@@ -140,7 +142,8 @@ static const char *const own_vars[] = {
     "CONTPROF_PROFILES",         "CONTPROF_CPU_HZ",
     "CONTPROF_WALL_INTERVAL_MS", "CONTPROF_ALLOC_SAMPLE_BYTES",
     "CONTPROF_HEAP_MAX_TRACKED", "CONTPROF_MAX_FRAMES",
-    "CONTPROF_LOG_LEVEL",        "CONTPROF_PYTHON_NATIVE"};
+    "CONTPROF_LOG_LEVEL",        "CONTPROF_PYTHON_NATIVE",
+    "CONTPROF_PYTHON_READS"};
 
 static const char *own_option(const char *name, void *ctx) {
   (void)ctx;
@@ -166,7 +169,8 @@ static void norm_add(const char *name, const char *fmt, long value) {
 static struct {
   int running;
   int cpu_on, wall_on, alloc_on, heap_on;
-  int python_native; /* CONTPROF_PYTHON_NATIVE */
+  int python_native;       /* CONTPROF_PYTHON_NATIVE */
+  int python_reads_direct; /* CONTPROF_PYTHON_READS=direct */
   int log_level;
   int64_t cpu_period_ns, wall_period_ns;
   size_t max_frames;
@@ -351,6 +355,34 @@ static int layout_checked; /* layout_check ran (once per process) */
 static int safe_reads;     /* process_vm_readv works on this process */
 static pid_t self_pid;
 
+/* Reads on the sampler thread (direct_here, set at each pass) are plain
+ * copies that end at a fault instead of the process (src/safe_read.h;
+ * docs/python.md, "Reading without the GIL"): no system call per read.
+ * Elsewhere (the mixed-stack handler on an application thread, whose mask
+ * and handlers we do not control), and where the fault handlers are not
+ * ours any more, process_vm_readv. */
+static int direct_ok;          /* CONTPROF_PYTHON_READS=direct, installed */
+static CP_TLS int direct_here; /* this thread may copy directly now */
+
+/* Pages found unmapped by a direct read (a data-stack chunk's first page
+ * has none below it): windows stop above them. Direct-mapped; a page
+ * mapped again later only costs a smaller window. Sampler thread only. */
+#define NO_PAGE_SLOTS 64
+static uintptr_t no_page[NO_PAGE_SLOTS];
+
+static size_t no_page_slot(uintptr_t page) {
+  return (size_t)((page >> 12) * 0x9e3779b97f4a7c15ull >> 58);
+}
+
+static int direct(uintptr_t addr, void *dst, size_t n) {
+  uintptr_t at = cp_safe_copy(dst, (const void *)addr, n);
+  if (!at)
+    return 0;
+  uintptr_t page = at & ~(uintptr_t)4095;
+  no_page[no_page_slot(page)] = page;
+  return -1;
+}
+
 /* Copies n bytes at addr. With safe_reads a bad address is an error, never
  * a fault (the sampler reads other threads' state without the GIL);
  * otherwise only called with the GIL on live objects. */
@@ -361,6 +393,8 @@ static int rd(uintptr_t addr, void *dst, size_t n) {
     memcpy(dst, (const void *)addr, n);
     return 0;
   }
+  if (direct_here)
+    return direct(addr, dst, n);
   struct iovec l = {dst, n}, r = {(void *)addr, n};
   return process_vm_readv(self_pid, &l, 1, &r, 1, 0) == (ssize_t)n ? 0 : -1;
 }
@@ -378,6 +412,13 @@ static int rdv(struct iovec *local, struct iovec *remote, size_t n) {
       for (size_t j = 0; j < k; j++)
         memcpy(local[i + j].iov_base, remote[i + j].iov_base,
                local[i + j].iov_len);
+      continue;
+    }
+    if (direct_here) {
+      for (size_t j = 0; j < k; j++)
+        if (direct((uintptr_t)remote[i + j].iov_base, local[i + j].iov_base,
+                   local[i + j].iov_len) != 0)
+          return -1;
       continue;
     }
     if (process_vm_readv(self_pid, local + i, k, remote + i, k, 0) !=
@@ -432,6 +473,10 @@ typedef struct walk_scratch {
   size_t win_len[WIN_MAX], nwin;
   struct iovec lv[2 * MAX_STACK + WIN_MAX], rv[2 * MAX_STACK + WIN_MAX];
   uintptr_t seen[4 * MAX_STACK]; /* open addressing: cycle check */
+  /* The slots of seen the last walk filled: cleared at the next one's
+   * start, instead of all 32 KiB (a memset per thread per pass). */
+  uint16_t seen_used[2 * MAX_STACK + 16];
+  size_t nseen;
 } walk_scratch;
 
 enum { WALK_TORN = -1 };
@@ -444,6 +489,7 @@ static int seen_add(walk_scratch *s, uintptr_t f) {
       return 1;
     if (!s->seen[i]) {
       s->seen[i] = f;
+      s->seen_used[s->nseen++] = (uint16_t)i;
       return 0;
     }
   }
@@ -465,6 +511,9 @@ static int window_of(walk_scratch *s, uintptr_t f) {
   /* The WIN_SIZE bytes below the frame's end; if the page below is not
    * mapped (the start of a data stack chunk), from the frame's own page. */
   uintptr_t end = f + L.fr_window, start = end > WIN_SIZE ? end - WIN_SIZE : 0;
+  uintptr_t below = start & ~(uintptr_t)4095, own = f & ~(uintptr_t)4095;
+  if (direct_here && below < own && no_page[no_page_slot(below)] == below)
+    start = own; /* a direct read found it unmapped: no fault again */
   size_t j = s->nwin;
   if (rd(start, s->win[j], end - start) != 0) {
     start = f & ~(uintptr_t)4095;
@@ -497,7 +546,9 @@ static long walk_segments(uintptr_t first, codeid *out, size_t max,
                           size_t *nentries) {
   size_t n = 0, steps = 0, entries = 0;
   *truncated = 0;
-  memset(s->seen, 0, sizeof s->seen);
+  for (size_t i = 0; i < s->nseen; i++)
+    s->seen[s->seen_used[i]] = 0;
+  s->nseen = 0;
   s->nwin = 0;
   unsigned char fr[FR_WINDOW_MAX];
   for (uintptr_t f = first; f;) {
@@ -1149,6 +1200,7 @@ static struct {
   uint64_t pass;
   /* Counters (under threads_lock), read by stats(). */
   uint64_t samples, dropped, retried, threads_unreadable;
+  uint64_t syscall_passes; /* direct reads chosen, the handlers not ours */
   uint32_t latency_us[LATENCY_RING];
   uint64_t latencies;
 } sampler = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -1771,6 +1823,13 @@ static void *sampler_main(void *arg) {
   (void)arg;
   pthread_setname_np(pthread_self(), "contprof-python");
   contprof_own_thread_begin(); /* its CPU is the profiler's */
+  /* Direct reads recover from SIGSEGV and SIGBUS only where they are not
+   * blocked: this thread's mask is the starting thread's. */
+  sigset_t faults;
+  sigemptyset(&faults);
+  sigaddset(&faults, SIGSEGV);
+  sigaddset(&faults, SIGBUS);
+  pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
   PyGILState_STATE g = PyGILState_UNLOCKED;
   PyThreadState *saved = NULL;
   if (sampler.needs_gil) {
@@ -1797,6 +1856,11 @@ static void *sampler_main(void *arg) {
     int do_wall = cfg.wall_on && now >= next_wall;
     if (saved)
       PyEval_RestoreThread(saved);
+    /* Once a pass: the application may have replaced the fault handlers
+     * (then this pass, and the next ones, use process_vm_readv). */
+    direct_here = direct_ok && cp_safe_read_ready();
+    if (direct_ok && !direct_here)
+      __atomic_fetch_add(&sampler.syscall_passes, 1, __ATOMIC_RELAXED);
     if (!sampler.stop)
       sample_pass(do_cpu, do_wall, deadline);
     if (saved)
@@ -2282,6 +2346,10 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
   norm_add("CONTPROF_HEAP_MAX_TRACKED", "%ld", c.heap_max_tracked);
   norm_add("CONTPROF_MAX_FRAMES", "%ld", c.max_frames);
   norm_add("CONTPROF_PYTHON_NATIVE", "%ld", c.python_native);
+  opts.norm[opts.nnorm].name = strdup("CONTPROF_PYTHON_READS");
+  opts.norm[opts.nnorm].value =
+      strdup(c.python_reads_direct ? "direct" : "syscall");
+  opts.nnorm++;
   static const char *const levels[] = {"error", "warn", "info", "debug"};
   if ((unsigned)c.log_level < 4) {
     opts.norm[opts.nnorm].name = strdup("CONTPROF_LOG_LEVEL");
@@ -2301,6 +2369,7 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
   cfg.heap_max_tracked = c.heap_max_tracked;
   cfg.log_level = c.log_level;
   cfg.python_native = c.python_native;
+  cfg.python_reads_direct = c.python_reads_direct;
   cp_config_free(&c);
 
   if (cfg.heap_on && heap_init(cfg.heap_max_tracked) != 0) {
@@ -2339,6 +2408,15 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     layout_checked = 1;
   }
   sampler.needs_gil = !safe_reads;
+  direct_ok = 0;
+  if (safe_reads && cfg.python_reads_direct) {
+    if (cp_safe_read_install() == 0)
+      direct_ok = 1;
+    else
+      fprintf(stderr, "contprof: CONTPROF_PYTHON_READS=direct: the fault "
+                      "handlers cannot be installed here; the Python sampler "
+                      "reads with process_vm_readv\n");
+  }
   native.on = 0;
   if (cfg.python_native && L.ok && cfg.cpu_on) {
     const char *why = native_setup();
@@ -2393,6 +2471,7 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
     cp_trace_current(&me->span_id, &me->local_root_span_id);
   }
   sampler.samples = sampler.dropped = sampler.threads_unreadable = 0;
+  sampler.syscall_passes = 0;
   sampler.retried = 0;
   sampler.latencies = 0;
   pthread_mutex_unlock(&threads_lock);
@@ -2904,8 +2983,27 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
       (unsigned long)(n ? lat[n - 1] : 0), "without_gil",
       safe_reads ? Py_True : Py_False, "layout_ok", L.ok ? Py_True : Py_False,
       "layout", L.source, "pthread_tid_offset", pthread_tid_off);
-  if (d)
+  if (d) {
+    /* How the sampler reads: "direct" (copies that recover from faults),
+     * "syscall" (process_vm_readv), "gil" (in place, with the GIL). */
+    PyObject *reads = PyUnicode_FromString(direct_ok    ? "direct"
+                                           : safe_reads ? "syscall"
+                                                        : "gil");
+    PyObject *faults =
+        PyLong_FromUnsignedLongLong((unsigned long long)cp_safe_read_faults());
+    if (reads)
+      PyDict_SetItemString(d, "reads", reads);
+    if (faults)
+      PyDict_SetItemString(d, "read_faults", faults);
+    Py_XDECREF(reads);
+    Py_XDECREF(faults);
+    PyObject *sys_passes = PyLong_FromUnsignedLongLong(
+        __atomic_load_n(&sampler.syscall_passes, __ATOMIC_RELAXED));
+    if (sys_passes)
+      PyDict_SetItemString(d, "syscall_passes", sys_passes);
+    Py_XDECREF(sys_passes);
     native_stats(d);
+  }
   return d;
 }
 

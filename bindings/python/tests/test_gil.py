@@ -208,11 +208,61 @@ def test_layout_is_checked_and_read_without_the_gil(run_py):
         """)
     stats = json.loads(run.proc.stdout.strip().splitlines()[-1])
     assert stats["layout_ok"] and stats["without_gil"], stats
+    assert stats["reads"] == "direct", stats
     if sys.version_info >= (3, 13):
         assert stats["layout"] == "debug offsets %d.%d" % sys.version_info[:2]
     else:
         assert stats["layout"] == "compiled-in"
     assert "contprof:" not in run.proc.stderr, run.proc.stderr
+
+
+# Direct reads (copies that recover from faults) by default; the
+# application replacing the SIGSEGV handler after start (faulthandler) sends
+# the sampler back to process_vm_readv, pass by pass, without a word and
+# without losing samples; CONTPROF_PYTHON_READS=syscall asks for that.
+READS = '''
+import faulthandler, json, threading, time
+import contprof
+from contprof import _contprof
+
+contprof.start(profiles="cpu", cpu_hz=200)
+def spin(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+t = threading.Thread(target=spin, args=(2.0,), name="spinner")
+t.start()
+spin(0.4)
+before = _contprof.stats()
+# Enabled at start up (PYTHONFAULTHANDLER, before contprof): disable puts
+# back the handler it replaced, enable installs its own over ours.
+faulthandler.disable()
+faulthandler.enable()
+t.join()
+stats = _contprof.stats()
+contprof.stop()
+print(json.dumps(dict(before=before, after=stats)))
+'''
+
+
+@pytest.mark.parametrize("mode", ["direct", "syscall"])
+def test_direct_reads_and_their_fallback(run_py, mode):
+    run = run_py(READS, env={"CONTPROF_PYTHON_READS": mode})
+    got = json.loads(run.proc.stdout.strip().splitlines()[-1])
+    before, after = got["before"], got["after"]
+    assert after["reads"] == mode, got
+    if mode == "direct":
+        assert before["syscall_passes"] == 0, got
+        assert after["syscall_passes"] > 0, got  # faulthandler's from then on
+    else:
+        assert after["syscall_passes"] == 0 and after["read_faults"] == 0, got
+    assert "contprof:" not in run.proc.stderr, run.proc.stderr
+    # The spinner's 2 s of CPU, sampled before and after the switch.
+    spinner = sum(s.values.get("cpu-time", 0) for s in run.samples()
+                  if s.labels.get("thread name") == "spinner"
+                  and "spin" in s.functions())
+    assert 1.6e9 < spinner < 2.4e9, spinner
 
 
 # process_vm_readv refused by a seccomp filter (as some container profiles
