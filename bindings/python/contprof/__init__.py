@@ -208,13 +208,15 @@ class labels:
 
 
 def set_span(span_id, local_root_span_id=None):
-    """Trace correlation: this thread's current span id and the id of its
-    request's first span in this process (default: span_id). Every sample
-    taken on the thread carries them until the next call; set_span(0, 0)
-    clears them."""
+    """Trace correlation: the current span id and the id of its request's
+    first span in this process (default: span_id). Every sample taken on
+    this thread carries them until the next call, and in asyncio only
+    while this task (this context) runs; set_span(0, 0) clears them."""
     if local_root_span_id is None:
         local_root_span_id = span_id
-    _contprof.set_span(int(span_id), int(local_root_span_id))
+    span, root = int(span_id), int(local_root_span_id)
+    _tasks._SPAN.set((span, root) if span or root else None)
+    _contprof.set_span(span, root)
 
 
 def set_endpoint(local_root_span_id, endpoint):

@@ -2684,6 +2684,7 @@ static PyObject *aio_ref(PyObject *o) {
 
 static struct {
   PyObject *var, *task_set, *ctx_get, *run, *method;
+  PyObject *span_var; /* contprof.set_span's ContextVar: (span, root) */
   PyObject *s_context, *s_callback, *s_self, *s_get_name, *s_cache, *s_id;
 } aio;
 
@@ -2704,18 +2705,21 @@ static int aio_strings(void) {
   return aio.s_id ? 0 : -1;
 }
 
-/* asyncio_setup(var, task_set): at each start that wraps Handle._run. */
+/* asyncio_setup(var, task_set, span_var): at each start that wraps
+ * Handle._run. */
 static PyObject *py_asyncio_setup(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *var, *task_set;
-  if (!PyArg_ParseTuple(args, "OO", &var, &task_set))
+  PyObject *var, *task_set, *span_var;
+  if (!PyArg_ParseTuple(args, "OOO", &var, &task_set, &span_var))
     return NULL;
   if (aio_strings() != 0)
     return NULL;
   Py_INCREF(var);
   Py_INCREF(task_set);
+  Py_INCREF(span_var);
   Py_XSETREF(aio.var, var);
   Py_XSETREF(aio.task_set, task_set);
+  Py_XSETREF(aio.span_var, span_var);
   Py_RETURN_NONE;
 }
 
@@ -2803,11 +2807,32 @@ static uint32_t task_labels(PyObject *task, PyObject *base) {
   return id;
 }
 
+/* The span ids of contprof.set_span's ContextVar in ctx: a (span, root)
+ * tuple, or none (0, 0). Errors are cleared. */
+static void context_span(PyObject *ctx, uint64_t *span, uint64_t *root) {
+  *span = *root = 0;
+  if (!ctx || !aio.span_var)
+    return;
+  PyObject *get_args[2] = {ctx, aio.span_var};
+  PyObject *v = PyObject_Vectorcall(aio.ctx_get, get_args, 2, NULL);
+  if (v && PyTuple_Check(v) && PyTuple_GET_SIZE(v) == 2) {
+    *span = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(v, 0));
+    *root = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(v, 1));
+  }
+  Py_XDECREF(v);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    *span = *root = 0;
+  }
+}
+
 /* The label set id a callback runs with: its context's labels (a LabelSet
  * or absent), plus `task name` for a task's step (cached on the task as
- * (base, name, LabelSet, id, ...); _tasks._task_set otherwise). 0 on
- * any error (cleared): a callback is never failed by the profiler. */
-static uint32_t callback_labels(PyObject *handle) {
+ * (base, name, LabelSet, id, ...); _tasks._task_set otherwise), and the
+ * span ids its context holds (contprof.set_span). 0 on any error
+ * (cleared): a callback is never failed by the profiler. */
+static uint32_t callback_labels(PyObject *handle, uint64_t *span,
+                                uint64_t *root) {
   uint32_t id = 0;
   PyObject *ctx = PyObject_GetAttr(handle, aio.s_context);
   PyObject *get_args[2] = {ctx, aio.var};
@@ -2822,11 +2847,12 @@ static uint32_t callback_labels(PyObject *handle) {
   Py_XDECREF(task);
   Py_XDECREF(cb);
   Py_XDECREF(base);
-  Py_XDECREF(ctx);
   if (PyErr_Occurred()) {
     PyErr_Clear();
     id = 0;
   }
+  context_span(ctx, span, root);
+  Py_XDECREF(ctx);
   return id;
 }
 
@@ -2858,21 +2884,35 @@ static PyObject *py_asyncio_handle_run(PyObject *self, PyObject *handle) {
     return NULL;
   }
   Py_INCREF(run); /* a callback may stop and restart the profiler */
-  uint32_t id = callback_labels(handle);
+  uint64_t span, root, old_span, old_root;
+  uint32_t id = callback_labels(handle, &span, &root);
+  cp_trace_current(&old_span, &old_root);
+  int span_switched = span != old_span || root != old_root;
   uint32_t cur = contprof_labels_current();
   int switched = id != cur;
-  uint32_t old = switched ? thread_labels_switch(id, 1, 1) : cur;
+  uint32_t old = switched ? thread_labels_switch(id, 1, 0) : cur;
+  if (span_switched)
+    contprof_set_span(span, root);
+  if (switched || span_switched) /* both in one update of the record */
+    current_thread_update(1, 1, span, root);
   PyObject *r = PyObject_Vectorcall(run, &handle, 1, NULL);
   Py_DECREF(run);
-  /* A labels block inside the callback may have changed
-   * the thread's set; the thread gets its own back either way. */
-  if (switched || contprof_labels_current() != old) {
+  /* A labels block or set_span inside the callback may have changed the
+   * thread's set or span; the thread gets its own back either way. */
+  uint64_t now_span, now_root;
+  cp_trace_current(&now_span, &now_root);
+  int span_back = now_span != old_span || now_root != old_root;
+  int labels_back = switched || contprof_labels_current() != old;
+  if (labels_back) {
     if (!switched)
       old = contprof_labels_hold(old);
     contprof_label_scope scope = {.previous = old, .valid = 1};
     contprof_label_pop(&scope);
-    current_thread_update(1, 0, 0, 0);
   }
+  if (span_back)
+    contprof_set_span(old_span, old_root);
+  if (labels_back || span_back)
+    current_thread_update(1, 1, old_span, old_root);
   return r;
 }
 

@@ -1,12 +1,13 @@
-"""Labels that follow contexts (asyncio tasks), and the `task name` label.
+"""Labels and span ids that follow contexts (asyncio tasks), and the
+`task name` label.
 
 contprof.labels keeps each context's labels in a ContextVar, as a held
 libcontprof label set, and sets the thread's labels (what samples read) to
 it. asyncio runs every callback, task steps included, inside a Context
 (asyncio.events.Handle._run: self._context.run(...)); while profiling,
-Handle._run is wrapped so that the thread carries the labels of the
-callback's context, plus `task name` when the callback is a step of a task,
-for the duration of the callback, and gets its own back after it.
+Handle._run is wrapped so that the thread carries the labels and span ids
+of the callback's context, plus `task name` when the callback is a step of
+a task, for the duration of the callback, and gets its own back after it.
 docs/python.md, "asyncio", says why this design and what it costs.
 """
 import contextvars
@@ -21,6 +22,9 @@ from . import _contprof
 TASK_NAME = "task name"
 
 _LABELS = contextvars.ContextVar("contprof.labels", default=None)
+# contprof.set_span's (span id, local root span id), or None: per context
+# like the labels, so that interleaving tasks keep their own.
+_SPAN = contextvars.ContextVar("contprof.span", default=None)
 
 
 class LabelSet:
@@ -159,7 +163,7 @@ def _wrap(events):
         def _current_task(loop):
             return sys.modules["asyncio.tasks"].current_task(loop)
 
-    _contprof.asyncio_setup(_LABELS, _task_set)
+    _contprof.asyncio_setup(_LABELS, _task_set, _SPAN)
     handle._run = _contprof.asyncio_method(run)
     _wrapped = (handle, run)
     return True

@@ -1,6 +1,6 @@
-"""asyncio: labels follow tasks (contextvars), not the thread, and samples
-taken while a task runs carry its name as `task name` (docs/python.md,
-"asyncio")."""
+"""asyncio: labels and span ids follow tasks (contextvars), not the thread,
+and samples taken while a task runs carry its name as `task name`
+(docs/python.md, "asyncio")."""
 import collections
 
 import pytest
@@ -42,6 +42,8 @@ async def child():
         await asyncio.sleep(0)
 
 async def worker(name, fn, rounds):
+    # Span ids follow the task too (set_span in a task is its context's).
+    contprof.set_span(1000 + ord(name), 77)
     with contprof.labels(worker=name):
         if name == "a":
             kid = asyncio.ensure_future(child())
@@ -115,6 +117,14 @@ def test_no_sample_carries_the_other_tasks_labels(tasks_run):
     for fn, name in (("work_a", "task-a"), ("work_b", "task-b")):
         for s in by_fn[fn]:
             assert s.labels.get("task name") == name, s.labels
+    # Span ids: each task's own, its child's inherited, none elsewhere.
+    for fn, span in (("work_a", 1097), ("work_b", 1098),
+                     ("work_child", 1097), ("work_plain", None),
+                     ("outside", None)):
+        for s in by_fn[fn]:
+            assert s.labels.get("span id") == span, (fn, s.labels)
+            assert s.labels.get("local root span id") == (
+                77 if span else None), (fn, s.labels)
     # A task with no labels of its own runs with none, next to the others.
     for s in by_fn["work_plain"]:
         assert "worker" not in s.labels, s.labels
