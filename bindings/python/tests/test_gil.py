@@ -216,6 +216,23 @@ def test_layout_is_checked_and_read_without_the_gil(run_py):
     assert "contprof:" not in run.proc.stderr, run.proc.stderr
 
 
+# A thread's CPU in pure Python, as the two workloads below use it; its
+# samples' cpu-time, from the profile.
+SPIN = '''
+def spin(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+'''
+
+
+def spinner_cpu(run):
+    return sum(s.values.get("cpu-time", 0) for s in run.samples()
+               if s.labels.get("thread name") == "spinner"
+               and "spin" in s.functions())
+
+
 # Direct reads (copies that recover from faults) by default; the
 # application replacing the SIGSEGV handler after start (faulthandler) sends
 # the sampler back to process_vm_readv, pass by pass, without a word and
@@ -226,11 +243,7 @@ import contprof
 from contprof import _contprof
 
 contprof.start(profiles="cpu", cpu_hz=200)
-def spin(seconds):
-    end = time.thread_time() + seconds
-    x = 0
-    while time.thread_time() < end:
-        x += 1
+''' + SPIN + '''
 t = threading.Thread(target=spin, args=(2.0,), name="spinner")
 t.start()
 spin(0.4)
@@ -259,9 +272,7 @@ def test_direct_reads_and_their_fallback(run_py, mode):
         assert after["syscall_passes"] == 0 and after["read_faults"] == 0, got
     assert "contprof:" not in run.proc.stderr, run.proc.stderr
     # The spinner's 2 s of CPU, sampled before and after the switch.
-    spinner = sum(s.values.get("cpu-time", 0) for s in run.samples()
-                  if s.labels.get("thread name") == "spinner"
-                  and "spin" in s.functions())
+    spinner = spinner_cpu(run)
     assert 1.6e9 < spinner < 2.4e9, spinner
 
 
@@ -288,11 +299,7 @@ assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
 assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # seccomp filter
 
 contprof.start(profiles="cpu", cpu_hz=200)
-def spin(seconds):
-    end = time.thread_time() + seconds
-    x = 0
-    while time.thread_time() < end:
-        x += 1
+''' + SPIN + '''
 t = threading.Thread(target=spin, args=(1.5,), name="spinner")
 t.start(); spin(0.5); t.join()
 stats = _contprof.stats()
@@ -309,9 +316,7 @@ def test_refused_safe_reads_fall_back_to_the_gil(run_py):
     assert not stats["without_gil"] and stats["layout_ok"], stats
     lines = [x for x in run.proc.stderr.splitlines() if "contprof:" in x]
     assert len(lines) == 1 and "process_vm_readv" in lines[0], lines
-    spinner = sum(s.values.get("cpu-time", 0) for s in run.samples()
-                  if s.labels.get("thread name") == "spinner"
-                  and "spin" in s.functions())
+    spinner = spinner_cpu(run)
     assert 1.2e9 < spinner < 1.8e9, spinner
 
 
