@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "random.h"
 
 /* Our threads: the aggregator, the uploader, one per HTTP sink, the wall
  * timer, and a binding's sampler threads. More are not counted (said once). */
@@ -151,14 +152,26 @@ void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns) {
     atomic_fetch_add_explicit(&hook_ns[kind], ns, memory_order_relaxed);
 }
 
-static CP_TLS uint8_t hook_ticks[CONTPROF_KIND_COUNT];
+/* Calls of each kind left on this thread until the next timed one; 0: not
+ * drawn yet. The first is drawn uniformly among the first
+ * CP_STATS_HOOK_EVERY calls, so that every call is timed with probability
+ * 1/CP_STATS_HOOK_EVERY and a thread with fewer calls still counts (a
+ * fixed phase left them out). */
+static CP_TLS uint32_t hook_left[CONTPROF_KIND_COUNT];
 
-/* Async-signal-safe: a thread-local counter, and one clock read (a system
+/* Async-signal-safe: a thread-local countdown, and one clock read (a system
  * call) in CP_STATS_HOOK_EVERY calls. */
 uint64_t cp_stats_hook_begin(contprof_sample_kind kind) {
-  if ((unsigned)kind >= CONTPROF_KIND_COUNT ||
-      ++hook_ticks[kind] % CP_STATS_HOOK_EVERY)
+  if ((unsigned)kind >= CONTPROF_KIND_COUNT)
     return 0;
+  uint32_t left = hook_left[kind];
+  if (!left)
+    left = 1 + (uint32_t)cp_random_below(CP_STATS_HOOK_EVERY);
+  if (--left) {
+    hook_left[kind] = left;
+    return 0;
+  }
+  hook_left[kind] = CP_STATS_HOOK_EVERY;
   return cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 

@@ -24,12 +24,14 @@ void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns);
 /* Times a handler or a sampled hook, on the thread's CPU clock: wall time
  * would also count the time the thread waits to run again when it is
  * preempted inside the handler, which on a loaded machine was most of it
- * (90 us a sample against 16 us of CPU). The clock is a system call (about
- * 0.5 us here), so one call in CP_STATS_HOOK_EVERY of each kind on each
- * thread is timed and counts for that many: the cost of one sample varies
- * little, and the estimate stays unbiased. Both are async-signal-safe;
- * begin returns 0 when this call is not timed. */
-#define CP_STATS_HOOK_EVERY 8
+ * (90 us a sample against 16 us of CPU). The clock is a system call (0.5-0.8
+ * us here, several times a sampled allocation's own 0.12 us), so one call in
+ * CP_STATS_HOOK_EVERY of each kind on each thread, at a random phase, is
+ * timed and counts for that many: the cost of one sample varies little, and
+ * the estimate stays unbiased. At 8, timing cost more than the samples it
+ * timed (docs/benchmarks.md, "Timing the hooks"). Both are
+ * async-signal-safe; begin returns 0 when this call is not timed. */
+#define CP_STATS_HOOK_EVERY 64
 uint64_t cp_stats_hook_begin(contprof_sample_kind kind);
 void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
 
