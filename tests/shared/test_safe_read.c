@@ -75,6 +75,15 @@ static void test_truncated_file_is_sigbus(void) {
   close(fd);
 }
 
+/* The child pid's checks passed: it exited with 0 (a code names the check
+ * that failed). */
+static void check_child_passed(pid_t pid) {
+  int status = 0;
+  CHECK_EQ_INT(waitpid(pid, &status, 0), pid);
+  CHECK(WIFEXITED(status));
+  CHECK_EQ_INT(WEXITSTATUS(status), 0);
+}
+
 /* The application's own handler, installed before ours, still gets its
  * faults: this one makes the page writable and returns, and the store that
  * faulted completes. */
@@ -111,10 +120,7 @@ static void test_application_faults_reach_its_handler(void) {
       _exit(12);
     _exit(0);
   }
-  int status = 0;
-  CHECK_EQ_INT(waitpid(pid, &status, 0), pid);
-  CHECK(WIFEXITED(status));
-  CHECK_EQ_INT(WEXITSTATUS(status), 0);
+  check_child_passed(pid);
 }
 
 /* Without an application handler, a real crash is still a crash: killed by
@@ -164,10 +170,7 @@ static void test_ready_tells_when_not_ours(void) {
       _exit(13);
     _exit(0);
   }
-  int status = 0;
-  CHECK_EQ_INT(waitpid(pid, &status, 0), pid);
-  CHECK(WIFEXITED(status));
-  CHECK_EQ_INT(WEXITSTATUS(status), 0);
+  check_child_passed(pid);
 }
 
 /* One thread maps and unmaps a region again and again while this one
