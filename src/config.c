@@ -124,6 +124,26 @@ static int int_setting(const source *src, const char *name, int option, long lo,
   return 0;
 }
 
+/* The index of variable name's value among choices (matched exactly), 0
+ * (the first: the default) when it is unset; any other value gets one
+ * warning naming the choices, and 0. */
+static int choice_setting(const source *src, const char *name,
+                          const char *const *choices, size_t n) {
+  const char *v = env_get(src, name);
+  if (!v)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(v, choices[i]) == 0)
+      return (int)i;
+  char list[128] = "";
+  size_t len = 0;
+  for (size_t i = 0; i < n && len < sizeof list; i++)
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                            i ? ", " : "", choices[i]);
+  cp_warn("%s='%s' is not one of %s; using %s", name, v, list, choices[0]);
+  return 0;
+}
+
 static int parse_bool(const char *s, int *out) {
   static const char *const yes[] = {"1", "true", "yes", "on"};
   static const char *const no[] = {"0", "false", "no", "off"};
@@ -677,43 +697,19 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
   cfg->max_memory_bytes = (size_t)memory_mb << 20;
   cfg->symbols_max_bytes = (size_t)symbols_mb << 20;
 
-  cfg->cpu_clock = CP_CPU_CLOCK_AUTO;
-  const char *cpu_clock = env_get(&src, "CONTPROF_CPU_CLOCK");
-  if (cpu_clock) {
-    if (strcmp(cpu_clock, "perf") == 0)
-      cfg->cpu_clock = CP_CPU_CLOCK_PERF;
-    else if (strcmp(cpu_clock, "posix") == 0)
-      cfg->cpu_clock = CP_CPU_CLOCK_POSIX;
-    else if (strcmp(cpu_clock, "auto") != 0)
-      cp_warn("CONTPROF_CPU_CLOCK='%s' is not one of auto, perf, posix; "
-              "using auto",
-              cpu_clock);
-  }
+  /* In the order of cp_cpu_clock. */
+  static const char *const cpu_clocks[] = {"auto", "perf", "posix"};
+  cfg->cpu_clock = (cp_cpu_clock)choice_setting(
+      &src, "CONTPROF_CPU_CLOCK", cpu_clocks, CP_ARRAY_SIZE(cpu_clocks));
 
-  /* Values of samplers/fpwalk.h's cp_unwind_mode. */
-  cfg->unwind_mode = 0;
-  const char *unwind = env_get(&src, "CONTPROF_UNWIND");
-  if (unwind) {
-    if (strcmp(unwind, "fp") == 0)
-      cfg->unwind_mode = 1;
-    else if (strcmp(unwind, "dwarf") == 0)
-      cfg->unwind_mode = 2;
-    else if (strcmp(unwind, "auto") != 0)
-      cp_warn("CONTPROF_UNWIND='%s' is not one of auto, fp, dwarf; using "
-              "auto",
-              unwind);
-  }
+  /* In the order of samplers/fpwalk.h's cp_unwind_mode. */
+  static const char *const unwind_modes[] = {"auto", "fp", "dwarf"};
+  cfg->unwind_mode = choice_setting(&src, "CONTPROF_UNWIND", unwind_modes,
+                                    CP_ARRAY_SIZE(unwind_modes));
 
-  cfg->symbolize_none = 0;
-  const char *symbolize = env_get(&src, "CONTPROF_SYMBOLIZE");
-  if (symbolize) {
-    if (strcmp(symbolize, "none") == 0)
-      cfg->symbolize_none = 1;
-    else if (strcmp(symbolize, "local") != 0)
-      cp_warn("CONTPROF_SYMBOLIZE='%s' is not one of local, none; using "
-              "local",
-              symbolize);
-  }
+  static const char *const symbolize[] = {"local", "none"};
+  cfg->symbolize_none = choice_setting(&src, "CONTPROF_SYMBOLIZE", symbolize,
+                                       CP_ARRAY_SIZE(symbolize));
 
   int alloc_bytes, lock_ns;
   if ((rc = int_setting(&src, "CONTPROF_WALL_INTERVAL_MS", 0, 1, 1000, 10,
@@ -776,16 +772,10 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
 
   /* Read by the Python binding only (docs/python.md, "Reading without
    * the GIL"). */
-  cfg->python_reads_direct = 1;
-  const char *py_reads = env_get(&src, "CONTPROF_PYTHON_READS");
-  if (py_reads) {
-    if (strcmp(py_reads, "syscall") == 0)
-      cfg->python_reads_direct = 0;
-    else if (strcmp(py_reads, "direct") != 0)
-      cp_warn("CONTPROF_PYTHON_READS='%s' is not one of direct, syscall; "
-              "using direct",
-              py_reads);
-  }
+  static const char *const py_reads[] = {"direct", "syscall"};
+  cfg->python_reads_direct =
+      choice_setting(&src, "CONTPROF_PYTHON_READS", py_reads,
+                     CP_ARRAY_SIZE(py_reads)) == 0;
 
   cfg->follow_exec = 1;
   const char *follow_exec = env_get(&src, "CONTPROF_FOLLOW_EXEC");

@@ -141,6 +141,15 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   fake_env unwinders = {{{"CONTPROF_UNWIND", "dwarf"}}};
   CHECK_EQ_INT(load(&cfg, NULL, &unwinders, err, sizeof err), 0);
   CHECK_EQ_INT(cfg.unwind_mode, 2);
+  CHECK_EQ_INT(cfg.symbolize_none, 0);      /* local by default */
+  CHECK_EQ_INT(cfg.python_reads_direct, 1); /* direct by default */
+  cp_config_free(&cfg);
+
+  fake_env choices = {
+      {{"CONTPROF_SYMBOLIZE", "none"}, {"CONTPROF_PYTHON_READS", "syscall"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &choices, err, sizeof err), 0);
+  CHECK_EQ_INT(cfg.symbolize_none, 1);
+  CHECK_EQ_INT(cfg.python_reads_direct, 0);
   cp_config_free(&cfg);
 
   /* Durations as the Datadog and Pyroscope clients write them. */
@@ -204,6 +213,10 @@ static void test_bad_values(void) {
             offsetof(cp_config, cpu_clock), CP_CPU_CLOCK_AUTO);
   check_bad("CONTPROF_UNWIND", "lbr", "auto", offsetof(cp_config, unwind_mode),
             0);
+  check_bad("CONTPROF_SYMBOLIZE", "remote", "local",
+            offsetof(cp_config, symbolize_none), 0);
+  check_bad("CONTPROF_PYTHON_READS", "mmap", "direct",
+            offsetof(cp_config, python_reads_direct), 1);
   check_bad("CONTPROF_ENABLED", "maybe", "true", offsetof(cp_config, enabled),
             1);
   check_bad("CONTPROF_PROFILES", "cpu,gpu", "using cpu",
