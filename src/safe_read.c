@@ -54,26 +54,25 @@ static struct sigaction *prev_of(int sig) {
 static void chain(int sig, siginfo_t *info, void *uc) {
   const struct sigaction *p = prev_of(sig);
   int user_sent = !info || info->si_code <= 0; /* kill, tgkill, sigqueue */
-  if (p->sa_flags & SA_SIGINFO) {
+  /* sa_handler and sa_sigaction share their storage: SIG_DFL and SIG_IGN
+   * read the same through either, with SA_SIGINFO or not. */
+  void (*handler)(int) = p->sa_handler;
+  if (handler == SIG_IGN && user_sent)
+    return;
+  if (handler != SIG_DFL && handler != SIG_IGN) {
     if (p->sa_flags & SA_RESETHAND) {
       struct sigaction dfl = {.sa_handler = SIG_DFL};
       sigaction(sig, &dfl, NULL);
     }
-    p->sa_sigaction(sig, info, uc);
+    if (p->sa_flags & SA_SIGINFO)
+      p->sa_sigaction(sig, info, uc);
+    else
+      handler(sig);
     return;
   }
-  if (p->sa_handler == SIG_IGN && user_sent)
-    return;
-  if (p->sa_handler != SIG_DFL && p->sa_handler != SIG_IGN) {
-    if (p->sa_flags & SA_RESETHAND) {
-      struct sigaction dfl = {.sa_handler = SIG_DFL};
-      sigaction(sig, &dfl, NULL);
-    }
-    p->sa_handler(sig);
-    return;
-  }
-  /* The default action: a fault faults again once we return, a sent
-   * signal is sent again (blocked until we return). */
+  /* The default action (a fault the kernel would not let be ignored): a
+   * fault faults again once we return, a sent signal is sent again
+   * (blocked until we return). */
   struct sigaction dfl = {.sa_handler = SIG_DFL};
   sigaction(sig, &dfl, NULL);
   if (user_sent)

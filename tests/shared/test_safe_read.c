@@ -148,6 +148,23 @@ static void test_default_action_is_kept(void) {
   }
 }
 
+/* A sent SIGSEGV that the application ignores stays ignored, also when
+ * its sigaction said SA_SIGINFO (then sa_sigaction reads as SIG_IGN: not a
+ * function to call). */
+static void test_ignored_sent_signal_stays_ignored(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct sigaction ign = {.sa_handler = SIG_IGN, .sa_flags = SA_SIGINFO};
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGSEGV, &ign, NULL);
+    if (cp_safe_read_install() != 0)
+      _exit(10);
+    kill(getpid(), SIGSEGV);
+    _exit(0);
+  }
+  check_child_passed(pid);
+}
+
 /* Not ready once the application replaced the handler, or on a thread
  * that blocks the signal. */
 static void test_ready_tells_when_not_ours(void) {
@@ -229,9 +246,11 @@ static void test_copies_race_unmapping(void) {
   CHECK(faulted > 0);
 }
 
-/* The first two fork before this process installs anything: their
+/* The first three fork before this process installs anything: their
  * children install the handlers after their own, as a program does. */
 TEST_MAIN(T(test_application_faults_reach_its_handler),
-          T(test_default_action_is_kept), T(test_copies_mapped_memory),
-          T(test_unmapped_and_protected), T(test_truncated_file_is_sigbus),
-          T(test_ready_tells_when_not_ours), T(test_copies_race_unmapping))
+          T(test_default_action_is_kept),
+          T(test_ignored_sent_signal_stays_ignored),
+          T(test_copies_mapped_memory), T(test_unmapped_and_protected),
+          T(test_truncated_file_is_sigbus), T(test_ready_tells_when_not_ours),
+          T(test_copies_race_unmapping))
