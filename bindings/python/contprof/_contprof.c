@@ -156,12 +156,16 @@ static const char *own_option(const char *name, void *ctx) {
   return NULL;
 }
 
+static void norm_add_str(const char *name, const char *value) {
+  opts.norm[opts.nnorm].name = strdup(name);
+  opts.norm[opts.nnorm].value = strdup(value);
+  opts.nnorm++;
+}
+
 static void norm_add(const char *name, const char *fmt, long value) {
   char buf[64];
   snprintf(buf, sizeof buf, fmt, value);
-  opts.norm[opts.nnorm].name = strdup(name);
-  opts.norm[opts.nnorm].value = strdup(buf);
-  opts.nnorm++;
+  norm_add_str(name, buf);
 }
 
 /* --- state -------------------------------------------------------------- */
@@ -516,7 +520,7 @@ static int window_of(walk_scratch *s, uintptr_t f) {
     start = own; /* a direct read found it unmapped: no fault again */
   size_t j = s->nwin;
   if (rd(start, s->win[j], end - start) != 0) {
-    start = f & ~(uintptr_t)4095;
+    start = own;
     if (rd(start, s->win[j], end - start) != 0)
       return -1;
   }
@@ -2346,16 +2350,11 @@ static PyObject *py_start(PyObject *self, PyObject *args) {
   norm_add("CONTPROF_HEAP_MAX_TRACKED", "%ld", c.heap_max_tracked);
   norm_add("CONTPROF_MAX_FRAMES", "%ld", c.max_frames);
   norm_add("CONTPROF_PYTHON_NATIVE", "%ld", c.python_native);
-  opts.norm[opts.nnorm].name = strdup("CONTPROF_PYTHON_READS");
-  opts.norm[opts.nnorm].value =
-      strdup(c.python_reads_direct ? "direct" : "syscall");
-  opts.nnorm++;
+  norm_add_str("CONTPROF_PYTHON_READS",
+               c.python_reads_direct ? "direct" : "syscall");
   static const char *const levels[] = {"error", "warn", "info", "debug"};
-  if ((unsigned)c.log_level < 4) {
-    opts.norm[opts.nnorm].name = strdup("CONTPROF_LOG_LEVEL");
-    opts.norm[opts.nnorm].value = strdup(levels[c.log_level]);
-    opts.nnorm++;
-  }
+  if ((unsigned)c.log_level < 4)
+    norm_add_str("CONTPROF_LOG_LEVEL", levels[c.log_level]);
 
   cfg.cpu_on = !!(profiles & CP_PROFILE_CPU);
   cfg.wall_on = !!(profiles & CP_PROFILE_WALL);
@@ -3013,35 +3012,27 @@ static PyObject *py_stats(PyObject *self, PyObject *unused) {
   memcpy(lat, sampler.latency_us, n * sizeof *lat);
   pthread_mutex_unlock(&threads_lock);
   qsort(lat, n, sizeof *lat, cmp_u32);
+  /* reads: how the sampler reads, "direct" (copies that recover from
+   * faults), "syscall" (process_vm_readv) or "gil" (in place, with it). */
   PyObject *d = Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:k,s:k,s:k,s:O,s:O,s:s,s:l}", "samples",
-      (unsigned long long)samples, "dropped", (unsigned long long)dropped,
-      "retried", (unsigned long long)retried, "passes_cut_short",
-      (unsigned long long)cut, "latency_n", (unsigned long long)n,
-      "latency_p50_us", (unsigned long)(n ? lat[n / 2] : 0), "latency_p99_us",
+      "{s:K,s:K,s:K,s:K,s:K,s:k,s:k,s:k,s:O,s:O,s:s,s:l,s:s,s:K,s:K}",
+      "samples", (unsigned long long)samples, "dropped",
+      (unsigned long long)dropped, "retried", (unsigned long long)retried,
+      "passes_cut_short", (unsigned long long)cut, "latency_n",
+      (unsigned long long)n, "latency_p50_us",
+      (unsigned long)(n ? lat[n / 2] : 0), "latency_p99_us",
       (unsigned long)(n ? lat[n * 99 / 100] : 0), "latency_max_us",
       (unsigned long)(n ? lat[n - 1] : 0), "without_gil",
       safe_reads ? Py_True : Py_False, "layout_ok", L.ok ? Py_True : Py_False,
-      "layout", L.source, "pthread_tid_offset", pthread_tid_off);
+      "layout", L.source, "pthread_tid_offset", pthread_tid_off, "reads",
+      direct_ok    ? "direct"
+      : safe_reads ? "syscall"
+                   : "gil",
+      "read_faults", (unsigned long long)cp_safe_read_faults(),
+      "syscall_passes",
+      (unsigned long long)__atomic_load_n(&sampler.syscall_passes,
+                                          __ATOMIC_RELAXED));
   if (d) {
-    /* How the sampler reads: "direct" (copies that recover from faults),
-     * "syscall" (process_vm_readv), "gil" (in place, with the GIL). */
-    PyObject *reads = PyUnicode_FromString(direct_ok    ? "direct"
-                                           : safe_reads ? "syscall"
-                                                        : "gil");
-    PyObject *faults =
-        PyLong_FromUnsignedLongLong((unsigned long long)cp_safe_read_faults());
-    if (reads)
-      PyDict_SetItemString(d, "reads", reads);
-    if (faults)
-      PyDict_SetItemString(d, "read_faults", faults);
-    Py_XDECREF(reads);
-    Py_XDECREF(faults);
-    PyObject *sys_passes = PyLong_FromUnsignedLongLong(
-        __atomic_load_n(&sampler.syscall_passes, __ATOMIC_RELAXED));
-    if (sys_passes)
-      PyDict_SetItemString(d, "syscall_passes", sys_passes);
-    Py_XDECREF(sys_passes);
     native_stats(d);
   }
   return d;
