@@ -40,6 +40,8 @@ static _Atomic uint64_t extra_samples[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t drained_samples[CONTPROF_KIND_COUNT];
 static _Atomic unsigned slowdown[CONTPROF_KIND_COUNT];
 static _Atomic unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* this period */
+static _Atomic unsigned cpu_clocks[2];                     /* perf, posix */
+static _Atomic unsigned cpu_clocks_moved;                  /* this period */
 
 static _Atomic uint64_t drain_ns;
 
@@ -56,6 +58,15 @@ uint64_t cp_stats_samples_counted(contprof_sample_kind kind) {
   if ((unsigned)kind >= CONTPROF_KIND_COUNT)
     return 0;
   return atomic_load_explicit(&drained_samples[kind], memory_order_relaxed);
+}
+
+void cp_stats_set_cpu_clocks(unsigned perf, unsigned posix) {
+  atomic_store_explicit(&cpu_clocks[0], perf, memory_order_relaxed);
+  atomic_store_explicit(&cpu_clocks[1], posix, memory_order_relaxed);
+}
+
+void cp_stats_count_cpu_clock_moved(void) {
+  atomic_fetch_add_explicit(&cpu_clocks_moved, 1, memory_order_relaxed);
 }
 
 void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
@@ -232,6 +243,12 @@ void cp_stats_take(cp_period_stats *out) {
     out->slowdown[k] = now ? now : 1;
     out->slowdown_max[k] = most > now ? most : out->slowdown[k];
   }
+  out->cpu_clocks_perf =
+      atomic_load_explicit(&cpu_clocks[0], memory_order_relaxed);
+  out->cpu_clocks_posix =
+      atomic_load_explicit(&cpu_clocks[1], memory_order_relaxed);
+  out->cpu_clocks_moved +=
+      atomic_exchange_explicit(&cpu_clocks_moved, 0, memory_order_relaxed);
   pthread_mutex_unlock(&st.lock);
 }
 
@@ -252,6 +269,8 @@ void cp_stats_after_fork_child(void) {
   memset(st.threads, 0, sizeof st.threads);
   st.retired_ns = 0;
   atomic_store_explicit(&drain_ns, 0, memory_order_relaxed);
+  cp_stats_set_cpu_clocks(0, 0);
+  atomic_store_explicit(&cpu_clocks_moved, 0, memory_order_relaxed);
   memset(st.retired_kind_ns, 0, sizeof st.retired_kind_ns);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     atomic_store_explicit(&hook_ns[k], 0, memory_order_relaxed);
@@ -284,6 +303,9 @@ void cp_stats_publish(const cp_period_stats *p) {
     st.total.drops[k] += p->drops[k];
   }
   st.total.memory_bytes = p->memory_bytes;
+  st.total.cpu_clocks_perf = p->cpu_clocks_perf;
+  st.total.cpu_clocks_posix = p->cpu_clocks_posix;
+  st.total.cpu_clocks_moved += p->cpu_clocks_moved;
   pthread_mutex_unlock(&st.lock);
 }
 

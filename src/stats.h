@@ -64,6 +64,12 @@ void cp_stats_totals_read(cp_stats_totals *out);
  * the configured one divided by it), for each profile to report. */
 void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor);
 
+/* How many threads' CPU samples come from each clock (the CPU sampler sets
+ * it once a second: cpu.c, "which clock"), for each profile to report. */
+void cp_stats_set_cpu_clocks(unsigned perf, unsigned posix);
+/* One thread's CPU samples moved from a perf task clock to a POSIX timer. */
+void cp_stats_count_cpu_clock_moved(void);
+
 /* Fixed memory the profiler holds apart from what the scheduler reads from
  * its modules (the ring, the live-heap table): set once, at creation. */
 enum { CP_STATS_MEM_RING, CP_STATS_MEM_HEAP_TABLE, CP_STATS_MEM_COUNT };
@@ -83,6 +89,9 @@ typedef struct cp_period_stats {
   uint64_t memory_bytes;                      /* filled by the scheduler */
   unsigned slowdown[CONTPROF_KIND_COUNT];     /* at the period's end */
   unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* the most in the period */
+  unsigned cpu_clocks_perf;  /* threads on perf task clocks, at the end */
+  unsigned cpu_clocks_posix; /* threads on POSIX CPU timers, at the end */
+  unsigned cpu_clocks_moved; /* threads moved from perf to POSIX, in it */
 } cp_period_stats;
 
 /* Uploader thread (one caller at a time). */

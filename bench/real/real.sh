@@ -19,7 +19,8 @@
 # Environment: REAL_REPEATS (3), REAL_SECONDS (15), REAL_WARMUP (3),
 # REAL_CONNS (32), REAL_CLIENTS (8), REAL_PAUSE (2 s between runs),
 # REAL_PROFILES (cpu,wall,alloc,heap,lock: CONTPROF_PROFILES when profiled),
-# BENCH_BUILD_DIR.
+# REAL_ENV (more VAR=VALUE words for the profiled server, e.g.
+# CONTPROF_CPU_CLOCK=posix), BENCH_BUILD_DIR.
 # Needs the Debian packages of scripts/deps's `bench` group (nginx-light, wrk,
 # postgresql, run as root to switch users).
 set -euo pipefail
@@ -93,7 +94,7 @@ run_as() {
 
 # profiled_env DIR: the environment of a profiled server writing into DIR.
 profiled_env() {
-  echo "LD_PRELOAD=$tmp/libcontprof_preload.so CONTPROF_PROFILES=${REAL_PROFILES:-cpu,wall,alloc,heap,lock} CONTPROF_EXPORT=file CONTPROF_OUTPUT_DIR=$1 CONTPROF_SERVICE=$2"
+  echo "LD_PRELOAD=$tmp/libcontprof_preload.so CONTPROF_PROFILES=${REAL_PROFILES:-cpu,wall,alloc,heap,lock} CONTPROF_EXPORT=file CONTPROF_OUTPUT_DIR=$1 CONTPROF_SERVICE=$2 ${REAL_ENV:-}"
 }
 
 # results: one line per run, "server variant repeat throughput p99_ms

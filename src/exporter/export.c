@@ -149,6 +149,11 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
     unsigned f = s->slowdown[of] ? s->slowdown[of] : 1;
     switch (k) {
     case CONTPROF_KIND_CPU:
+      /* Which clocks drive the samples: docs/signals.md, "Which clock". */
+      snprintf(buf, sizeof buf, "perf:%u,posix:%u", s->cpu_clocks_perf,
+               s->cpu_clocks_posix);
+      add_comment(b, "cpu_clock_threads", buf);
+      add_comment_u64(b, "cpu_clock_moved", s->cpu_clocks_moved);
       snprintf(buf, sizeof buf, "%gHz", (double)cfg->cpu_hz / f);
       break;
     case CONTPROF_KIND_WALL:

@@ -17,7 +17,14 @@
  *
  * Both are armed from outside the thread with raw syscalls, and both start
  * at a random point of the first period so that short-lived threads get
- * their fair share. setitimer(ITIMER_PROF) is the last fallback. */
+ * their fair share. setitimer(ITIMER_PROF) is the last fallback.
+ *
+ * A perf task clock costs the kernel work at every switch of its thread (its
+ * hrtimer is stopped and started again, a timer reprogramming each, and a VM
+ * exit in a guest). With CONTPROF_CPU_CLOCK=auto, a thread found switching
+ * more than SWITCH_LIMIT times per second of its CPU time (a server thread
+ * that blocks at every request) is moved to a POSIX timer, where the
+ * kernel's work is at its tick (docs/signals.md, "Which clock"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -51,12 +58,23 @@
 #define CPUCLOCK_SCHED 2
 #define CPUCLOCK_PERTHREAD 4
 
+/* Which clock: a thread scheduled in more often than this per second of
+ * its CPU time leaves its perf task clock. At 1000, the clock's kernel work
+ * at each switch (0.6 us in bench/switch_cost, about 6 us in PostgreSQL's
+ * backends here: docs/signals.md) is 0.06-0.6% of the thread's CPU; a busy
+ * thread preempted at every tick is at 250. */
+#define SWITCH_LIMIT 1000
+#define SWITCH_MIN 100   /* switches seen before a thread is judged */
+#define SWITCH_CHECKS 64 /* threads whose switches are read per tick */
+
 typedef struct thread_timer {
   pid_t tid;
   int timer_id; /* POSIX timer id, or -1 */
   int fd;       /* perf event descriptor, or -1 */
   dev_t dev;    /* the descriptor's file, to tell it from a later file */
   ino_t ino;    /* the application opened under the same number */
+  int seen;     /* seen_*: the thread's schedstat at a check */
+  uint64_t seen_cpu_ns, seen_switches;
 } thread_timer;
 
 /* The descriptors of our perf events, for the handler to tell their
@@ -89,6 +107,9 @@ static struct {
   size_t nperf;         /* perf descriptors open */
   size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
   int perf_fd_floor;    /* descriptors are moved to this number or above */
+  int adapt;            /* auto: threads that switch often leave perf */
+  size_t check_next;    /* the next timer whose switches are read */
+  int moved_logged;
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static inline int perf_fd_ours(int fd) {
@@ -316,6 +337,26 @@ static void perf_close(thread_timer *t) {
     perf_forget(t, perf_fd_still_ours(t));
 }
 
+/* The thread's CPU time and how many times it was scheduled in, from
+ * /proc/self/task/TID/schedstat: "sum_exec_runtime run_delay pcount", in
+ * ns, ns and times (the kernel's CONFIG_SCHED_INFO). */
+static int read_switches(pid_t tid, uint64_t *cpu_ns, uint64_t *switches) {
+  char path[48], buf[96];
+  snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  unsigned long long run, delay, count;
+  if (n <= 0 ||
+      (buf[n] = 0, sscanf(buf, "%llu %llu %llu", &run, &delay, &count) != 3))
+    return -1;
+  *cpu_ns = run;
+  *switches = count;
+  return 0;
+}
+
 /* Which clock serves this run: perf task clocks unless configured off or
  * refused here (tried on the calling thread, kernel mode included first). */
 static void choose_clock(const cp_config *cfg) {
@@ -352,8 +393,16 @@ static void choose_clock(const cp_config *cfg) {
   cpu.perf_fd_floor = soft >= 2 * FD_SETSIZE ? FD_SETSIZE : 0;
   cpu.nperf = 0;
   cpu.perf = cpu.perf_budget > 0;
-  cp_info("CPU samples from perf task clocks%s, up to %zu threads",
-          cpu.perf_exclude_kernel ? " (user mode only)" : "", cpu.perf_budget);
+  uint64_t ns, switches;
+  cpu.adapt = cpu.perf && cfg->cpu_clock == CP_CPU_CLOCK_AUTO &&
+              read_switches(self, &ns, &switches) == 0;
+  cp_info("CPU samples from perf task clocks%s, up to %zu threads%s",
+          cpu.perf_exclude_kernel ? " (user mode only)" : "", cpu.perf_budget,
+          cpu.adapt ? "; threads that switch often get POSIX CPU timers"
+          : cfg->cpu_clock == CP_CPU_CLOCK_AUTO
+              ? "; no /proc schedstat: threads keep them however often they "
+                "switch"
+              : "");
 }
 
 static void start_itimer_fallback(int err) {
@@ -445,10 +494,63 @@ static void cpu_thread_exited(pid_t tid) {
   pthread_mutex_unlock(&cpu.lock);
 }
 
+/* Caller holds cpu.lock. t's thread leaves its perf task clock for a POSIX
+ * timer. The CPU time between its last perf sample and the timer's first
+ * expiry is not weighed exactly: the first expiry weighs a whole period
+ * after a random part of one, which is that time on average. */
+static void move_to_posix(thread_timer *t, uint64_t switches_per_cpu_s) {
+  perf_close(t);
+  if (timer_create_for(t->tid, &t->timer_id) != 0) {
+    t->timer_id = -1; /* the thread ended meanwhile, or no timers left */
+    return;
+  }
+  cp_stats_count_cpu_clock_moved();
+  if (!cpu.moved_logged++)
+    cp_info("thread %d switches %llu times per second of its CPU time: its "
+            "CPU samples now come from a POSIX CPU timer (a perf task clock "
+            "costs the kernel work at every switch); so will other such "
+            "threads'",
+            (int)t->tid, (unsigned long long)switches_per_cpu_s);
+}
+
+/* Caller holds cpu.lock. With CONTPROF_CPU_CLOCK=auto, once a second: reads
+ * how often up to SWITCH_CHECKS threads on perf task clocks were scheduled in
+ * since their last check, against the CPU time they used, and moves those
+ * above SWITCH_LIMIT to POSIX timers. A thread is judged once it switched
+ * SWITCH_MIN times since its last reading: a thread that rarely runs costs
+ * the kernel little either way. Short-lived threads, which perf task clocks
+ * serve best, end before their second reading and keep theirs. */
+static void check_switch_rates(void) {
+  size_t checks = cpu.ntimers < SWITCH_CHECKS ? cpu.ntimers : SWITCH_CHECKS;
+  for (size_t c = 0; c < checks; c++) {
+    if (cpu.check_next >= cpu.ntimers)
+      cpu.check_next = 0;
+    thread_timer *t = &cpu.timers[cpu.check_next++];
+    uint64_t ns, switches;
+    if (t->fd < 0 || read_switches(t->tid, &ns, &switches) != 0)
+      continue;
+    if (!t->seen || switches < t->seen_switches || ns < t->seen_cpu_ns) {
+      t->seen = 1, t->seen_cpu_ns = ns, t->seen_switches = switches;
+      continue;
+    }
+    uint64_t d_switches = switches - t->seen_switches;
+    if (d_switches < SWITCH_MIN)
+      continue; /* judged over a longer time */
+    uint64_t d_ns = ns - t->seen_cpu_ns;
+    if (d_switches * 1000000000ull > SWITCH_LIMIT * d_ns) {
+      move_to_posix(t, d_ns ? d_switches * 1000000000ull / d_ns : d_switches);
+      continue;
+    }
+    t->seen_cpu_ns = ns, t->seen_switches = switches;
+  }
+}
+
 /* Once a second: a perf descriptor the application closed (a daemon's
  * close loop, closefrom) or replaced (dup2) is made again, so that thread
  * keeps its CPU samples. Its first new sample weighs the CPU time since its
- * last one, so none of the time without a clock is lost, only its stacks. */
+ * last one, so none of the time without a clock is lost, only its stacks.
+ * Then, with CONTPROF_CPU_CLOCK=auto, threads that switch often leave their
+ * perf task clocks; the profiles say how many threads each clock serves. */
 static void cpu_tick(void) {
   pthread_mutex_lock(&cpu.lock);
   for (size_t i = 0; i < cpu.ntimers; i++) {
@@ -465,6 +567,14 @@ static void cpu_tick(void) {
                 (int)fresh.tid);
     }
   }
+  if (cpu.adapt)
+    check_switch_rates();
+  unsigned perf = 0, posix = 0;
+  for (size_t i = 0; i < cpu.ntimers; i++) {
+    perf += cpu.timers[i].fd >= 0;
+    posix += cpu.timers[i].timer_id >= 0;
+  }
+  cp_stats_set_cpu_clocks(perf, posix);
   pthread_mutex_unlock(&cpu.lock);
 }
 
@@ -505,7 +615,8 @@ static int cpu_start(const cp_config *cfg) {
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
   choose_clock(cfg);
-  cpu.perf_failed_logged = cpu.perf_lost_logged = 0;
+  cpu.perf_failed_logged = cpu.perf_lost_logged = cpu.moved_logged = 0;
+  cpu.check_next = 0;
   atomic_fetch_add(&cpu.gen, 1);
   atomic_store(&cpu.itimer_fallback, 0);
   atomic_store(&cpu.active, 1);

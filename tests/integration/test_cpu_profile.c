@@ -238,6 +238,66 @@ static void test_two_hundred_short_threads(void) { check_short_threads(0); }
  * a CPU. */
 static void test_short_threads_oversubscribed(void) { check_short_threads(3); }
 
+/* Two threads hand a token back and forth with 50 us of work_alpha per turn
+ * (about 20,000 switches per second of their CPU, a server thread that blocks
+ * at every request) while a third works 3 s of work_beta. With the default
+ * CONTPROF_CPU_CLOCK=auto the two leave their perf task clocks for POSIX
+ * timers once their switches are read (docs/signals.md, "Which clock"), and
+ * no CPU time is lost in the move; with CONTPROF_CPU_CLOCK=perf they keep
+ * them. At 250 Hz each function gets several hundred samples: the 8%
+ * tolerance is over four binomial standard errors of work_alpha's share of
+ * the token threads' samples (they also spend CPU in read and write). */
+static void check_switchy(const char *clock, int expect_moved) {
+  char *dir = make_temp_dir("switchy");
+  char setting[64];
+  snprintf(setting, sizeof setting, "CONTPROF_CPU_CLOCK=%s", clock);
+  const char *env[] = {setting, NULL};
+  char *argv[] = {CONTPROF,  "run",      "--hz", "250", "--output",
+                  dir,       "--period", "3600", "--",  WORKLOAD,
+                  "switchy", "3",        NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  unsigned long long alpha = 0, beta = 0;
+  CHECK_EQ_INT(sscanf(r->out, "work_alpha=%llu work_beta=%llu", &alpha, &beta),
+               2);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    const char *moved = profile_comment(p, "cpu_clock_moved");
+    const char *clocks = profile_comment(p, "cpu_clock_threads");
+    CHECK(moved != NULL && clocks != NULL);
+    double got_alpha = (double)top_cum(&top, "work_alpha");
+    double got_beta = (double)top_cum(&top, "work_beta");
+    printf("CONTPROF_CPU_CLOCK=%s: moved %s, threads %s; work_alpha %.3f s "
+           "of %.3f s, work_beta %.3f s of %.3f s\n",
+           clock, moved ? moved : "?", clocks ? clocks : "?", got_alpha / 1e9,
+           (double)alpha / 1e9, got_beta / 1e9, (double)beta / 1e9);
+    /* The main thread waits in pthread_join on its perf task clock. */
+    if (clocks && strncmp(clocks, "perf:0,", 7) == 0)
+      printf("perf_event_open refused here: POSIX timers, clocks not "
+             "checked\n");
+    else if (expect_moved)
+      CHECK(moved && atoi(moved) >= 2);
+    else
+      CHECK(moved && atoi(moved) == 0);
+    CHECK_NEAR(got_alpha / (double)alpha, 1.0, 0.08);
+    CHECK_NEAR(got_beta / (double)beta, 1.0, 0.08);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
+static void test_switching_threads_leave_perf(void) {
+  check_switchy("auto", 1);
+}
+static void test_perf_clock_is_kept_when_asked(void) {
+  check_switchy("perf", 0);
+}
+
 /* The program closes every descriptor above 2 (a daemon's close loop),
  * perf task clocks included: they are made again within a second, and the
  * first new sample carries the CPU time without them. 2 s of work_beta at
@@ -437,6 +497,8 @@ TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_killed_by_signal), T(test_two_hundred_short_threads),
           T(test_short_threads_oversubscribed),
           T(test_closed_descriptors_come_back),
+          T(test_switching_threads_leave_perf),
+          T(test_perf_clock_is_kept_when_asked),
           T(test_fork_children_exit_cleanly),
           T(test_application_sigprof_keeps_working),
           T(test_deep_stack_is_marked_truncated),

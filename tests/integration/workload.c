@@ -19,6 +19,11 @@
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
  *   deep                    works 300 frames deep
  *   dlopen LIB              dlopens LIB twice and works in it
+ *   switchy SECONDS         two threads hand a token back and forth, each
+ *                           working 50 us in work_alpha per turn (a server
+ *                           thread that blocks at every request), while a
+ *                           third works SECONDS of CPU in work_beta; prints
+ *                           the true CPU ns of each
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -153,6 +158,52 @@ static int close_fds(void) {
     close(fds[i]);
   work_beta(2000000000);
   printf("closed=%d\n", n);
+  return 0;
+}
+
+/* switchy: pipe[i] wakes thread i of the pair. */
+static int token_pipe[2][2];
+static _Atomic int token_stop;
+static _Atomic uint64_t token_truth, steady_truth;
+
+static void *token_thread(void *arg) {
+  int me = (int)(uintptr_t)arg;
+  uint64_t local = 0;
+  char c = 't';
+  for (;;) {
+    if (me == 1 || local) { /* thread 0 starts with the token */
+      if (read(token_pipe[me][0], &c, 1) != 1 || c == 'q')
+        break;
+    }
+    local += work_alpha(50000);
+    c = atomic_load(&token_stop) ? 'q' : 't';
+    if (write(token_pipe[1 - me][1], &c, 1) != 1 || c == 'q')
+      break;
+  }
+  atomic_fetch_add(&token_truth, local);
+  return NULL;
+}
+
+static void *steady_thread(void *arg) {
+  atomic_fetch_add(&steady_truth, work_beta((uint64_t)(uintptr_t)arg));
+  return NULL;
+}
+
+static int switchy(double seconds) {
+  pthread_t t[3];
+  for (int i = 0; i < 2; i++)
+    if (pipe(token_pipe[i]) != 0)
+      return 1;
+  pthread_create(&t[2], NULL, steady_thread,
+                 (void *)(uintptr_t)(seconds * 1e9));
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, token_thread, (void *)(uintptr_t)i);
+  pthread_join(t[2], NULL);
+  atomic_store(&token_stop, 1);
+  pthread_join(t[0], NULL);
+  pthread_join(t[1], NULL);
+  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 "\n",
+         atomic_load(&token_truth), atomic_load(&steady_truth));
   return 0;
 }
 
@@ -414,5 +465,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "own-sigprof") == 0)
     return own_sigprof();
+  if (strcmp(argv[1], "switchy") == 0 && argc == 3)
+    return switchy(atof(argv[2]));
   return 2;
 }
