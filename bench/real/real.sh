@@ -11,7 +11,10 @@
 # user (nobody for nginx, postgres for PostgreSQL, which refuses root), and
 # stopped after each run (and on exit, by a trap). Plain and profiled runs
 # alternate (ABBA...), REAL_REPEATS of each, REAL_SECONDS of load after
-# REAL_WARMUP seconds of warm-up. Prints throughput and p99 latency per run,
+# REAL_WARMUP seconds of warm-up. Prints throughput, p99 latency and the
+# server's CPU per request per run (for postgres also while every backend
+# runs, one second before the end: without the backends' exit, when each
+# profiled one writes its profile),
 # the profiled/plain ratios (median over the repeats), and the top functions
 # of the last profiled run's profiles (`contprof top`, all processes).
 #
@@ -20,7 +23,9 @@
 # REAL_CONNS (32), REAL_CLIENTS (8), REAL_PAUSE (2 s between runs),
 # REAL_PROFILES (cpu,wall,alloc,heap,lock: CONTPROF_PROFILES when profiled),
 # REAL_ENV (more VAR=VALUE words for the profiled server, e.g.
-# CONTPROF_CPU_CLOCK=posix), BENCH_BUILD_DIR.
+# CONTPROF_CPU_CLOCK=posix), REAL_ENV_B (when set, a second profiled
+# variant, "profiled-b", with these words instead of REAL_ENV, in the same
+# rounds: two settings compared against one plain baseline), BENCH_BUILD_DIR.
 # Needs the Debian packages of scripts/deps's `bench` group (nginx-light, wrk,
 # postgresql, run as root to switch users).
 set -euo pipefail
@@ -92,13 +97,16 @@ run_as() {
   server_pid=$!
 }
 
-# profiled_env DIR: the environment of a profiled server writing into DIR.
+# profiled_env DIR SERVICE VARIANT: the environment of a profiled server
+# writing into DIR.
 profiled_env() {
-  echo "LD_PRELOAD=$tmp/libcontprof_preload.so CONTPROF_PROFILES=${REAL_PROFILES:-cpu,wall,alloc,heap,lock} CONTPROF_EXPORT=file CONTPROF_OUTPUT_DIR=$1 CONTPROF_SERVICE=$2 ${REAL_ENV:-}"
+  local extra=${REAL_ENV:-}
+  [[ $3 == profiled-b ]] && extra=${REAL_ENV_B:-}
+  echo "LD_PRELOAD=$tmp/libcontprof_preload.so CONTPROF_PROFILES=${REAL_PROFILES:-cpu,wall,alloc,heap,lock} CONTPROF_EXPORT=file CONTPROF_OUTPUT_DIR=$1 CONTPROF_SERVICE=$2 $extra"
 }
 
 # results: one line per run, "server variant repeat throughput p99_ms
-# server_cpu_us_per_request load=...".
+# server_cpu_us_per_request the_same_while_running load=...".
 results=$tmp/results
 : >"$results"
 
@@ -138,10 +146,12 @@ server_cpu() {
   pids=$(pgrep -u "$1" -x "$2" | tr '\n' ' ')
   # Fields after the ")": state is 3, utime 14, stime 15, cutime 16,
   # cstime 17; only the master's cutime/cstime (its reaped children).
+  # A process may end between pgrep and the read: it counts as nothing
+  # (its time goes to the master's cutime).
   for p in $pids; do
-    [[ -r /proc/$p/stat ]] || continue
-    sed 's/^.*) //' "/proc/$p/stat" | awk -v master="$([[ $p == "$server_pid" ]] && echo 1)" \
-      '{ t = $12 + $13; if (master) t += $14 + $15; print t }'
+    { sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true; } |
+      awk -v master="$([[ $p == "$server_pid" ]] && echo 1)" \
+        '{ t = $12 + $13; if (master) t += $14 + $15; print t }'
   done | awk -v hz="$(getconf CLK_TCK)" '{ s += $1 } END { printf "%.2f\n", s / hz }'
 }
 
@@ -155,11 +165,11 @@ wait_port() {
 
 # nginx_run VARIANT REPEAT
 nginx_run() {
-  local variant=$1 r=$2 env=() out=$tmp/nginx/prof-$2
-  if [[ $variant == profiled ]]; then
+  local variant=$1 r=$2 env=() out=$tmp/nginx/$1-$2
+  if [[ $variant == profiled* ]]; then
     rm -rf "$out"
     mkdir -m 700 "$out" && chown nobody "$out"
-    read -ra env <<<"$(profiled_env "$out" nginx)"
+    read -ra env <<<"$(profiled_env "$out" nginx "$variant")"
   fi
   run_as nobody ${env[@]+"${env[@]}"} -- nginx -c "$tmp/nginx/nginx.conf" -p "$tmp/nginx" \
     2>>"$tmp/nginx/stderr"
@@ -178,7 +188,10 @@ nginx_run() {
   # wrk prints the 99% latency with its unit (us, ms, s).
   p99=$(awk '$1 == "99%" {v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
           print (u == "us" ? v / 1000 : u == "s" ? v * 1000 : v)}' "$tmp/wrk.out")
-  echo "nginx $variant $r $rps $p99 $(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.2f", (b - a) * 1e6 / n}') load=$load" |
+  local per
+  per=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.2f", (b - a) * 1e6 / n}')
+  # The workers live on: the whole run is steady.
+  echo "nginx $variant $r $rps $p99 $per $per load=$load" |
     tee -a "$results"
 }
 
@@ -198,7 +211,7 @@ pg_setup() {
 
 pg_start() {
   local env=()
-  [[ $1 == profiled ]] && read -ra env <<<"$(profiled_env "$2" postgres)"
+  [[ $1 == profiled* ]] && read -ra env <<<"$(profiled_env "$2" postgres "$1")"
   run_as postgres ${env[@]+"${env[@]}"} -- "$PG_BIN/postgres" -D "$tmp/pg/data" \
     -p "$PG_PORT" -k "$tmp/pg/sock" -c listen_addresses=127.0.0.1 \
     -c synchronous_commit=off -c max_connections=50 \
@@ -212,8 +225,8 @@ pg_start() {
 
 # pg_run VARIANT REPEAT
 pg_run() {
-  local variant=$1 r=$2 out=$tmp/pg/prof-$2
-  if [[ $variant == profiled ]]; then
+  local variant=$1 r=$2 out=$tmp/pg/$1-$2
+  if [[ $variant == profiled* ]]; then
     rm -rf "$out"
     mkdir -m 700 "$out" && chown postgres "$out"
   fi
@@ -224,25 +237,40 @@ pg_run() {
   local load cpu0 cpu1
   load=$(cut -d' ' -f1 /proc/loadavg)
   rm -rf "$tmp/pglog" && mkdir "$tmp/pglog"
+  local t0 tmid cpumid
   cpu0=$(server_cpu postgres postgres)
+  t0=$(date +%s.%N)
   (cd "$tmp/pglog" && "${pgb[@]}" -n -T "$REAL_SECONDS" -l --log-prefix=tx \
-    >"$tmp/pgbench.out" 2>&1)
+    >"$tmp/pgbench.out" 2>&1) &
+  local pgb_pid=$!
+  # The CPU while every backend runs, one second before the end: what a
+  # long-lived server pays, without the backends' exit (each profiled one
+  # writes its profile then, symbolizing it: a cost per connection).
+  sleep $((REAL_SECONDS > 2 ? REAL_SECONDS - 1 : 1))
+  cpumid=$(server_cpu postgres postgres)
+  tmid=$(date +%s.%N)
+  wait "$pgb_pid"
   sleep 0.5 # the backends' exit, reaped by the postmaster
   cpu1=$(server_cpu postgres postgres)
   stop_server INT
-  local tps p99 n
+  local tps p99 n nmid
   tps=$(awk '/^tps = / {print $3; exit}' "$tmp/pgbench.out")
   n=$(awk '/number of transactions actually processed/ {print $NF}' "$tmp/pgbench.out" | cut -d/ -f1)
-  # Per-transaction log: the third field is the latency in us.
+  # Per-transaction log: "client tx latency_us script epoch_s epoch_us".
   p99=$(cat "$tmp/pglog"/tx* | awk '{print $3}' | sort -n |
     awk '{v[NR] = $1} END {i = int(NR * 0.99); if (i < 1) i = 1; print v[i] / 1000}')
-  echo "postgres $variant $r $tps $p99 $(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.2f", (b - a) * 1e6 / n}') load=$load" |
+  nmid=$(cat "$tmp/pglog"/tx* | awk -v a="$t0" -v b="$tmid" \
+    '{t = $5 + $6 / 1e6; if (t >= a && t < b) n++} END {print n + 0}')
+  echo "postgres $variant $r $tps $p99 $(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.2f", (b - a) * 1e6 / n}')" \
+    "$(awk -v a="$cpu0" -v b="$cpumid" -v n="$nmid" 'BEGIN {printf "%.2f", n ? (b - a) * 1e6 / n : 0}') load=$load" |
     tee -a "$results"
 }
 
 bench_machine
 echo "load: nginx ${REAL_CONNS} connections (wrk -t1), postgres ${REAL_CLIENTS} clients (pgbench -j 2);" \
   "${REAL_SECONDS} s per run after ${REAL_WARMUP} s of warm-up, $REAL_REPEATS repeats per side"
+variants=(plain profiled)
+[[ -n ${REAL_ENV_B:-} ]] && variants+=(profiled-b)
 for s in "${servers[@]}"; do
   case $s in
   nginx) nginx_setup ;;
@@ -250,7 +278,8 @@ for s in "${servers[@]}"; do
   *) bench_die "unknown server $s (nginx, postgres)" ;;
   esac
   for ((r = 1; r <= REAL_REPEATS; r++)); do
-    if ((r % 2)); then order=(plain profiled); else order=(profiled plain); fi
+    # Each variant goes first in turn.
+    order=("${variants[@]:$(((r - 1) % ${#variants[@]}))}" "${variants[@]:0:$(((r - 1) % ${#variants[@]}))}")
     for v in "${order[@]}"; do
       if [[ $s == nginx ]]; then nginx_run "$v" "$r"; else pg_run "$v" "$r"; fi
     done
@@ -258,30 +287,31 @@ for s in "${servers[@]}"; do
 done
 
 echo
-echo "| server | plain: throughput/s, p99 ms, server CPU us per request (per repeat) | profiled | throughput ratio (median) | p99 ratio (median) | CPU per request ratio (median) |"
-echo "|---|---|---|---|---|---|"
-python3 - "$results" "${servers[@]}" <<'PY'
+echo "| server | plain: throughput/s, p99 ms, server CPU us per request (per repeat) | profiled | throughput ratio (median) | p99 ratio (median) | CPU per request ratio (median) | the same while running (median) |"
+echo "|---|---|---|---|---|---|---|"
+python3 - "$results" "${REAL_ENV:-}" "${REAL_ENV_B:-}" "${servers[@]}" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-for s in sys.argv[2:]:
+envs = {"profiled": sys.argv[2], "profiled-b": sys.argv[3]}
+for s in sys.argv[4:]:
     runs = {}
     for r in rows:
         if r[0] == s:
-            runs.setdefault(r[2], {})[r[1]] = (float(r[3]), float(r[4]), float(r[5]))
-    reps = [runs[k] for k in sorted(runs) if len(runs[k]) == 2]
-    if not reps:
-        continue
-    fmt = lambda v: "; ".join("%.0f, %.2f, %.1f" % x for x in v)
-    tr = statistics.median(p["profiled"][0] / p["plain"][0] for p in reps)
-    lr = statistics.median(p["profiled"][1] / p["plain"][1] for p in reps)
-    cr = statistics.median(p["profiled"][2] / p["plain"][2] for p in reps)
-    print("| %s | %s | %s | %.3f | %.3f | %.3f |" % (
-        s, fmt([p["plain"] for p in reps]), fmt([p["profiled"] for p in reps]), tr, lr, cr))
+            runs.setdefault(r[2], {})[r[1]] = (float(r[3]), float(r[4]), float(r[5]), float(r[6]))
+    for v in ("profiled", "profiled-b"):
+        reps = [runs[k] for k in sorted(runs) if "plain" in runs[k] and v in runs[k]]
+        if not reps:
+            continue
+        fmt = lambda v: "; ".join("%.0f, %.2f, %.1f" % x[:3] for x in v)
+        ratio = lambda i: statistics.median(p[v][i] / p["plain"][i] for p in reps)
+        name = s + (" (%s)" % envs[v] if envs[v] else "")
+        print("| %s | %s | %s | %.3f | %.3f | %.3f | %.3f |" % (
+            name, fmt([p["plain"] for p in reps]), fmt([p[v] for p in reps]),
+            ratio(0), ratio(1), ratio(2), ratio(3)))
 PY
 
 for s in "${servers[@]}"; do
-  d=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/prof-$REAL_REPEATS
-  [[ -d $d ]] || d=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/prof-$((REAL_REPEATS - 1))
+  d=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/profiled-$REAL_REPEATS
   files=("$d"/*.pb.gz)
   echo
   echo "$s, last profiled run: ${#files[@]} profiles (one per process)"

@@ -513,36 +513,56 @@ static void move_to_posix(thread_timer *t, uint64_t switches_per_cpu_s) {
             (int)t->tid, (unsigned long long)switches_per_cpu_s);
 }
 
-/* Caller holds cpu.lock. With CONTPROF_CPU_CLOCK=auto, once a second: reads
- * how often up to SWITCH_CHECKS threads on perf task clocks were scheduled in
- * since their last check, against the CPU time they used, and moves those
- * above SWITCH_LIMIT to POSIX timers. A thread is judged once it switched
+/* Caller holds cpu.lock. Judges t's thread by its schedstat reading. */
+static void judge_switches(thread_timer *t, uint64_t ns, uint64_t switches) {
+  if (!t->seen || switches < t->seen_switches || ns < t->seen_cpu_ns) {
+    t->seen = 1, t->seen_cpu_ns = ns, t->seen_switches = switches;
+    return;
+  }
+  uint64_t d_switches = switches - t->seen_switches;
+  if (d_switches < SWITCH_MIN)
+    return; /* judged over a longer time */
+  uint64_t d_ns = ns - t->seen_cpu_ns;
+  if (d_switches * 1000000000ull > SWITCH_LIMIT * d_ns) {
+    move_to_posix(t, d_ns ? d_switches * 1000000000ull / d_ns : d_switches);
+    return;
+  }
+  t->seen_cpu_ns = ns, t->seen_switches = switches;
+}
+
+/* With CONTPROF_CPU_CLOCK=auto, once a second: reads how often up to
+ * SWITCH_CHECKS threads on perf task clocks (in turn) were scheduled in since
+ * their last reading, against the CPU time they used, and moves those above
+ * SWITCH_LIMIT to POSIX timers. A thread is judged once it switched
  * SWITCH_MIN times since its last reading: a thread that rarely runs costs
  * the kernel little either way. Short-lived threads, which perf task clocks
- * serve best, end before their second reading and keep theirs. */
+ * serve best, end before their second reading and keep theirs. The files
+ * are read without cpu.lock, which thread starts and exits take. */
 static void check_switch_rates(void) {
-  size_t checks = cpu.ntimers < SWITCH_CHECKS ? cpu.ntimers : SWITCH_CHECKS;
-  for (size_t c = 0; c < checks; c++) {
+  pid_t tids[SWITCH_CHECKS];
+  uint64_t ns[SWITCH_CHECKS], switches[SWITCH_CHECKS];
+  size_t n = 0;
+  pthread_mutex_lock(&cpu.lock);
+  size_t scan = cpu.ntimers;
+  for (; scan > 0 && n < SWITCH_CHECKS; scan--) {
     if (cpu.check_next >= cpu.ntimers)
       cpu.check_next = 0;
-    thread_timer *t = &cpu.timers[cpu.check_next++];
-    uint64_t ns, switches;
-    if (t->fd < 0 || read_switches(t->tid, &ns, &switches) != 0)
-      continue;
-    if (!t->seen || switches < t->seen_switches || ns < t->seen_cpu_ns) {
-      t->seen = 1, t->seen_cpu_ns = ns, t->seen_switches = switches;
-      continue;
-    }
-    uint64_t d_switches = switches - t->seen_switches;
-    if (d_switches < SWITCH_MIN)
-      continue; /* judged over a longer time */
-    uint64_t d_ns = ns - t->seen_cpu_ns;
-    if (d_switches * 1000000000ull > SWITCH_LIMIT * d_ns) {
-      move_to_posix(t, d_ns ? d_switches * 1000000000ull / d_ns : d_switches);
-      continue;
-    }
-    t->seen_cpu_ns = ns, t->seen_switches = switches;
+    const thread_timer *t = &cpu.timers[cpu.check_next++];
+    if (t->fd >= 0)
+      tids[n++] = t->tid;
   }
+  pthread_mutex_unlock(&cpu.lock);
+  for (size_t i = 0; i < n; i++)
+    if (read_switches(tids[i], &ns[i], &switches[i]) != 0)
+      tids[i] = 0; /* ended meanwhile */
+  pthread_mutex_lock(&cpu.lock);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; tids[i] && j < cpu.ntimers; j++)
+      if (cpu.timers[j].tid == tids[i] && cpu.timers[j].fd >= 0) {
+        judge_switches(&cpu.timers[j], ns[i], switches[i]);
+        break;
+      }
+  pthread_mutex_unlock(&cpu.lock);
 }
 
 /* Once a second: a perf descriptor the application closed (a daemon's
@@ -567,8 +587,10 @@ static void cpu_tick(void) {
                 (int)fresh.tid);
     }
   }
+  pthread_mutex_unlock(&cpu.lock);
   if (cpu.adapt)
     check_switch_rates();
+  pthread_mutex_lock(&cpu.lock);
   unsigned perf = 0, posix = 0;
   for (size_t i = 0; i < cpu.ntimers; i++) {
     perf += cpu.timers[i].fd >= 0;
