@@ -36,9 +36,9 @@ typedef struct cp_thread_state {
   /* Inside dl_iterate_phdr (it holds the loader's lock): unwinding now could
    * deadlock with the loader (unwind.c's loader_busy). */
   int in_loader;
-  /* How many of the profiler's own sampling signals this thread has
-   * handled: the sleep and wait hooks tell an EINTR of ours from one of the
-   * application's by it (interpose/waits.c). */
+  /* How many of the profiler's own sampling signals found this thread at a
+   * system call: the sleep and wait hooks tell an EINTR of ours from one of
+   * the application's by it (interpose/waits.c, samplers/signals.h). */
   unsigned own_signals;
 } cp_thread_state;
 

@@ -6,11 +6,12 @@
  * epoll_wait: those return EINTR (sleep() returns early with seconds left),
  * which would change what the application does. These wrappers call the real
  * function and, when it was interrupted by one of the profiler's own signals
- * (the per-thread count of them moved), go on waiting for the time that is
- * left, so the application sees exactly the call it made. An EINTR with no
- * sampling signal is returned as it is. If an application signal and one of
- * ours both arrive during one wait, the EINTR is absorbed (a narrow race;
- * the application's handler still runs).
+ * (the per-thread count of those that found the thread at a system call
+ * moved: samplers/signals.h), go on waiting for the time that is left, so
+ * the application sees exactly the call it made. An EINTR with no sampling
+ * signal is returned as it is. If one of ours reaches the call in the same
+ * instant as an application signal, the EINTR is absorbed (a narrow race,
+ * docs/signals.md; the application's handler still runs).
  *
  * Also wrapped: ppoll, pselect and epoll_pwait (like poll, select and
  * epoll_wait), and sem_timedwait and sem_clockwait (a futex wait with a

@@ -197,7 +197,8 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
-  cp_thread.own_signals++;
+  if (cp_signal_in_syscall(ucontext))
+    cp_thread.own_signals++;
   cp_ring *ring = cp_agg_ring();
   if (!atomic_load_explicit(&cpu.active, memory_order_relaxed) || !ring) {
     errno = saved_errno;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -166,4 +167,19 @@ int cp_signals_on_sigaction(int sig, const struct sigaction *act,
     previous[sig] = *act;
   pthread_mutex_unlock(&lock);
   return 1;
+}
+
+int cp_signal_in_syscall(const void *ucontext) {
+#if defined(__x86_64__)
+  const ucontext_t *uc = ucontext;
+  const unsigned char *pc =
+      (const unsigned char *)uc->uc_mcontext.gregs[REG_RIP];
+  uintptr_t offset = (uintptr_t)pc & 4095;
+  if (offset <= 4094 && pc[0] == 0x0f && pc[1] == 0x05)
+    return 1;
+  return offset >= 2 && pc[-2] == 0x0f && pc[-1] == 0x05;
+#else
+  (void)ucontext;
+  return 1;
+#endif
 }

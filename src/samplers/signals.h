@@ -24,9 +24,22 @@ typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
  * for the life of the process: a late timer signal must never meet SIG_DFL. */
 int cp_signal_install(int preferred, cp_signal_handler handler);
 
-/* Every sampling handler increments cp_thread.own_signals (thread_state.h)
+/* Every sampling handler whose signal found its thread at a system call
+ * (cp_signal_in_syscall) increments cp_thread.own_signals (thread_state.h)
  * first: interpose/waits.c reads it to tell an EINTR caused by sampling from
- * one caused by the application. */
+ * one caused by the application. A sampling signal that comes after an
+ * application's signal interrupted the call finds the thread elsewhere: in
+ * the application's handler (delivered on top of it), or past the call, so
+ * the application still gets its EINTR. Only one sent while the
+ * application's handler returns (its sigreturn) lands at the call again and
+ * is mistaken for the cause (docs/signals.md). */
+
+/* Whether the interrupted context is at a system call: the kernel leaves the
+ * pc on the `syscall` instruction (a restarted call) or right after it (a
+ * call that returns EINTR). Async-signal-safe: reads the code at pc, which
+ * was just executing, without crossing a page. Elsewhere than x86-64, every
+ * context counts as at a system call. */
+int cp_signal_in_syscall(const void *ucontext);
 
 /* Adds the sampling signals installed so far to set / removes them from it.
  * Async-signal-safe. */

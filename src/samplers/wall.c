@@ -1,9 +1,19 @@
-/* Wall-clock sampler: a timer thread wakes every wall interval (dithered by
- * up to half an interval either way), draws at most threads_per_tick of the
- * application's threads uniformly at random, and has each drawn thread
- * record its stack, whether it runs or blocks. A drawn thread stands for n/k
- * threads (n known, k drawn), so it is credited n/k times the time elapsed
- * since the previous tick: each thread's expected total is its wall time.
+/* Wall-clock sampler: time is cut into windows of one wall interval, and a
+ * timer thread wakes once in each, at a point drawn uniformly in it
+ * (stratified sampling: work in step with the interval is not aliased, and
+ * a tick stands for its whole window whatever the thread did in it). It
+ * draws at most threads_per_tick of the application's threads uniformly at
+ * random and has each drawn thread record its stack, whether it runs or
+ * blocks. A drawn thread stands for n/k threads (n known, k drawn), so it is
+ * credited n/k times the window: each thread's expected total is its wall
+ * time.
+ *
+ * While every thread of the process sleeps where it slept (each tick found
+ * all of them blocked, below), the next window is twice as long, up to
+ * IDLE_WINDOWS_MAX intervals, and the first tick that finds a thread that
+ * ran brings it back to one interval. A window's length is fixed before its
+ * tick is drawn, so the credit stays unbiased; an idle process wakes the
+ * timer thread 12.5 times a second instead of 100 (at the default 10 ms).
  *
  * A drawn thread that was blocked in a system call when its last stack was
  * taken, and whose CPU clock has not advanced more than IDLE_CPU_NS since, is
@@ -50,6 +60,7 @@
 
 #define WALL_COOKIE 0x77616c6cull /* "wall", in the high half of si_value */
 #define IDLE_CPU_NS 10000         /* CPU a blocked thread may use and stay */
+#define IDLE_WINDOWS_MAX 8        /* the longest window, in intervals */
 #define CHUNK_BITS 8
 #define CHUNK_SLOTS (1u << CHUNK_BITS)
 #define MAX_CHUNKS 64
@@ -96,7 +107,7 @@ static struct {
   _Atomic size_t max_frames;
   _Atomic int active;
   int warned_full;
-  uint64_t ticks, signals, reused; /* for the debug log */
+  uint64_t ticks, signals, reused, idle_ticks; /* for the debug log */
 } wall = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Async-signal-safe: atomic loads. NULL for an unknown index. */
@@ -106,26 +117,6 @@ static wall_slot *slot_at(uint32_t index) {
   wall_slot *chunk = atomic_load_explicit(&wall.chunks[index >> CHUNK_BITS],
                                           memory_order_acquire);
   return chunk ? &chunk[index & (CHUNK_SLOTS - 1)] : NULL;
-}
-
-/* Whether the interrupted context is at a system call: the kernel leaves the
- * pc on the `syscall` instruction (a restarted call) or right after it (a
- * call that returns EINTR). Async-signal-safe: reads the code at pc, which
- * was just executing, without crossing a page. Elsewhere than x86-64, every
- * stack counts as blocked (the CPU-clock test alone decides). */
-static int interrupted_in_syscall(const void *ucontext) {
-#if defined(__x86_64__)
-  const ucontext_t *uc = ucontext;
-  const unsigned char *pc =
-      (const unsigned char *)uc->uc_mcontext.gregs[REG_RIP];
-  uintptr_t offset = (uintptr_t)pc & 4095;
-  if (offset <= 4094 && pc[0] == 0x0f && pc[1] == 0x05)
-    return 1;
-  return offset >= 2 && pc[-2] == 0x0f && pc[-1] == 0x05;
-#else
-  (void)ucontext;
-  return 1;
-#endif
 }
 
 /* Async-signal-safe: fills a ring slot with the slot's saved stack. */
@@ -154,7 +145,8 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
-  cp_thread.own_signals++;
+  if (cp_signal_in_syscall(ucontext))
+    cp_thread.own_signals++;
   wall_slot *s = slot_at((uint32_t)value);
   pid_t tid = cp_gettid();
   if (!s || atomic_load_explicit(&s->tid, memory_order_acquire) != tid ||
@@ -176,7 +168,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
      * libunwind's per-thread cache (256 KiB); one caught blocked in a
      * system call, as idle threads are, steps from the ucontext instead,
      * which needs no cache. */
-    s->in_syscall = interrupted_in_syscall(ucontext);
+    s->in_syscall = cp_signal_in_syscall(ucontext);
     s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, max,
                                             !s->in_syscall, &truncated);
     s->truncated = (uint32_t)truncated;
@@ -228,15 +220,18 @@ static int send_wall_signal(pid_t tid, uint32_t index) {
   return (int)syscall(SYS_rt_tgsigqueueinfo, wall.pid, tid, wall.signal, &info);
 }
 
-/* One tick: draw k of the n threads (a partial Fisher-Yates shuffle of
- * live[], so each thread is drawn with probability k/n) and credit each
- * drawn one n/k x elapsed. The count is n/k rounded up or down at random so
- * that it, too, is unbiased. Caller holds wall.lock. */
-static void wall_tick_locked(uint64_t elapsed_ns) {
+/* One tick for a window of about `windows` intervals (window_ns): draw k of the
+ * n threads (a partial Fisher-Yates shuffle of live[], so each thread is
+ * drawn with probability k/n) and credit each drawn one n/k x the window.
+ * The count is n/k rounded up or down at random so that it, too, is
+ * unbiased. Returns whether every thread was drawn and found still blocked
+ * where its last stack was taken (no signal sent or outstanding). Caller
+ * holds wall.lock. */
+static int wall_tick_locked(uint64_t window_ns, unsigned windows) {
   size_t n = wall.nlive;
   cp_ring *ring = cp_agg_ring();
   if (n == 0 || !ring)
-    return;
+    return 1;
   size_t k = n < wall.per_tick ? n : wall.per_tick;
   for (size_t i = 0; i < k; i++) {
     size_t j = i + (size_t)cp_random_below(n - i);
@@ -244,18 +239,22 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
     wall.live[i] = wall.live[j];
     wall.live[j] = t;
   }
-  int64_t weight_ns = (int64_t)(elapsed_ns * n / k);
+  int64_t weight_ns = (int64_t)(window_ns * n / k);
+  int idle = k == n;
   wall.ticks++;
   for (size_t i = 0; i < k; i++) {
     uint32_t index = wall.live[i];
     wall_slot *s = slot_at(index);
-    /* In configured intervals: a slowed-down tick stands for several. */
-    int64_t count =
-        ((int64_t)(n / k) + (cp_random_below(k) < n % k)) * wall.slowdown;
+    /* In configured intervals: a slowed-down or idle tick stands for
+     * several. */
+    int64_t count = ((int64_t)(n / k) + (cp_random_below(k) < n % k)) *
+                    wall.slowdown * windows;
     int64_t prev = atomic_fetch_add(&s->pending_ns, weight_ns);
     atomic_fetch_add(&s->pending_count, count);
-    if (prev > 0)
-      continue;   /* a signal is outstanding: its handler takes this too */
+    if (prev > 0) {
+      idle = 0;
+      continue; /* a signal is outstanding: its handler takes this too */
+    }
     if (prev < 0) /* a handler that outlived its thread's slot */
       atomic_store(&s->pending_ns, weight_ns);
     pid_t tid = atomic_load(&s->tid);
@@ -268,6 +267,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
       wall.reused++;
       continue;
     }
+    idle = 0;
     if (send_wall_signal(tid, index) == 0) {
       wall.signals++;
       continue;
@@ -280,6 +280,7 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
     if (full)
       cp_record_drop(ring, CONTPROF_KIND_WALL, owed_count, owed_ns);
   }
+  return idle;
 }
 
 /* Started with cp_start_internal_thread: already marked as the profiler's
@@ -287,21 +288,32 @@ static void wall_tick_locked(uint64_t elapsed_ns) {
 static void *wall_timer_thread(void *arg) {
   (void)arg;
   cp_stats_thread_works_for(CONTPROF_KIND_WALL);
-  uint64_t last = cp_monotonic_ns();
+  uint64_t start = cp_monotonic_ns(); /* of the next window */
+  unsigned windows = 1;               /* its length, in intervals */
   pthread_mutex_lock(&wall.lock);
   while (!wall.stop) {
-    /* Dithered, so that work in step with the interval is not aliased. */
-    uint64_t gap = wall.interval_ns / 2 + cp_random_below(wall.interval_ns + 1);
-    uint64_t deadline_ns = last + gap;
-    struct timespec deadline = {(time_t)(deadline_ns / 1000000000ull),
-                                (long)(deadline_ns % 1000000000ull)};
-    while (!wall.stop && cp_monotonic_ns() < deadline_ns)
+    uint64_t now = cp_monotonic_ns();
+    /* A timer thread that could not run for more than a window (a starved
+     * machine) credits the time it missed with the next window, whose tick
+     * falls in what is still to come. */
+    uint64_t missed = now > start ? now - start : 0;
+    uint64_t ahead = wall.interval_ns * windows;
+    uint64_t tick_ns = start + missed + cp_random_below(ahead);
+    struct timespec deadline = {(time_t)(tick_ns / 1000000000ull),
+                                (long)(tick_ns % 1000000000ull)};
+    while (!wall.stop && cp_monotonic_ns() < tick_ns)
       pthread_cond_timedwait(&wall.wake, &wall.lock, &deadline);
     if (wall.stop)
       break;
-    uint64_t now = cp_monotonic_ns();
-    wall_tick_locked(now - last);
-    last = now;
+    uint64_t window_ns = missed + ahead;
+    unsigned intervals =
+        (unsigned)((window_ns + wall.interval_ns / 2) / wall.interval_ns);
+    int idle = wall_tick_locked(window_ns, intervals ? intervals : 1);
+    wall.idle_ticks += windows > 1;
+    start += window_ns;
+    windows =
+        idle ? (windows * 2 > IDLE_WINDOWS_MAX ? IDLE_WINDOWS_MAX : windows * 2)
+             : 1;
   }
   pthread_mutex_unlock(&wall.lock);
   return NULL;
@@ -400,7 +412,7 @@ static int wall_start(const cp_config *cfg) {
   wall.uid = getuid();
   wall.stop = 0;
   wall.warned_full = 0;
-  wall.ticks = wall.signals = wall.reused = 0;
+  wall.ticks = wall.signals = wall.reused = wall.idle_ticks = 0;
   pthread_mutex_unlock(&wall.lock);
 
   cp_unwind_init();
@@ -439,9 +451,10 @@ static void wall_stop(void) {
     wall.thread_running = 0;
   }
   pthread_mutex_lock(&wall.lock);
-  cp_debug("wall sampler: %llu ticks, %llu signals, %llu stacks reused",
-           (unsigned long long)wall.ticks, (unsigned long long)wall.signals,
-           (unsigned long long)wall.reused);
+  cp_debug("wall sampler: %llu ticks (%llu of them over idle windows), %llu "
+           "signals, %llu stacks reused",
+           (unsigned long long)wall.ticks, (unsigned long long)wall.idle_ticks,
+           (unsigned long long)wall.signals, (unsigned long long)wall.reused);
   while (wall.nlive)
     release_live_locked(wall.nlive - 1);
   pthread_mutex_unlock(&wall.lock);
