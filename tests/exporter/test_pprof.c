@@ -1094,7 +1094,7 @@ static void show_stderr(void) {
 }
 
 static void test_go_tool_pprof(void) {
-  int status;
+  int status = -1;
   char *go = run("command -v go", &status);
   if (!go || status != 0 || !go[0]) {
     printf("note: go is not installed; skipping the go tool pprof check\n");

@@ -36,7 +36,7 @@ static int contprof(char *const argv[], char **out, char **err) {
 }
 
 static int have_go(void) {
-  int status;
+  int status = -1;
   char *go = run("command -v go", &status);
   int ok = go && status == 0 && go[0];
   free(go);
@@ -495,7 +495,7 @@ static void test_merge_go_top(void) {
              "go tool pprof -top -nodefraction=0 -symbolize=none "
              "-sample_index=%s '%s'",
              type, out);
-    int status;
+    int status = -1;
     char *go = run(cmd, &status);
     CHECK_EQ_INT(status, 0);
     /* The table: everything from the header row on. */
@@ -711,7 +711,7 @@ static void test_views_escape_names(void) {
                      "\xe2\x80\xa8\xef\xbf\xbd&#39;&quot; (3, 100.00%)"
                      "</title>") != NULL);
   free(text);
-  int status;
+  int status = -1;
   char cmd[512];
   snprintf(cmd, sizeof cmd,
            "python3 -c 'import sys,xml.dom.minidom as m; "
@@ -757,7 +757,7 @@ static char *browser_selftest(const char *page, const char *frag) {
            "--user-data-dir='%s/chromium' --window-size=1000,700 "
            "--virtual-time-budget=5000 --dump-dom 'file://%s#selftest=%s'",
            tmp_dir, page, frag);
-  int status;
+  int status = -1;
   char *dom = run(cmd, &status);
   CHECK_EQ_INT(status, 0);
   char *st = dom ? strstr(dom, "<pre id=\"selftest\">") : NULL;
@@ -772,7 +772,7 @@ static char *browser_selftest(const char *page, const char *frag) {
 }
 
 static void test_browser(void) {
-  int status;
+  int status = -1;
   char *which = run("command -v chromium", &status);
   free(which);
   if (status != 0) {
