@@ -243,10 +243,13 @@ static void test_short_threads_oversubscribed(void) { check_short_threads(3); }
  * at every request) while a third works 3 s of work_beta. With the default
  * CONTPROF_CPU_CLOCK=auto the two leave their perf task clocks for POSIX
  * timers once their switches are read (docs/signals.md, "Which clock"), and
- * no CPU time is lost in the move; with CONTPROF_CPU_CLOCK=perf they keep
- * them. At 250 Hz each function gets several hundred samples: the 8%
- * tolerance is over four binomial standard errors of work_alpha's share of
- * the token threads' samples (they also spend CPU in read and write). */
+ * no CPU time is lost in the move: the samples under token_thread add up to
+ * the two threads' CPU time, and work_beta's to its truth, within 8% (the
+ * weights are CPU time, exact but for a period at each end). With
+ * CONTPROF_CPU_CLOCK=perf they keep them. Where in token_thread the samples
+ * land is not checked against the truth: on this VM a thread's wakeup costs
+ * it 150-580 us of CPU, and work_alpha, which runs right after, gets 2-11%
+ * more than it burnt, with either clock. */
 static void check_switchy(const char *clock, int expect_moved) {
   char *dir = make_temp_dir("switchy");
   char setting[64];
@@ -258,9 +261,10 @@ static void check_switchy(const char *clock, int expect_moved) {
   run_result *r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, env, r), 0);
   CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
-  unsigned long long alpha = 0, beta = 0;
-  CHECK_EQ_INT(sscanf(r->out, "work_alpha=%llu work_beta=%llu", &alpha, &beta),
-               2);
+  unsigned long long alpha = 0, beta = 0, token = 0;
+  CHECK_EQ_INT(sscanf(r->out, "work_alpha=%llu work_beta=%llu token_cpu=%llu",
+                      &alpha, &beta, &token),
+               3);
   pprof_top top;
   pprof_profile *p = NULL;
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
@@ -268,12 +272,15 @@ static void check_switchy(const char *clock, int expect_moved) {
     const char *moved = profile_comment(p, "cpu_clock_moved");
     const char *clocks = profile_comment(p, "cpu_clock_threads");
     CHECK(moved != NULL && clocks != NULL);
+    double got_token = (double)top_cum(&top, "token_thread");
     double got_alpha = (double)top_cum(&top, "work_alpha");
     double got_beta = (double)top_cum(&top, "work_beta");
-    printf("CONTPROF_CPU_CLOCK=%s: moved %s, threads %s; work_alpha %.3f s "
-           "of %.3f s, work_beta %.3f s of %.3f s\n",
-           clock, moved ? moved : "?", clocks ? clocks : "?", got_alpha / 1e9,
-           (double)alpha / 1e9, got_beta / 1e9, (double)beta / 1e9);
+    printf("CONTPROF_CPU_CLOCK=%s: moved %s, threads %s; token threads %.3f s "
+           "of %.3f s (work_alpha %.3f s of %.3f s), work_beta %.3f s of "
+           "%.3f s\n",
+           clock, moved ? moved : "?", clocks ? clocks : "?", got_token / 1e9,
+           (double)token / 1e9, got_alpha / 1e9, (double)alpha / 1e9,
+           got_beta / 1e9, (double)beta / 1e9);
     /* The main thread waits in pthread_join on its perf task clock. */
     if (clocks && strncmp(clocks, "perf:0,", 7) == 0)
       printf("perf_event_open refused here: POSIX timers, clocks not "
@@ -282,7 +289,8 @@ static void check_switchy(const char *clock, int expect_moved) {
       CHECK(moved && atoi(moved) >= 2);
     else
       CHECK(moved && atoi(moved) == 0);
-    CHECK_NEAR(got_alpha / (double)alpha, 1.0, 0.08);
+    CHECK_NEAR(got_token / (double)token, 1.0, 0.08);
+    CHECK(got_alpha > 0.5 * got_token); /* the work is where it works */
     CHECK_NEAR(got_beta / (double)beta, 1.0, 0.08);
     pprof_top_free(&top);
     pprof_profile_free(p);

@@ -23,7 +23,8 @@
  *                           working 50 us in work_alpha per turn (a server
  *                           thread that blocks at every request), while a
  *                           third works SECONDS of CPU in work_beta; prints
- *                           the true CPU ns of each
+ *                           the true CPU ns of each, and the two threads'
+ *                           whole CPU time
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -164,7 +165,7 @@ static int close_fds(void) {
 /* switchy: pipe[i] wakes thread i of the pair. */
 static int token_pipe[2][2];
 static _Atomic int token_stop;
-static _Atomic uint64_t token_truth, steady_truth;
+static _Atomic uint64_t token_truth, token_cpu, steady_truth;
 
 static void *token_thread(void *arg) {
   int me = (int)(uintptr_t)arg;
@@ -181,6 +182,7 @@ static void *token_thread(void *arg) {
       break;
   }
   atomic_fetch_add(&token_truth, local);
+  atomic_fetch_add(&token_cpu, thread_cpu_ns()); /* its whole life */
   return NULL;
 }
 
@@ -202,8 +204,9 @@ static int switchy(double seconds) {
   atomic_store(&token_stop, 1);
   pthread_join(t[0], NULL);
   pthread_join(t[1], NULL);
-  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 "\n",
-         atomic_load(&token_truth), atomic_load(&steady_truth));
+  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 " token_cpu=%" PRIu64 "\n",
+         atomic_load(&token_truth), atomic_load(&steady_truth),
+         atomic_load(&token_cpu));
   return 0;
 }
 
