@@ -588,10 +588,11 @@ static void cpu_tick(void) {
                 (int)fresh.tid);
     }
   }
-  pthread_mutex_unlock(&cpu.lock);
-  if (cpu.adapt)
+  if (cpu.adapt) { /* it reads files without the lock */
+    pthread_mutex_unlock(&cpu.lock);
     check_switch_rates();
-  pthread_mutex_lock(&cpu.lock);
+    pthread_mutex_lock(&cpu.lock);
+  }
   unsigned perf = 0, posix = 0;
   for (size_t i = 0; i < cpu.ntimers; i++) {
     perf += cpu.timers[i].fd >= 0;

@@ -42,7 +42,6 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
@@ -145,7 +144,8 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
-  if (cp_signal_in_syscall(ucontext))
+  int in_syscall = cp_signal_in_syscall(ucontext);
+  if (in_syscall)
     cp_thread.own_signals++;
   wall_slot *s = slot_at((uint32_t)value);
   pid_t tid = cp_gettid();
@@ -168,7 +168,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
      * libunwind's per-thread cache (256 KiB); one caught blocked in a
      * system call, as idle threads are, steps from the ucontext instead,
      * which needs no cache. */
-    s->in_syscall = cp_signal_in_syscall(ucontext);
+    s->in_syscall = in_syscall;
     s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, max,
                                             !s->in_syscall, &truncated);
     s->truncated = (uint32_t)truncated;
@@ -220,14 +220,14 @@ static int send_wall_signal(pid_t tid, uint32_t index) {
   return (int)syscall(SYS_rt_tgsigqueueinfo, wall.pid, tid, wall.signal, &info);
 }
 
-/* One tick for a window of about `windows` intervals (window_ns): draw k of the
- * n threads (a partial Fisher-Yates shuffle of live[], so each thread is
- * drawn with probability k/n) and credit each drawn one n/k x the window.
+/* One tick for a window of window_ns: draw k of the n threads (a partial
+ * Fisher-Yates shuffle of live[], so each thread is drawn with probability
+ * k/n) and credit each drawn one n/k x the window.
  * The count is n/k rounded up or down at random so that it, too, is
  * unbiased. Returns whether every thread was drawn and found still blocked
  * where its last stack was taken (no signal sent or outstanding). Caller
  * holds wall.lock. */
-static int wall_tick_locked(uint64_t window_ns, unsigned windows) {
+static int wall_tick_locked(uint64_t window_ns) {
   size_t n = wall.nlive;
   cp_ring *ring = cp_agg_ring();
   if (n == 0 || !ring)
@@ -240,6 +240,11 @@ static int wall_tick_locked(uint64_t window_ns, unsigned windows) {
     wall.live[j] = t;
   }
   int64_t weight_ns = (int64_t)(window_ns * n / k);
+  /* The window in intervals in force (rounded, at least one). */
+  int64_t intervals =
+      (int64_t)((window_ns + wall.interval_ns / 2) / wall.interval_ns);
+  if (intervals < 1)
+    intervals = 1;
   int idle = k == n;
   wall.ticks++;
   for (size_t i = 0; i < k; i++) {
@@ -248,7 +253,7 @@ static int wall_tick_locked(uint64_t window_ns, unsigned windows) {
     /* In configured intervals: a slowed-down or idle tick stands for
      * several. */
     int64_t count = ((int64_t)(n / k) + (cp_random_below(k) < n % k)) *
-                    wall.slowdown * windows;
+                    wall.slowdown * intervals;
     int64_t prev = atomic_fetch_add(&s->pending_ns, weight_ns);
     atomic_fetch_add(&s->pending_count, count);
     if (prev > 0) {
@@ -306,9 +311,7 @@ static void *wall_timer_thread(void *arg) {
     if (wall.stop)
       break;
     uint64_t window_ns = missed + ahead;
-    unsigned intervals =
-        (unsigned)((window_ns + wall.interval_ns / 2) / wall.interval_ns);
-    int idle = wall_tick_locked(window_ns, intervals ? intervals : 1);
+    int idle = wall_tick_locked(window_ns);
     wall.idle_ticks += windows > 1;
     start += window_ns;
     windows =
