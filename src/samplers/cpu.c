@@ -64,8 +64,10 @@
  * backends here: docs/signals.md) is 0.06-0.6% of the thread's CPU; a busy
  * thread preempted at every tick is at 250. */
 #define SWITCH_LIMIT 1000
-#define SWITCH_MIN 100   /* switches seen before a thread is judged */
-#define SWITCH_CHECKS 64 /* threads whose switches are read per tick */
+/* A thread's switch rate is judged over each SWITCH_WINDOW_NS of its CPU
+ * time: at the limit, that is 100 switches, enough to tell. */
+#define SWITCH_WINDOW_NS 100000000ull
+#define SWITCH_REQUESTS 64 /* threads waiting for the tick to move them */
 
 typedef struct thread_timer {
   pid_t tid;
@@ -73,8 +75,6 @@ typedef struct thread_timer {
   int fd;       /* perf event descriptor, or -1 */
   dev_t dev;    /* the descriptor's file, to tell it from a later file */
   ino_t ino;    /* the application opened under the same number */
-  int seen;     /* seen_*: the thread's schedstat at a check */
-  uint64_t seen_cpu_ns, seen_switches;
 } thread_timer;
 
 /* The descriptors of our perf events, for the handler to tell their
@@ -107,8 +107,7 @@ static struct {
   size_t nperf;         /* perf descriptors open */
   size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
   int perf_fd_floor;    /* descriptors are moved to this number or above */
-  int adapt;            /* auto: threads that switch often leave perf */
-  size_t check_next;    /* the next timer whose switches are read */
+  _Atomic int adapt;    /* auto: threads that switch often leave perf */
   int moved_logged;
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -119,22 +118,34 @@ static inline int perf_fd_ours(int fd) {
              1;
 }
 
-/* The thread's CPU time at its last perf sample in this run (gen). */
+/* The thread's CPU time at its last perf sample in this run (gen), and
+ * its switch count (voluntary and involuntary) at the start of the window
+ * its switch rate is judged over. */
 static CP_TLS struct {
   unsigned gen;
   uint64_t cpu_ns;
+  uint64_t window_cpu_ns, window_switches;
+  int moving; /* asked to leave perf in this run */
 } perf_last;
+
+/* Threads whose handlers found them switching more than SWITCH_LIMIT times
+ * per CPU-second: tids the tick moves to POSIX timers (0: free), and the
+ * first one's rate for the log line. */
+static _Atomic pid_t move_requests[SWITCH_REQUESTS];
+static _Atomic uint64_t move_rate;
 
 /* Async-signal-safe (one clock_gettime). The CPU time the thread used
  * since its last perf sample: the time the event stood still from its
  * overflow to this handler, or while the thread blocked the signal, is
  * counted too. The first sample of a thread in a run weighs at most one
  * period (its first period was random in (0, period]). */
-static int64_t perf_cpu_since_last(void) {
+static int64_t perf_cpu_since_last(uint64_t *cpu_now) {
   struct timespec ts;
+  *cpu_now = 0;
   if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
     return (int64_t)cpu.period_ns;
   uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  *cpu_now = now;
   unsigned gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
   /* A first sample weighs one period, or the thread's whole CPU time when
    * that is less (a thread made after the start, whose clock was armed when
@@ -146,9 +157,66 @@ static int64_t perf_cpu_since_last(void) {
                       ? (int64_t)(now - perf_last.cpu_ns)
                   : (int64_t)now < period ? (int64_t)now
                                           : period;
+  if (perf_last.gen != gen) {
+    perf_last.window_cpu_ns = 0; /* a new window starts at this sample */
+    perf_last.moving = 0;
+  }
   perf_last.gen = gen;
   perf_last.cpu_ns = now;
   return since;
+}
+
+/* The calling thread's switches so far (scheduled out, voluntarily or not:
+ * each is followed by a switch in), or -1. */
+static int64_t thread_switches(void) {
+  struct rusage ru;
+  if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0)
+    return -1;
+  return (int64_t)ru.ru_nvcsw + (int64_t)ru.ru_nivcsw;
+}
+
+/* Async-signal-safe and bounded: one getrusage per SWITCH_WINDOW_NS of the
+ * thread's CPU time, and at most SWITCH_REQUESTS compare-and-swaps. With
+ * CONTPROF_CPU_CLOCK=auto, judges the thread on a perf task clock by how
+ * often it switched in its last window of CPU time, and asks the tick to
+ * move it to a POSIX timer when that was more than SWITCH_LIMIT times per
+ * CPU-second. The thread measures itself so that the profiler opens no
+ * file to learn it: a descriptor of ours open at the wrong moment is one an
+ * application closing and reusing numbers would lose or have closed
+ * (docs/security.md, "Descriptors shared with the application"). A thread
+ * that rarely runs is judged rarely, and costs the kernel little either
+ * way; a short-lived thread, which perf task clocks serve best, ends before
+ * its first window does. */
+static void judge_switches(uint64_t cpu_now) {
+  if (!cpu_now || perf_last.moving ||
+      !atomic_load_explicit(&cpu.adapt, memory_order_relaxed))
+    return;
+  if (perf_last.window_cpu_ns &&
+      cpu_now - perf_last.window_cpu_ns < SWITCH_WINDOW_NS)
+    return;
+  int64_t switches = thread_switches();
+  if (switches < 0)
+    return;
+  uint64_t d_ns = cpu_now - perf_last.window_cpu_ns;
+  uint64_t d_switches = (uint64_t)switches - perf_last.window_switches;
+  int judged = perf_last.window_cpu_ns != 0 &&
+               (uint64_t)switches >= perf_last.window_switches;
+  perf_last.window_cpu_ns = cpu_now;
+  perf_last.window_switches = (uint64_t)switches;
+  if (!judged || d_switches * 1000000000ull <= SWITCH_LIMIT * d_ns)
+    return;
+  pid_t tid = (pid_t)syscall(SYS_gettid);
+  for (int i = 0; i < SWITCH_REQUESTS; i++) {
+    pid_t free_slot = 0;
+    if (atomic_compare_exchange_strong(&move_requests[i], &free_slot, tid)) {
+      perf_last.moving = 1;
+      uint64_t none = 0;
+      atomic_compare_exchange_strong(&move_rate, &none,
+                                     d_switches * 1000000000ull / d_ns);
+      return;
+    }
+  }
+  /* Every slot taken until the next tick: judged again a window later. */
 }
 
 /* Async-signal-safe: two ioctls on our own descriptor. The overflow disabled
@@ -183,7 +251,9 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
              perf_fd_ours(info->si_fd)) {
     if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
       perf_rearm(info->si_fd);
-    quantity = perf_cpu_since_last();
+    uint64_t cpu_now;
+    quantity = perf_cpu_since_last(&cpu_now);
+    judge_switches(cpu_now);
     int64_t base = (int64_t)cpu.base_period_ns;
     weight = (quantity + base / 2) / base;
     if (weight < 1)
@@ -338,30 +408,11 @@ static void perf_close(thread_timer *t) {
     perf_forget(t, perf_fd_still_ours(t));
 }
 
-/* The thread's CPU time and how many times it was scheduled in, from
- * /proc/self/task/TID/schedstat: "sum_exec_runtime run_delay pcount", in
- * ns, ns and times (the kernel's CONFIG_SCHED_INFO). */
-static int read_switches(pid_t tid, uint64_t *cpu_ns, uint64_t *switches) {
-  char path[48], buf[96];
-  snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  unsigned long long run, delay, count;
-  if (n <= 0 ||
-      (buf[n] = 0, sscanf(buf, "%llu %llu %llu", &run, &delay, &count) != 3))
-    return -1;
-  *cpu_ns = run;
-  *switches = count;
-  return 0;
-}
-
 /* Which clock serves this run: perf task clocks unless configured off or
  * refused here (tried on the calling thread, kernel mode included first). */
 static void choose_clock(const cp_config *cfg) {
   cpu.perf = 0;
+  atomic_store(&cpu.adapt, 0);
   if (cfg->cpu_clock == CP_CPU_CLOCK_POSIX)
     return;
   pid_t self = (pid_t)syscall(SYS_gettid);
@@ -394,15 +445,15 @@ static void choose_clock(const cp_config *cfg) {
   cpu.perf_fd_floor = soft >= 2 * FD_SETSIZE ? FD_SETSIZE : 0;
   cpu.nperf = 0;
   cpu.perf = cpu.perf_budget > 0;
-  uint64_t ns, switches;
-  cpu.adapt = cpu.perf && cfg->cpu_clock == CP_CPU_CLOCK_AUTO &&
-              read_switches(self, &ns, &switches) == 0;
+  int adapt =
+      cpu.perf && cfg->cpu_clock == CP_CPU_CLOCK_AUTO && thread_switches() >= 0;
+  atomic_store(&cpu.adapt, adapt);
   cp_info("CPU samples from perf task clocks%s, up to %zu threads%s",
           cpu.perf_exclude_kernel ? " (user mode only)" : "", cpu.perf_budget,
-          cpu.adapt ? "; threads that switch often get POSIX CPU timers"
+          adapt ? "; threads that switch often get POSIX CPU timers"
           : cfg->cpu_clock == CP_CPU_CLOCK_AUTO
-              ? "; no /proc schedstat: threads keep them however often they "
-                "switch"
+              ? "; no per-thread switch counts: threads keep them however "
+                "often they switch"
               : "");
 }
 
@@ -514,56 +565,19 @@ static void move_to_posix(thread_timer *t, uint64_t switches_per_cpu_s) {
             (int)t->tid, (unsigned long long)switches_per_cpu_s);
 }
 
-/* Caller holds cpu.lock. Judges t's thread by its schedstat reading. */
-static void judge_switches(thread_timer *t, uint64_t ns, uint64_t switches) {
-  if (!t->seen || switches < t->seen_switches || ns < t->seen_cpu_ns) {
-    t->seen = 1, t->seen_cpu_ns = ns, t->seen_switches = switches;
-    return;
-  }
-  uint64_t d_switches = switches - t->seen_switches;
-  if (d_switches < SWITCH_MIN)
-    return; /* judged over a longer time */
-  uint64_t d_ns = ns - t->seen_cpu_ns;
-  if (d_switches * 1000000000ull > SWITCH_LIMIT * d_ns) {
-    move_to_posix(t, d_ns ? d_switches * 1000000000ull / d_ns : d_switches);
-    return;
-  }
-  t->seen_cpu_ns = ns, t->seen_switches = switches;
-}
-
-/* With CONTPROF_CPU_CLOCK=auto, once a second: reads how often up to
- * SWITCH_CHECKS threads on perf task clocks (in turn) were scheduled in since
- * their last reading, against the CPU time they used, and moves those above
- * SWITCH_LIMIT to POSIX timers. A thread is judged once it switched
- * SWITCH_MIN times since its last reading: a thread that rarely runs costs
- * the kernel little either way. Short-lived threads, which perf task clocks
- * serve best, end before their second reading and keep theirs. The files
- * are read without cpu.lock, which thread starts and exits take. */
-static void check_switch_rates(void) {
-  pid_t tids[SWITCH_CHECKS];
-  uint64_t ns[SWITCH_CHECKS], switches[SWITCH_CHECKS];
-  size_t n = 0;
-  pthread_mutex_lock(&cpu.lock);
-  size_t scan = cpu.ntimers;
-  for (; scan > 0 && n < SWITCH_CHECKS; scan--) {
-    if (cpu.check_next >= cpu.ntimers)
-      cpu.check_next = 0;
-    const thread_timer *t = &cpu.timers[cpu.check_next++];
-    if (t->fd >= 0)
-      tids[n++] = t->tid;
-  }
-  pthread_mutex_unlock(&cpu.lock);
-  for (size_t i = 0; i < n; i++)
-    if (read_switches(tids[i], &ns[i], &switches[i]) != 0)
-      tids[i] = 0; /* ended meanwhile */
-  pthread_mutex_lock(&cpu.lock);
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = 0; tids[i] && j < cpu.ntimers; j++)
-      if (cpu.timers[j].tid == tids[i] && cpu.timers[j].fd >= 0) {
-        judge_switches(&cpu.timers[j], ns[i], switches[i]);
+/* Caller holds cpu.lock. Moves the threads the handlers asked to move
+ * (judge_switches). A tid whose thread ended, or has no perf task clock, is
+ * passed over. */
+static void move_switching_threads(void) {
+  uint64_t rate = atomic_exchange(&move_rate, 0);
+  for (int i = 0; i < SWITCH_REQUESTS; i++) {
+    pid_t tid = atomic_exchange(&move_requests[i], 0);
+    for (size_t j = 0; tid && j < cpu.ntimers; j++)
+      if (cpu.timers[j].tid == tid && cpu.timers[j].fd >= 0) {
+        move_to_posix(&cpu.timers[j], rate);
         break;
       }
-  pthread_mutex_unlock(&cpu.lock);
+  }
 }
 
 /* Once a second: a perf descriptor the application closed (a daemon's
@@ -588,11 +602,7 @@ static void cpu_tick(void) {
                 (int)fresh.tid);
     }
   }
-  if (cpu.adapt) { /* it reads files without the lock */
-    pthread_mutex_unlock(&cpu.lock);
-    check_switch_rates();
-    pthread_mutex_lock(&cpu.lock);
-  }
+  move_switching_threads();
   unsigned perf = 0, posix = 0;
   for (size_t i = 0; i < cpu.ntimers; i++) {
     perf += cpu.timers[i].fd >= 0;
@@ -640,7 +650,9 @@ static int cpu_start(const cp_config *cfg) {
   cp_threads_set_sampling_signal(sig);
   choose_clock(cfg);
   cpu.perf_failed_logged = cpu.perf_lost_logged = cpu.moved_logged = 0;
-  cpu.check_next = 0;
+  for (int i = 0; i < SWITCH_REQUESTS; i++)
+    atomic_store(&move_requests[i], 0);
+  atomic_store(&move_rate, 0);
   atomic_fetch_add(&cpu.gen, 1);
   atomic_store(&cpu.itimer_fallback, 0);
   atomic_store(&cpu.active, 1);
