@@ -21,9 +21,13 @@
  * the last change, and looks at most this many back. */
 #define WINDOW_MIN 2
 #define WINDOW_MAX 5
-/* A process using less CPU than this per second is idle: a share of almost
- * nothing says nothing. */
-#define IDLE_CPU_NS_PER_S 10000000ull
+/* The profiler may always use this much CPU a second, whatever the cap
+ * says: in a process that is idle but for it, its share is near 100% by
+ * construction, and slowing it to a share of almost nothing would leave the
+ * idle process's wall profile a few windows of seconds each. 5 ms a second
+ * is 0.5% of one CPU; at the defaults an idle process's profiler uses about
+ * 2.5 ms (docs/overhead.md), so it is not slowed there. */
+#define ALLOWANCE_NS_PER_S 5000000ull
 /* The floors: below these rates a profile says too little. */
 #define CPU_FLOOR_HZ 5
 #define WALL_FLOOR_INTERVAL_NS 1000000000ull
@@ -212,7 +216,7 @@ void cp_governor_tick(void) {
   size_t seconds = gov.nhistory - 1;
   const cp_stats_totals *then = &gov.history[0];
   uint64_t process = now.process_cpu_ns - then->process_cpu_ns;
-  if (seconds < WINDOW_MIN || process < IDLE_CPU_NS_PER_S * seconds) {
+  if (seconds < WINDOW_MIN || process == 0) {
     pthread_mutex_unlock(&gov.lock);
     return;
   }
@@ -262,6 +266,8 @@ void cp_governor_tick(void) {
                         : gov.fixed_share + (fixed_share - gov.fixed_share) *
                                                 (weight < 1 ? weight : 1);
   double cap = gov.cap_pct / 100.0 * (double)process;
+  if (cap < (double)(ALLOWANCE_NS_PER_S * seconds))
+    cap = (double)(ALLOWANCE_NS_PER_S * seconds);
   double smoothed = gov.fixed_share * (double)process;
   double budget = cap - smoothed > cap / 4 ? cap - smoothed : cap / 4;
   total += smoothed - fixed;
