@@ -358,12 +358,25 @@ static void test_fork_children_exit_cleanly(void) {
 static void test_application_sigprof_keeps_working(void) {
   char *dir = make_temp_dir("ownprof");
   run_result *r = run_mode("250", dir, "own-sigprof", NULL);
-  int ticks = -1;
-  sscanf(r->out, "own_ticks=%d", &ticks);
-  /* 1 s of CPU with its own 10 ms ITIMER_PROF: about 100 of its ticks
-   * (the kernel delivers them at 4 ms ticks), none of ours. */
-  printf("application's own SIGPROF ticks: %d\n", ticks);
-  CHECK(ticks >= 70 && ticks <= 130);
+  int timer = -1, raised = -1, foreign = -1, allowed = -1, kept = -1;
+  const char *line = strstr(r->out, "timer_ticks=");
+  CHECK(line && sscanf(line,
+                       "timer_ticks=%d raised_ticks=%d foreign_ticks=%d "
+                       "allowed=%d timer_kept=%d",
+                       &timer, &raised, &foreign, &allowed, &kept) == 5);
+  /* Every SIGPROF it sent itself reached its handler, none of ours did, its
+   * ITIMER_PROF is as it set it, and that timer's ticks are at most what
+   * its CPU time allows. How many of those the kernel delivers is not ours
+   * to check: on this VM under load a plain run gets 0-2 of 40 (10 ms
+   * timer: 59 of 100 once on a loaded CI machine). */
+  printf("application's SIGPROF: %d of the 40 it sent received, %d timer ticks "
+         "of %d "
+         "allowed, %d not its own, timer kept %d\n",
+         raised, timer, allowed, foreign, kept);
+  CHECK_EQ_INT(raised, 40);
+  CHECK_EQ_INT(foreign, 0);
+  CHECK_EQ_INT(kept, 1);
+  CHECK(timer >= 0 && timer <= allowed + 2);
   pprof_top top;
   pprof_profile *p = NULL;
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);

@@ -158,12 +158,22 @@ static void test_inline_chains(void) {
           " outside=%" PRId64 " not_inlined=%" PRId64 " addresses=%zu\n",
           total, heavy, light, outside, not_inlined, nseen);
   /* 5 CPU seconds at 199 Hz: ~1000 samples, so a share's standard error is 1.5
-   * points; 6 points is four of them. */
+   * points; 6 points is four of them. The truth is the helpers' CPU time as
+   * the workload measured it: 66.6% heavy alone, and a loaded machine moves
+   * it (a CI run sampled 60.3% where 66.7% was assumed). */
+  unsigned long long heavy_ns = 0, light_ns = 0;
+  const char *done = strstr(r->out, "done heavy_ns=");
+  CHECK(done && sscanf(done, "done heavy_ns=%llu light_ns=%llu", &heavy_ns,
+                       &light_ns) == 2);
+  double truth = heavy_ns + light_ns
+                     ? 100.0 * (double)heavy_ns / (double)(heavy_ns + light_ns)
+                     : 0;
   CHECK(total > 400);
-  double hs = 100.0 * (double)heavy / (double)total;
-  double ls = 100.0 * (double)light / (double)total;
-  CHECK(hs > 66.7 - 6 && hs < 66.7 + 6);
-  CHECK(ls > 33.3 - 6 && ls < 33.3 + 6);
+  CHECK(heavy + light >= total * 9 / 10);
+  double hs =
+      heavy + light ? 100.0 * (double)heavy / (double)(heavy + light) : 0;
+  fprintf(stderr, "heavy share: %.1f%% sampled, %.1f%% measured\n", hs, truth);
+  CHECK(hs > truth - 6 && hs < truth + 6);
   CHECK_EQ_INT(outside, 0);
   CHECK_EQ_INT(not_inlined, 0);
 
