@@ -21,7 +21,7 @@
  *
  * A perf task clock costs the kernel work at every switch of its thread (its
  * hrtimer is stopped and started again, a timer reprogramming each, and a VM
- * exit in a guest). With CONTPROF_CPU_CLOCK=auto, a thread found switching
+ * exit in a guest). With CONTPROF_CPU_CLOCK=auto, a thread found blocking
  * more than SWITCH_LIMIT times per second of its CPU time (a server thread
  * that blocks at every request) is moved to a POSIX timer, where the
  * kernel's work is at its tick (docs/signals.md, "Which clock"). */
@@ -58,11 +58,11 @@
 #define CPUCLOCK_SCHED 2
 #define CPUCLOCK_PERTHREAD 4
 
-/* Which clock: a thread scheduled in more often than this per second of
- * its CPU time leaves its perf task clock. At 1000, the clock's kernel work
- * at each switch (0.6 us in bench/switch_cost, about 6 us in PostgreSQL's
- * backends here: docs/signals.md) is 0.06-0.6% of the thread's CPU; a busy
- * thread preempted at every tick is at 250. */
+/* Which clock: a thread that blocks (switches out voluntarily) more often
+ * than this per second of its CPU time leaves its perf task clock. At 1000,
+ * the clock's kernel work at each switch (0.6 us in bench/switch_cost, about
+ * 6 us in PostgreSQL's backends here: docs/signals.md) is 0.06-0.6% of the
+ * thread's CPU. Preemptions are not counted (thread_switches). */
 #define SWITCH_LIMIT 1000
 /* A thread's switch rate is judged over each SWITCH_WINDOW_NS of its CPU
  * time: at the limit, that is 100 switches, enough to tell. */
@@ -166,13 +166,16 @@ static int64_t perf_cpu_since_last(uint64_t *cpu_now) {
   return since;
 }
 
-/* The calling thread's switches so far (scheduled out, voluntarily or not:
- * each is followed by a switch in), or -1. */
+/* The calling thread's voluntary switches so far (it blocked: each is
+ * followed by a switch in), or -1. Preemptions are left out: a thread
+ * preempted often shares an oversubscribed CPU, where a POSIX timer, checked
+ * only at the tick, would miss most of its CPU time (docs/signals.md); that
+ * is where the perf task clock is needed. */
 static int64_t thread_switches(void) {
   struct rusage ru;
   if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0)
     return -1;
-  return (int64_t)ru.ru_nvcsw + (int64_t)ru.ru_nivcsw;
+  return (int64_t)ru.ru_nvcsw;
 }
 
 /* Async-signal-safe and bounded: one getrusage per SWITCH_WINDOW_NS of the
@@ -547,15 +550,16 @@ static void cpu_thread_exited(pid_t tid) {
 }
 
 /* Caller holds cpu.lock. t's thread leaves its perf task clock for a POSIX
- * timer. The CPU time between its last perf sample and the timer's first
- * expiry is not weighed exactly: the first expiry weighs a whole period
- * after a random part of one, which is that time on average. */
+ * timer, if one can be made. The CPU time between its last perf sample and the
+ * timer's first expiry is not weighed exactly: the first expiry weighs a whole
+ * period after a random part of one, which is that time on average. */
 static void move_to_posix(thread_timer *t, uint64_t switches_per_cpu_s) {
+  int id;
+  if (timer_create_for(t->tid, &id) != 0)
+    return; /* ended meanwhile, or no timers left (RLIMIT_SIGPENDING): the
+               thread keeps its perf task clock */
   perf_close(t);
-  if (timer_create_for(t->tid, &t->timer_id) != 0) {
-    t->timer_id = -1; /* the thread ended meanwhile, or no timers left */
-    return;
-  }
+  t->timer_id = id;
   cp_stats_count_cpu_clock_moved();
   if (!cpu.moved_logged++)
     cp_info("thread %d switches %llu times per second of its CPU time: its "
