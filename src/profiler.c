@@ -23,6 +23,7 @@
 #include "interpose/real.h"
 #include "labels.h"
 #include "profiler_internal.h"
+#include "samplers/creds.h"
 #include "samplers/fpwalk.h"
 #include "samplers/governor.h"
 #include "samplers/sampler.h"
@@ -152,6 +153,7 @@ static void after_fork_child(void) {
   prof.nactive = 0;
   cp_signals_after_fork_child();
   cp_threads_after_fork_child();
+  cp_creds_after_fork_child();
   cp_interpose_after_fork_child();
   cp_scheduler_after_fork_child();
   cp_agg_after_fork_child();
@@ -194,6 +196,12 @@ static const char *runtime_option(const char *name, void *ctx) {
   return v ? v : cp_config_getenv(name);
 }
 
+/* On each of the profiler's threads, before it runs. */
+static void internal_thread_begins(void) {
+  cp_threads_exclude_self();
+  cp_creds_thread_begin();
+}
+
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
@@ -208,8 +216,10 @@ static int start_configured(void) {
   cp_labels_set_profiling(1);
   cp_stats_reset();
   /* Every thread of the profiler's own, whichever layer starts it, is
-   * excluded from sampling before it runs. */
-  cp_set_internal_thread_init(cp_threads_exclude_self);
+   * excluded from sampling before it runs, and follows the application's
+   * capability changes (samplers/creds.h). */
+  cp_creds_start();
+  cp_set_internal_thread_init(internal_thread_begins);
   if ((rc = cp_agg_start(&prof.cfg, tick, cp_thread_name_of))) {
     cp_labels_set_profiling(0);
     return rc;

@@ -113,7 +113,7 @@ int cp_signal_install(int preferred, cp_signal_handler handler) {
   for (int s = SIGRTMIN + 4; sig < 0 && s <= SIGRTMAX; s++)
     if (!installed[s] && is_free(s)) {
       sig = install(s, handler);
-      if (sig > 0)
+      if (sig > 0 && preferred > 0)
         cp_info("signal %d is in use by the application; sampling with "
                 "signal %d",
                 preferred, sig);

@@ -19,7 +19,8 @@
 typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
 
 /* Installs handler for `preferred` if the application has no handler for it,
- * else for the first free real-time signal. Returns the signal, or -1. The
+ * else (or when preferred is 0) for the first free real-time signal from
+ * SIGRTMIN+4. Returns the signal, or -1. The
  * previous disposition is kept for cp_signal_chain. Handlers stay installed
  * for the life of the process: a late timer signal must never meet SIG_DFL. */
 int cp_signal_install(int preferred, cp_signal_handler handler);

@@ -195,3 +195,12 @@ cp_unit_test(test_fp_profile integration/test_fp_profile.c)
 add_dependencies(test_fp_profile fp_workload_fp fp_workload_nofp contprof_cli
   contprof_preload)
 set_tests_properties(test_fp_profile PROPERTIES TIMEOUT 240)
+
+# Credentials: a program that changes its user as setpriv --reuid does
+# (PR_SET_KEEPCAPS, capset, then its groups) while profiled (needs root).
+add_executable(creds_workload integration/creds_workload.c)
+set_target_properties(creds_workload PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+cp_unit_test(test_creds integration/test_creds.c)
+add_dependencies(test_creds creds_workload contprof_cli contprof_preload)
+set_tests_properties(test_creds PROPERTIES TIMEOUT 120)
