@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -597,11 +598,16 @@ static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned table_gen;
 static atomic_ullong n_walked, n_fell_back;
 
-/* Objects as dl_iterate_phdr lists them, while building. */
+/* Objects as dl_iterate_phdr lists them, while building, with what it
+ * takes to hold each one loaded while its .eh_frame is read (pin_objects). */
+#define PIN_NAME_BYTES 512
 typedef struct build_ctx {
   fp_object *objs;
   size_t n, cap;
   unsigned long long adds, subs;
+  char (*names)[PIN_NAME_BYTES]; /* dlpi_name; "" for the program, vdso */
+  uintptr_t *bases;              /* dlpi_addr */
+  void **pins;                   /* dlopen handles held, or NULL */
 } build_ctx;
 
 static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
@@ -660,8 +666,51 @@ static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
       o.hdr = NULL;
     }
   }
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  if ((uintptr_t)info->dlpi_addr == (uintptr_t)getauxval(AT_SYSINFO_EHDR))
+    name = ""; /* the vdso: never unloaded, and not dlopen-able */
+  size_t len = strlen(name);
+  if (len >= PIN_NAME_BYTES)
+    o.hdr = NULL; /* cannot be named again to be held: not classified */
+  else
+    memcpy(b->names[b->n], name, len + 1);
+  b->bases[b->n] = (uintptr_t)info->dlpi_addr;
+  b->pins[b->n] = NULL;
   b->objs[b->n++] = o;
   return 0;
+}
+
+/* Holds each listed object loaded (dlopen RTLD_NOLOAD, checked to be the
+ * same object by its load address) while classify reads its .eh_frame
+ * outside dl_iterate_phdr: a dlclose on another thread meanwhile would
+ * unmap it under the reader (seen: SIGSEGV in classify, test_hardening's
+ * dlopen/dlclose loop). An object gone already, or not the same, is not
+ * classified. The program and the vdso (no name) are never unloaded. */
+static void pin_objects(build_ctx *b) {
+  for (size_t i = 0; i < b->n; i++) {
+    if (!b->objs[i].hdr || !b->names[i][0])
+      continue;
+    void *h = dlopen(b->names[i], RTLD_LAZY | RTLD_NOLOAD);
+    struct link_map *lm = NULL;
+    if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm &&
+        (uintptr_t)lm->l_addr == b->bases[i]) {
+      b->pins[i] = h;
+      continue;
+    }
+    if (h)
+      cp_real_dlclose(h);
+    b->objs[i].hdr = NULL;
+  }
+}
+
+/* Lets the pinned objects go, past the dlclose hook: giving back our own
+ * hold is not the application's dlclose (counting it would make every
+ * table stale at birth). An object the application closed meanwhile is
+ * unloaded here; its dlclose was counted, so the table is not used. */
+static void unpin_objects(build_ctx *b) {
+  for (size_t i = 0; i < b->n; i++)
+    if (b->pins[i])
+      cp_real_dlclose(b->pins[i]);
 }
 
 /* The longest start of an rbp-frame function before its frame is made
@@ -743,9 +792,21 @@ static fp_table *build_table(void) {
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (objs == MAP_FAILED)
     return NULL;
+  size_t pin_bytes =
+      MAX_OBJECTS * (PIN_NAME_BYTES + sizeof(uintptr_t) + sizeof(void *));
+  char *pin_mem = mmap(NULL, pin_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pin_mem == MAP_FAILED) {
+    munmap(objs, tmp_bytes);
+    return NULL;
+  }
   unsigned long closes = atomic_load(&dl_closes);
-  build_ctx b = {objs, 0, MAX_OBJECTS, 0, 0};
+  build_ctx b = {objs, 0, MAX_OBJECTS, 0, 0, NULL, NULL, NULL};
+  b.names = (char (*)[PIN_NAME_BYTES])pin_mem;
+  b.bases = (uintptr_t *)(pin_mem + MAX_OBJECTS * PIN_NAME_BYTES);
+  b.pins = (void **)(b.bases + MAX_OBJECTS);
   dl_iterate_phdr(collect_object, &b);
+  pin_objects(&b);
   size_t except_words = 0, nfp = 0;
   for (size_t i = 0; i < b.n; i++) {
     fp_object *o = &objs[i];
@@ -767,6 +828,8 @@ static fp_table *build_table(void) {
   fp_table *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (t == MAP_FAILED) {
+    unpin_objects(&b);
+    munmap(pin_mem, pin_bytes);
     munmap(objs, tmp_bytes);
     return NULL;
   }
@@ -776,16 +839,18 @@ static fp_table *build_table(void) {
   t->closes = closes;
   t->n = b.n;
   t->nfp = nfp;
-  qsort(objs, b.n, sizeof *objs, compare_lo);
   uint32_t *ex = (uint32_t *)&t->obj[b.n];
   for (size_t i = 0; i < b.n; i++) {
-    t->obj[i] = objs[i];
-    fp_object *o = &t->obj[i];
+    fp_object *o = &objs[i];
     o->except = ex;
     if (o->hdr)
       o->nexcept = classify(o, ex); /* same walk, same count */
     ex += 2 * o->nexcept;
   }
+  unpin_objects(&b);
+  qsort(objs, b.n, sizeof *objs, compare_lo);
+  memcpy(t->obj, objs, b.n * sizeof *objs);
+  munmap(pin_mem, pin_bytes);
   munmap(objs, tmp_bytes);
   return t;
 }
