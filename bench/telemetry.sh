@@ -13,6 +13,7 @@
 # Runs of about 9 s of CPU (TELEMETRY_REQUESTS), so that what a process pays
 # once (start-up, the last export, which no profile reports) weighs little.
 # Environment: TELEMETRY_ROUNDS (5), TELEMETRY_REQUESTS (120000),
+# TELEMETRY_ONLY (run only the cases whose name contains it),
 # BENCH_BUILD_DIR.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -21,6 +22,8 @@ TELEMETRY_ROUNDS=${TELEMETRY_ROUNDS:-5}
 TELEMETRY_REQUESTS=${TELEMETRY_REQUESTS:-120000}
 bench_build
 gcc -O2 -g -pthread -o "$BENCH_BIN/alloc_work" "$bench_root/bench/alloc_work.c"
+gcc -O2 -g -pthread -o "$BENCH_BIN/pingpong_work" \
+  "$bench_root/bench/pingpong_work.c"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-telemetry.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -28,6 +31,7 @@ trap 'rm -rf "$tmp"' EXIT
 one_case() {
   local name=$1 envs=() r
   shift
+  [[ $name == *"${TELEMETRY_ONLY:-}"* ]] || return 0
   while [[ $1 != -- ]]; do
     envs+=("$1")
     shift
@@ -72,3 +76,8 @@ one_case "cpu,wall 100 Hz, cpu_work 2 threads" CONTPROF_PROFILES=cpu,wall -- \
   "$BENCH_BIN/cpu_work" 2 "$TELEMETRY_REQUESTS"
 one_case "alloc,heap default mean, alloc_work" CONTPROF_PROFILES=alloc,heap \
   -- "$BENCH_BIN/alloc_work" 2 300
+# A server: threads that block between requests, woken by wall signals.
+one_case "wall 10 ms, pingpong 2 pairs" CONTPROF_PROFILES=wall -- \
+  "$BENCH_BIN/pingpong_work" 2 80000 50
+one_case "wall 1 ms, pingpong 2 pairs" CONTPROF_PROFILES=wall \
+  CONTPROF_WALL_INTERVAL_MS=1 -- "$BENCH_BIN/pingpong_work" 2 80000 50

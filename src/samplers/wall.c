@@ -60,6 +60,12 @@
 #define WALL_COOKIE 0x77616c6cull /* "wall", in the high half of si_value */
 #define IDLE_CPU_NS 10000         /* CPU a blocked thread may use and stay */
 #define IDLE_WINDOWS_MAX 8        /* the longest window, in intervals */
+/* One signal in this many has its wakeup timed (two clock reads, one on
+ * each side); the time counts for that many. */
+#define WAKEUP_TIMED_EVERY 8
+/* A longer gap is not a wakeup's: the thread ran (preempted, or it was not
+ * blocked) between the timer's reading and its handler. */
+#define WAKEUP_MAX_NS 2000000
 #define CHUNK_BITS 8
 #define CHUNK_SLOTS (1u << CHUNK_BITS)
 #define MAX_CHUNKS 64
@@ -83,6 +89,10 @@ typedef struct wall_slot {
   int in_syscall; /* the stack was taken in a blocking system call */
   uint64_t span_id, local_root_span_id;
   uint64_t stack_cpu_ns; /* thread CPU time when the stack was taken */
+  /* The thread's CPU time when the timer signalled it, for one signal in
+   * WAKEUP_TIMED_EVERY (0: this one is not timed): the handler's measure of
+   * what waking it cost (wakeup_cost). */
+  _Atomic uint64_t sent_cpu_ns;
 } wall_slot;
 
 static struct {
@@ -131,6 +141,21 @@ static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
   cp_record_commit(&rec, s->nframes, (int)s->truncated);
 }
 
+/* Async-signal-safe: one clock read. The signal found its thread blocked
+ * in a system call, and the timer read the thread's CPU clock just before
+ * sending it: the CPU the thread used since is the kernel's work to wake it
+ * and deliver the signal (on this VM 100-500 us, far more than the handler
+ * itself: docs/overhead.md). It is counted as the wall sampler's cost, so
+ * that profiler_overhead_pct and the cap see it. The way back (sigreturn,
+ * the call restarted, the thread blocked again) costs about as much again
+ * and is not measured: the figure is a lower bound. */
+static void wakeup_cost(uint64_t sent_cpu_ns) {
+  uint64_t now = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  if (now > sent_cpu_ns && now - sent_cpu_ns < WAKEUP_MAX_NS)
+    cp_stats_add_hook_ns(CONTPROF_KIND_WALL,
+                         (now - sent_cpu_ns) * WAKEUP_TIMED_EVERY);
+}
+
 /* Async-signal-safe: runs in the wall signal handler on the drawn thread.
  * Unwinds into the thread's own preallocated slot, then copies the stack
  * into a ring slot; no locks, no allocation. */
@@ -154,6 +179,10 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno; /* a thread that ended, or nothing owed */
     return;
   }
+  uint64_t sent =
+      atomic_exchange_explicit(&s->sent_cpu_ns, 0, memory_order_relaxed);
+  if (sent && in_syscall)
+    wakeup_cost(sent);
   cp_ring *ring = cp_agg_ring();
   int nested = cp_thread.in_handler;
   int usable = ring && !nested &&
@@ -263,9 +292,10 @@ static int wall_tick_locked(uint64_t window_ns) {
     if (prev < 0) /* a handler that outlived its thread's slot */
       atomic_store(&s->pending_ns, weight_ns);
     pid_t tid = atomic_load(&s->tid);
-    uint64_t cpu;
-    if (s->have_stack && s->in_syscall && thread_cpu_ns(s->clock, &cpu) == 0 &&
-        cpu - s->stack_cpu_ns <= IDLE_CPU_NS) {
+    uint64_t cpu = 0;
+    int have_cpu =
+        s->have_stack && s->in_syscall && thread_cpu_ns(s->clock, &cpu) == 0;
+    if (have_cpu && cpu - s->stack_cpu_ns <= IDLE_CPU_NS) {
       /* Still blocked where it was: record that stack again. */
       emit_sample(ring, s, tid, atomic_exchange(&s->pending_ns, 0),
                   atomic_exchange(&s->pending_count, 0));
@@ -273,10 +303,15 @@ static int wall_tick_locked(uint64_t window_ns) {
       continue;
     }
     idle = 0;
+    int timed = cp_random_below(WAKEUP_TIMED_EVERY) == 0 &&
+                (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) && cpu > 0;
+    atomic_store_explicit(&s->sent_cpu_ns, timed ? cpu : 0,
+                          memory_order_relaxed);
     if (send_wall_signal(tid, index) == 0) {
       wall.signals++;
       continue;
     }
+    atomic_store_explicit(&s->sent_cpu_ns, 0, memory_order_relaxed);
     /* ESRCH: the thread ended (its exit comes soon); EAGAIN: the queue of
      * signals is full. Either way nothing will take the weight. */
     int full = errno == EAGAIN;
