@@ -315,7 +315,7 @@ for s in "${servers[@]}"; do
   files=("$d"/*.pb.gz)
   echo
   echo "$s, last profiled run: ${#files[@]} profiles (one per process)"
-  for type in cpu-time alloc-space; do
+  for type in cpu-time wall-time alloc-space; do
     echo "top $type:"
     "$BENCH_BUILD_DIR/contprof" top "${files[@]}" --type "$type" -n 10 2>&1 || true
   done
