@@ -27,6 +27,7 @@ enum { OP_PRCTL = 1, OP_CAPSET };
 static struct {
   pthread_mutex_t lock; /* one change at a time; guards tids */
   int signal;           /* 0: not taken */
+  _Atomic pid_t pid;    /* the process whose threads these are */
   pid_t tids[MAX_THREADS];
   size_t ntids;
   /* The change in flight, read by the handlers while `busy`. */
@@ -64,6 +65,7 @@ static void creds_signal_handler(int sig, siginfo_t *info, void *ucontext) {
 }
 
 int cp_creds_start(void) {
+  atomic_store(&req.pid, getpid());
   if (req.signal > 0)
     return 0;
   int sig = cp_signal_install(0, creds_signal_handler);
@@ -141,8 +143,16 @@ static void follow(void) {
             acks < sent ? "no answer within 1 s" : "refused by the kernel");
 }
 
+/* Whether this call's changes are ours to follow: not on one of our threads,
+ * and not in the child of vfork (it shares our memory but not our threads,
+ * and must leave the parent's list alone), which is another process. */
+static int ours_to_follow(void) {
+  return req.signal > 0 && !cp_thread.internal &&
+         getpid() == atomic_load(&req.pid);
+}
+
 void cp_creds_on_prctl(int option, unsigned long a2, unsigned long a3) {
-  if (req.signal <= 0 || cp_thread.internal)
+  if (!ours_to_follow())
     return;
   pthread_mutex_lock(&req.lock);
   req.op = OP_PRCTL;
@@ -155,7 +165,7 @@ void cp_creds_on_prctl(int option, unsigned long a2, unsigned long a3) {
 
 void cp_creds_on_capset(const struct __user_cap_header_struct *hdr,
                         const struct __user_cap_data_struct *data) {
-  if (req.signal <= 0 || cp_thread.internal)
+  if (!ours_to_follow())
     return;
   size_t words = hdr->version == _LINUX_CAPABILITY_VERSION_1 ? 1 : 2;
   pthread_mutex_lock(&req.lock);
@@ -170,6 +180,7 @@ void cp_creds_on_capset(const struct __user_cap_header_struct *hdr,
 
 void cp_creds_after_fork_child(void) {
   pthread_mutex_init(&req.lock, NULL);
+  atomic_store(&req.pid, getpid());
   req.ntids = 0; /* the parent's threads are not in the child */
   atomic_store(&req.busy, 0);
 }

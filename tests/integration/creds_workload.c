@@ -5,7 +5,8 @@
  * every capability. Then prints, for each thread, whether its user, groups
  * and capability sets are the main thread's (the profiler's threads must
  * hold no more than the application's), and how many of them are the
- * profiler's. Run as root; exits 2 if a step fails. */
+ * profiler's. First a vfork child sets PR_SET_KEEPCAPS on itself (the
+ * profiler must not follow that one). Run as root; exits 2 if a step fails. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <grp.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +78,19 @@ static void burn(double seconds) {
 
 int main(void) {
   burn(0.3); /* the profiler's threads are running */
+  /* A vfork child that sets its own flag before it would exec: it shares
+   * the parent's memory, not its threads, and must not touch what the
+   * parent's threads follow. */
+  pid_t child = vfork();
+  if (child == 0) {
+    prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0);
+    _exit(0);
+  }
+  int status;
+  if (child < 0 || waitpid(child, &status, 0) != child) {
+    perror("vfork");
+    return 2;
+  }
   struct __user_cap_data_struct caps[2];
   if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 ||
       setresuid(NOBODY, NOBODY, NOBODY) != 0 || get_caps(caps) != 0) {
