@@ -119,8 +119,8 @@ static inline int perf_fd_ours(int fd) {
 }
 
 /* The thread's CPU time at its last perf sample in this run (gen), and
- * its switch count (voluntary and involuntary) at the start of the window
- * its switch rate is judged over. */
+ * its CPU time and voluntary switch count at the start of the window its
+ * switch rate is judged over (thread_switches). */
 static CP_TLS struct {
   unsigned gen;
   uint64_t cpu_ns;
@@ -128,7 +128,7 @@ static CP_TLS struct {
   int moving; /* asked to leave perf in this run */
 } perf_last;
 
-/* Threads whose handlers found them switching more than SWITCH_LIMIT times
+/* Threads whose handlers found them blocking more than SWITCH_LIMIT times
  * per CPU-second: tids the tick moves to POSIX timers (0: free), and the
  * first one's rate for the log line. */
 static _Atomic pid_t move_requests[SWITCH_REQUESTS];
@@ -208,7 +208,7 @@ static void judge_switches(uint64_t cpu_now) {
   perf_last.window_switches = (uint64_t)switches;
   if (!judged || d_switches * 1000000000ull <= SWITCH_LIMIT * d_ns)
     return;
-  pid_t tid = (pid_t)syscall(SYS_gettid);
+  pid_t tid = cp_gettid();
   for (int i = 0; i < SWITCH_REQUESTS; i++) {
     pid_t free_slot = 0;
     if (atomic_compare_exchange_strong(&move_requests[i], &free_slot, tid)) {

@@ -19,8 +19,8 @@
 #include "signals.h"
 #include "thread_state.h"
 
-#define MAX_THREADS 64       /* the profiler runs a handful */
-#define WAIT_NS 1000000000ll /* for all of them to acknowledge */
+#define MAX_THREADS 64        /* the profiler runs a handful */
+#define WAIT_NS 1000000000ull /* for all of them to acknowledge */
 
 enum { OP_PRCTL = 1, OP_CAPSET };
 
@@ -96,12 +96,6 @@ void cp_creds_thread_begin(void) {
   pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
-static long long now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 /* Caller holds req.lock and filled the change in. Sends it to every thread
  * registered (forgetting those that ended) and waits for them. */
 static void follow(void) {
@@ -112,7 +106,7 @@ static void follow(void) {
   unsigned sent = 0;
   for (size_t i = 0; i < req.ntids;) {
     if (req.tids[i] == cp_gettid()) {
-      i++; /* the caller itself: made the change already */
+      i++; /* a thread of ours that ended, its tid now the caller's */
       continue;
     }
     if (syscall(SYS_tgkill, pid, req.tids[i], req.signal) == 0) {
@@ -122,15 +116,14 @@ static void follow(void) {
       req.tids[i] = req.tids[--req.ntids]; /* ended */
     }
   }
-  long long deadline = now_ns() + WAIT_NS;
+  uint64_t deadline = cp_monotonic_ns() + WAIT_NS;
   unsigned acks;
   while ((acks = atomic_load_explicit(&req.acks, memory_order_acquire)) <
          sent) {
-    long long left = deadline - now_ns();
-    if (left <= 0)
+    uint64_t now = cp_monotonic_ns();
+    if (now >= deadline)
       break;
-    if (left > 10000000)
-      left = 10000000;
+    uint64_t left = deadline - now < 10000000 ? deadline - now : 10000000;
     struct timespec ts = {0, (long)left};
     syscall(SYS_futex, &req.acks, FUTEX_WAIT_PRIVATE, acks, &ts, NULL, 0);
   }
