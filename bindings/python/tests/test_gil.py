@@ -145,9 +145,19 @@ def collect(code):
     for c in code.co_consts:
         if type(c) is type(code):
             collect(c)
+# A class body runs as a code object of the class's name, gone once the
+# class is made: a module imported while the program ran (3.13's fork
+# warning imports tokenize through linecache) ran such bodies, so every
+# class's name counts too.
 for m in list(sys.modules.values()):
     for v in list(getattr(m, "__dict__", {}).values()):
+        if isinstance(v, type):
+            names.add(v.__name__)
+            names.add(v.__qualname__)
         for f in [v] + list(getattr(v, "__dict__", {}).values()):
+            if isinstance(f, type):
+                names.add(f.__name__)
+                names.add(f.__qualname__)
             f = getattr(f, "__func__", f)
             f = getattr(f, "fget", f)
             code = getattr(f, "__code__", None)
