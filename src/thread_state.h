@@ -40,6 +40,9 @@ typedef struct cp_thread_state {
    * system call: the sleep and wait hooks tell an EINTR of ours from one of
    * the application's by it (interpose/waits.c, samplers/signals.h). */
   unsigned own_signals;
+  /* The wall sampler's slot of this thread, set by its signal handler: the
+   * wait hooks publish there where the thread blocks (samplers/wall.h). */
+  void *wall_slot;
 } cp_thread_state;
 
 /* The calling thread's state. Async-signal-safe: a TLS access. */

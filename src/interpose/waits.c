@@ -19,7 +19,12 @@
  * timeout is). The calls that wait for signals are in signal_calls.c. Other
  * calls that signal(7) lists as never restarted are not wrapped
  * (docs/signals.md): socket calls on a socket with SO_RCVTIMEO/SO_SNDTIMEO,
- * System V msgrcv, msgsnd, semop, semtimedop, io_getevents, epoll_pwait2. */
+ * System V msgrcv, msgsnd, semop, semtimedop, io_getevents, epoll_pwait2.
+ *
+ * Each of these hooks also tells the wall sampler that the thread blocks in
+ * it (PARKED), so that a thread that blocks again where it blocked before
+ * is sampled there without being woken (samplers/wall.c, "Parked
+ * threads"). */
 
 #include <errno.h>
 #include <poll.h>
@@ -32,6 +37,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "samplers/wall.h"
 #include "thread_state.h"
 
 static int64_t ts_ns(const struct timespec *ts) {
@@ -58,6 +64,17 @@ static int64_t deadline_after_ms(int timeout_ms) {
   return ts_ns(&now) + (int64_t)timeout_ms * 1000000;
 }
 
+/* Marks the calling thread as blocked in this hook until the hook returns,
+ * for the wall sampler (samplers/wall.h): declared first in each hook,
+ * released by the cleanup whichever way the hook returns. */
+static inline void unpark(const int *parked) {
+  if (*parked)
+    cp_wall_unpark();
+}
+#define PARKED                                                                 \
+  __attribute__((cleanup(unpark), unused)) const int parked_ =                 \
+      cp_wall_park((uintptr_t)__builtin_dwarf_cfa())
+
 /* Whether the last EINTR came from one of the profiler's signals: the
  * sampling handlers count them in the thread's state. */
 static int ours(unsigned before) { return cp_thread.own_signals != before; }
@@ -65,6 +82,7 @@ static int ours(unsigned before) { return cp_thread.own_signals != before; }
 int nanosleep(const struct timespec *req, struct timespec *rem) {
   typedef int (*fn_t)(const struct timespec *, struct timespec *);
   CP_REAL(fn_t, nanosleep);
+  PARKED;
   struct timespec left = *req, r;
   for (;;) {
     unsigned before = cp_thread.own_signals;
@@ -83,6 +101,7 @@ int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
   typedef int (*fn_t)(clockid_t, int, const struct timespec *,
                       struct timespec *);
   CP_REAL_OR(fn_t, clock_nanosleep, ENOSYS);
+  PARKED;
   struct timespec left = *req, r;
   for (;;) {
     unsigned before = cp_thread.own_signals;
@@ -113,6 +132,7 @@ int usleep(useconds_t usec) {
 int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   typedef int (*fn_t)(struct pollfd *, nfds_t, int);
   CP_REAL(fn_t, poll);
+  PARKED;
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     unsigned before = cp_thread.own_signals;
@@ -128,6 +148,7 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
                int timeout) {
   typedef int (*fn_t)(int, struct epoll_event *, int, int);
   CP_REAL(fn_t, epoll_wait);
+  PARKED;
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     unsigned before = cp_thread.own_signals;
@@ -163,6 +184,7 @@ int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
            struct timeval *timeout) {
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
   CP_REAL(fn_t, select);
+  PARKED;
   fd_sets sets;
   fd_sets_save(&sets, readfds, writefds, exceptfds);
   for (;;) {
@@ -194,6 +216,7 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
   typedef int (*fn_t)(struct pollfd *, nfds_t, const struct timespec *,
                       const sigset_t *);
   CP_REAL(fn_t, ppoll);
+  PARKED;
   int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
   struct timespec left;
   const struct timespec *t = timeout;
@@ -216,6 +239,7 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *,
                       const struct timespec *, const sigset_t *);
   CP_REAL(fn_t, pselect);
+  PARKED;
   fd_sets sets;
   fd_sets_save(&sets, readfds, writefds, exceptfds);
   int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
@@ -248,6 +272,7 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
                 int timeout, const sigset_t *sigmask) {
   typedef int (*fn_t)(int, struct epoll_event *, int, int, const sigset_t *);
   CP_REAL(fn_t, epoll_pwait);
+  PARKED;
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     unsigned before = cp_thread.own_signals;
@@ -263,6 +288,7 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
 int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, const struct timespec *);
   CP_REAL(fn_t, sem_timedwait);
+  PARKED;
   for (;;) {
     unsigned before = cp_thread.own_signals;
     int rc = fn_sem_timedwait(sem, abstime);
@@ -274,6 +300,7 @@ int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
 int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, clockid_t, const struct timespec *);
   CP_REAL(fn_t, sem_clockwait);
+  PARKED;
   for (;;) {
     unsigned before = cp_thread.own_signals;
     int rc = fn_sem_clockwait(sem, clock, abstime);

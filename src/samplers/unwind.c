@@ -316,6 +316,51 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
   return n;
 }
 
+/* Async-signal-safe. cp_unwind_signal_slots once unwinding may start. Its
+ * load of a return address is outside AddressSanitizer, as cp_access_mem. */
+__attribute__((no_sanitize("address"))) static size_t
+unwind_slots(ucontext_t *uc, uint64_t *frames, uint64_t *slots,
+             size_t max_frames, int *truncated) {
+  unw_cursor_t cursor;
+  size_t n = 0;
+  uint64_t below = 0; /* the previous frame's slot */
+  if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) != 0)
+    return 0;
+  do {
+    unw_word_t ip, sp;
+    if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0)
+      break;
+    if (n == max_frames) {
+      *truncated = 1;
+      break;
+    }
+    slots[n] = 0;
+    /* A caller's stack pointer is its callee's canonical frame address:
+     * the call pushed the return address just below it. */
+    if (n > 0 && unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0 && sp >= 8 &&
+        (sp & 7) == 0 && sp - 8 > below && word_readable(sp - 8) &&
+        *(const uint64_t *)(uintptr_t)(sp - 8) == ip) {
+      slots[n] = sp - 8;
+      below = sp - 8;
+    }
+    frames[n++] = ip;
+  } while (unw_step(&cursor) > 0);
+  return n;
+}
+
+/* Async-signal-safe. */
+size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
+                              size_t max_frames, int *truncated) {
+  ucontext_t *uc = ucontext;
+  *truncated = 0;
+  if (alt_stack_short(uc) || loader_busy())
+    return 0;
+  own_unwind_begin();
+  size_t n = unwind_slots(uc, frames, slots, max_frames, truncated);
+  own_unwind_end();
+  return n;
+}
+
 /* Whether the calling thread runs on its alternate signal stack with less
  * than CP_UNWIND_STACK_NEED bytes left: a hook called from the application's
  * SA_ONSTACK handler (malloc in a crash handler). Reads the stack's bounds

@@ -37,6 +37,17 @@ void cp_unwind_warm_up(void);
 size_t cp_unwind_signal(void *ucontext, uint64_t *frames, size_t max_frames,
                         int may_build_cache, int *truncated);
 
+/* Like cp_unwind_signal, always with libunwind (from the ucontext, no
+ * cache), and with where each return address was found: slots[i] (i >= 1)
+ * is the address of the stack word that held frames[i], checked to hold it
+ * now, or 0 when that is not so (a signal frame, a frame without a standard
+ * call). slots[0] is 0. The wall sampler compares those words later to tell
+ * whether a blocked thread still has this stack (wall.c). Returns 0 when it
+ * cannot unwind now (the loader is busy, no room on an alternate stack).
+ * `frames` and `slots` have room for max_frames entries. Async-signal-safe. */
+size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
+                              size_t max_frames, int *truncated);
+
 /* cp_thread.in_handler (thread_state.h) is set while one of the samplers'
  * signal handlers unwinds on this thread. Every handler that unwinds checks
  * it first: a handler that interrupted another (the CPU and wall signals may

@@ -22,7 +22,29 @@
  * having used no CPU since may only mean it was preempted, and it may leave
  * that code within microseconds of resuming. A thread that goes from one
  * blocking call to another with under IDLE_CPU_NS of CPU in between keeps
- * its previous stack until it next runs longer.) Otherwise the thread is
+ * its previous stack until it next runs longer.)
+ *
+ * Parked threads. A server thread runs a little between ticks and blocks
+ * again, most often at the same point of its event loop: the rule above
+ * never applies to it, and a signal that finds it blocked wakes it, which
+ * costs it far more than the sample (docs/overhead.md). The wait hooks
+ * (interpose/waits.c) publish in the thread's slot where it blocks: the
+ * hook's canonical frame address, and the thread's labels and span, under a
+ * sequence count (cp_wall_park). When the handler finds its thread blocked
+ * in a wait hook, it unwinds with the address of every return address
+ * (cp_unwind_signal_slots) and keeps that "parked stack". A later tick that
+ * finds the thread blocked in a wait hook at the same frame address reads
+ * those stack words (process_vm_readv: one system call, no fault if the
+ * thread is gone) and, when every one still holds its return address and
+ * the sequence count has not moved, records the parked stack with no
+ * signal. A thread blocked at the same frame address is blocked in the same
+ * hook, called from the same depth: its frames from there down to the
+ * hook's are live, and they hold the same return addresses, so its stack is
+ * that stack. (Not told apart: a thread running the application's signal
+ * handler on top of a wait hook; the stack is then the blocked one, as a
+ * signal would have seen it once the handler returned.)
+ *
+ * Otherwise the thread is
  * sent a queued signal (rt_tgsigqueueinfo) whose value names its slot; the
  * handler unwinds into the slot's preallocated stack buffer and records the
  * sample. So a thousand idle threads cost a few clock reads per tick, not a
@@ -41,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +79,7 @@
 #include "threads.h"
 #include "trace.h"
 #include "unwind.h"
+#include "wall.h"
 
 #define WALL_COOKIE 0x77616c6cull /* "wall", in the high half of si_value */
 #define IDLE_CPU_NS 10000         /* CPU a blocked thread may use and stay */
@@ -93,6 +117,21 @@ typedef struct wall_slot {
    * WAKEUP_TIMED_EVERY (0: this one is not timed): the handler's measure of
    * what waking it cost (wakeup_cost). */
   _Atomic uint64_t sent_cpu_ns;
+  /* Where the thread blocks now, written by the thread's wait hooks
+   * (cp_wall_park) at any time: park_gen is odd while they write;
+   * park_cfa is 0 while the thread is not in one. */
+  _Atomic uint32_t park_gen;
+  _Atomic uintptr_t park_cfa;
+  _Atomic uint32_t park_labels;
+  _Atomic uint64_t park_span_id, park_local_root_span_id;
+  /* The parked stack: taken by the handler in a wait hook whose frame
+   * address was parked_cfa; parked_slots[i] (i >= 1) is the address of the
+   * stack word that held parked_frames[i]. parked_n is 0 when there is
+   * none. Owned like frames (pending_ns). */
+  uint64_t *parked_frames, *parked_slots; /* frames_cap entries each */
+  uint32_t parked_n;
+  uint32_t parked_truncated;
+  uintptr_t parked_cfa;
 } wall_slot;
 
 static struct {
@@ -116,7 +155,14 @@ static struct {
   _Atomic size_t max_frames;
   _Atomic int active;
   int warned_full;
-  uint64_t ticks, signals, reused, idle_ticks; /* for the debug log */
+  /* The timer thread's buffers for reading a parked thread's stack words
+   * (process_vm_readv), frames_cap entries; vm_read_failed: the kernel
+   * refused (a seccomp filter): parked threads are signalled. */
+  uint64_t *words;
+  struct iovec *local_iov, *remote_iov;
+  size_t words_cap;
+  int vm_read_failed;
+  uint64_t ticks, signals, reused, parked, idle_ticks; /* for the debug log */
 } wall = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Async-signal-safe: atomic loads. NULL for an unknown index. */
@@ -128,17 +174,140 @@ static wall_slot *slot_at(uint32_t index) {
   return chunk ? &chunk[index & (CHUNK_SLOTS - 1)] : NULL;
 }
 
+/* Async-signal-safe: fills a ring slot with a stack. */
+static void emit_stack(cp_ring *ring, const uint64_t *frames, uint32_t n,
+                       uint32_t truncated, uint32_t labels, uint64_t span_id,
+                       uint64_t local_root_span_id, pid_t tid, int64_t ns,
+                       int64_t count) {
+  cp_record rec;
+  cp_raw_sample *r =
+      cp_record_begin_as(&rec, ring, CONTPROF_KIND_WALL, count, ns, tid, labels,
+                         span_id, local_root_span_id);
+  if (!r)
+    return; /* values kept in the ring's dropped totals */
+  memcpy(r->frames, frames, n * sizeof *frames);
+  cp_record_commit(&rec, n, (int)truncated);
+}
+
 /* Async-signal-safe: fills a ring slot with the slot's saved stack. */
 static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
                         int64_t ns, int64_t count) {
-  cp_record rec;
-  cp_raw_sample *r =
-      cp_record_begin_as(&rec, ring, CONTPROF_KIND_WALL, count, ns, tid,
-                         s->labels, s->span_id, s->local_root_span_id);
-  if (!r)
-    return; /* values kept in the ring's dropped totals */
-  memcpy(r->frames, s->frames, s->nframes * sizeof *s->frames);
-  cp_record_commit(&rec, s->nframes, (int)s->truncated);
+  emit_stack(ring, s->frames, s->nframes, s->truncated, s->labels, s->span_id,
+             s->local_root_span_id, tid, ns, count);
+}
+
+/* --- parked threads --------------------------------------------------- */
+
+/* Hot path, async-signal-safe, no system call: see wall.h. Only into the
+ * slot that is still this thread's (a slot released at stop or after a fork
+ * may belong to another thread by now). */
+int cp_wall_park_slot(uintptr_t cfa) {
+  wall_slot *s = cp_thread.wall_slot;
+  if (atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
+    return 0;
+  uint64_t span_id, local_root_span_id;
+  cp_trace_current(&span_id, &local_root_span_id);
+  uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_relaxed);
+  atomic_store_explicit(&s->park_gen, gen + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&s->park_cfa, cfa, memory_order_relaxed);
+  atomic_store_explicit(&s->park_labels, cp_labels_current(),
+                        memory_order_relaxed);
+  atomic_store_explicit(&s->park_span_id, span_id, memory_order_relaxed);
+  atomic_store_explicit(&s->park_local_root_span_id, local_root_span_id,
+                        memory_order_relaxed);
+  atomic_store_explicit(&s->park_gen, gen + 2, memory_order_release);
+  return 1;
+}
+
+/* Hot path, async-signal-safe. */
+void cp_wall_unpark_slot(void) {
+  wall_slot *s = cp_thread.wall_slot;
+  if (!s || atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
+    return;
+  uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_relaxed);
+  atomic_store_explicit(&s->park_gen, gen + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&s->park_cfa, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->park_gen, gen + 2, memory_order_release);
+}
+
+/* Async-signal-safe, in the handler on a thread found blocked in a system
+ * call: when that is a wait hook's, takes the stack with the address of
+ * each return address into the slot's parked stack, and copies it to the
+ * sample's. Returns whether it did (else the caller unwinds as usual). */
+static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
+  uintptr_t cfa = atomic_load_explicit(&s->park_cfa, memory_order_relaxed);
+  if (!cfa || cp_thread.wall_slot != s || !s->parked_frames)
+    return 0;
+  s->parked_n = 0; /* its buffers are written now */
+  int truncated = 0;
+  size_t n = cp_unwind_signal_slots(ucontext, s->parked_frames, s->parked_slots,
+                                    max, &truncated);
+  if (n == 0)
+    return 0;
+  /* Usable when every return address was found where a call put it, the
+   * hook's own among them (at its frame address less one word). */
+  int complete = 1, has_hook = 0;
+  for (size_t i = 1; i < n; i++) {
+    complete &= s->parked_slots[i] != 0;
+    has_hook |= s->parked_slots[i] == cfa - sizeof(uint64_t);
+  }
+  memcpy(s->frames, s->parked_frames, n * sizeof *s->frames);
+  s->nframes = (uint32_t)n;
+  s->truncated = (uint32_t)truncated;
+  if (complete && has_hook && n > 1) {
+    s->parked_cfa = cfa;
+    s->parked_truncated = (uint32_t)truncated;
+    s->parked_n = (uint32_t)n;
+  }
+  return 1;
+}
+
+/* On the timer thread, with wall.lock held and no signal outstanding for
+ * s: whether the thread is blocked now in a wait hook at the frame address
+ * of its parked stack, with every return address of that stack where it
+ * was. Then *labels and the span ids are the ones it blocked with. One
+ * process_vm_readv (a thread that ended or unmapped its stack reads short:
+ * no fault). */
+static int still_parked(wall_slot *s, uint32_t *labels, uint64_t *span_id,
+                        uint64_t *local_root_span_id) {
+  uint32_t n = s->parked_n;
+  if (n < 2 || wall.vm_read_failed || n - 1 > wall.words_cap)
+    return 0;
+  uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_acquire);
+  if ((gen & 1) ||
+      atomic_load_explicit(&s->park_cfa, memory_order_relaxed) != s->parked_cfa)
+    return 0;
+  *labels = atomic_load_explicit(&s->park_labels, memory_order_relaxed);
+  *span_id = atomic_load_explicit(&s->park_span_id, memory_order_relaxed);
+  *local_root_span_id =
+      atomic_load_explicit(&s->park_local_root_span_id, memory_order_relaxed);
+  size_t words = n - 1, done = 0;
+  for (size_t i = 0; i < words; i++) {
+    wall.local_iov[i] = (struct iovec){&wall.words[i], sizeof(uint64_t)};
+    wall.remote_iov[i] = (struct iovec){
+        (void *)(uintptr_t)s->parked_slots[i + 1], sizeof(uint64_t)};
+  }
+  while (done < words) {
+    size_t batch = words - done > 1024 ? 1024 : words - done; /* IOV_MAX */
+    ssize_t got = process_vm_readv(wall.pid, wall.local_iov + done, batch,
+                                   wall.remote_iov + done, batch, 0);
+    if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
+      cp_debug("wall sampler: process_vm_readv: %s: blocked threads are "
+               "signalled",
+               strerror(errno));
+      wall.vm_read_failed = 1;
+    }
+    if (got != (ssize_t)(batch * sizeof(uint64_t)))
+      return 0;
+    done += batch;
+  }
+  for (size_t i = 0; i < words; i++)
+    if (wall.words[i] != s->parked_frames[i + 1])
+      return 0;
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(&s->park_gen, memory_order_relaxed) == gen;
 }
 
 /* Async-signal-safe: one clock read. The signal found its thread blocked
@@ -179,6 +348,8 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno; /* a thread that ended, or nothing owed */
     return;
   }
+  /* The wait hooks publish into this slot from now on. */
+  cp_thread.wall_slot = s;
   uint64_t sent =
       atomic_exchange_explicit(&s->sent_cpu_ns, 0, memory_order_relaxed);
   if (sent && in_syscall)
@@ -198,9 +369,11 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
      * system call, as idle threads are, steps from the ucontext instead,
      * which needs no cache. */
     s->in_syscall = in_syscall;
-    s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, max,
-                                            !s->in_syscall, &truncated);
-    s->truncated = (uint32_t)truncated;
+    if (!in_syscall || !take_parked_stack(s, ucontext, max)) {
+      s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, max,
+                                              !s->in_syscall, &truncated);
+      s->truncated = (uint32_t)truncated;
+    }
     s->labels = cp_labels_current();
     cp_trace_current(&s->span_id, &s->local_root_span_id);
     s->have_stack = 1;
@@ -303,6 +476,17 @@ static int wall_tick_locked(uint64_t window_ns) {
       continue;
     }
     idle = 0;
+    uint32_t labels;
+    uint64_t span_id, local_root_span_id;
+    if (still_parked(s, &labels, &span_id, &local_root_span_id)) {
+      /* It ran since, and blocked again where its parked stack was taken. */
+      emit_stack(ring, s->parked_frames, s->parked_n, s->parked_truncated,
+                 labels, span_id, local_root_span_id, tid,
+                 atomic_exchange(&s->pending_ns, 0),
+                 atomic_exchange(&s->pending_count, 0));
+      wall.parked++;
+      continue;
+    }
     int timed = cp_random_below(WAKEUP_TIMED_EVERY) == 0 &&
                 (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) && cpu > 0;
     atomic_store_explicit(&s->sent_cpu_ns, timed ? cpu : 0,
@@ -385,17 +569,22 @@ static void wall_thread_started(pid_t tid) {
   wall_slot *s = slot_at(index);
   size_t need = atomic_load(&wall.max_frames) + CP_UNWIND_SLACK;
   if (s->frames_cap < need) {
-    /* A larger max_frames after a restart. The old buffer is abandoned, not
-     * freed: a late handler may still be writing into it. */
-    uint64_t *frames = calloc(need, sizeof *frames);
+    /* A larger max_frames after a restart. The old buffers are abandoned,
+     * not freed: a late handler may still be writing into them. One block:
+     * the sample's stack, the parked stack and its stack-word addresses. */
+    uint64_t *frames = calloc(3 * need, sizeof *frames);
     if (!frames) {
       wall.free_slots[wall.nfree++] = index;
       pthread_mutex_unlock(&wall.lock);
       return;
     }
     s->frames = frames;
+    s->parked_frames = frames + need;
+    s->parked_slots = frames + 2 * need;
     s->frames_cap = need;
   }
+  s->parked_n = 0;
+  atomic_store(&s->park_cfa, 0);
   s->clock =
       (clockid_t)((~(unsigned)tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD);
   s->have_stack = 0;
@@ -414,6 +603,8 @@ static void release_live_locked(size_t i) {
   atomic_store(&s->pending_ns, 0);
   atomic_store(&s->pending_count, 0);
   s->have_stack = 0;
+  s->parked_n = 0;
+  atomic_store(&s->park_cfa, 0);
   wall.free_slots[wall.nfree++] = wall.live[i];
   wall.live[i] = wall.live[--wall.nlive];
 }
@@ -441,6 +632,17 @@ static int wall_start(const cp_config *cfg) {
       return CONTPROF_ERR_NOMEM;
     }
   }
+  size_t cap = (size_t)cfg->max_frames + CP_UNWIND_SLACK;
+  if (wall.words_cap < cap) {
+    /* Replaced when too small (the timer thread is not running). */
+    free(wall.words);
+    free(wall.local_iov);
+    free(wall.remote_iov);
+    wall.words = calloc(cap, sizeof *wall.words);
+    wall.local_iov = calloc(cap, sizeof *wall.local_iov);
+    wall.remote_iov = calloc(cap, sizeof *wall.remote_iov);
+    wall.words_cap = wall.words && wall.local_iov && wall.remote_iov ? cap : 0;
+  }
   wall.base_interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
   wall.interval_ns = wall.base_interval_ns;
   wall.slowdown = 1;
@@ -450,7 +652,7 @@ static int wall_start(const cp_config *cfg) {
   wall.uid = getuid();
   wall.stop = 0;
   wall.warned_full = 0;
-  wall.ticks = wall.signals = wall.reused = wall.idle_ticks = 0;
+  wall.ticks = wall.signals = wall.reused = wall.parked = wall.idle_ticks = 0;
   pthread_mutex_unlock(&wall.lock);
 
   cp_unwind_init();
@@ -490,9 +692,10 @@ static void wall_stop(void) {
   }
   pthread_mutex_lock(&wall.lock);
   cp_debug("wall sampler: %llu ticks (%llu of them over idle windows), %llu "
-           "signals, %llu stacks reused",
+           "signals, %llu stacks reused, %llu parked stacks reused",
            (unsigned long long)wall.ticks, (unsigned long long)wall.idle_ticks,
-           (unsigned long long)wall.signals, (unsigned long long)wall.reused);
+           (unsigned long long)wall.signals, (unsigned long long)wall.reused,
+           (unsigned long long)wall.parked);
   while (wall.nlive)
     release_live_locked(wall.nlive - 1);
   pthread_mutex_unlock(&wall.lock);
@@ -512,6 +715,8 @@ static void wall_after_fork_child(void) {
     atomic_store(&s->tid, 0);
     atomic_store(&s->pending_ns, 0);
     atomic_store(&s->pending_count, 0);
+    atomic_store(&s->park_cfa, 0);
+    s->parked_n = 0;
     if (wall.free_slots)
       wall.free_slots[wall.nfree++] = i;
   }
