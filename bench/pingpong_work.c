@@ -1,15 +1,21 @@
 /* A fixed amount of server-like work, for bench/telemetry.sh: PAIRS pairs of
  * threads, a client and a server handing a byte through two pipes; the
- * server computes WORK_US of CPU per request and blocks in read() between
- * requests, as a database backend blocks between statements. Each server
- * answers REQUESTS requests.
+ * server computes WORK_US of CPU per request and blocks between requests,
+ * as a database backend blocks between statements: in read() (WAIT "read",
+ * the default), or in poll() before each read as an event loop does (WAIT
+ * "poll"). Each client waits GAP_US (default 0) between an answer and its
+ * next request, in nanosleep, as a client thinks or a connection idles:
+ * with a gap the server blocks most of the time, as database backends do
+ * under pgbench. Each server answers REQUESTS requests.
  *
- *   pingpong_work PAIRS REQUESTS WORK_US */
+ *   pingpong_work PAIRS REQUESTS WORK_US [read|poll [GAP_US]] */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,11 +42,23 @@ typedef struct pair {
   int to_server[2], to_client[2];
 } pair;
 
+static int use_poll;
+
+/* The server's wait for the next request. */
+__attribute__((noinline)) static ssize_t next_request(int fd, char *c) {
+  if (use_poll) {
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    if (poll(&pfd, 1, -1) != 1)
+      return -1;
+  }
+  return read(fd, c, 1);
+}
+
 static void *server(void *arg) {
   pair *p = arg;
   char c;
   for (long i = 0; i < requests; i++) {
-    if (read(p->to_server[0], &c, 1) != 1)
+    if (next_request(p->to_server[0], &c) != 1)
       break;
     serve_request();
     if (write(p->to_client[1], &c, 1) != 1)
@@ -49,18 +67,34 @@ static void *server(void *arg) {
   return NULL;
 }
 
+static long gap_us;
+
 static void *client(void *arg) {
   pair *p = arg;
   char c = 'x';
-  for (long i = 0; i < requests; i++)
+  struct timespec gap = {0, gap_us * 1000};
+  for (long i = 0; i < requests; i++) {
     if (write(p->to_server[1], &c, 1) != 1 || read(p->to_client[0], &c, 1) != 1)
       break;
+    if (gap_us)
+      nanosleep(&gap, NULL);
+  }
   return NULL;
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: pingpong_work PAIRS REQUESTS WORK_US\n");
+  if (argc < 4 || argc > 6 ||
+      (argc >= 5 && strcmp(argv[4], "read") != 0 &&
+       strcmp(argv[4], "poll") != 0)) {
+    fprintf(
+        stderr,
+        "usage: pingpong_work PAIRS REQUESTS WORK_US [read|poll [GAP_US]]\n");
+    return 2;
+  }
+  use_poll = argc >= 5 && strcmp(argv[4], "poll") == 0;
+  gap_us = argc == 6 ? atol(argv[5]) : 0;
+  if (gap_us < 0 || gap_us >= 1000000) {
+    fprintf(stderr, "pingpong_work: GAP_US is 0..999999\n");
     return 2;
   }
   int pairs = atoi(argv[1]);
@@ -76,7 +110,8 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < 2 * pairs; i++)
     pthread_join(t[i], NULL);
-  printf("pingpong: %d pairs x %ld requests of %s us\n", pairs, requests,
-         argv[3]);
+  printf("pingpong: %d pairs x %ld requests of %s us, waiting in %s, %ld us "
+         "between requests\n",
+         pairs, requests, argv[3], use_poll ? "poll" : "read", gap_us);
   return 0;
 }

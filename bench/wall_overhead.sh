@@ -45,11 +45,13 @@ run() {
       CONTPROF_PROFILES=wall CONTPROF_LOG_LEVEL=debug \
       CONTPROF_OUTPUT_DIR="$tmp/prof" "${cmd[@]}" >"$tmp/out" 2>"$tmp/err"
     local line
-    line=$(grep -o 'wall sampler: [0-9]* ticks, [0-9]* signals, [0-9]* stacks reused' "$tmp/err" || true)
+    # "N ticks (I of them over idle windows), S signals, R stacks reused, P
+    # parked stacks reused": ticks, signals and both kinds of reuse.
+    line=$(sed -n 's/.*wall sampler: \([0-9]*\) ticks ([0-9]* of them over idle windows), \([0-9]*\) signals, \([0-9]*\) stacks reused, \([0-9]*\) parked.*/\1 \2 \3 \4/p' "$tmp/err")
     [[ -n $line ]] || bench_die "wall_overhead: the wall sampler did not run"
     local wall_s
     wall_s=$(tail -1 "$log" | awk '{print $1}')
-    echo "$line" | awk -v w="$wall_s" '{print $3 / w, $5 / w, $7 / w}' >>"$log.counts"
+    echo "$line" | awk -v w="$wall_s" '{print $1 / w, $2 / w, ($3 + $4) / w}' >>"$log.counts"
     ;;
   esac
 }
