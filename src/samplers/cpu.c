@@ -109,6 +109,7 @@ static struct {
   int perf_fd_floor;    /* descriptors are moved to this number or above */
   _Atomic int adapt;    /* auto: threads that switch often leave perf */
   int moved_logged;
+  int rt_failed; /* no real-time signal to move to (move_to_rt_signal) */
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static inline int perf_fd_ours(int fd) {
@@ -584,6 +585,43 @@ static void move_switching_threads(void) {
   }
 }
 
+/* Caller holds cpu.lock. The application installed its own handler for our
+ * signal (SIGPROF, most often): a SIGPROF it directs at a thread while one
+ * of ours is pending there would merge with ours, and one of the two would
+ * be lost. Every thread's clock is moved to a real-time signal, which
+ * queues: perf task clocks by F_SETSIG on their descriptor, POSIX timers
+ * made anew (the first expiry of the new one is random in a period, as at a
+ * thread's start, so the weights stay unbiased). The old signal keeps our
+ * handler, which passes the application's signals on and takes ours still
+ * in flight. */
+static void move_to_rt_signal(void) {
+  int old = cpu.signal;
+  int sig = cp_signal_install_rt(cpu_signal_handler);
+  if (sig < 0) {
+    if (!cpu.rt_failed++)
+      cp_warn("the application handles signal %d, which samples CPU time, "
+              "and no real-time signal is free: a signal it sends to one "
+              "thread may merge with ours",
+              old);
+    return;
+  }
+  cpu.signal = sig;
+  cp_threads_set_sampling_signal(sig);
+  for (size_t i = 0; i < cpu.ntimers; i++) {
+    thread_timer *t = &cpu.timers[i];
+    if (t->fd >= 0 && perf_fd_still_ours(t))
+      fcntl(t->fd, F_SETSIG, sig);
+    int id;
+    if (t->timer_id >= 0 && timer_create_for(t->tid, &id) == 0) {
+      syscall(SYS_timer_delete, t->timer_id);
+      t->timer_id = id;
+    }
+  }
+  cp_info("the application handles signal %d: CPU samples now come with "
+          "signal %d",
+          old, sig);
+}
+
 /* Once a second: a perf descriptor the application closed (a daemon's
  * close loop, closefrom) or replaced (dup2) is made again, so that thread
  * keeps its CPU samples. Its first new sample weighs the CPU time since its
@@ -607,6 +645,8 @@ static void cpu_tick(void) {
     }
   }
   move_switching_threads();
+  if (cp_signal_claimed(cpu.signal) && !cpu.rt_failed)
+    move_to_rt_signal();
   unsigned perf = 0, posix = 0;
   for (size_t i = 0; i < cpu.ntimers; i++) {
     perf += cpu.timers[i].fd >= 0;
@@ -654,6 +694,7 @@ static int cpu_start(const cp_config *cfg) {
   cp_threads_set_sampling_signal(sig);
   choose_clock(cfg);
   cpu.perf_failed_logged = cpu.perf_lost_logged = cpu.moved_logged = 0;
+  cpu.rt_failed = 0;
   for (int i = 0; i < SWITCH_REQUESTS; i++)
     atomic_store(&move_requests[i], 0);
   atomic_store(&move_rate, 0);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -18,6 +19,9 @@
  * cp_signal_chain calls. Written under `lock`, read by handlers. */
 static struct sigaction previous[_NSIG];
 static cp_signal_handler installed[_NSIG];
+/* claimed[sig]: the application set its own handler for sig, one of ours,
+ * after we installed ours. */
+static _Atomic int claimed[_NSIG];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define real_sigaction cp_real_sigaction
@@ -104,7 +108,11 @@ static int install(int sig, cp_signal_handler handler) {
 int cp_signal_install(int preferred, cp_signal_handler handler) {
   int sig = -1;
   pthread_mutex_lock(&lock);
-  /* Already ours (a restart): keep it. */
+  /* Already ours (a restart): keep it, the one not claimed by the
+   * application if there are two (cp_signal_install_rt). */
+  for (int s = 1; s < _NSIG && sig < 0; s++)
+    if (installed[s] == handler && !atomic_load(&claimed[s]))
+      sig = s;
   for (int s = 1; s < _NSIG && sig < 0; s++)
     if (installed[s] == handler)
       sig = s;
@@ -121,6 +129,24 @@ int cp_signal_install(int preferred, cp_signal_handler handler) {
   pthread_mutex_unlock(&lock);
   if (sig < 0)
     cp_error("no free signal for sampling");
+  return sig;
+}
+
+int cp_signal_claimed(int sig) {
+  return sig > 0 && sig < _NSIG &&
+         atomic_load_explicit(&claimed[sig], memory_order_relaxed);
+}
+
+int cp_signal_install_rt(cp_signal_handler handler) {
+  int sig = -1;
+  pthread_mutex_lock(&lock);
+  for (int s = SIGRTMIN + 4; s <= SIGRTMAX && sig < 0; s++)
+    if (installed[s] == handler)
+      sig = s;
+  for (int s = SIGRTMIN + 4; sig < 0 && s <= SIGRTMAX; s++)
+    if (!installed[s] && is_free(s))
+      sig = install(s, handler);
+  pthread_mutex_unlock(&lock);
   return sig;
 }
 
@@ -163,8 +189,16 @@ int cp_signals_on_sigaction(int sig, const struct sigaction *act,
   pthread_mutex_lock(&lock);
   if (old)
     *old = previous[sig];
-  if (act)
+  if (act) {
     previous[sig] = *act;
+    /* A handler of its own on a standard signal: its thread-directed
+     * signals would merge with ours (cp_signal_claimed). */
+    if (sig < SIGRTMIN &&
+        ((act->sa_flags & SA_SIGINFO)
+             ? act->sa_sigaction != NULL
+             : act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN))
+      atomic_store_explicit(&claimed[sig], 1, memory_order_relaxed);
+  }
   pthread_mutex_unlock(&lock);
   return 1;
 }

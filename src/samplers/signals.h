@@ -25,6 +25,21 @@ typedef void (*cp_signal_handler)(int sig, siginfo_t *info, void *ucontext);
  * for the life of the process: a late timer signal must never meet SIG_DFL. */
 int cp_signal_install(int preferred, cp_signal_handler handler);
 
+/* Whether the application installed a handler of its own for sig, one of
+ * ours, after we did (cp_signals_on_sigaction). Its signals then share ours:
+ * a standard signal sent to a thread while another of that number is
+ * pending there is merged with it, so one of the two is lost. The samplers
+ * move to a real-time signal (those queue) when they see it. Async-signal-safe:
+ * one load. */
+int cp_signal_claimed(int sig);
+
+/* Installs handler, already installed for a claimed standard signal, for
+ * the first free real-time signal from SIGRTMIN+4 too (or returns the
+ * real-time signal it already has). The old one keeps the handler, which
+ * still tells our signals from the application's (some of ours may be in
+ * flight). Returns the signal, or -1. Not async-signal-safe. */
+int cp_signal_install_rt(cp_signal_handler handler);
+
 /* Every sampling handler whose signal found its thread at a system call
  * (cp_signal_in_syscall) increments cp_thread.own_signals (thread_state.h)
  * first: interpose/waits.c reads it to tell an EINTR caused by sampling from

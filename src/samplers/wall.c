@@ -155,6 +155,7 @@ static struct {
   _Atomic size_t max_frames;
   _Atomic int active;
   int warned_full;
+  int warned_claimed;
   /* The timer thread's buffers for reading a parked thread's stack words
    * (process_vm_readv), frames_cap entries; vm_read_failed: the kernel
    * refused (a seccomp filter): parked threads are signalled. */
@@ -507,6 +508,29 @@ static int wall_tick_locked(uint64_t window_ns) {
   return idle;
 }
 
+/* Caller holds wall.lock. The application installed its own handler for
+ * our signal (SIGVTALRM, most often): one it directs at a thread while ours
+ * is pending there would merge with ours. Wall signals move to a real-time
+ * signal, which queues; the old one keeps our handler, which passes the
+ * application's signals on. */
+static void move_to_rt_signal(void) {
+  int old = wall.signal;
+  int sig = cp_signal_install_rt(wall_signal_handler);
+  if (sig < 0) {
+    if (!wall.warned_claimed++)
+      cp_warn("the application handles signal %d, which samples wall time, "
+              "and no real-time signal is free: a signal it sends to one "
+              "thread may merge with ours",
+              old);
+    return;
+  }
+  wall.signal = sig;
+  cp_threads_set_sampling_signal(sig);
+  cp_info("the application handles signal %d: wall samples now come with "
+          "signal %d",
+          old, sig);
+}
+
 /* Started with cp_start_internal_thread: already marked as the profiler's
  * own (never sampled, never announced to the samplers). */
 static void *wall_timer_thread(void *arg) {
@@ -530,6 +554,8 @@ static void *wall_timer_thread(void *arg) {
     if (wall.stop)
       break;
     uint64_t window_ns = missed + ahead;
+    if (cp_signal_claimed(wall.signal) && !wall.warned_claimed)
+      move_to_rt_signal();
     int idle = wall_tick_locked(window_ns);
     wall.idle_ticks += windows > 1;
     start += window_ns;
@@ -652,6 +678,7 @@ static int wall_start(const cp_config *cfg) {
   wall.uid = getuid();
   wall.stop = 0;
   wall.warned_full = 0;
+  wall.warned_claimed = 0;
   wall.ticks = wall.signals = wall.reused = wall.parked = wall.idle_ticks = 0;
   pthread_mutex_unlock(&wall.lock);
 

@@ -359,11 +359,13 @@ static void test_application_sigprof_keeps_working(void) {
   char *dir = make_temp_dir("ownprof");
   run_result *r = run_mode("250", dir, "own-sigprof", NULL);
   int timer = -1, raised = -1, foreign = -1, allowed = -1, kept = -1;
+  int tkilled = -1;
   const char *line = strstr(r->out, "timer_ticks=");
-  CHECK(line && sscanf(line,
-                       "timer_ticks=%d raised_ticks=%d foreign_ticks=%d "
-                       "allowed=%d timer_kept=%d",
-                       &timer, &raised, &foreign, &allowed, &kept) == 5);
+  CHECK(line &&
+        sscanf(line,
+               "timer_ticks=%d raised_ticks=%d foreign_ticks=%d "
+               "allowed=%d timer_kept=%d tkill_received=%d",
+               &timer, &raised, &foreign, &allowed, &kept, &tkilled) == 6);
   /* Every SIGPROF it sent itself reached its handler, none of ours did, its
    * ITIMER_PROF is as it set it, and that timer's ticks are at most what
    * its CPU time allows. How many of those the kernel delivers is not ours
@@ -374,6 +376,13 @@ static void test_application_sigprof_keeps_working(void) {
          "allowed, %d not its own, timer kept %d\n",
          raised, timer, allowed, foreign, kept);
   CHECK_EQ_INT(raised, 40);
+  /* Sent to its thread while a SIGPROF was pending there: none merged with
+   * one of ours, which moved to a real-time signal (20 of 20; 0-1 of 20
+   * while ours stayed on SIGPROF). */
+  printf("application's SIGPROF to its thread while one was pending: %d of "
+         "20 received\n",
+         tkilled);
+  CHECK_EQ_INT(tkilled, 20);
   CHECK_EQ_INT(foreign, 0);
   CHECK_EQ_INT(kept, 1);
   CHECK(timer >= 0 && timer <= allowed + 2);
@@ -382,9 +391,49 @@ static void test_application_sigprof_keeps_working(void) {
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
   if (p) {
     CHECK_NEAR((double)top_cum(&top, "work_alpha") / 1e9, 1.0, 0.1);
+    /* 20 x 30 ms after the move, sampled with the real-time signal. */
+    CHECK_NEAR((double)top_cum(&top, "work_beta") / 1e9, 0.6, 0.1);
     pprof_top_free(&top);
     pprof_profile_free(p);
   }
+  free(r);
+  remove_dir(dir);
+}
+
+/* The wall sampler's signal, claimed by the application: its SIGVTALRM sent
+ * to its own thread while one is pending there all arrive (the sampler
+ * moved to a real-time signal at its next tick), none of ours reaches its
+ * handler, and the wall profile still has the program's time. */
+static void test_application_sigvtalrm_keeps_working(void) {
+  char *dir = make_temp_dir("ownvtalrm");
+  const char *env[] = {"CONTPROF_PROFILES=cpu,wall",
+                       "CONTPROF_WALL_INTERVAL_MS=2", NULL};
+  run_result *r = run_mode("250", dir, "own-sigvtalrm", env);
+  int tkilled = -1, foreign = -1;
+  const char *line = strstr(r->out, "tkill_received=");
+  CHECK(line && sscanf(line, "tkill_received=%d of 20 foreign_ticks=%d",
+                       &tkilled, &foreign) == 2);
+  printf("application's SIGVTALRM to its thread while one was pending: %d "
+         "of 20 received, %d not its own\n",
+         tkilled, foreign);
+  CHECK_EQ_INT(tkilled, 20);
+  CHECK_EQ_INT(foreign, 0);
+  pprof_profile *p[4];
+  size_t n = read_profiles(dir, p, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    int idx = pprof_sample_type_index(p[0], "wall-time");
+    int64_t beta = 0;
+    for (size_t i = 0; idx >= 0 && i < p[0]->n_sample; i++)
+      if (pprof_sample_has_function(p[0], p[0]->sample[i], "work_beta"))
+        beta += p[0]->sample[i]->value[idx];
+    /* 20 x 30 ms of CPU in work_beta (SIGVTALRM blocked: our signals are
+     * real-time ones by then), at least as much wall time. */
+    printf("wall time in work_beta: %.3f s\n", (double)beta / 1e9);
+    CHECK(beta > 400000000);
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
   free(r);
   remove_dir(dir);
 }
@@ -522,5 +571,6 @@ TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_perf_clock_is_kept_when_asked),
           T(test_fork_children_exit_cleanly),
           T(test_application_sigprof_keeps_working),
+          T(test_application_sigvtalrm_keeps_working),
           T(test_deep_stack_is_marked_truncated),
           T(test_dlopened_library_is_symbolized), T(test_setitimer_fallback))

@@ -17,6 +17,7 @@
  *   vfork-exec N            vfork + exec /bin/true N times while working
  *   print-preload           prints LD_PRELOAD
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
+ *   own-sigvtalrm           handles SIGVTALRM and sends it to itself
  *   deep                    works 300 frames deep
  *   dlopen LIB              dlopens LIB twice and works in it
  *   switchy SECONDS         two threads hand a token back and forth, each
@@ -381,18 +382,44 @@ static int vfork_exec(int n) {
  * receiving its signals while the profiler samples with another one, and
  * none of the profiler's. ITIMER_PROF's signals come with SI_KERNEL, those
  * it sends itself with kill with SI_USER; any other code is not the
- * application's. It sends them to the process, not the thread (raise): a
- * thread-directed SIGPROF sent while one of the profiler's is pending on
- * the thread merges with it (docs/signals.md, "Sharing a signal"). */
-static volatile sig_atomic_t timer_ticks, raised_ticks, foreign_ticks;
+ * application's. Then it sends SIGPROF to its own thread while one is
+ * pending there: none may be lost, which needs the profiler to have moved
+ * its sampling to a signal of its own (docs/signals.md, "Sharing a
+ * signal"). */
+static volatile sig_atomic_t timer_ticks, raised_ticks, tkill_ticks,
+    foreign_ticks;
 static void own_handler(int sig, siginfo_t *info, void *ctx) {
   (void)sig, (void)ctx;
   if (info->si_code == SI_KERNEL)
     timer_ticks++;
   else if (info->si_code == SI_USER && info->si_pid == getpid())
     raised_ticks++;
+  else if (info->si_code == SI_TKILL && info->si_pid == getpid())
+    tkill_ticks++;
   else
     foreign_ticks++;
+}
+
+/* sig sent to this thread while one is pending on it (sig blocked
+ * meanwhile): a sampling signal of the profiler's still on sig would be
+ * pending already after up to 30 ms of CPU, and this one would merge with
+ * it and be lost. Returns how many of `n` sent reached the handler. */
+static int raise_while_pending(int sig, int n) {
+  sigset_t prof, pending;
+  sigemptyset(&prof);
+  sigaddset(&prof, sig);
+  int before = tkill_ticks;
+  for (int i = 0; i < n; i++) {
+    pthread_sigmask(SIG_BLOCK, &prof, NULL);
+    uint64_t start = thread_cpu_ns();
+    do {
+      work_beta(1000000);
+      sigpending(&pending);
+    } while (!sigismember(&pending, sig) && thread_cpu_ns() - start < 30000000);
+    raise(sig);
+    pthread_sigmask(SIG_UNBLOCK, &prof, NULL);
+  }
+  return tkill_ticks - before;
 }
 
 static uint64_t process_cpu_ns(void) {
@@ -424,11 +451,32 @@ static int own_sigprof(void) {
   struct itimerval off = {{0, 0}, {0, 0}};
   setitimer(ITIMER_PROF, &off, NULL);
   uint64_t cpu = process_cpu_ns() - cpu0;
+  /* The profiler moves off SIGPROF within a second of seeing our handler. */
+  struct timespec second = {1, 500000000};
+  nanosleep(&second, NULL);
+  int tkilled = raise_while_pending(SIGPROF, 20);
   printf("timer_ticks=%d raised_ticks=%d foreign_ticks=%d allowed=%d "
-         "timer_kept=%d\n",
+         "timer_kept=%d tkill_received=%d of 20\n",
          (int)timer_ticks, (int)raised_ticks, (int)foreign_ticks,
          (int)(cpu / 25000000ull),
-         now.it_interval.tv_sec == 0 && now.it_interval.tv_usec == 25000);
+         now.it_interval.tv_sec == 0 && now.it_interval.tv_usec == 25000,
+         tkilled);
+  return 0;
+}
+
+/* The same for the wall sampler's SIGVTALRM: the application's handler,
+ * then 20 SIGVTALRM to its own thread while one is pending there. */
+static int own_sigvtalrm(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = own_handler;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigaction(SIGVTALRM, &sa, NULL);
+  struct timespec wait = {0, 200000000};
+  nanosleep(&wait, NULL);
+  int tkilled = raise_while_pending(SIGVTALRM, 20);
+  printf("tkill_received=%d of 20 foreign_ticks=%d\n", tkilled,
+         (int)foreign_ticks);
   return 0;
 }
 
@@ -500,6 +548,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "own-sigprof") == 0)
     return own_sigprof();
+  if (strcmp(argv[1], "own-sigvtalrm") == 0)
+    return own_sigvtalrm();
   if (strcmp(argv[1], "switchy") == 0 && argc == 3)
     return switchy(atof(argv[2]));
   return 2;
