@@ -600,16 +600,10 @@ static void move_switching_threads(void) {
  * handler, which passes the application's signals on and takes ours still
  * in flight. */
 static void move_to_rt_signal(void) {
-  int old = cpu.signal;
-  int sig = cp_signal_install_rt(cpu_signal_handler);
-  if (sig < 0) {
-    if (!cpu.rt_failed++)
-      cp_warn("the application handles signal %d, which samples CPU time, "
-              "and no real-time signal is free: a signal it sends to one "
-              "thread may merge with ours",
-              old);
+  int sig = cp_signal_move_to_rt(cpu.signal, cpu_signal_handler, "CPU",
+                                 &cpu.rt_failed);
+  if (sig < 0)
     return;
-  }
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
   for (size_t i = 0; i < cpu.ntimers; i++) {
@@ -622,9 +616,6 @@ static void move_to_rt_signal(void) {
       t->timer_id = id;
     }
   }
-  cp_info("the application handles signal %d: CPU samples now come with "
-          "signal %d",
-          old, sig);
 }
 
 /* Once a second: a perf descriptor the application closed (a daemon's

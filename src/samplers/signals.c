@@ -137,7 +137,8 @@ int cp_signal_claimed(int sig) {
          atomic_load_explicit(&claimed[sig], memory_order_relaxed);
 }
 
-int cp_signal_install_rt(cp_signal_handler handler) {
+int cp_signal_move_to_rt(int old, cp_signal_handler handler,
+                         const char *samples, int *failed) {
   int sig = -1;
   pthread_mutex_lock(&lock);
   for (int s = SIGRTMIN + 4; s <= SIGRTMAX && sig < 0; s++)
@@ -147,6 +148,17 @@ int cp_signal_install_rt(cp_signal_handler handler) {
     if (!installed[s] && is_free(s))
       sig = install(s, handler);
   pthread_mutex_unlock(&lock);
+  if (sig < 0) {
+    if (!(*failed)++)
+      cp_warn("the application handles signal %d, which samples %s time, "
+              "and no real-time signal is free: a signal it sends to one "
+              "thread may merge with ours",
+              old, samples);
+    return -1;
+  }
+  cp_info("the application handles signal %d: %s samples now come with "
+          "signal %d",
+          old, samples, sig);
   return sig;
 }
 

@@ -33,12 +33,15 @@ int cp_signal_install(int preferred, cp_signal_handler handler);
  * one load. */
 int cp_signal_claimed(int sig);
 
-/* Installs handler, already installed for a claimed standard signal, for
- * the first free real-time signal from SIGRTMIN+4 too (or returns the
- * real-time signal it already has). The old one keeps the handler, which
- * still tells our signals from the application's (some of ours may be in
- * flight). Returns the signal, or -1. Not async-signal-safe. */
-int cp_signal_install_rt(cp_signal_handler handler);
+/* Installs handler, already installed for `old`, a claimed standard
+ * signal, for the first free real-time signal from SIGRTMIN+4 too (or finds
+ * the real-time signal it already has), and says so in an info line naming
+ * `samples` ("CPU", "wall"). The old one keeps the handler, which still
+ * tells our signals from the application's (some of ours may be in flight).
+ * Returns the signal, or -1 with one warning per *failed (then incremented).
+ * Not async-signal-safe. */
+int cp_signal_move_to_rt(int old, cp_signal_handler handler,
+                         const char *samples, int *failed);
 
 /* Every sampling handler whose signal found its thread at a system call
  * (cp_signal_in_syscall) increments cp_thread.own_signals (thread_state.h)

@@ -514,21 +514,12 @@ static int wall_tick_locked(uint64_t window_ns) {
  * signal, which queues; the old one keeps our handler, which passes the
  * application's signals on. */
 static void move_to_rt_signal(void) {
-  int old = wall.signal;
-  int sig = cp_signal_install_rt(wall_signal_handler);
-  if (sig < 0) {
-    if (!wall.warned_claimed++)
-      cp_warn("the application handles signal %d, which samples wall time, "
-              "and no real-time signal is free: a signal it sends to one "
-              "thread may merge with ours",
-              old);
+  int sig = cp_signal_move_to_rt(wall.signal, wall_signal_handler, "wall",
+                                 &wall.warned_claimed);
+  if (sig < 0)
     return;
-  }
   wall.signal = sig;
   cp_threads_set_sampling_signal(sig);
-  cp_info("the application handles signal %d: wall samples now come with "
-          "signal %d",
-          old, sig);
 }
 
 /* Started with cp_start_internal_thread: already marked as the profiler's

@@ -198,16 +198,21 @@ static void test_wall_few_threads_per_tick_unbiased(void) {
 #define KEEP_FRAME() __asm__ volatile("" ::: "memory")
 static volatile double sinkv;
 
-/* Spins for cpu_ns of this thread's CPU, then sleeps sleep_ns. Real code
- * does some work between blocking calls; the wall sampler reuses a blocked
- * thread's stack while it has used under 10 us of CPU. */
-static void work_then_sleep(uint64_t cpu_ns, uint64_t sleep_ns) {
+/* Spins for cpu_ns of this thread's CPU. */
+static void spin_cpu(uint64_t cpu_ns) {
   uint64_t end = now_ns(CLOCK_THREAD_CPUTIME_ID) + cpu_ns;
   double x = 1;
   while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
     for (int i = 0; i < 100; i++)
       x = x * 1.0000001 + 0.5;
   sinkv += x;
+}
+
+/* Spins for cpu_ns of this thread's CPU, then sleeps sleep_ns. Real code
+ * does some work between blocking calls; the wall sampler reuses a blocked
+ * thread's stack while it has used under 10 us of CPU. */
+static void work_then_sleep(uint64_t cpu_ns, uint64_t sleep_ns) {
+  spin_cpu(cpu_ns);
   struct timespec ts = {0, (long)sleep_ns};
   while (nanosleep(&ts, &ts) != 0)
     ;
@@ -601,15 +606,6 @@ __attribute__((noinline)) uint64_t park_long(void) {
   uint64_t ns = block_in_poll(4);
   KEEP_FRAME();
   return ns;
-}
-
-static void spin_cpu(uint64_t cpu_ns) {
-  uint64_t end = now_ns(CLOCK_THREAD_CPUTIME_ID) + cpu_ns;
-  double x = 1;
-  while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
-    for (int i = 0; i < 100; i++)
-      x = x * 1.0000001 + 0.5;
-  sinkv += x;
 }
 
 typedef struct park_run {

@@ -433,12 +433,16 @@ static uint64_t process_cpu_ns(void) {
  * process's CPU time allows (the kernel checks the timer at its tick, one
  * expiry a check: a VM under load delivers far fewer, down to none without any
  * profiler here), and whether its timer was left as it set it. */
-static int own_sigprof(void) {
+static void install_own_handler(int sig) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = own_handler;
   sa.sa_flags = SA_RESTART | SA_SIGINFO;
-  sigaction(SIGPROF, &sa, NULL);
+  sigaction(sig, &sa, NULL);
+}
+
+static int own_sigprof(void) {
+  install_own_handler(SIGPROF);
   struct itimerval itv = {{0, 25000}, {0, 25000}};
   uint64_t cpu0 = process_cpu_ns();
   setitimer(ITIMER_PROF, &itv, NULL);
@@ -467,11 +471,7 @@ static int own_sigprof(void) {
 /* The same for the wall sampler's SIGVTALRM: the application's handler,
  * then 20 SIGVTALRM to its own thread while one is pending there. */
 static int own_sigvtalrm(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = own_handler;
-  sa.sa_flags = SA_RESTART | SA_SIGINFO;
-  sigaction(SIGVTALRM, &sa, NULL);
+  install_own_handler(SIGVTALRM);
   struct timespec wait = {0, 200000000};
   nanosleep(&wait, NULL);
   int tkilled = raise_while_pending(SIGVTALRM, 20);
