@@ -201,36 +201,28 @@ static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
 
 /* Hot path, async-signal-safe, no system call: see wall.h. Only into the
  * slot that is still this thread's (a slot released at stop or after a fork
- * may belong to another thread by now). */
-int cp_wall_park_slot(uintptr_t cfa) {
+ * may belong to another thread by now). Labels and span only with a frame
+ * address (the tick reads them only then). */
+int cp_wall_publish_park(uintptr_t cfa) {
   wall_slot *s = cp_thread.wall_slot;
-  if (atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
+  if (!s || atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
     return 0;
-  uint64_t span_id, local_root_span_id;
-  cp_trace_current(&span_id, &local_root_span_id);
+  uint32_t labels = 0;
+  uint64_t span_id = 0, local_root_span_id = 0;
+  if (cfa) {
+    labels = cp_labels_current();
+    cp_trace_current(&span_id, &local_root_span_id);
+  }
   uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_relaxed);
   atomic_store_explicit(&s->park_gen, gen + 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&s->park_cfa, cfa, memory_order_relaxed);
-  atomic_store_explicit(&s->park_labels, cp_labels_current(),
-                        memory_order_relaxed);
+  atomic_store_explicit(&s->park_labels, labels, memory_order_relaxed);
   atomic_store_explicit(&s->park_span_id, span_id, memory_order_relaxed);
   atomic_store_explicit(&s->park_local_root_span_id, local_root_span_id,
                         memory_order_relaxed);
   atomic_store_explicit(&s->park_gen, gen + 2, memory_order_release);
   return 1;
-}
-
-/* Hot path, async-signal-safe. */
-void cp_wall_unpark_slot(void) {
-  wall_slot *s = cp_thread.wall_slot;
-  if (!s || atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
-    return;
-  uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_relaxed);
-  atomic_store_explicit(&s->park_gen, gen + 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
-  atomic_store_explicit(&s->park_cfa, 0, memory_order_relaxed);
-  atomic_store_explicit(&s->park_gen, gen + 2, memory_order_release);
 }
 
 /* Async-signal-safe, in the handler on a thread found blocked in a system
@@ -285,11 +277,9 @@ static int still_parked(wall_slot *s, uint32_t *labels, uint64_t *span_id,
   *local_root_span_id =
       atomic_load_explicit(&s->park_local_root_span_id, memory_order_relaxed);
   size_t words = n - 1, done = 0;
-  for (size_t i = 0; i < words; i++) {
-    wall.local_iov[i] = (struct iovec){&wall.words[i], sizeof(uint64_t)};
+  for (size_t i = 0; i < words; i++)
     wall.remote_iov[i] = (struct iovec){
         (void *)(uintptr_t)s->parked_slots[i + 1], sizeof(uint64_t)};
-  }
   while (done < words) {
     size_t batch = words - done > 1024 ? 1024 : words - done; /* IOV_MAX */
     ssize_t got = process_vm_readv(wall.pid, wall.local_iov + done, batch,
@@ -659,6 +649,9 @@ static int wall_start(const cp_config *cfg) {
     wall.local_iov = calloc(cap, sizeof *wall.local_iov);
     wall.remote_iov = calloc(cap, sizeof *wall.remote_iov);
     wall.words_cap = wall.words && wall.local_iov && wall.remote_iov ? cap : 0;
+    /* Word i is always read into words[i]. */
+    for (size_t i = 0; i < wall.words_cap; i++)
+      wall.local_iov[i] = (struct iovec){&wall.words[i], sizeof(uint64_t)};
   }
   wall.base_interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
   wall.interval_ns = wall.base_interval_ns;

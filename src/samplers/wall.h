@@ -9,9 +9,10 @@
 
 #include "thread_state.h"
 
-/* Out of line: publish into the calling thread's slot. */
-int cp_wall_park_slot(uintptr_t cfa);
-void cp_wall_unpark_slot(void);
+/* Out of line: publishes into the calling thread's slot that it blocks in
+ * the wait hook whose frame address is cfa (0: in none). Returns whether
+ * the slot was the thread's to publish into. */
+int cp_wall_publish_park(uintptr_t cfa);
 
 /* Hot path, async-signal-safe, no system call, errno kept: the calling
  * thread is about to block in a wait hook whose canonical frame address
@@ -19,13 +20,13 @@ void cp_wall_unpark_slot(void);
  * cp_wall_unpark. Returns whether anything was published (then call
  * cp_wall_unpark): only on a thread the wall sampler has signalled. */
 static inline int cp_wall_park(uintptr_t cfa) {
-  return cp_thread.wall_slot ? cp_wall_park_slot(cfa) : 0;
+  return cp_thread.wall_slot ? cp_wall_publish_park(cfa) : 0;
 }
 
 /* Hot path, async-signal-safe: the wait hook returns. (A hook nested in a
  * signal handler that interrupted another unparks the outer one too: the
  * thread then counts as running until its next wait, which only costs a
  * signal.) */
-static inline void cp_wall_unpark(void) { cp_wall_unpark_slot(); }
+static inline void cp_wall_unpark(void) { cp_wall_publish_park(0); }
 
 #endif
