@@ -187,27 +187,46 @@ void cp_unwind_warm_up(void) {
   warmed_up = 1;
 }
 
-/* Async-signal-safe. */
-static size_t unwind_from_context(ucontext_t *uc, uint64_t *frames,
-                                  size_t max_frames, int *truncated) {
+/* Async-signal-safe: libunwind from the interrupted context, no cache.
+ * With slots, also where each return address was found
+ * (cp_unwind_signal_slots), and 0 frames when libunwind cannot start;
+ * without, the interrupted pc alone then. The load of a return address is
+ * outside AddressSanitizer, as cp_access_mem. */
+__attribute__((no_sanitize("address"))) static size_t
+unwind_from_context(ucontext_t *uc, uint64_t *frames, uint64_t *slots,
+                    size_t max_frames, int *truncated) {
   unw_cursor_t cursor;
   size_t n = 0;
+  uint64_t below = 0; /* the previous frame's slot */
   if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) !=
       0) {
+    if (slots)
+      return 0;
     frames[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     return 1;
   }
   do {
-    unw_word_t ip;
+    unw_word_t ip, sp;
     if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0)
       break;
     if (n == max_frames) {
       *truncated = 1;
       break;
     }
+    if (slots) {
+      /* A caller's stack pointer is its callee's canonical frame address:
+       * the call pushed the return address just below it. */
+      slots[n] = 0;
+      if (n > 0 && unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0 && sp >= 8 &&
+          (sp & 7) == 0 && sp - 8 > below && word_readable(sp - 8) &&
+          *(const uint64_t *)(uintptr_t)(sp - 8) == ip) {
+        slots[n] = sp - 8;
+        below = sp - 8;
+      }
+    }
     frames[n++] = ip;
   } while (unw_step(&cursor) > 0);
-  if (n == 0)
+  if (n == 0 && !slots)
     frames[n++] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
   return n;
 }
@@ -256,14 +275,14 @@ static size_t unwind_signal(ucontext_t *uc, uint64_t *frames, size_t max_frames,
   /* The cache is built at the second busy sample: a thread sampled once
    * (a short burst) may be idle for the rest of its life. */
   if (!warmed_up && (!may_build_cache || ++busy_samples < 2))
-    return unwind_from_context(uc, frames, max_frames, truncated);
+    return unwind_from_context(uc, frames, NULL, max_frames, truncated);
   warmed_up = 1;
   int got = unw_backtrace((void **)frames, (int)capacity);
   size_t skip = 0;
   while ((int)skip < got && frames[skip] != pc)
     skip++;
   if ((int)skip >= got || skip >= CP_UNWIND_SLACK)
-    return unwind_from_context(uc, frames, max_frames, truncated);
+    return unwind_from_context(uc, frames, NULL, max_frames, truncated);
   size_t n = (size_t)got - skip;
   if (n > max_frames || (size_t)got == capacity) {
     *truncated = 1;
@@ -316,38 +335,6 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
   return n;
 }
 
-/* Async-signal-safe. cp_unwind_signal_slots once unwinding may start. Its
- * load of a return address is outside AddressSanitizer, as cp_access_mem. */
-__attribute__((no_sanitize("address"))) static size_t
-unwind_slots(ucontext_t *uc, uint64_t *frames, uint64_t *slots,
-             size_t max_frames, int *truncated) {
-  unw_cursor_t cursor;
-  size_t n = 0;
-  uint64_t below = 0; /* the previous frame's slot */
-  if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) != 0)
-    return 0;
-  do {
-    unw_word_t ip, sp;
-    if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0)
-      break;
-    if (n == max_frames) {
-      *truncated = 1;
-      break;
-    }
-    slots[n] = 0;
-    /* A caller's stack pointer is its callee's canonical frame address:
-     * the call pushed the return address just below it. */
-    if (n > 0 && unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0 && sp >= 8 &&
-        (sp & 7) == 0 && sp - 8 > below && word_readable(sp - 8) &&
-        *(const uint64_t *)(uintptr_t)(sp - 8) == ip) {
-      slots[n] = sp - 8;
-      below = sp - 8;
-    }
-    frames[n++] = ip;
-  } while (unw_step(&cursor) > 0);
-  return n;
-}
-
 /* Async-signal-safe. */
 size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
                               size_t max_frames, int *truncated) {
@@ -356,7 +343,7 @@ size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
   if (alt_stack_short(uc) || loader_busy())
     return 0;
   own_unwind_begin();
-  size_t n = unwind_slots(uc, frames, slots, max_frames, truncated);
+  size_t n = unwind_from_context(uc, frames, slots, max_frames, truncated);
   own_unwind_end();
   return n;
 }
