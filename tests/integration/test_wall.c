@@ -247,6 +247,26 @@ static size_t stop_and_read(const char *dir, pprof_profile **profiles,
   return read_profiles(dir, profiles, max, NULL);
 }
 
+typedef void *(*thread_fn)(void *);
+
+/* Profiles two threads, fn[i](arg[i]), from start to end, at a 2 ms wall
+ * interval; returns the profiles read (at least one, checked). */
+static size_t profile_two_threads(const char *dir, const thread_fn fn[2],
+                                  void *const arg[2], pprof_profile **profiles,
+                                  size_t max) {
+  setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
+  CHECK_EQ_INT(start_profiler(dir), 0);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, fn[i], arg[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  size_t n = stop_and_read(dir, profiles, max);
+  unsetenv("CONTPROF_WALL_INTERVAL_MS");
+  CHECK(n >= 1);
+  return n;
+}
+
 static void *label_worker(void *arg) {
   (void)arg;
   for (int i = 0; i < 40; i++) {
@@ -266,17 +286,10 @@ static void *label_worker(void *arg) {
 
 static void test_labels_on_wall_samples(void) {
   char *dir = make_temp_dir("wall-labels");
-  setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
-  CHECK_EQ_INT(start_profiler(dir), 0);
-  pthread_t t[2];
-  for (int i = 0; i < 2; i++)
-    pthread_create(&t[i], NULL, label_worker, NULL);
-  for (int i = 0; i < 2; i++)
-    pthread_join(t[i], NULL);
+  const thread_fn fn[2] = {label_worker, label_worker};
+  void *const arg[2] = {NULL, NULL};
   pprof_profile *profiles[4];
-  size_t n = stop_and_read(dir, profiles, 4);
-  unsetenv("CONTPROF_WALL_INTERVAL_MS");
-  CHECK(n >= 1);
+  size_t n = profile_two_threads(dir, fn, arg, profiles, 4);
   const char *types[2] = {"wall-samples", "cpu-samples"};
   for (int t = 0; t < 2; t++) {
     int64_t labeled = 0, nested = 0, unlabeled = 0, wrong = 0, stamped = 0;
@@ -428,18 +441,10 @@ static void *traced_thread(void *arg) {
 
 static void test_span_ids_and_endpoints(void) {
   char *dir = make_temp_dir("wall-trace");
-  setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
-  CHECK_EQ_INT(start_profiler(dir), 0);
-  pthread_t t[2];
-  for (int i = 0; i < 2; i++)
-    pthread_create(&t[i], NULL, traced_thread,
-                   (void *)(uintptr_t)(1000 * (i + 1)));
-  for (int i = 0; i < 2; i++)
-    pthread_join(t[i], NULL);
+  const thread_fn fn[2] = {traced_thread, traced_thread};
+  void *const arg[2] = {(void *)(uintptr_t)1000, (void *)(uintptr_t)2000};
   pprof_profile *profiles[4];
-  size_t n = stop_and_read(dir, profiles, 4);
-  unsetenv("CONTPROF_WALL_INTERVAL_MS");
-  CHECK(n >= 1);
+  size_t n = profile_two_threads(dir, fn, arg, profiles, 4);
   const char *types[2] = {"wall-samples", "cpu-samples"};
   for (int t = 0; t < 2; t++) {
     int64_t traced = 0, untraced = 0, wrong = 0;
@@ -666,18 +671,11 @@ static void *two_site_thread(void *arg) {
  * window at each end, within 5%). */
 static void test_parked_threads_not_woken(void) {
   char *dir = make_temp_dir("wall-parked");
-  setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
-  CHECK_EQ_INT(start_profiler(dir), 0);
   park_run one = {0}, two = {0};
-  pthread_t t[2];
-  pthread_create(&t[0], NULL, one_site_thread, &one);
-  pthread_create(&t[1], NULL, two_site_thread, &two);
-  for (int i = 0; i < 2; i++)
-    pthread_join(t[i], NULL);
+  const thread_fn fn[2] = {one_site_thread, two_site_thread};
+  void *const arg[2] = {&one, &two};
   pprof_profile *profiles[4];
-  size_t n = stop_and_read(dir, profiles, 4);
-  unsetenv("CONTPROF_WALL_INTERVAL_MS");
-  CHECK(n >= 1);
+  size_t n = profile_two_threads(dir, fn, arg, profiles, 4);
 
   /* Its share blocked is not checked: on a loaded machine the timer thread
    * tends to get a CPU when a thread blocks, and finds more of them blocked
