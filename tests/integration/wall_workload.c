@@ -69,7 +69,14 @@ __attribute__((noinline)) void wait_forever(void) {
 typedef struct thread_report {
   pid_t tid;
   uint64_t lifetime_ns;
+  uint64_t cpu_ns; /* the thread's own CPU time at its end */
 } thread_report;
+
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t run_ns;
 static uint64_t truth_sleep, truth_compute;
@@ -100,6 +107,7 @@ static void *waiter_thread(void *arg) {
   r->tid = gettid_();
   wait_forever();
   r->lifetime_ns = now_ns() - start;
+  r->cpu_ns = thread_cpu_ns();
   return NULL;
 }
 
@@ -120,10 +128,10 @@ static int mixed(double seconds) {
   release_waiters();
   pthread_join(tw, NULL);
   printf("sleep_ns=%llu compute_ns=%llu mixed_tid=%d mixed_ns=%llu "
-         "waiter_tid=%d waiter_ns=%llu\n",
+         "waiter_tid=%d waiter_ns=%llu waiter_cpu_ns=%llu\n",
          (unsigned long long)truth_sleep, (unsigned long long)truth_compute,
          (int)rm.tid, (unsigned long long)rm.lifetime_ns, (int)rw.tid,
-         (unsigned long long)rw.lifetime_ns);
+         (unsigned long long)rw.lifetime_ns, (unsigned long long)rw.cpu_ns);
   return 0;
 }
 
