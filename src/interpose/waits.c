@@ -24,10 +24,14 @@
  * Each of these hooks also tells the wall sampler that the thread blocks in
  * it (PARKED), so that a thread that blocks again where it blocked before
  * is sampled there without being woken (samplers/wall.c, "Parked
- * threads"). */
+ * threads"). So do the hooks of the waits that SA_RESTART restarts, or that
+ * glibc retries itself, where a thread pool's workers block:
+ * pthread_cond_wait, pthread_cond_timedwait, pthread_cond_clockwait and
+ * sem_wait. They only park: the application already sees the call it made. */
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -307,4 +311,40 @@ int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
     if (rc == 0 || errno != EINTR || !ours(before))
       return rc;
   }
+}
+
+/* Waits the kernel restarts (SA_RESTART) or glibc retries: parked only. A
+ * condition wait's futex wait that one of our signals interrupts is retried
+ * inside glibc (at worst the caller sees a spurious wakeup, which POSIX
+ * allows and callers loop on). */
+int pthread_cond_wait(pthread_cond_t *cond, pthread_mutex_t *mutex) {
+  typedef int (*fn_t)(pthread_cond_t *, pthread_mutex_t *);
+  CP_REAL_OR(fn_t, pthread_cond_wait, ENOSYS);
+  PARKED;
+  return fn_pthread_cond_wait(cond, mutex);
+}
+
+int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
+                           const struct timespec *abstime) {
+  typedef int (*fn_t)(pthread_cond_t *, pthread_mutex_t *,
+                      const struct timespec *);
+  CP_REAL_OR(fn_t, pthread_cond_timedwait, ENOSYS);
+  PARKED;
+  return fn_pthread_cond_timedwait(cond, mutex, abstime);
+}
+
+int pthread_cond_clockwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
+                           clockid_t clock, const struct timespec *abstime) {
+  typedef int (*fn_t)(pthread_cond_t *, pthread_mutex_t *, clockid_t,
+                      const struct timespec *);
+  CP_REAL_OR(fn_t, pthread_cond_clockwait, ENOSYS);
+  PARKED;
+  return fn_pthread_cond_clockwait(cond, mutex, clock, abstime);
+}
+
+int sem_wait(sem_t *sem) {
+  typedef int (*fn_t)(sem_t *);
+  CP_REAL(fn_t, sem_wait);
+  PARKED;
+  return fn_sem_wait(sem);
 }
