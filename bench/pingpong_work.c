@@ -3,12 +3,14 @@
  * server computes WORK_US of CPU per request and blocks between requests,
  * as a database backend blocks between statements: in read() (WAIT "read",
  * the default), or in poll() before each read as an event loop does (WAIT
- * "poll"). Each client waits GAP_US (default 0) between an answer and its
- * next request, in nanosleep, as a client thinks or a connection idles:
- * with a gap the server blocks most of the time, as database backends do
- * under pgbench. Each server answers REQUESTS requests.
+ * "poll"), or, with WAIT "cond", a thread pool's worker: the requests and
+ * answers are flags under a mutex, waited for with pthread_cond_wait. Each
+ * client waits GAP_US (default 0) between an answer and its next request, in
+ * nanosleep, as a client thinks or a connection idles: with a gap the server
+ * blocks most of the time, as database backends do under pgbench. Each server
+ * answers REQUESTS requests.
  *
- *   pingpong_work PAIRS REQUESTS WORK_US [read|poll [GAP_US]] */
+ *   pingpong_work PAIRS REQUESTS WORK_US [read|poll|cond [GAP_US]] */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pthread.h>
@@ -40,9 +42,29 @@ __attribute__((noinline)) static void serve_request(void) {
 
 typedef struct pair {
   int to_server[2], to_client[2];
+  /* WAIT "cond": */
+  pthread_mutex_t mu;
+  pthread_cond_t to_server_cv, to_client_cv;
+  int request, answer;
 } pair;
 
-static int use_poll;
+static int use_poll, use_cond;
+
+/* WAIT "cond": waits for *flag under p->mu, then clears it. */
+static void cond_take(pair *p, pthread_cond_t *cv, int *flag) {
+  pthread_mutex_lock(&p->mu);
+  while (!*flag)
+    pthread_cond_wait(cv, &p->mu);
+  *flag = 0;
+  pthread_mutex_unlock(&p->mu);
+}
+
+static void cond_give(pair *p, pthread_cond_t *cv, int *flag) {
+  pthread_mutex_lock(&p->mu);
+  *flag = 1;
+  pthread_cond_signal(cv);
+  pthread_mutex_unlock(&p->mu);
+}
 
 /* The server's wait for the next request. */
 __attribute__((noinline)) static ssize_t next_request(int fd, char *c) {
@@ -54,10 +76,21 @@ __attribute__((noinline)) static ssize_t next_request(int fd, char *c) {
   return read(fd, c, 1);
 }
 
+/* WAIT "cond": the worker's wait for the next request. */
+__attribute__((noinline)) static void next_job(pair *p) {
+  cond_take(p, &p->to_server_cv, &p->request);
+}
+
 static void *server(void *arg) {
   pair *p = arg;
   char c;
   for (long i = 0; i < requests; i++) {
+    if (use_cond) {
+      next_job(p);
+      serve_request();
+      cond_give(p, &p->to_client_cv, &p->answer);
+      continue;
+    }
     if (next_request(p->to_server[0], &c) != 1)
       break;
     serve_request();
@@ -74,7 +107,11 @@ static void *client(void *arg) {
   char c = 'x';
   struct timespec gap = {0, gap_us * 1000};
   for (long i = 0; i < requests; i++) {
-    if (write(p->to_server[1], &c, 1) != 1 || read(p->to_client[0], &c, 1) != 1)
+    if (use_cond) {
+      cond_give(p, &p->to_server_cv, &p->request);
+      cond_take(p, &p->to_client_cv, &p->answer);
+    } else if (write(p->to_server[1], &c, 1) != 1 ||
+               read(p->to_client[0], &c, 1) != 1)
       break;
     if (gap_us)
       nanosleep(&gap, NULL);
@@ -85,13 +122,14 @@ static void *client(void *arg) {
 int main(int argc, char **argv) {
   if (argc < 4 || argc > 6 ||
       (argc >= 5 && strcmp(argv[4], "read") != 0 &&
-       strcmp(argv[4], "poll") != 0)) {
-    fprintf(
-        stderr,
-        "usage: pingpong_work PAIRS REQUESTS WORK_US [read|poll [GAP_US]]\n");
+       strcmp(argv[4], "poll") != 0 && strcmp(argv[4], "cond") != 0)) {
+    fprintf(stderr, "usage: pingpong_work PAIRS REQUESTS WORK_US "
+                    "[read|poll|cond [GAP_US]]\n");
     return 2;
   }
-  use_poll = argc >= 5 && strcmp(argv[4], "poll") == 0;
+  const char *wait = argc >= 5 ? argv[4] : "read";
+  use_poll = strcmp(wait, "poll") == 0;
+  use_cond = strcmp(wait, "cond") == 0;
   gap_us = argc == 6 ? atol(argv[5]) : 0;
   if (gap_us < 0 || gap_us >= 1000000) {
     fprintf(stderr, "pingpong_work: GAP_US is 0..999999\n");
@@ -105,6 +143,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < pairs; i++) {
     if (pipe(p[i].to_server) != 0 || pipe(p[i].to_client) != 0)
       return 1;
+    pthread_mutex_init(&p[i].mu, NULL);
+    pthread_cond_init(&p[i].to_server_cv, NULL);
+    pthread_cond_init(&p[i].to_client_cv, NULL);
     pthread_create(&t[2 * i], NULL, server, &p[i]);
     pthread_create(&t[2 * i + 1], NULL, client, &p[i]);
   }
@@ -112,6 +153,6 @@ int main(int argc, char **argv) {
     pthread_join(t[i], NULL);
   printf("pingpong: %d pairs x %ld requests of %s us, waiting in %s, %ld us "
          "between requests\n",
-         pairs, requests, argv[3], use_poll ? "poll" : "read", gap_us);
+         pairs, requests, argv[3], wait, gap_us);
   return 0;
 }

@@ -4,7 +4,8 @@
 # taking a blocked thread's stack without a signal saves: bench/pingpong_work
 # (PARKED_PAIRS pairs of threads, a server computing 50 us per request and
 # blocking between requests: in poll() before each read, as an event loop
-# does, and in read() alone, which no hook sees; each client waits
+# does, in read() alone, which no hook sees, or (PARKED_WAITS=cond) in
+# pthread_cond_wait, as a thread pool's worker does; each client waits
 # PARKED_GAP_US in nanosleep between requests, so that a server blocks most
 # of the time, as a database backend under pgbench does) run plain and with
 # CONTPROF_PROFILES=wall at PARKED_INTERVAL_MS, under this tree's preload
@@ -18,7 +19,7 @@
 #   BENCH_BASE_REF=HEAD~3 bench/wall_parked.sh
 # Environment: PARKED_ROUNDS (7), PARKED_REQUESTS (10000),
 # PARKED_GAP_US (200), PARKED_INTERVAL_MS (10), PARKED_PAIRS (2),
-# PARKED_WAITS ("poll read"), BENCH_BUILD_DIR. Runs of about 3.5 s at the
+# PARKED_WAITS ("poll read"; also "cond"), BENCH_BUILD_DIR. Runs of about 3.5 s at the
 # defaults, of which start-up and exit (about 0.1 s of CPU) are a few
 # percent on both sides: PARKED_REQUESTS=40000 weighs them less.
 set -euo pipefail
