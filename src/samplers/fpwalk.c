@@ -59,11 +59,11 @@
 /* ---- the thread's stack ------------------------------------------------ */
 
 static CP_TLS uintptr_t stack_lo, stack_hi;
-static int enabled; /* cp_fpwalk_init ran: CONTPROF_UNWIND is not dwarf */
 
+/* Recorded whatever CONTPROF_UNWIND says: the wall sampler's wait hooks
+ * read the thread's own stack within them too (wall.c, "Parked
+ * threads"). */
 void cp_fpwalk_thread_start(void) {
-  if (!__atomic_load_n(&enabled, __ATOMIC_RELAXED))
-    return; /* dwarf: no thread pays for bounds never used */
   pthread_attr_t attr;
   if (pthread_getattr_np(pthread_self(), &attr) != 0)
     return;
@@ -74,6 +74,12 @@ void cp_fpwalk_thread_start(void) {
     stack_hi = (uintptr_t)addr + size;
   }
   pthread_attr_destroy(&attr);
+}
+
+int cp_fpwalk_stack_bounds(uintptr_t *lo, uintptr_t *hi) {
+  *lo = stack_lo;
+  *hi = stack_hi;
+  return stack_hi != 0;
 }
 
 /* The main thread's stack: the top of [stack] in /proc/self/maps; its low
@@ -1158,14 +1164,16 @@ static void publish(fp_table *t) {
   }
 }
 
+void cp_fpwalk_main_thread_start(void) {
+  if (!stack_hi && cp_gettid() == getpid())
+    main_thread_stack();
+}
+
 void cp_fpwalk_init(void) {
-  __atomic_store_n(&enabled, 1, __ATOMIC_RELAXED);
   if (atomic_load(&table))
     return; /* built at an earlier start (and kept across fork) */
   pthread_mutex_lock(&build_lock);
   dl_tracking_ok = cp_interpose_sees_dlclose();
-  if (!stack_hi && cp_gettid() == getpid())
-    main_thread_stack();
   if (!atomic_load(&table)) {
     fp_table *t = build_table();
     if (t)

@@ -43,6 +43,15 @@ void cp_fpwalk_on_dlclose(void);
  * Not signal-safe. */
 void cp_fpwalk_thread_start(void);
 
+/* The same for the main thread (from /proc/self/maps), when called on it
+ * and not known yet. At start, in every unwind mode. Not signal-safe. */
+void cp_fpwalk_main_thread_start(void);
+
+/* The calling thread's stack as recorded at its start: 1 with [*lo, *hi),
+ * or 0 when unknown (a thread that began before the profiler, or whose
+ * bounds could not be read). Async-signal-safe: two thread-local loads. */
+int cp_fpwalk_stack_bounds(uintptr_t *lo, uintptr_t *hi);
+
 /* Walks the stack from `r`. alt_lo/alt_hi: the thread's alternate signal
  * stack (empty if none). mode CP_UNWIND_AUTO: returns 0 when any frame
  * cannot be walked with certainty (the caller then unwinds with libunwind);

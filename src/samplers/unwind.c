@@ -175,6 +175,7 @@ void cp_unwind_init(void) {
   alt_cache_ok = cp_interpose_sees_sigaltstack();
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
   cp_unwind_warm_up();
+  cp_fpwalk_main_thread_start(); /* its bounds, also for the wait hooks */
   if (unwind_mode != CP_UNWIND_DWARF)
     cp_fpwalk_init();
 }

@@ -32,17 +32,23 @@
  * hook's canonical frame address, and the thread's labels and span, under a
  * sequence count (cp_wall_park). When the handler finds its thread blocked
  * in a wait hook, it unwinds with the address of every return address
- * (cp_unwind_signal_slots) and keeps that "parked stack". A later tick that
- * finds the thread blocked in a wait hook at the same frame address reads
- * those stack words (process_vm_readv: one system call, no fault if the
- * thread is gone) and, when every one still holds its return address and
- * the sequence count has not moved, records the parked stack with no
- * signal. A thread blocked at the same frame address is blocked in the same
- * hook, called from the same depth: its frames from there down to the
- * hook's are live, and they hold the same return addresses, so its stack is
- * that stack. (Not told apart: a thread running the application's signal
- * handler on top of a wait hook; the stack is then the blocked one, as a
- * signal would have seen it once the handler returned.)
+ * (cp_unwind_signal_slots) and keeps that "parked stack". When the thread
+ * next enters a wait hook at the same frame address, the hook itself checks
+ * the stack words of the parked stack's frames from the hook's outwards
+ * (its own live stack, within the bounds recorded at its start: no system
+ * call, no fault) and, when every one still holds its return address,
+ * publishes with the park that the parked stack is its stack
+ * (park_checked, the parked stack's parked_seq). A tick that finds the
+ * thread parked at that frame address with that check, the sequence count
+ * unmoved, records the parked stack with no signal. A thread blocked at the
+ * same frame address is blocked in the same hook, called from the same
+ * depth: its frames from there outwards are live, and they hold the same
+ * return addresses, so its stack is that stack down to the hook. (Below
+ * the hook, the C library's frames down to the system call are the parked
+ * stack's: not checked, as they do not exist yet when the hook checks.
+ * Not told apart: a thread running the application's signal handler on top
+ * of a wait hook; the stack is then the blocked one, as a signal would have
+ * seen it once the handler returned.)
  *
  * Otherwise the thread is
  * sent a queued signal (rt_tgsigqueueinfo) whose value names its slot; the
@@ -63,12 +69,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "aggregator/aggregator.h"
 #include "common.h"
+#include "fpwalk.h"
 #include "labels.h"
 #include "random.h"
 #include "record.h"
@@ -124,14 +130,21 @@ typedef struct wall_slot {
   _Atomic uintptr_t park_cfa;
   _Atomic uint32_t park_labels;
   _Atomic uint64_t park_span_id, park_local_root_span_id;
+  /* The parked_seq the wait hook found the parked stack to be its stack
+   * against (0: not checked), published with park_cfa. */
+  _Atomic uint32_t park_checked;
   /* The parked stack: taken by the handler in a wait hook whose frame
    * address was parked_cfa; parked_slots[i] (i >= 1) is the address of the
    * stack word that held parked_frames[i]. parked_n is 0 when there is
-   * none. Owned like frames (pending_ns). */
+   * none. Written by the handler on the slot's thread, read by the
+   * thread's wait hooks (which check parked_seq, moved by every rewrite,
+   * around their reads) and by the timer (only while no signal is
+   * outstanding, as frames). */
   uint64_t *parked_frames, *parked_slots; /* frames_cap entries each */
   uint32_t parked_n;
   uint32_t parked_truncated;
   uintptr_t parked_cfa;
+  _Atomic uint32_t parked_seq; /* never 0 once a parked stack was taken */
 } wall_slot;
 
 static struct {
@@ -156,13 +169,6 @@ static struct {
   _Atomic int active;
   int warned_full;
   int warned_claimed;
-  /* The timer thread's buffers for reading a parked thread's stack words
-   * (process_vm_readv), frames_cap entries; vm_read_failed: the kernel
-   * refused (a seccomp filter): parked threads are signalled. */
-  uint64_t *words;
-  struct iovec *local_iov, *remote_iov;
-  size_t words_cap;
-  int vm_read_failed;
   uint64_t ticks, signals, reused, parked, idle_ticks; /* for the debug log */
 } wall = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -199,29 +205,75 @@ static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
 
 /* --- parked threads --------------------------------------------------- */
 
-/* Hot path, async-signal-safe, no system call: see wall.h. Only into the
- * slot that is still this thread's (a slot released at stop or after a fork
- * may belong to another thread by now). Labels and span only with a frame
- * address (the tick reads them only then). */
-int cp_wall_publish_park(uintptr_t cfa) {
-  wall_slot *s = cp_thread.wall_slot;
-  if (!s || atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
+/* Async-signal-safe, bounded (the parked stack's depth), no system call:
+ * on the slot's own thread, in a wait hook whose frame address is cfa,
+ * before it blocks. Whether the slot's parked stack is this thread's stack
+ * from the hook outwards: taken at this frame address, and every stack word
+ * it came from at or above the hook's return address still holds that
+ * return address. The words are read only within the thread's own stack as
+ * recorded at its start, which holds cfa (another stack, a coroutine's,
+ * is not checked: 0). Returns the parked_seq checked against, or 0. The
+ * loads are of return addresses, outside AddressSanitizer (as unwind.c's). */
+__attribute__((no_sanitize("address"))) static uint32_t
+parked_stack_is_mine(const wall_slot *s, uintptr_t cfa) {
+  uint32_t seq = atomic_load_explicit(&s->parked_seq, memory_order_relaxed);
+  uint32_t n = s->parked_n;
+  uintptr_t lo, hi;
+  if (!seq || n < 2 || s->parked_cfa != cfa ||
+      !cp_fpwalk_stack_bounds(&lo, &hi) || cfa <= lo || cfa > hi)
     return 0;
-  uint32_t labels = 0;
-  uint64_t span_id = 0, local_root_span_id = 0;
-  if (cfa) {
-    labels = cp_labels_current();
-    cp_trace_current(&span_id, &local_root_span_id);
+  int has_hook = 0;
+  for (uint32_t i = 1; i < n; i++) {
+    uintptr_t at = (uintptr_t)s->parked_slots[i];
+    if (at < cfa - sizeof(uint64_t))
+      continue; /* below the hook: the C library's, not there yet */
+    if (at % sizeof(uint64_t) || at >= hi || hi - at < sizeof(uint64_t) ||
+        *(const uint64_t *)at != s->parked_frames[i])
+      return 0;
+    has_hook |= at == cfa - sizeof(uint64_t);
   }
+  /* A handler that ran meanwhile (a nested wait hook's) may have taken
+   * another parked stack. */
+  atomic_signal_fence(memory_order_acquire);
+  if (!has_hook ||
+      atomic_load_explicit(&s->parked_seq, memory_order_relaxed) != seq)
+    return 0;
+  return seq;
+}
+
+/* Caller: the slot's thread. Publishes cfa (0: none), the parked stack
+ * checked against (0: none), labels and span under the sequence count. */
+static void publish_park(wall_slot *s, uintptr_t cfa, uint32_t checked,
+                         uint32_t labels, uint64_t span_id,
+                         uint64_t local_root_span_id) {
   uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_relaxed);
   atomic_store_explicit(&s->park_gen, gen + 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&s->park_cfa, cfa, memory_order_relaxed);
+  atomic_store_explicit(&s->park_checked, checked, memory_order_relaxed);
   atomic_store_explicit(&s->park_labels, labels, memory_order_relaxed);
   atomic_store_explicit(&s->park_span_id, span_id, memory_order_relaxed);
   atomic_store_explicit(&s->park_local_root_span_id, local_root_span_id,
                         memory_order_relaxed);
   atomic_store_explicit(&s->park_gen, gen + 2, memory_order_release);
+}
+
+/* Hot path, async-signal-safe, no system call: see wall.h. Only into the
+ * slot that is still this thread's (a slot released at stop or after a fork
+ * may belong to another thread by now). Labels, span and the parked stack's
+ * check only with a frame address (the tick reads them only then). */
+int cp_wall_publish_park(uintptr_t cfa) {
+  wall_slot *s = cp_thread.wall_slot;
+  if (!s || atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
+    return 0;
+  uint32_t labels = 0, checked = 0;
+  uint64_t span_id = 0, local_root_span_id = 0;
+  if (cfa) {
+    labels = cp_labels_current();
+    cp_trace_current(&span_id, &local_root_span_id);
+    checked = parked_stack_is_mine(s, cfa);
+  }
+  publish_park(s, cfa, checked, labels, span_id, local_root_span_id);
   return 1;
 }
 
@@ -233,7 +285,13 @@ static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
   uintptr_t cfa = atomic_load_explicit(&s->park_cfa, memory_order_relaxed);
   if (!cfa || cp_thread.wall_slot != s || !s->parked_frames)
     return 0;
-  s->parked_n = 0; /* its buffers are written now */
+  /* Its buffers are written now: a wait hook's check running under this
+   * handler (nested) sees parked_seq move. */
+  uint32_t seq = atomic_load_explicit(&s->parked_seq, memory_order_relaxed);
+  seq = seq + 1 ? seq + 1 : 1;
+  atomic_store_explicit(&s->parked_seq, seq, memory_order_relaxed);
+  atomic_signal_fence(memory_order_release);
+  s->parked_n = 0;
   int truncated = 0;
   size_t n = cp_unwind_signal_slots(ucontext, s->parked_frames, s->parked_slots,
                                     max, &truncated);
@@ -253,50 +311,37 @@ static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
     s->parked_cfa = cfa;
     s->parked_truncated = (uint32_t)truncated;
     s->parked_n = (uint32_t)n;
+    /* Taken in this very wait: the next ticks of it reuse it. Published
+     * with what the hook published (the thread is blocked under us). */
+    publish_park(s, cfa, seq,
+                 atomic_load_explicit(&s->park_labels, memory_order_relaxed),
+                 atomic_load_explicit(&s->park_span_id, memory_order_relaxed),
+                 atomic_load_explicit(&s->park_local_root_span_id,
+                                      memory_order_relaxed));
   }
   return 1;
 }
 
 /* On the timer thread, with wall.lock held and no signal outstanding for
- * s: whether the thread is blocked now in a wait hook at the frame address
- * of its parked stack, with every return address of that stack where it
- * was. Then *labels and the span ids are the ones it blocked with. One
- * process_vm_readv (a thread that ended or unmapped its stack reads short:
- * no fault). */
+ * s (so the parked stack stands still): whether the thread is in a wait
+ * hook at the frame address of its parked stack, which the hook found to be
+ * its stack (parked_stack_is_mine). Then *labels and the span ids are the
+ * ones it blocked with. Memory reads only. */
 static int still_parked(wall_slot *s, uint32_t *labels, uint64_t *span_id,
                         uint64_t *local_root_span_id) {
-  uint32_t n = s->parked_n;
-  if (n < 2 || wall.vm_read_failed || n - 1 > wall.words_cap)
+  uint32_t seq = atomic_load_explicit(&s->parked_seq, memory_order_relaxed);
+  if (s->parked_n < 2 || !seq)
     return 0;
   uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_acquire);
   if ((gen & 1) ||
-      atomic_load_explicit(&s->park_cfa, memory_order_relaxed) != s->parked_cfa)
+      atomic_load_explicit(&s->park_cfa, memory_order_relaxed) !=
+          s->parked_cfa ||
+      atomic_load_explicit(&s->park_checked, memory_order_relaxed) != seq)
     return 0;
   *labels = atomic_load_explicit(&s->park_labels, memory_order_relaxed);
   *span_id = atomic_load_explicit(&s->park_span_id, memory_order_relaxed);
   *local_root_span_id =
       atomic_load_explicit(&s->park_local_root_span_id, memory_order_relaxed);
-  size_t words = n - 1, done = 0;
-  for (size_t i = 0; i < words; i++)
-    wall.remote_iov[i] = (struct iovec){
-        (void *)(uintptr_t)s->parked_slots[i + 1], sizeof(uint64_t)};
-  while (done < words) {
-    size_t batch = words - done > 1024 ? 1024 : words - done; /* IOV_MAX */
-    ssize_t got = process_vm_readv(wall.pid, wall.local_iov + done, batch,
-                                   wall.remote_iov + done, batch, 0);
-    if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
-      cp_debug("wall sampler: process_vm_readv: %s: blocked threads are "
-               "signalled",
-               strerror(errno));
-      wall.vm_read_failed = 1;
-    }
-    if (got != (ssize_t)(batch * sizeof(uint64_t)))
-      return 0;
-    done += batch;
-  }
-  for (size_t i = 0; i < words; i++)
-    if (wall.words[i] != s->parked_frames[i + 1])
-      return 0;
   atomic_thread_fence(memory_order_acquire);
   return atomic_load_explicit(&s->park_gen, memory_order_relaxed) == gen;
 }
@@ -592,6 +637,7 @@ static void wall_thread_started(pid_t tid) {
   }
   s->parked_n = 0;
   atomic_store(&s->park_cfa, 0);
+  atomic_store(&s->park_checked, 0);
   s->clock =
       (clockid_t)((~(unsigned)tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD);
   s->have_stack = 0;
@@ -612,6 +658,7 @@ static void release_live_locked(size_t i) {
   s->have_stack = 0;
   s->parked_n = 0;
   atomic_store(&s->park_cfa, 0);
+  atomic_store(&s->park_checked, 0);
   wall.free_slots[wall.nfree++] = wall.live[i];
   wall.live[i] = wall.live[--wall.nlive];
 }
@@ -638,20 +685,6 @@ static int wall_start(const cp_config *cfg) {
       pthread_mutex_unlock(&wall.lock);
       return CONTPROF_ERR_NOMEM;
     }
-  }
-  size_t cap = (size_t)cfg->max_frames + CP_UNWIND_SLACK;
-  if (wall.words_cap < cap) {
-    /* Replaced when too small (the timer thread is not running). */
-    free(wall.words);
-    free(wall.local_iov);
-    free(wall.remote_iov);
-    wall.words = calloc(cap, sizeof *wall.words);
-    wall.local_iov = calloc(cap, sizeof *wall.local_iov);
-    wall.remote_iov = calloc(cap, sizeof *wall.remote_iov);
-    wall.words_cap = wall.words && wall.local_iov && wall.remote_iov ? cap : 0;
-    /* Word i is always read into words[i]. */
-    for (size_t i = 0; i < wall.words_cap; i++)
-      wall.local_iov[i] = (struct iovec){&wall.words[i], sizeof(uint64_t)};
   }
   wall.base_interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
   wall.interval_ns = wall.base_interval_ns;
@@ -727,6 +760,7 @@ static void wall_after_fork_child(void) {
     atomic_store(&s->pending_ns, 0);
     atomic_store(&s->pending_count, 0);
     atomic_store(&s->park_cfa, 0);
+    atomic_store(&s->park_checked, 0);
     s->parked_n = 0;
     if (wall.free_slots)
       wall.free_slots[wall.nfree++] = i;
