@@ -631,22 +631,40 @@ typedef struct park_run {
 
 #define PARK_SECONDS 3
 
-/* A server thread: 300 us of work, then blocks at its one site for 3 ms. */
-static void *one_site_thread(void *arg) {
-  park_run *r = arg;
+/* Its life and how often it was woken, from t0 and the thread's usage
+ * then. */
+static void park_run_end(park_run *r, const struct rusage *before,
+                         uint64_t t0) {
+  struct rusage after;
+  getrusage(RUSAGE_THREAD, &after);
+  r->woken = (after.ru_nvcsw - before->ru_nvcsw) - (long)r->waits;
+  r->life_ns = now_ns(CLOCK_MONOTONIC) - t0;
+}
+
+/* A server thread, for PARK_SECONDS: 300 us of work, then block() (which
+ * returns the time it blocked), then after() if there is one. */
+static void serve_then_block(park_run *r, uint64_t (*block)(void),
+                             void (*after)(void)) {
   r->tid = (pid_t)syscall(SYS_gettid);
   uint64_t t0 = now_ns(CLOCK_MONOTONIC),
            end = t0 + PARK_SECONDS * 1000000000ull;
-  struct rusage before, after;
+  struct rusage before;
   getrusage(RUSAGE_THREAD, &before);
   while (now_ns(CLOCK_MONOTONIC) < end) {
     spin_cpu(300000);
-    r->parked_ns[0] += block_in_poll(3);
+    r->parked_ns[0] += block();
     r->waits++;
+    if (after)
+      after();
   }
-  getrusage(RUSAGE_THREAD, &after);
-  r->woken = (after.ru_nvcsw - before.ru_nvcsw) - (long)r->waits;
-  r->life_ns = now_ns(CLOCK_MONOTONIC) - t0;
+  park_run_end(r, &before, t0);
+}
+
+static uint64_t poll_3ms(void) { return block_in_poll(3); }
+
+/* Blocks at its one site for 3 ms. */
+static void *one_site_thread(void *arg) {
+  serve_then_block(arg, poll_3ms, NULL);
   return NULL;
 }
 
@@ -778,22 +796,11 @@ __attribute__((noinline)) static uint64_t block_in_sem(void) {
   return now_ns(CLOCK_MONOTONIC) - t0;
 }
 
+static uint64_t cond_3ms(void) { return block_in_cond(3); }
+static void wake_sem_thread(void) { sem_post(&pool.sem); }
+
 static void *cond_thread(void *arg) {
-  park_run *r = arg;
-  r->tid = (pid_t)syscall(SYS_gettid);
-  uint64_t t0 = now_ns(CLOCK_MONOTONIC),
-           end = t0 + PARK_SECONDS * 1000000000ull;
-  struct rusage before, after;
-  getrusage(RUSAGE_THREAD, &before);
-  while (now_ns(CLOCK_MONOTONIC) < end) {
-    spin_cpu(300000);
-    r->parked_ns[0] += block_in_cond(3);
-    r->waits++;
-    sem_post(&pool.sem);
-  }
-  getrusage(RUSAGE_THREAD, &after);
-  r->woken = (after.ru_nvcsw - before.ru_nvcsw) - (long)r->waits;
-  r->life_ns = now_ns(CLOCK_MONOTONIC) - t0;
+  serve_then_block(arg, cond_3ms, wake_sem_thread);
   atomic_store(&pool.stop, 1);
   sem_post(&pool.sem);
   return NULL;
@@ -803,7 +810,7 @@ static void *sem_thread(void *arg) {
   park_run *r = arg;
   r->tid = (pid_t)syscall(SYS_gettid);
   uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-  struct rusage before, after;
+  struct rusage before;
   getrusage(RUSAGE_THREAD, &before);
   for (;;) {
     r->parked_ns[0] += block_in_sem();
@@ -812,9 +819,7 @@ static void *sem_thread(void *arg) {
       break;
     spin_cpu(300000);
   }
-  getrusage(RUSAGE_THREAD, &after);
-  r->woken = (after.ru_nvcsw - before.ru_nvcsw) - (long)r->waits;
-  r->life_ns = now_ns(CLOCK_MONOTONIC) - t0;
+  park_run_end(r, &before, t0);
   return NULL;
 }
 
