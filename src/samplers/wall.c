@@ -119,6 +119,9 @@ typedef struct wall_slot {
   int in_syscall; /* the stack was taken in a blocking system call */
   uint64_t span_id, local_root_span_id;
   uint64_t stack_cpu_ns; /* thread CPU time when the stack was taken */
+  /* Its CPU time at the last tick that reused its parked stack (0: that
+   * tick did not): one that has not moved since is idle too. Timer only. */
+  uint64_t parked_tick_cpu_ns;
   /* The thread's CPU time when the timer signalled it, for one signal in
    * WAKEUP_TIMED_EVERY (0: this one is not timed): the handler's measure of
    * what waking it cost (wakeup_cost). */
@@ -511,11 +514,24 @@ static int wall_tick_locked(uint64_t window_ns) {
       wall.reused++;
       continue;
     }
-    idle = 0;
     uint32_t labels;
     uint64_t span_id, local_root_span_id;
+    uint64_t last_parked_cpu = s->parked_tick_cpu_ns;
+    s->parked_tick_cpu_ns = 0;
     if (still_parked(s, &labels, &span_id, &local_root_span_id)) {
-      /* It ran since, and blocked again where its parked stack was taken. */
+      /* It ran since its last stack, and blocked again where its parked
+       * stack was taken. Idle all the same if it has not run since the
+       * last tick that found it so: the rule above, measured from its last
+       * signal, would never apply again to a thread whose handler's tail
+       * and return took more than IDLE_CPU_NS once, as the parked stack
+       * spares it every signal. */
+      if (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) {
+        if (!last_parked_cpu || cpu - last_parked_cpu > IDLE_CPU_NS)
+          idle = 0;
+        s->parked_tick_cpu_ns = cpu ? cpu : 1;
+      } else {
+        idle = 0;
+      }
       emit_stack(ring, s->parked_frames, s->parked_n, s->parked_truncated,
                  labels, span_id, local_root_span_id, tid,
                  atomic_exchange(&s->pending_ns, 0),
@@ -523,6 +539,7 @@ static int wall_tick_locked(uint64_t window_ns) {
       wall.parked++;
       continue;
     }
+    idle = 0;
     int timed = cp_random_below(WAKEUP_TIMED_EVERY) == 0 &&
                 (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) && cpu > 0;
     atomic_store_explicit(&s->sent_cpu_ns, timed ? cpu : 0,
@@ -636,6 +653,7 @@ static void wall_thread_started(pid_t tid) {
     s->frames_cap = need;
   }
   s->parked_n = 0;
+  s->parked_tick_cpu_ns = 0;
   atomic_store(&s->park_cfa, 0);
   atomic_store(&s->park_checked, 0);
   s->clock =
@@ -657,6 +675,7 @@ static void release_live_locked(size_t i) {
   atomic_store(&s->pending_count, 0);
   s->have_stack = 0;
   s->parked_n = 0;
+  s->parked_tick_cpu_ns = 0;
   atomic_store(&s->park_cfa, 0);
   atomic_store(&s->park_checked, 0);
   wall.free_slots[wall.nfree++] = wall.live[i];
@@ -762,6 +781,7 @@ static void wall_after_fork_child(void) {
     atomic_store(&s->park_cfa, 0);
     atomic_store(&s->park_checked, 0);
     s->parked_n = 0;
+    s->parked_tick_cpu_ns = 0;
     if (wall.free_slots)
       wall.free_slots[wall.nfree++] = i;
   }
