@@ -88,8 +88,13 @@
 #include "wall.h"
 
 #define WALL_COOKIE 0x77616c6cull /* "wall", in the high half of si_value */
-#define IDLE_CPU_NS 10000         /* CPU a blocked thread may use and stay */
-#define IDLE_WINDOWS_MAX 8        /* the longest window, in intervals */
+/* CPU a blocked thread may use since its stack and stay "still blocked":
+ * at least IDLE_CPU_NS; twice what this machine is seen to spend returning
+ * from our handler to the blocked call (wall.return_ns), at most
+ * IDLE_CPU_MAX_NS. */
+#define IDLE_CPU_NS 10000
+#define IDLE_CPU_MAX_NS 50000
+#define IDLE_WINDOWS_MAX 8 /* the longest window, in intervals */
 /* One signal in this many has its wakeup timed (two clock reads, one on
  * each side); the time counts for that many. */
 #define WAKEUP_TIMED_EVERY 8
@@ -119,6 +124,10 @@ typedef struct wall_slot {
   int in_syscall; /* the stack was taken in a blocking system call */
   uint64_t span_id, local_root_span_id;
   uint64_t stack_cpu_ns; /* thread CPU time when the stack was taken */
+  uint64_t stack_hash;   /* of frames, when taken in a system call */
+  /* The CPU the thread had used since stack_cpu_ns when the timer sent the
+   * signal (0: unknown). Timer writes, handler reads. */
+  _Atomic uint64_t signal_delta_ns;
   /* Its CPU time at the last tick that reused its parked stack (0: that
    * tick did not): one that has not moved since is idle too. Timer only. */
   uint64_t parked_tick_cpu_ns;
@@ -173,7 +182,11 @@ static struct {
   int warned_full;
   int warned_claimed;
   uint64_t ticks, signals, reused, parked, idle_ticks; /* for the debug log */
-} wall = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  /* The least CPU seen between a handler's end and the next signal to a
+   * thread that was then blocked at the same stack: the return from our
+   * handler to its call (UINT64_MAX: none seen yet). */
+  _Atomic uint64_t return_ns;
+} wall = {.lock = PTHREAD_MUTEX_INITIALIZER, .return_ns = UINT64_MAX};
 
 /* Async-signal-safe: atomic loads. NULL for an unknown index. */
 static wall_slot *slot_at(uint32_t index) {
@@ -367,6 +380,46 @@ static void wakeup_cost(uint64_t sent_cpu_ns) {
 /* Async-signal-safe: runs in the wall signal handler on the drawn thread.
  * Unwinds into the thread's own preallocated slot, then copies the stack
  * into a ring slot; no locks, no allocation. */
+/* Async-signal-safe, bounded (the stack's depth): a hash of the slot's
+ * stack. */
+static uint64_t stack_hash(const wall_slot *s) {
+  uint64_t h = 0xcbf29ce484222325ull ^ s->nframes;
+  for (uint32_t i = 0; i < s->nframes; i++)
+    h = (h ^ s->frames[i]) * 0x100000001b3ull;
+  return h ? h : 1;
+}
+
+/* Async-signal-safe, in the handler, after the stack was taken. When the
+ * thread is blocked in a system call at the very stack it was blocked at
+ * last time (old_hash), the CPU it used between that handler's end and this
+ * signal was the return to its call, or work that brought it back there:
+ * the least such figure over all threads is this machine's cost of the
+ * return, which the "still blocked" rule must allow for (on this VM 2-5
+ * us; a machine where it passed 10 us signalled every blocked thread at
+ * every tick, and idle windows never began). */
+static void learn_return_cost(wall_slot *s, uint64_t old_hash) {
+  uint64_t delta =
+      atomic_exchange_explicit(&s->signal_delta_ns, 0, memory_order_relaxed);
+  if (!s->in_syscall)
+    return;
+  s->stack_hash = stack_hash(s);
+  if (!old_hash || old_hash != s->stack_hash || !delta)
+    return;
+  uint64_t seen = atomic_load_explicit(&wall.return_ns, memory_order_relaxed);
+  while (delta < seen && !atomic_compare_exchange_weak_explicit(
+                             &wall.return_ns, &seen, delta,
+                             memory_order_relaxed, memory_order_relaxed))
+    ;
+}
+
+/* The "still blocked" allowance in force (see IDLE_CPU_NS). */
+static uint64_t idle_cpu_ns(void) {
+  uint64_t r = atomic_load_explicit(&wall.return_ns, memory_order_relaxed);
+  if (r == UINT64_MAX || 2 * r <= IDLE_CPU_NS)
+    return IDLE_CPU_NS;
+  return 2 * r < IDLE_CPU_MAX_NS ? 2 * r : IDLE_CPU_MAX_NS;
+}
+
 static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   int saved_errno = errno;
   uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_WALL);
@@ -407,6 +460,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
      * libunwind's per-thread cache (256 KiB); one caught blocked in a
      * system call, as idle threads are, steps from the ucontext instead,
      * which needs no cache. */
+    uint64_t old_hash = s->have_stack && s->in_syscall ? s->stack_hash : 0;
     s->in_syscall = in_syscall;
     if (!in_syscall || !take_parked_stack(s, ucontext, max)) {
       s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, max,
@@ -416,6 +470,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     s->labels = cp_labels_current();
     cp_trace_current(&s->span_id, &s->local_root_span_id);
     s->have_stack = 1;
+    learn_return_cost(s, old_hash);
   }
   for (;;) {
     int64_t ns = atomic_load_explicit(&s->pending_ns, memory_order_acquire);
@@ -487,6 +542,7 @@ static int wall_tick_locked(uint64_t window_ns) {
   if (intervals < 1)
     intervals = 1;
   int idle = k == n;
+  uint64_t idle_ns = idle_cpu_ns();
   wall.ticks++;
   for (size_t i = 0; i < k; i++) {
     uint32_t index = wall.live[i];
@@ -507,7 +563,7 @@ static int wall_tick_locked(uint64_t window_ns) {
     uint64_t cpu = 0;
     int have_cpu =
         s->have_stack && s->in_syscall && thread_cpu_ns(s->clock, &cpu) == 0;
-    if (have_cpu && cpu - s->stack_cpu_ns <= IDLE_CPU_NS) {
+    if (have_cpu && cpu - s->stack_cpu_ns <= idle_ns) {
       /* Still blocked where it was: record that stack again. */
       emit_sample(ring, s, tid, atomic_exchange(&s->pending_ns, 0),
                   atomic_exchange(&s->pending_count, 0));
@@ -526,7 +582,7 @@ static int wall_tick_locked(uint64_t window_ns) {
        * and return took more than IDLE_CPU_NS once, as the parked stack
        * spares it every signal. */
       if (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) {
-        if (!last_parked_cpu || cpu - last_parked_cpu > IDLE_CPU_NS)
+        if (!last_parked_cpu || cpu - last_parked_cpu > idle_ns)
           idle = 0;
         s->parked_tick_cpu_ns = cpu ? cpu : 1;
       } else {
@@ -543,6 +599,9 @@ static int wall_tick_locked(uint64_t window_ns) {
     int timed = cp_random_below(WAKEUP_TIMED_EVERY) == 0 &&
                 (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) && cpu > 0;
     atomic_store_explicit(&s->sent_cpu_ns, timed ? cpu : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&s->signal_delta_ns,
+                          have_cpu ? cpu - s->stack_cpu_ns : 0,
                           memory_order_relaxed);
     if (send_wall_signal(tid, index) == 0) {
       wall.signals++;
@@ -755,10 +814,12 @@ static void wall_stop(void) {
   }
   pthread_mutex_lock(&wall.lock);
   cp_debug("wall sampler: %llu ticks (%llu of them over idle windows), %llu "
-           "signals, %llu stacks reused, %llu parked stacks reused",
+           "signals, %llu stacks reused, %llu parked stacks reused; blocked "
+           "threads may use %llu us of CPU and stay still",
            (unsigned long long)wall.ticks, (unsigned long long)wall.idle_ticks,
            (unsigned long long)wall.signals, (unsigned long long)wall.reused,
-           (unsigned long long)wall.parked);
+           (unsigned long long)wall.parked,
+           (unsigned long long)(idle_cpu_ns() / 1000));
   while (wall.nlive)
     release_live_locked(wall.nlive - 1);
   pthread_mutex_unlock(&wall.lock);
