@@ -579,7 +579,7 @@ static int wall_tick_locked(uint64_t window_ns) {
        * stack was taken. Idle all the same if it has not run since the
        * last tick that found it so: the rule above, measured from its last
        * signal, would never apply again to a thread whose handler's tail
-       * and return took more than IDLE_CPU_NS once, as the parked stack
+       * and return took more than the allowance once, as the parked stack
        * spares it every signal. */
       if (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) {
         if (!last_parked_cpu || cpu - last_parked_cpu > idle_ns)
@@ -669,6 +669,19 @@ static void *wall_timer_thread(void *arg) {
   return NULL;
 }
 
+/* A slot given to a new thread, freed, or freed in a fork's child: nothing
+ * owed, no stack, no park. Its tid is the caller's to set. */
+static void forget_thread(wall_slot *s) {
+  atomic_store(&s->pending_ns, 0);
+  atomic_store(&s->pending_count, 0);
+  s->have_stack = 0;
+  s->nframes = 0;
+  s->parked_n = 0;
+  s->parked_tick_cpu_ns = 0;
+  atomic_store(&s->park_cfa, 0);
+  atomic_store(&s->park_checked, 0);
+}
+
 static void wall_thread_started(pid_t tid) {
   pthread_mutex_lock(&wall.lock);
   if (!wall.live || wall.nlive == MAX_THREADS) {
@@ -711,16 +724,9 @@ static void wall_thread_started(pid_t tid) {
     s->parked_slots = frames + 2 * need;
     s->frames_cap = need;
   }
-  s->parked_n = 0;
-  s->parked_tick_cpu_ns = 0;
-  atomic_store(&s->park_cfa, 0);
-  atomic_store(&s->park_checked, 0);
+  forget_thread(s);
   s->clock =
       (clockid_t)((~(unsigned)tid << 3) | CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD);
-  s->have_stack = 0;
-  s->nframes = 0;
-  atomic_store(&s->pending_ns, 0);
-  atomic_store(&s->pending_count, 0);
   atomic_store_explicit(&s->tid, tid, memory_order_release);
   wall.live[wall.nlive++] = index;
   pthread_mutex_unlock(&wall.lock);
@@ -730,13 +736,7 @@ static void wall_thread_started(pid_t tid) {
 static void release_live_locked(size_t i) {
   wall_slot *s = slot_at(wall.live[i]);
   atomic_store_explicit(&s->tid, 0, memory_order_release);
-  atomic_store(&s->pending_ns, 0);
-  atomic_store(&s->pending_count, 0);
-  s->have_stack = 0;
-  s->parked_n = 0;
-  s->parked_tick_cpu_ns = 0;
-  atomic_store(&s->park_cfa, 0);
-  atomic_store(&s->park_checked, 0);
+  forget_thread(s);
   wall.free_slots[wall.nfree++] = wall.live[i];
   wall.live[i] = wall.live[--wall.nlive];
 }
@@ -837,12 +837,7 @@ static void wall_after_fork_child(void) {
   for (uint32_t i = 0; i < n; i++) {
     wall_slot *s = slot_at(i);
     atomic_store(&s->tid, 0);
-    atomic_store(&s->pending_ns, 0);
-    atomic_store(&s->pending_count, 0);
-    atomic_store(&s->park_cfa, 0);
-    atomic_store(&s->park_checked, 0);
-    s->parked_n = 0;
-    s->parked_tick_cpu_ns = 0;
+    forget_thread(s);
     if (wall.free_slots)
       wall.free_slots[wall.nfree++] = i;
   }
