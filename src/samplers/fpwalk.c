@@ -32,7 +32,6 @@
  * the walker never reads the .eh_frame of an object that is gone. */
 #include "fpwalk.h"
 
-#include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -604,121 +603,6 @@ static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned table_gen;
 static atomic_ullong n_walked, n_fell_back;
 
-/* Objects as dl_iterate_phdr lists them, while building, with what it
- * takes to hold each one loaded while its .eh_frame is read (pin_objects). */
-#define PIN_NAME_BYTES 512
-typedef struct build_ctx {
-  fp_object *objs;
-  size_t n, cap;
-  unsigned long long adds, subs;
-  char (*names)[PIN_NAME_BYTES]; /* dlpi_name; "" for the program, vdso */
-  uintptr_t *bases;              /* dlpi_addr */
-  void **pins;                   /* dlopen handles held, or NULL */
-} build_ctx;
-
-static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
-  build_ctx *b = arg;
-  if (size >=
-          offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs &&
-      b->n == 0) {
-    b->adds = info->dlpi_adds;
-    b->subs = info->dlpi_subs;
-  }
-  if (b->n == b->cap)
-    return 0;
-  fp_object o;
-  memset(&o, 0, sizeof o);
-  o.lo = UINTPTR_MAX;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-      uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-      if (lo < o.lo)
-        o.lo = lo;
-      if (lo + ph->p_memsz > o.hi)
-        o.hi = lo + ph->p_memsz;
-    } else if (ph->p_type == PT_GNU_EH_FRAME) {
-      o.hdr = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
-    }
-  }
-  if (o.lo >= o.hi)
-    return 0;
-  if (o.hdr) {
-    /* version 1; eh_frame_ptr pcrel|sdata4; count udata4; table
-     * datarel|sdata4: what binutils' and lld's linkers write. */
-    const uint8_t *h = o.hdr;
-    if (h[0] == 1 && h[1] == 0x1b && h[2] == 0x03 && h[3] == 0x3b) {
-      int32_t eh_rel;
-      uint32_t count;
-      memcpy(&eh_rel, h + 4, 4);
-      memcpy(&count, h + 8, 4);
-      o.eh_lo = h + 4 + eh_rel;
-      o.index = (const int32_t *)(h + 12);
-      o.nindex = count;
-      /* .eh_frame lies before or after the header in the same segment;
-       * records are bounded by their lengths and MAX_CFI_BYTES, and the
-       * segment's end (found below) bounds them all. */
-      o.eh_hi = NULL;
-      for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && (uintptr_t)o.eh_lo >= lo &&
-            (uintptr_t)o.eh_lo < lo + ph->p_memsz)
-          o.eh_hi = (const uint8_t *)(lo + ph->p_filesz);
-      }
-      if (!o.eh_hi || count == 0)
-        o.hdr = NULL;
-    } else {
-      o.hdr = NULL;
-    }
-  }
-  const char *name = info->dlpi_name ? info->dlpi_name : "";
-  if ((uintptr_t)info->dlpi_addr == (uintptr_t)getauxval(AT_SYSINFO_EHDR))
-    name = ""; /* the vdso: never unloaded, and not dlopen-able */
-  size_t len = strlen(name);
-  if (len >= PIN_NAME_BYTES)
-    o.hdr = NULL; /* cannot be named again to be held: not classified */
-  else
-    memcpy(b->names[b->n], name, len + 1);
-  b->bases[b->n] = (uintptr_t)info->dlpi_addr;
-  b->pins[b->n] = NULL;
-  b->objs[b->n++] = o;
-  return 0;
-}
-
-/* Holds each listed object loaded (dlopen RTLD_NOLOAD, checked to be the
- * same object by its load address) while classify reads its .eh_frame
- * outside dl_iterate_phdr: a dlclose on another thread meanwhile would
- * unmap it under the reader (seen: SIGSEGV in classify, test_hardening's
- * dlopen/dlclose loop). An object gone already, or not the same, is not
- * classified. The program and the vdso (no name) are never unloaded. */
-static void pin_objects(build_ctx *b) {
-  for (size_t i = 0; i < b->n; i++) {
-    if (!b->objs[i].hdr || !b->names[i][0])
-      continue;
-    void *h = dlopen(b->names[i], RTLD_LAZY | RTLD_NOLOAD);
-    struct link_map *lm = NULL;
-    if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm &&
-        (uintptr_t)lm->l_addr == b->bases[i]) {
-      b->pins[i] = h;
-      continue;
-    }
-    if (h)
-      cp_real_dlclose(h);
-    b->objs[i].hdr = NULL;
-  }
-}
-
-/* Lets the pinned objects go, past the dlclose hook: giving back our own
- * hold is not the application's dlclose (counting it would make every
- * table stale at birth). An object the application closed meanwhile is
- * unloaded here; its dlclose was counted, so the table is not used. */
-static void unpin_objects(build_ctx *b) {
-  for (size_t i = 0; i < b->n; i++)
-    if (b->pins[i])
-      cp_real_dlclose(b->pins[i]);
-}
-
 /* The longest start of an rbp-frame function before its frame is made
  * that cannot hold a call: endbr64, push %rbp, mov %rsp,%rbp. */
 #define PROLOGUE_BYTES 8
@@ -776,6 +660,117 @@ static size_t classify(fp_object *o, uint32_t *out) {
   return nexcept;
 }
 
+/* Objects as dl_iterate_phdr lists them, while building, and the exception
+ * lists of all of them in a mapping of the builder's own. */
+typedef struct build_ctx {
+  fp_object *objs;
+  size_t n, cap;
+  unsigned long long adds, subs;
+  uint32_t *ex;         /* exception words, grown with mremap */
+  size_t nex, ex_bytes; /* words used; bytes mapped */
+  size_t *ex_at;        /* per object: its first word in ex */
+} build_ctx;
+
+/* Classifies o (its .eh_frame mapped: see collect_object): the verdict, and
+ * its exceptions appended to b->ex. Not classified (hdr NULL) when the
+ * list cannot grow. */
+static void classify_object(build_ctx *b, fp_object *o) {
+  classify(o, NULL);
+  /* The verdict: half or more of the functions with rules make an rbp
+   * frame. Built with -fno-omit-frame-pointer, all but a few (leaves
+   * without -mno-omit-leaf-frame-pointer, start-up code) do; built
+   * without, only those that need one (alloca, variable arrays) do:
+   * docs/signals.md gives the counts here. */
+  o->fp = o->nfuncs > 0 && 2 * o->nfp >= o->nfuncs;
+  o->nexcept = o->fp ? o->nfuncs - o->nfp + o->nlong : o->nfp;
+  size_t need = (b->nex + 2 * o->nexcept) * sizeof(uint32_t);
+  if (need > b->ex_bytes) {
+    size_t bytes = b->ex_bytes;
+    while (bytes < need)
+      bytes *= 2;
+    void *m = mremap(b->ex, b->ex_bytes, bytes, MREMAP_MAYMOVE);
+    if (m == MAP_FAILED) {
+      o->hdr = NULL;
+      o->nexcept = 0;
+      return;
+    }
+    b->ex = m;
+    b->ex_bytes = bytes;
+  }
+  o->nexcept = classify(o, b->ex + b->nex); /* same walk, same count */
+  b->nex += 2 * o->nexcept;
+}
+
+static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  build_ctx *b = arg;
+  if (size >=
+          offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs &&
+      b->n == 0) {
+    b->adds = info->dlpi_adds;
+    b->subs = info->dlpi_subs;
+  }
+  if (b->n == b->cap)
+    return 0;
+  fp_object o;
+  memset(&o, 0, sizeof o);
+  o.lo = UINTPTR_MAX;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+      if (lo < o.lo)
+        o.lo = lo;
+      if (lo + ph->p_memsz > o.hi)
+        o.hi = lo + ph->p_memsz;
+    } else if (ph->p_type == PT_GNU_EH_FRAME) {
+      o.hdr = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+    }
+  }
+  if (o.lo >= o.hi)
+    return 0;
+  if (o.hdr) {
+    /* version 1; eh_frame_ptr pcrel|sdata4; count udata4; table
+     * datarel|sdata4: what binutils' and lld's linkers write. */
+    const uint8_t *h = o.hdr;
+    if (h[0] == 1 && h[1] == 0x1b && h[2] == 0x03 && h[3] == 0x3b) {
+      int32_t eh_rel;
+      uint32_t count;
+      memcpy(&eh_rel, h + 4, 4);
+      memcpy(&count, h + 8, 4);
+      o.eh_lo = h + 4 + eh_rel;
+      o.index = (const int32_t *)(h + 12);
+      o.nindex = count;
+      /* .eh_frame lies before or after the header in the same segment;
+       * records are bounded by their lengths and MAX_CFI_BYTES, and the
+       * segment's end (found below) bounds them all. */
+      o.eh_hi = NULL;
+      for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && (uintptr_t)o.eh_lo >= lo &&
+            (uintptr_t)o.eh_lo < lo + ph->p_memsz)
+          o.eh_hi = (const uint8_t *)(lo + ph->p_filesz);
+      }
+      if (!o.eh_hi || count == 0)
+        o.hdr = NULL;
+    } else {
+      o.hdr = NULL;
+    }
+  }
+  /* Classified here, while dl_iterate_phdr holds the loader's lock, so
+   * that no dlclose can unmap the object under the reader (seen when the
+   * reading came after dl_iterate_phdr returned: SIGSEGV in classify,
+   * test_hardening's dlopen/dlclose loop). Holding each object with
+   * dlopen(RTLD_NOLOAD) instead ran the initialisers again of objects that
+   * exit had begun to finalise: a deadlock at exit, once the table was
+   * built on the profiler's thread after start. */
+  b->ex_at[b->n] = b->nex;
+  if (o.hdr)
+    classify_object(b, &o);
+  b->objs[b->n++] = o;
+  return 0;
+}
+
 static int compare_lo(const void *a, const void *b) {
   uintptr_t x = ((const fp_object *)a)->lo, y = ((const fp_object *)b)->lo;
   return (x > y) - (x < y);
@@ -793,50 +788,35 @@ static int counters_of(struct dl_phdr_info *info, size_t size, void *arg) {
 
 /* Builds a table from the objects loaded now. NULL if memory is short. */
 static fp_table *build_table(void) {
-  size_t tmp_bytes = MAX_OBJECTS * sizeof(fp_object);
-  fp_object *objs = mmap(NULL, tmp_bytes, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (objs == MAP_FAILED)
+  size_t tmp_bytes = MAX_OBJECTS * (sizeof(fp_object) + sizeof(size_t));
+  void *tmp = mmap(NULL, tmp_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tmp == MAP_FAILED)
     return NULL;
-  size_t pin_bytes =
-      MAX_OBJECTS * (PIN_NAME_BYTES + sizeof(uintptr_t) + sizeof(void *));
-  char *pin_mem = mmap(NULL, pin_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (pin_mem == MAP_FAILED) {
-    munmap(objs, tmp_bytes);
+  size_t ex_bytes = 64 * 1024;
+  void *ex = mmap(NULL, ex_bytes, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ex == MAP_FAILED) {
+    munmap(tmp, tmp_bytes);
     return NULL;
   }
   unsigned long closes = atomic_load(&dl_closes);
-  build_ctx b = {objs, 0, MAX_OBJECTS, 0, 0, NULL, NULL, NULL};
-  b.names = (char (*)[PIN_NAME_BYTES])pin_mem;
-  b.bases = (uintptr_t *)(pin_mem + MAX_OBJECTS * PIN_NAME_BYTES);
-  b.pins = (void **)(b.bases + MAX_OBJECTS);
+  build_ctx b = {.objs = tmp,
+                 .cap = MAX_OBJECTS,
+                 .ex = ex,
+                 .ex_bytes = ex_bytes,
+                 .ex_at = (size_t *)((fp_object *)tmp + MAX_OBJECTS)};
   dl_iterate_phdr(collect_object, &b);
-  pin_objects(&b);
-  size_t except_words = 0, nfp = 0;
-  for (size_t i = 0; i < b.n; i++) {
-    fp_object *o = &objs[i];
-    if (!o->hdr)
-      continue;
-    classify(o, NULL);
-    /* The verdict: half or more of the functions with rules make an rbp
-     * frame. Built with -fno-omit-frame-pointer, all but a few (leaves
-     * without -mno-omit-leaf-frame-pointer, start-up code) do; built
-     * without, only those that need one (alloca, variable arrays) do:
-     * docs/signals.md gives the counts here. */
-    o->fp = o->nfuncs > 0 && 2 * o->nfp >= o->nfuncs;
-    nfp += (size_t)o->fp;
-    o->nexcept = o->fp ? o->nfuncs - o->nfp + o->nlong : o->nfp;
-    except_words += 2 * o->nexcept;
-  }
-  size_t bytes = sizeof(fp_table) + b.n * sizeof(fp_object) +
-                 except_words * sizeof(uint32_t);
+  size_t nfp = 0;
+  for (size_t i = 0; i < b.n; i++)
+    nfp += (size_t)(b.objs[i].hdr && b.objs[i].fp);
+  size_t bytes =
+      sizeof(fp_table) + b.n * sizeof(fp_object) + b.nex * sizeof(uint32_t);
   fp_table *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (t == MAP_FAILED) {
-    unpin_objects(&b);
-    munmap(pin_mem, pin_bytes);
-    munmap(objs, tmp_bytes);
+    munmap(b.ex, b.ex_bytes);
+    munmap(tmp, tmp_bytes);
     return NULL;
   }
   t->bytes = bytes;
@@ -845,19 +825,14 @@ static fp_table *build_table(void) {
   t->closes = closes;
   t->n = b.n;
   t->nfp = nfp;
-  uint32_t *ex = (uint32_t *)&t->obj[b.n];
-  for (size_t i = 0; i < b.n; i++) {
-    fp_object *o = &objs[i];
-    o->except = ex;
-    if (o->hdr)
-      o->nexcept = classify(o, ex); /* same walk, same count */
-    ex += 2 * o->nexcept;
-  }
-  unpin_objects(&b);
-  qsort(objs, b.n, sizeof *objs, compare_lo);
-  memcpy(t->obj, objs, b.n * sizeof *objs);
-  munmap(pin_mem, pin_bytes);
-  munmap(objs, tmp_bytes);
+  uint32_t *tex = (uint32_t *)&t->obj[b.n];
+  memcpy(tex, b.ex, b.nex * sizeof(uint32_t));
+  for (size_t i = 0; i < b.n; i++)
+    b.objs[i].except = tex + b.ex_at[i];
+  qsort(b.objs, b.n, sizeof *b.objs, compare_lo);
+  memcpy(t->obj, b.objs, b.n * sizeof *b.objs);
+  munmap(b.ex, b.ex_bytes);
+  munmap(tmp, tmp_bytes);
   return t;
 }
 
@@ -1169,6 +1144,9 @@ void cp_fpwalk_main_thread_start(void) {
     main_thread_stack();
 }
 
+/* Set by cp_fpwalk_init_later: the next refresh builds the table. */
+static atomic_int table_wanted;
+
 void cp_fpwalk_init(void) {
   if (atomic_load(&table))
     return; /* built at an earlier start (and kept across fork) */
@@ -1195,10 +1173,15 @@ void cp_fpwalk_after_fork_child(void) {
   atomic_store(&readers, 0);
 }
 
+void cp_fpwalk_init_later(void) { atomic_store(&table_wanted, 1); }
+
 void cp_fpwalk_refresh(void) {
   fp_table *cur = atomic_load(&table);
-  if (!cur)
+  if (!cur) {
+    if (atomic_load(&table_wanted))
+      cp_fpwalk_init();
     return;
+  }
   unsigned long long c[2] = {0, 0};
   dl_iterate_phdr(counters_of, c);
   if (c[0] == cur->adds && c[1] == cur->subs &&

@@ -25,7 +25,15 @@ typedef struct cp_fp_regs {
  * later calls do nothing). Not signal-safe: dl_iterate_phdr, mmap. */
 void cp_fpwalk_init(void);
 
-/* Rebuilds the table if objects were loaded or unloaded since it was built.
+/* Asks the next cp_fpwalk_refresh to build the table, so that a process
+ * pays for it (3 ms of CPU for a small program here: every function of every
+ * loaded object classified) only once it has lived to the profiler's first
+ * tick, and on the profiler's thread. Until then `auto` hands every sample
+ * to libunwind (docs/signals.md, "Frame pointers"). */
+void cp_fpwalk_init_later(void);
+
+/* Builds the table if cp_fpwalk_init_later asked for it and it is not built
+ * yet; rebuilds it if objects were loaded or unloaded since it was built.
  * The profiler's thread, about once a second. Not signal-safe. */
 void cp_fpwalk_refresh(void);
 

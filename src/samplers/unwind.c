@@ -177,7 +177,7 @@ void cp_unwind_init(void) {
   cp_unwind_warm_up();
   cp_fpwalk_main_thread_start(); /* its bounds, also for the wait hooks */
   if (unwind_mode != CP_UNWIND_DWARF)
-    cp_fpwalk_init();
+    cp_fpwalk_init_later();
 }
 
 void cp_unwind_warm_up(void) {

@@ -9,7 +9,10 @@
 #include "thread_state.h"
 
 /* One-time setup: the process's first backtrace (libunwind's global state:
- * pthread keys, memory pools). Not signal-safe; call before sampling. */
+ * pthread keys, memory pools). Not signal-safe; call before sampling. In
+ * `auto` mode the frame-pointer walker's table is built later, by the
+ * profiler's first tick (cp_fpwalk_init_later); call cp_fpwalk_init to have
+ * it now. */
 void cp_unwind_init(void);
 
 /* The calling thread's first backtrace, outside a handler (hooks call it;
