@@ -24,7 +24,8 @@
 void *cp_real_lookup(void *handle, const char *name, void *self,
                      int self_object);
 
-/* Whether fn and other are defined by the same loaded object (dladdr). */
+/* Whether fn and other are defined by the same loaded object
+ * (_dl_find_object, else dladdr). */
 int cp_same_object(void *fn, void *other);
 
 /* cp_real_lookup(RTLD_NEXT, name, self, 0). */
