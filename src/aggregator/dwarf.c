@@ -157,10 +157,29 @@ static void build_id_hex(Elf *elf, char *out) {
     snprintf(out + 2 * i, 3, "%02x", ((const unsigned char *)id)[i]);
 }
 
-/* Bytes libdw reads when it opens elf's debug information: every .debug_*
- * section (decompressed size for compressed ones); 0 when it has no
- * .debug_info. */
-static uint64_t debug_bytes_inflated(Elf *elf, uint64_t *inflated) {
+/* The inflated size a compressed section's header gives, read from fd
+ * (the file elf was opened on): gelf_getchdr would have libelf read the
+ * whole section first (ELF_C_READ), which for libc6-dbg's libc was 3.7 MB
+ * read twice, a tenth of a first export's cost. 0 if unreadable. */
+static uint64_t chdr_size(Elf *elf, int fd, const GElf_Shdr *sh) {
+  if (gelf_getclass(elf) == ELFCLASS64) {
+    Elf64_Chdr ch;
+    if (sh->sh_size >= sizeof ch &&
+        pread(fd, &ch, sizeof ch, (off_t)sh->sh_offset) == (ssize_t)sizeof ch)
+      return ch.ch_size;
+  } else {
+    Elf32_Chdr ch;
+    if (sh->sh_size >= sizeof ch &&
+        pread(fd, &ch, sizeof ch, (off_t)sh->sh_offset) == (ssize_t)sizeof ch)
+      return ch.ch_size;
+  }
+  return 0;
+}
+
+/* Bytes libdw reads when it opens elf's debug information (elf opened on
+ * fd): every .debug_* section (decompressed size for compressed ones); 0
+ * when it has no .debug_info. */
+static uint64_t debug_bytes_inflated(Elf *elf, int fd, uint64_t *inflated) {
   size_t shstrndx;
   *inflated = 0;
   if (elf_getshdrstrndx(elf, &shstrndx) != 0)
@@ -180,9 +199,8 @@ static uint64_t debug_bytes_inflated(Elf *elf, uint64_t *inflated) {
       has_info = 1;
     /* A compressed section is held twice: as read and decompressed. */
     uint64_t size = sh.sh_size;
-    GElf_Chdr ch;
-    if ((sh.sh_flags & SHF_COMPRESSED) && gelf_getchdr(scn, &ch))
-      *inflated += ch.ch_size;
+    if (sh.sh_flags & SHF_COMPRESSED)
+      *inflated += chdr_size(elf, fd, &sh);
     else if (name[1] == 'z')
       *inflated += size * 8; /* .zdebug: known only once inflated */
     total += size;
@@ -192,9 +210,9 @@ static uint64_t debug_bytes_inflated(Elf *elf, uint64_t *inflated) {
   return has_info ? total + *inflated : 0;
 }
 
-static uint64_t debug_bytes(Elf *elf) {
+static uint64_t debug_bytes(Elf *elf, int fd) {
   uint64_t inflated;
-  return debug_bytes_inflated(elf, &inflated);
+  return debug_bytes_inflated(elf, fd, &inflated);
 }
 
 /* A candidate debug file: open, matching the build id, with .debug_info.
@@ -210,7 +228,7 @@ static int try_debug_file(module *m, const char *path, int *existed) {
     char id[MAX_BUILD_ID_HEX];
     build_id_hex(elf, id);
     if ((m->build_id[0] == '\0' || strcmp(id, m->build_id) == 0) &&
-        debug_bytes(elf) > 0) {
+        debug_bytes(elf, fd) > 0) {
       m->debug_fd = fd;
       m->debug_elf = elf;
       snprintf(st.debug_path, sizeof st.debug_path, "%s", path);
@@ -584,7 +602,7 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
   const void *got = NULL;
   if (elf && elf_kind(elf) == ELF_K_ELF &&
       dwelf_elf_gnu_build_id(elf, &got) == (ssize_t)n && got &&
-      memcmp(got, id, n) == 0 && debug_bytes_inflated(elf, &inflated) > 0 &&
+      memcmp(got, id, n) == 0 && debug_bytes_inflated(elf, fd, &inflated) > 0 &&
       sb.st_size > 0) {
     bytes = (uint64_t)sb.st_size + IMAGE_PAD + inflated;
     /* With the main file's bytes, not yet in st.used. */
@@ -742,12 +760,12 @@ static void module_open(module *m) {
 
   int existed = 0;
   Elf *dbg = NULL;
-  uint64_t bytes = debug_bytes(m->elf);
+  uint64_t bytes = debug_bytes(m->elf, m->fd);
   if (bytes > 0) {
     dbg = m->elf;
   } else if (find_debug_file(m, &existed) == 0) {
     dbg = m->debug_elf;
-    bytes = debug_bytes(dbg);
+    bytes = debug_bytes(dbg, m->debug_fd);
   }
   if (!dbg) {
     if (existed)
@@ -772,7 +790,7 @@ static void module_open(module *m) {
            dbg == m->elf ? m->path : st.debug_path);
   struct stat dsb;
   uint64_t inflated = 0;
-  debug_bytes_inflated(dbg, &inflated);
+  debug_bytes_inflated(dbg, dbg_fd, &inflated);
   if (fstat(dbg_fd, &dsb) != 0 || dsb.st_size <= 0 ||
       (uint64_t)dsb.st_size + IMAGE_PAD + inflated > st.budget) {
     cp_warn("symbols: the debug information of %s (%llu kB with its file) "
