@@ -67,21 +67,12 @@ run() {
 
 bench_machine
 echo "exec cost: /bin/sh running /bin/true $EXEC_CHILDREN times, $EXEC_ROUNDS rounds"
-for v in "${variants[@]}"; do run "$v" "$tmp/warm-up"; : >"$tmp/$v"; done
-for ((r = 0; r < EXEC_ROUNDS; r++)); do
-  for ((k = 0; k < ${#variants[@]}; k++)); do
-    v=${variants[(r + k) % ${#variants[@]}]}
-    run "$v" "$tmp/$v"
-  done
-  printf '.' >&2
-done
-echo >&2
+bench_rotate "$EXEC_ROUNDS" "$tmp" "${variants[@]}"
 printf '\n| variant | wall ms per child | CPU ms per child |\n|---|---|---|\n'
 for v in "${variants[@]}"; do
   w=$(awk -v n="$EXEC_CHILDREN" '{print $1 * 1000 / n}' "$tmp/$v" | bench_quantiles |
     awk '{printf "%.2f [%.2f, %.2f]", $1, $2, $3}')
-  c=$(awk -v n="$EXEC_CHILDREN" '{print ($2 + $3) * 1000 / n}' "$tmp/$v" | bench_quantiles |
-    awk '{printf "%.2f [%.2f, %.2f]", $1, $2, $3}')
+  c=$(bench_cpu_ms_per "$EXEC_CHILDREN" "$tmp/$v")
   printf '| %s | %s | %s |\n' "$v" "$w" "$c"
 done
 echo

@@ -52,19 +52,10 @@ run() {
 
 bench_machine
 echo "first export: bench/cpu_work 1 1000, $RUNS processes a run, $ROUNDS rounds"
-for v in "${variants[@]}"; do run "$v" "$tmp/warm-up"; : >"$tmp/$v"; done
-for ((r = 0; r < ROUNDS; r++)); do
-  for ((k = 0; k < ${#variants[@]}; k++)); do
-    v=${variants[(r + k) % ${#variants[@]}]}
-    run "$v" "$tmp/$v"
-  done
-  printf '.' >&2
-done
-echo >&2
+bench_rotate "$ROUNDS" "$tmp" "${variants[@]}"
 printf '\n| variant | CPU ms per process | over none, ms |\n|---|---|---|\n'
 for v in "${variants[@]}"; do
-  c=$(awk -v n="$RUNS" '{print ($2 + $3) * 1000 / n}' "$tmp/$v" | bench_quantiles |
-    awk '{printf "%.1f [%.1f, %.1f]", $1, $2, $3}')
+  c=$(bench_cpu_ms_per "$RUNS" "$tmp/$v")
   # Paired by round: this variant's run less none's in the same round.
   d=$(paste -d' ' "$tmp/$v" "$tmp/none" |
     awk -v n="$RUNS" '{print (($2 + $3) - ($6 + $7)) * 1000 / n}' |

@@ -117,6 +117,31 @@ bench_quantiles() {
           printf "%.6f %.6f %.6f\n", q(0.5), q(0.25), q(0.75) }'
 }
 
+# bench_rotate ROUNDS DIR VARIANT...: runs the caller's `run VARIANT LOG`
+# once per variant as a warm-up, then ROUNDS rounds of every variant in an
+# order that rotates from round to round, each appending to DIR/VARIANT.
+bench_rotate() {
+  local rounds=$1 dir=$2 v r k
+  shift 2
+  local vs=("$@")
+  for v in "${vs[@]}"; do run "$v" "$dir/warm-up"; : >"$dir/$v"; done
+  for ((r = 0; r < rounds; r++)); do
+    for ((k = 0; k < ${#vs[@]}; k++)); do
+      v=${vs[(r + k) % ${#vs[@]}]}
+      run "$v" "$dir/$v"
+    done
+    printf '.' >&2
+  done
+  echo >&2
+}
+
+# bench_cpu_ms_per RUNS FILE: CPU (user + system of cpurun's lines) per run, in ms,
+# as "median [p25, p75]".
+bench_cpu_ms_per() {
+  awk -v n="$1" '{print ($2 + $3) * 1000 / n}' "$2" | bench_quantiles |
+    awk '{printf "%.2f [%.2f, %.2f]", $1, $2, $3}'
+}
+
 bench_machine() {
   local hz=unknown
   if [[ -r /boot/config-$(uname -r) ]]; then
