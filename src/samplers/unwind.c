@@ -330,6 +330,12 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
     if (n)
       return n;
   }
+  /* Until the walker's table is built (its first second), `auto` hands
+   * every sample here: a thread does not build libunwind's trace cache for
+   * them (256 KiB and 1 ms of page faults here), which it will not need once
+   * the walker takes over. */
+  if (mode == CP_UNWIND_AUTO && cp_fpwalk_table_pending())
+    may_build_cache = 0;
   own_unwind_begin();
   size_t n = unwind_signal(uc, frames, max_frames, may_build_cache, truncated);
   own_unwind_end();
@@ -429,14 +435,29 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
       return n;
     *truncated = 0;
   }
-  cp_unwind_warm_up();
   /* A sampling signal arriving meanwhile must not unwind on top of this
    * unwind (libunwind's per-thread cache): its handler drops its sample. */
-  cp_thread.in_handler = 1;
-  own_unwind_begin();
-  int got = unw_backtrace((void **)frames, (int)capacity);
-  own_unwind_end();
-  cp_thread.in_handler = 0;
+  int got;
+  if (!warmed_up && mode == CP_UNWIND_AUTO && cp_fpwalk_table_pending()) {
+    /* As for signals (cp_unwind_signal_mode): no trace cache for the
+     * samples of the walker's first second; step from here instead. */
+    unw_context_t ctx;
+    unw_getcontext(&ctx);
+    cp_thread.in_handler = 1;
+    own_unwind_begin();
+    got = (int)unwind_from_context((ucontext_t *)&ctx, frames, NULL, capacity,
+                                   truncated);
+    own_unwind_end();
+    cp_thread.in_handler = 0;
+    *truncated = 0;
+  } else {
+    cp_unwind_warm_up();
+    cp_thread.in_handler = 1;
+    own_unwind_begin();
+    got = unw_backtrace((void **)frames, (int)capacity);
+    own_unwind_end();
+    cp_thread.in_handler = 0;
+  }
   size_t skip = 0;
   while ((int)skip < got && skip < CP_UNWIND_SLACK && frames[skip] != caller_ra)
     skip++;

@@ -4,17 +4,21 @@
  * ones return the word, errno is kept; and an unwind in a signal handler
  * from registers that point nowhere (no unwind info at the pc, a frame
  * pointer in the first page or in a PROT_NONE page) ends the stack instead
- * of crashing the process. */
+ * of crashing the process; and a hook's stack taken before the walker's
+ * table is built is right and builds no trace cache. */
 #define UNW_LOCAL_ONLY
 #include <errno.h>
 #include <libunwind.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "samplers/fpwalk.h"
 #include "samplers/unwind.h"
 #include "test.h"
 
@@ -129,4 +133,81 @@ static void test_unwind_from_bogus_registers(void) {
   unwind_bogus((uintptr_t)pages, 4, 4);
 }
 
-TEST_MAIN(T(test_checked_reads), T(test_unwind_from_bogus_registers))
+/* A hook's stack (cp_unwind_here) from a known chain: hook <- chain_a <-
+ * chain_b <- the test. */
+static __attribute__((noinline)) size_t hook(uint64_t *frames, size_t max) {
+  int truncated;
+  size_t n = cp_unwind_here(frames, max,
+                            (uint64_t)(uintptr_t)__builtin_return_address(0),
+                            &truncated);
+  __asm__ volatile("" ::: "memory"); /* not a tail call */
+  return n;
+}
+
+static __attribute__((noinline)) size_t chain_a(uint64_t *frames, size_t max) {
+  size_t n = hook(frames, max);
+  __asm__ volatile("" ::: "memory");
+  return n;
+}
+
+static __attribute__((noinline)) size_t chain_b(uint64_t *frames, size_t max) {
+  size_t n = chain_a(frames, max);
+  __asm__ volatile("" ::: "memory");
+  return n;
+}
+
+static int in_function(uint64_t pc, void *fn) {
+  return pc > (uintptr_t)fn && pc < (uintptr_t)fn + 256;
+}
+
+/* Before the walker's table is built (the profiler's first second), a
+ * hook's stack is stepped from its own context with libunwind, without the
+ * thread's trace cache (unwind.c): the same frames as the walker's once the
+ * table is there. */
+typedef struct here_run {
+  uint64_t frames[64];
+  size_t n;
+  long faults; /* minor page faults of the thread meanwhile */
+} here_run;
+
+static __attribute__((noinline)) void *here_thread(void *arg) {
+  here_run *r = arg;
+  struct rusage a, b;
+  getrusage(RUSAGE_THREAD, &a);
+  r->n = chain_b(r->frames, 64);
+  getrusage(RUSAGE_THREAD, &b);
+  r->faults = b.ru_minflt - a.ru_minflt;
+  __asm__ volatile("" ::: "memory");
+  return NULL;
+}
+
+static void run_here(here_run *r) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, here_thread, r) == 0);
+  pthread_join(t, NULL);
+}
+
+static void test_here_before_the_walker_table(void) {
+  setup();
+  CHECK(cp_fpwalk_table_pending());
+  /* On a new thread (the main thread's cache was built at init). */
+  here_run before, after;
+  run_here(&before);
+  CHECK(before.n >= 3);
+  CHECK(in_function(before.frames[0], (void *)chain_a));
+  CHECK(in_function(before.frames[1], (void *)chain_b));
+  CHECK(in_function(before.frames[2], (void *)here_thread));
+  /* Not libunwind's trace cache, 64 pages (one run took 66 faults with it,
+   * 2 without). */
+  printf("first unwind on a new thread: %ld page faults\n", before.faults);
+  CHECK(before.faults < 32);
+  cp_fpwalk_refresh(); /* what the profiler's first tick does */
+  CHECK(!cp_fpwalk_table_pending());
+  run_here(&after);
+  CHECK_EQ_INT((int)after.n, (int)before.n);
+  for (size_t i = 0; i < after.n && i < before.n; i++)
+    CHECK(after.frames[i] == before.frames[i]);
+}
+
+TEST_MAIN(T(test_checked_reads), T(test_unwind_from_bogus_registers),
+          T(test_here_before_the_walker_table))
