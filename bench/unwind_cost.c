@@ -171,7 +171,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   cp_unwind_init();
-  cp_fpwalk_init(); /* the table now, not at a profiler's tick */
+  cp_fpwalk_init();    /* the table now, not at a profiler's tick */
+  cp_unwind_warm_up(); /* and libunwind's trace cache, for dwarf */
   for (int m = 0; m < NMODES; m++)
     times[m] = calloc(max_signals, sizeof(uint64_t));
   struct sigaction sa;

@@ -121,6 +121,7 @@ int main(int argc, char **argv) {
   acc = unw_get_accessors(unw_local_addr_space);
   stock = acc->access_mem;
   cp_unwind_init();
+  cp_unwind_warm_up(); /* libunwind's trace cache now, not at a tick */
   ours = acc->access_mem;
   if (ours == stock) {
     fprintf(stderr, "unwind_validate: contprof did not replace access_mem\n");

@@ -88,7 +88,7 @@ static void stop_at_exit(void) {
 
 static void tick(void) {
   cp_threads_rescan();
-  cp_fpwalk_refresh(); /* objects loaded or unloaded since */
+  cp_unwind_tick(); /* objects loaded or unloaded since */
   cp_governor_tick();
 }
 

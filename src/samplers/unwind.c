@@ -43,6 +43,10 @@ void cp_unwind_set_mode(int mode) {
 }
 
 static CP_TLS int warmed_up;
+/* The process's first unw_backtrace was made outside any handler (it
+ * creates the trace cache's thread key): handlers may call it from then on,
+ * building a thread's cache at its second busy sample. */
+static int trace_ok;
 static CP_TLS int busy_samples; /* samples that could have built the cache */
 
 /* The calling thread's alternate signal stack, as the hooks last read it:
@@ -174,10 +178,22 @@ void cp_unwind_init(void) {
   replace_access_mem();
   alt_cache_ok = cp_interpose_sees_sigaltstack();
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
-  cp_unwind_warm_up();
   cp_fpwalk_main_thread_start(); /* its bounds, also for the wait hooks */
-  if (unwind_mode != CP_UNWIND_DWARF)
+  /* With the walker, libunwind only takes the samples it cannot: the
+   * process-wide first unw_backtrace (its trace cache's key, 256 KiB of
+   * cache and 1 ms of page faults here) waits for the profiler's first
+   * tick, with the walker's table (cp_unwind_tick); until then such
+   * samples are stepped from their context. */
+  if (unwind_mode == CP_UNWIND_DWARF)
+    cp_unwind_warm_up();
+  else
     cp_fpwalk_init_later();
+}
+
+void cp_unwind_tick(void) {
+  cp_fpwalk_refresh();
+  if (!__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE))
+    cp_unwind_warm_up();
 }
 
 void cp_unwind_warm_up(void) {
@@ -186,6 +202,7 @@ void cp_unwind_warm_up(void) {
   void *frames[8];
   unw_backtrace(frames, 8);
   warmed_up = 1;
+  __atomic_store_n(&trace_ok, 1, __ATOMIC_RELEASE);
 }
 
 /* Async-signal-safe: libunwind from the interrupted context, no cache.
@@ -275,7 +292,8 @@ static size_t unwind_signal(ucontext_t *uc, uint64_t *frames, size_t max_frames,
   size_t capacity = max_frames + CP_UNWIND_SLACK;
   /* The cache is built at the second busy sample: a thread sampled once
    * (a short burst) may be idle for the rest of its life. */
-  if (!warmed_up && (!may_build_cache || ++busy_samples < 2))
+  if (!warmed_up && (!__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE) ||
+                     !may_build_cache || ++busy_samples < 2))
     return unwind_from_context(uc, frames, NULL, max_frames, truncated);
   warmed_up = 1;
   int got = unw_backtrace((void **)frames, (int)capacity);
@@ -330,12 +348,6 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
     if (n)
       return n;
   }
-  /* Until the walker's table is built (its first second), `auto` hands
-   * every sample here: a thread does not build libunwind's trace cache for
-   * them (256 KiB and 1 ms of page faults here), which it will not need once
-   * the walker takes over. */
-  if (mode == CP_UNWIND_AUTO && cp_fpwalk_table_pending())
-    may_build_cache = 0;
   own_unwind_begin();
   size_t n = unwind_signal(uc, frames, max_frames, may_build_cache, truncated);
   own_unwind_end();
@@ -438,9 +450,9 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
   /* A sampling signal arriving meanwhile must not unwind on top of this
    * unwind (libunwind's per-thread cache): its handler drops its sample. */
   int got;
-  if (!warmed_up && mode == CP_UNWIND_AUTO && cp_fpwalk_table_pending()) {
-    /* As for signals (cp_unwind_signal_mode): no trace cache for the
-     * samples of the walker's first second; step from here instead. */
+  if (!warmed_up && !__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE)) {
+    /* Before the profiler's first tick (cp_unwind_init): no trace cache;
+     * step from here instead. */
     unw_context_t ctx;
     unw_getcontext(&ctx);
     cp_thread.in_handler = 1;

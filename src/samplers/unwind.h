@@ -8,12 +8,18 @@
 
 #include "thread_state.h"
 
-/* One-time setup: the process's first backtrace (libunwind's global state:
- * pthread keys, memory pools). Not signal-safe; call before sampling. In
- * `auto` mode the frame-pointer walker's table is built later, by the
- * profiler's first tick (cp_fpwalk_init_later); call cp_fpwalk_init to have
- * it now. */
+/* One-time setup of libunwind's global state. Not signal-safe; call before
+ * sampling. In `auto` and `fp` modes the frame-pointer walker's table and
+ * libunwind's first backtrace (its trace cache's pthread key) wait for the
+ * profiler's first tick (cp_unwind_tick); until then libunwind steps from
+ * each sample's context. Call cp_fpwalk_init and cp_unwind_warm_up to have
+ * them now. */
 void cp_unwind_init(void);
+
+/* The profiler's tick, about once a second, on its own thread: builds or
+ * rebuilds the walker's table (cp_fpwalk_refresh) and, the first time,
+ * makes the process's first backtrace. Not signal-safe. */
+void cp_unwind_tick(void);
 
 /* The calling thread's first backtrace, outside a handler (hooks call it;
  * cheap after the first call). Threads need not call it before being

@@ -190,7 +190,6 @@ static void run_here(here_run *r) {
 static void test_here_before_the_walker_table(void) {
   setup();
   CHECK(cp_fpwalk_table_pending());
-  /* On a new thread (the main thread's cache was built at init). */
   here_run before, after;
   run_here(&before);
   CHECK(before.n >= 3);
@@ -201,7 +200,7 @@ static void test_here_before_the_walker_table(void) {
    * 2 without). */
   printf("first unwind on a new thread: %ld page faults\n", before.faults);
   CHECK(before.faults < 32);
-  cp_fpwalk_refresh(); /* what the profiler's first tick does */
+  cp_unwind_tick(); /* the profiler's first tick */
   CHECK(!cp_fpwalk_table_pending());
   run_here(&after);
   CHECK_EQ_INT((int)after.n, (int)before.n);
