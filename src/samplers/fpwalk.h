@@ -32,9 +32,8 @@ void cp_fpwalk_init(void);
  * to libunwind (docs/signals.md, "Frame pointers"). */
 void cp_fpwalk_init_later(void);
 
-/* Whether the table was asked for and is not built yet: samples then go to
- * libunwind, which should not build a thread's 256 KiB trace cache for them
- * (unwind.c). Async-signal-safe: two loads. */
+/* Whether the table was asked for and is not built yet (for the test).
+ * Async-signal-safe: two loads. */
 int cp_fpwalk_table_pending(void);
 
 /* Builds the table if cp_fpwalk_init_later asked for it and it is not built
