@@ -381,8 +381,21 @@ static void index_cu(module *m, cu_info *c, Dwarf_Die *cudie) {
 /* Images are mapped, not malloc'ed: in huge pages where the kernel has them
  * (madvise mode), since a first export writes some 12 MB of them (libc6-dbg's
  * libc) and a fault per 4 KiB page cost this VM more than the inflating. The
- * mapping's size is kept in the 64 bytes before the image. */
+ * mapping's size is kept in the 64 bytes before the image. Under
+ * AddressSanitizer they come from calloc, so that a read past the padding
+ * (test_dwarf's mutated files, the fuzzer) is still reported. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CP_IMAGE_CALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CP_IMAGE_CALLOC 1
+#endif
+#endif
+
 static unsigned char *image_alloc(size_t bytes) {
+#ifdef CP_IMAGE_CALLOC
+  return calloc(1, bytes);
+#else
   size_t total = bytes + 64;
   unsigned char *p = mmap(NULL, total, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -394,14 +407,19 @@ static unsigned char *image_alloc(size_t bytes) {
 #endif
   memcpy(p, &total, sizeof total);
   return p + 64;
+#endif
 }
 
 static void image_free(unsigned char *image) {
+#ifdef CP_IMAGE_CALLOC
+  free(image);
+#else
   if (!image)
     return;
   size_t total;
   memcpy(&total, image - 64, sizeof total);
   munmap(image - 64, total);
+#endif
 }
 
 static void module_release_files(module *m) {
