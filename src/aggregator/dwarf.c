@@ -376,8 +376,6 @@ static void index_cu(module *m, cu_info *c, Dwarf_Die *cudie) {
   st.used += more;
 }
 
-/* Drops the descriptors and reading-mode Elfs used to find the debug
- * information (the image is what libdw reads). */
 /* Images are mapped, not malloc'ed: in huge pages where the kernel has them
  * (madvise mode), since a first export writes some 12 MB of them (libc6-dbg's
  * libc) and a fault per 4 KiB page cost this VM more than the inflating. The
@@ -422,6 +420,8 @@ static void image_free(unsigned char *image) {
 #endif
 }
 
+/* Drops the descriptors and reading-mode Elfs used to find the debug
+ * information (the image is what libdw reads). */
 static void module_release_files(module *m) {
   if (m->debug_elf)
     elf_end(m->debug_elf);
@@ -913,12 +913,13 @@ static void module_open(module *m) {
 
   int existed = 0;
   Elf *dbg = NULL;
-  uint64_t bytes = debug_bytes(m->elf, m->fd);
+  uint64_t inflated = 0;
+  uint64_t bytes = debug_bytes_inflated(m->elf, m->fd, &inflated);
   if (bytes > 0) {
     dbg = m->elf;
   } else if (find_debug_file(m, &existed) == 0) {
     dbg = m->debug_elf;
-    bytes = debug_bytes(dbg, m->debug_fd);
+    bytes = debug_bytes_inflated(dbg, m->debug_fd, &inflated);
   }
   if (!dbg) {
     if (existed)
@@ -942,8 +943,6 @@ static void module_open(module *m) {
   snprintf(dwarf_path, sizeof dwarf_path, "%s",
            dbg == m->elf ? m->path : st.debug_path);
   struct stat dsb;
-  uint64_t inflated = 0;
-  debug_bytes_inflated(dbg, dbg_fd, &inflated);
   if (fstat(dbg_fd, &dsb) != 0 || dsb.st_size <= 0 ||
       (uint64_t)dsb.st_size + IMAGE_PAD + inflated > st.budget) {
     cp_warn("symbols: the debug information of %s (%llu kB with its file) "
