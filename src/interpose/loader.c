@@ -68,12 +68,6 @@ int dlclose(void *handle) {
   return rc;
 }
 
-int cp_real_dlclose(void *handle) {
-  cp_interpose_loader_resolve();
-  dlclose_fn fn = __atomic_load_n(&real_dlclose, __ATOMIC_ACQUIRE);
-  return fn ? fn(handle) : -1;
-}
-
 /* This library's own dlclose, whatever the lookup order chose for
  * `&dlclose` (in PIC code that is the first definition). */
 extern __typeof(dlclose) cp_own_dlclose

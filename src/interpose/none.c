@@ -8,7 +8,6 @@
 /* This file defines the cp_lock_real_* functions: undo own_locks.h. */
 #include "interpose/own_locks_undo.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -59,6 +58,5 @@ int cp_interpose_malloc_resolve(void) { return 1; }
 void cp_interpose_locks_resolve(void) {}
 void cp_interpose_loader_resolve(void) {}
 int cp_interpose_sees_dlclose(void) { return 0; }
-int cp_real_dlclose(void *handle) { return dlclose(handle); }
 int cp_interpose_sees_sigaltstack(void) { return 0; }
 void cp_interpose_after_fork_child(void) {}

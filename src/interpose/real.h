@@ -76,10 +76,6 @@ void cp_interpose_locks_resolve(void);
  * no objects). */
 void cp_interpose_loader_resolve(void);
 
-/* The C library's dlclose, past the hook (not counted as the
- * application's: the frame-pointer walker gives back its own holds). */
-int cp_real_dlclose(void *handle);
-
 /* In the child of fork (only the forking thread exists): forget state the
  * parent's other threads held (pthread_create's start slots). */
 void cp_interpose_after_fork_child(void);

@@ -1175,11 +1175,6 @@ void cp_fpwalk_after_fork_child(void) {
 
 void cp_fpwalk_init_later(void) { atomic_store(&table_wanted, 1); }
 
-int cp_fpwalk_table_pending(void) {
-  return atomic_load_explicit(&table_wanted, memory_order_relaxed) &&
-         !atomic_load_explicit(&table, memory_order_relaxed);
-}
-
 void cp_fpwalk_refresh(void) {
   fp_table *cur = atomic_load(&table);
   if (!cur) {

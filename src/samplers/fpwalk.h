@@ -32,10 +32,6 @@ void cp_fpwalk_init(void);
  * to libunwind (docs/signals.md, "Frame pointers"). */
 void cp_fpwalk_init_later(void);
 
-/* Whether the table was asked for and is not built yet (for the test).
- * Async-signal-safe: two loads. */
-int cp_fpwalk_table_pending(void);
-
 /* Builds the table if cp_fpwalk_init_later asked for it and it is not built
  * yet; rebuilds it if objects were loaded or unloaded since it was built.
  * The profiler's thread, about once a second. Not signal-safe. */

@@ -449,27 +449,22 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
   }
   /* A sampling signal arriving meanwhile must not unwind on top of this
    * unwind (libunwind's per-thread cache): its handler drops its sample. */
-  int got;
-  if (!warmed_up && !__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE)) {
-    /* Before the profiler's first tick (cp_unwind_init): no trace cache;
-     * step from here instead. */
-    unw_context_t ctx;
+  /* Before the profiler's first tick (cp_unwind_init) a thread builds no
+   * trace cache: it steps from here instead. */
+  int step = !warmed_up && !__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE);
+  unw_context_t ctx;
+  if (step)
     unw_getcontext(&ctx);
-    cp_thread.in_handler = 1;
-    own_unwind_begin();
-    got = (int)unwind_from_context((ucontext_t *)&ctx, frames, NULL, capacity,
-                                   truncated);
-    own_unwind_end();
-    cp_thread.in_handler = 0;
-    *truncated = 0;
-  } else {
+  else
     cp_unwind_warm_up();
-    cp_thread.in_handler = 1;
-    own_unwind_begin();
-    got = unw_backtrace((void **)frames, (int)capacity);
-    own_unwind_end();
-    cp_thread.in_handler = 0;
-  }
+  cp_thread.in_handler = 1;
+  own_unwind_begin();
+  int got = step ? (int)unwind_from_context((ucontext_t *)&ctx, frames, NULL,
+                                            capacity, truncated)
+                 : unw_backtrace((void **)frames, (int)capacity);
+  own_unwind_end();
+  cp_thread.in_handler = 0;
+  *truncated = 0; /* decided below, from the frames the caller keeps */
   size_t skip = 0;
   while ((int)skip < got && skip < CP_UNWIND_SLACK && frames[skip] != caller_ra)
     skip++;
