@@ -22,18 +22,26 @@ static int64_t total_of(const pprof_profile *const *p, size_t n,
   return total;
 }
 
+/* `contprof run` of the shares workload: threads x seconds at hz, its
+ * profiles into dir. */
+static int run_shares(const char *hz, const char *threads, const char *seconds,
+                      const char *dir, run_result *r) {
+  char *argv[] = {
+      CONTPROF,    "run",           "--hz",          (char *)hz, "--output",
+      (char *)dir, "--period",      "3600",          "--",       WORKLOAD,
+      "shares",    (char *)threads, (char *)seconds, NULL};
+  return run_command(argv, NULL, r);
+}
+
 /* The same command for a tenth of a second: the CPU time the kernel
  * accounted to it (*cpu) and the cpu-time its profiles sampled (returned;
  * -1 if none could be read). */
 static int64_t twin_run(const char *hz, const char *threads, double *cpu) {
   char *dir = make_temp_dir("twin");
-  char *argv[] = {CONTPROF, "run",           "--hz", (char *)hz, "--output",
-                  dir,      "--period",      "3600", "--",       WORKLOAD,
-                  "shares", (char *)threads, "0.1",  NULL};
   run_result *r = calloc(1, sizeof *r);
   int64_t total = -1;
   *cpu = 0;
-  if (run_command(argv, NULL, r) == 0 && WIFEXITED(r->status) &&
+  if (run_shares(hz, threads, "0.1", dir, r) == 0 && WIFEXITED(r->status) &&
       WEXITSTATUS(r->status) == 0) {
     *cpu = rusage_cpu_seconds(&r->usage);
     pprof_profile *profiles[16];
@@ -53,15 +61,10 @@ static int64_t twin_run(const char *hz, const char *threads, double *cpu) {
 static void check_run(const char *hz, int threads, const char *seconds,
                       int check_shares) {
   char *dir = make_temp_dir("shares");
-  char *argv[] = {
-      CONTPROF, "run",       "--hz",          (char *)hz, "--output",
-      dir,      "--period",  "3600",          "--",       WORKLOAD,
-      "shares", (char *)"2", (char *)seconds, NULL};
   char nthreads[8];
   snprintf(nthreads, sizeof nthreads, "%d", threads);
-  argv[11] = nthreads;
   run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK_EQ_INT(run_shares(hz, nthreads, seconds, dir, r), 0);
   CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
   unsigned long long truth[3] = {0, 0, 0};
   CHECK_EQ_INT(sscanf(r->out, "work_alpha=%llu work_beta=%llu work_gamma=%llu",
