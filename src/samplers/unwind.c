@@ -184,10 +184,21 @@ void cp_unwind_init(void) {
    * cache and 1 ms of page faults here) waits for the profiler's first
    * tick, with the walker's table (cp_unwind_tick); until then such
    * samples are stepped from their context. */
-  if (unwind_mode == CP_UNWIND_DWARF)
+  if (unwind_mode == CP_UNWIND_DWARF) {
     cp_unwind_warm_up();
-  else
+  } else {
+    /* One step from here all the same: where libunwind was dlopen'ed (the
+     * Python and Ruby extensions) its thread-local block is allocated, with
+     * malloc, on a thread's first use; on this thread that must not be in a
+     * handler that interrupted malloc (seen: a deadlock on the arena lock in
+     * test_native's churn test). */
+    unw_context_t ctx;
+    unw_cursor_t cursor;
+    unw_getcontext(&ctx);
+    if (unw_init_local(&cursor, &ctx) == 0)
+      unw_step(&cursor);
     cp_fpwalk_init_later();
+  }
 }
 
 void cp_unwind_tick(void) {
