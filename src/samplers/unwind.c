@@ -9,8 +9,9 @@
  * (Debian 12) that takes mmap and libunwind's own signal-masked pool lock,
  * never malloc (checked by interposing malloc around a thread's first
  * backtrace), so it is safe in a handler once the process-wide first call
- * was made outside (cp_unwind_init). Warming every new thread up eagerly
- * instead cost 0.8 ms and 256 KiB of touched memory per thread created,
+ * was made outside (cp_unwind_tick), provided libunwind's thread-local block
+ * came with the thread (see trace_tls_static). Warming every new thread up
+ * eagerly instead cost 0.8 ms and 256 KiB of touched memory per thread created,
  * sampled or not, so threads are left to build the cache at their first
  * sample, and only busy threads build it (at their second sample caught
  * running: CPU samples, wall samples outside a system call): other samples
@@ -25,6 +26,7 @@
 #include <libunwind.h>
 #include <link.h>
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -47,6 +49,17 @@ static CP_TLS int warmed_up;
  * creates the trace cache's thread key): handlers may call it from then on,
  * building a thread's cache at its second busy sample. */
 static int trace_ok;
+/* Whether libunwind's thread-local block (the trace cache's pointer, the
+ * only thread-local data unw_backtrace touches; unw_step touches none) is
+ * allocated with every thread: libunwind was loaded with the program
+ * (preloaded, linked). Loaded later by dlopen (the Python and Ruby
+ * extensions, a program that dlopens libcontprof.so), glibc allocates that
+ * block with malloc at each thread's first unw_backtrace (__tls_get_addr):
+ * in a handler that interrupted malloc or free, on the arena lock its own
+ * thread holds, a deadlock (seen in test_native's churn test). Handlers
+ * then never call unw_backtrace: they step from the sample's context
+ * (docs/signals.md, "libunwind's thread-local block"). */
+static int trace_tls_static;
 static CP_TLS int busy_samples; /* samples that could have built the cache */
 
 /* The calling thread's alternate signal stack, as the hooks last read it:
@@ -171,8 +184,45 @@ static void replace_access_mem(void) {
   __atomic_store_n(&acc->access_mem, cp_access_mem, __ATOMIC_RELEASE);
 }
 
+struct tls_probe {
+  uintptr_t addr;
+  int found, preallocated;
+};
+
+static int tls_probe_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  struct tls_probe *probe = arg;
+  if (size <
+      offsetof(struct dl_phdr_info, dlpi_tls_data) + sizeof info->dlpi_tls_data)
+    return 1; /* no answer: not static */
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type != PT_LOAD || probe->addr - lo >= ph->p_memsz)
+      continue;
+    probe->found = 1;
+    /* A block of the static area is there from the thread's start; one
+     * allocated on demand is not until the thread's first use. */
+    probe->preallocated =
+        info->dlpi_tls_modid == 0 || info->dlpi_tls_data != NULL;
+    return 1;
+  }
+  return 0;
+}
+
+/* Whether libunwind's thread-local block is in the static area (see
+ * trace_tls_static). Asked on the thread that starts the profiler, before
+ * contprof's own first unw_backtrace; a program that called unw_backtrace
+ * on it before would make a dlopen'ed libunwind look static (not handled).
+ * Not signal-safe. */
+static int libunwind_tls_static(void) {
+  struct tls_probe probe = {(uintptr_t)&unw_backtrace, 0, 0};
+  dl_iterate_phdr(tls_probe_object, &probe);
+  return probe.found && probe.preallocated;
+}
+
 void cp_unwind_init(void) {
   cp_interpose_loader_resolve();
+  trace_tls_static = libunwind_tls_static();
   /* Before the first unwind of ours: unw_get_accessors initialises
    * libunwind (and opens its pipe, unused from then on). */
   replace_access_mem();
@@ -187,11 +237,8 @@ void cp_unwind_init(void) {
   if (unwind_mode == CP_UNWIND_DWARF) {
     cp_unwind_warm_up();
   } else {
-    /* One step from here all the same: where libunwind was dlopen'ed (the
-     * Python and Ruby extensions) its thread-local block is allocated, with
-     * malloc, on a thread's first use; on this thread that must not be in a
-     * handler that interrupted malloc (seen: a deadlock on the arena lock in
-     * test_native's churn test). */
+    /* One step from here all the same: libunwind maps its memory pools at
+     * its first unwind, which is better not made in a handler. */
     unw_context_t ctx;
     unw_cursor_t cursor;
     unw_getcontext(&ctx);
@@ -303,8 +350,9 @@ static size_t unwind_signal(ucontext_t *uc, uint64_t *frames, size_t max_frames,
   size_t capacity = max_frames + CP_UNWIND_SLACK;
   /* The cache is built at the second busy sample: a thread sampled once
    * (a short burst) may be idle for the rest of its life. */
-  if (!warmed_up && (!__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE) ||
-                     !may_build_cache || ++busy_samples < 2))
+  if (!trace_tls_static ||
+      (!warmed_up && (!__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE) ||
+                      !may_build_cache || ++busy_samples < 2)))
     return unwind_from_context(uc, frames, NULL, max_frames, truncated);
   warmed_up = 1;
   int got = unw_backtrace((void **)frames, (int)capacity);

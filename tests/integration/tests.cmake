@@ -9,9 +9,21 @@ add_library(cp_test_plugin SHARED integration/plugin.c)
 set_target_properties(cp_test_plugin PROPERTIES
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
+# The profiler without hooks in a library loaded with dlopen, as the Python
+# and Ruby extensions load it: libunwind's thread-local data is then made on
+# demand, with malloc.
+add_library(cp_dlopen_profiler SHARED $<TARGET_OBJECTS:contprof_objects>
+  $<TARGET_OBJECTS:contprof_nohooks>)
+target_link_libraries(cp_dlopen_profiler PRIVATE PkgConfig::UNWIND
+  PkgConfig::DW PkgConfig::PROTOBUFC ZLIB::ZLIB Threads::Threads
+  ${CMAKE_DL_LIBS} m)
+target_link_options(cp_dlopen_profiler PRIVATE -Wl,-z,nodelete)
+set_target_properties(cp_dlopen_profiler PROPERTIES
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
 cp_unit_test(test_cpu_profile integration/test_cpu_profile.c)
 add_dependencies(test_cpu_profile workload cp_test_plugin contprof_cli
-  contprof_preload)
+  contprof_preload cp_dlopen_profiler)
 set_tests_properties(test_cpu_profile PROPERTIES TIMEOUT 300)
 
 # fork: pre-fork servers, each process its own profile.

@@ -20,17 +20,24 @@
  *   own-sigvtalrm           handles SIGVTALRM and sends it to itself
  *   deep                    works 300 frames deep
  *   dlopen LIB              dlopens LIB twice and works in it
- *   switchy SECONDS         two threads hand a token back and forth, each
+ *   dlopen-profiler LIB     dlopens LIB (libcontprof.so), starts it from
+ *                           the environment and churns malloc and free on
+ *                           the main thread and on 8 threads started after
+ *                           its first tick; prints how many of those
+ *                           threads got libunwind's thread-local block
+ * *   switchy SECONDS         two threads hand a token back and forth, each
  *                           working 50 us in work_alpha per turn (a server
  *                           thread that blocks at every request), while a
  *                           third works SECONDS of CPU in work_beta; prints
  *                           the true CPU ns of each, and the two threads'
  *                           whole CPU time
  */
+#define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <link.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -509,6 +516,91 @@ static int dlopen_work(const char *path) {
   return 0;
 }
 
+/* Allocates and frees blocks too large for malloc's per-thread cache for
+ * ns of this thread's CPU time: most of it holds the arena's lock. The
+ * small size class stays empty, so an allocation made by a handler there
+ * would have to take that lock too. */
+__attribute__((noinline)) static void malloc_churn(uint64_t ns) {
+  void *held[16] = {0};
+  uint64_t start = thread_cpu_ns();
+  for (unsigned i = 0; thread_cpu_ns() - start < ns; i++) {
+    for (unsigned k = 0; k < 64; k++, i++) {
+      unsigned slot = (i * 7u) % 16u;
+      free(held[slot]);
+      held[slot] = malloc(2048 + (i * 4099u) % 30000u);
+      if (held[slot])
+        ((volatile char *)held[slot])[0] = (char)i;
+    }
+  }
+  for (unsigned k = 0; k < 16; k++)
+    free(held[k]);
+}
+
+struct tls_find {
+  uintptr_t addr;
+  int allocated;
+};
+
+static int tls_find_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  struct tls_find *f = arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    uintptr_t lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    if (info->dlpi_phdr[i].p_type == PT_LOAD &&
+        f->addr - lo < info->dlpi_phdr[i].p_memsz) {
+      f->allocated = info->dlpi_tls_data != NULL;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static uintptr_t unw_backtrace_addr;
+static atomic_int tls_allocated;
+
+/* 1.2 s of churn, then whether this thread's block of libunwind's
+ * thread-local data exists: only unw_backtrace makes it, and this thread
+ * never called it. */
+static void *churn_thread(void *arg) {
+  (void)arg;
+  malloc_churn(1200000000ull);
+  struct tls_find f = {unw_backtrace_addr, 0};
+  dl_iterate_phdr(tls_find_object, &f);
+  if (f.allocated)
+    atomic_fetch_add(&tls_allocated, 1);
+  return NULL;
+}
+
+/* The profiler loaded by dlopen, as the Python and Ruby extensions load it:
+ * then libunwind's thread-local data is allocated on demand, with malloc. */
+static int dlopen_profiler(const char *lib) {
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
+    return 1;
+  }
+  int (*start)(const void *) =
+      (int (*)(const void *))dlsym(h, "contprof_start");
+  int (*stop)(void) = (int (*)(void))dlsym(h, "contprof_stop");
+  unw_backtrace_addr = (uintptr_t)dlsym(h, "unw_backtrace");
+  if (!start || !stop || !unw_backtrace_addr || start(NULL) != 0)
+    return 1;
+  malloc_churn(1500000000ull); /* past the profiler's first tick */
+  int threads = 0;
+  for (int batch = 0; batch < 2; batch++) {
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+      threads += pthread_create(&t[i], NULL, churn_thread, NULL) == 0;
+    for (int i = 0; i < 4; i++)
+      pthread_join(t[i], NULL);
+  }
+  if (stop() != 0)
+    return 1;
+  printf("dlopen-profiler threads=%d tls_allocated=%d\n", threads,
+         atomic_load(&tls_allocated));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2)
     return 2;
@@ -531,6 +623,8 @@ int main(int argc, char **argv) {
     return deep(300) > 0 ? 0 : 1;
   if (strcmp(argv[1], "dlopen") == 0 && argc == 3)
     return dlopen_work(argv[2]);
+  if (strcmp(argv[1], "dlopen-profiler") == 0 && argc == 3)
+    return dlopen_profiler(argv[2]);
   if (strcmp(argv[1], "fork") == 0)
     return forking();
   if (strcmp(argv[1], "prefork") == 0)
