@@ -7,12 +7,8 @@
 
 #include <dlfcn.h>
 #include <dwarf.h>
-#include <elfutils/libdw.h>
-#include <elfutils/libdwelf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aggregator/dw_lib.h"
 #include "aggregator/dwarf_line.h"
 #include "aggregator/symbols.h"
 #include "common.h"
@@ -132,7 +129,6 @@ static struct {
   size_t budget, used;
   uint64_t tick;
   char root[PATH_MAX];
-  int elf_ready;
   char debug_path[PATH_MAX]; /* the debug file module_open found */
 } st = {.budget = CP_DWARF_DEFAULT_BUDGET, .root = DEFAULT_DEBUG_ROOT};
 
@@ -151,7 +147,7 @@ static int open_regular(const char *path, struct stat *sb) {
 
 static void build_id_hex(Elf *elf, char *out) {
   const void *id = NULL;
-  ssize_t n = dwelf_elf_gnu_build_id(elf, &id);
+  ssize_t n = cp_dw.dwelf_elf_gnu_build_id(elf, &id);
   out[0] = '\0';
   if (n <= 0 || n > (MAX_BUILD_ID_HEX - 1) / 2)
     return;
@@ -164,7 +160,7 @@ static void build_id_hex(Elf *elf, char *out) {
  * whole section first (ELF_C_READ), which for libc6-dbg's libc was 3.7 MB
  * read twice, a tenth of a first export's cost. 0 if unreadable. */
 static uint64_t chdr_size(Elf *elf, int fd, const GElf_Shdr *sh) {
-  if (gelf_getclass(elf) == ELFCLASS64) {
+  if (cp_dw.gelf_getclass(elf) == ELFCLASS64) {
     Elf64_Chdr ch;
     if (sh->sh_size >= sizeof ch &&
         pread(fd, &ch, sizeof ch, (off_t)sh->sh_offset) == (ssize_t)sizeof ch)
@@ -184,16 +180,16 @@ static uint64_t chdr_size(Elf *elf, int fd, const GElf_Shdr *sh) {
 static uint64_t debug_bytes_inflated(Elf *elf, int fd, uint64_t *inflated) {
   size_t shstrndx;
   *inflated = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+  if (cp_dw.elf_getshdrstrndx(elf, &shstrndx) != 0)
     return 0;
   uint64_t total = 0;
   int has_info = 0;
-  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn;
-       scn = elf_nextscn(elf, scn)) {
+  for (Elf_Scn *scn = cp_dw.elf_nextscn(elf, NULL); scn;
+       scn = cp_dw.elf_nextscn(elf, scn)) {
     GElf_Shdr sh;
-    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
+    if (!cp_dw.gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
       continue;
-    const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
+    const char *name = cp_dw.elf_strptr(elf, shstrndx, sh.sh_name);
     if (!name ||
         (strncmp(name, ".debug_", 7) != 0 && strncmp(name, ".zdebug_", 8) != 0))
       continue;
@@ -225,8 +221,8 @@ static int try_debug_file(module *m, const char *path, int *existed) {
   if (fd < 0)
     return -1;
   *existed = 1;
-  Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
-  if (elf && elf_kind(elf) == ELF_K_ELF) {
+  Elf *elf = cp_dw.elf_begin(fd, ELF_C_READ, NULL);
+  if (elf && cp_dw.elf_kind(elf) == ELF_K_ELF) {
     char id[MAX_BUILD_ID_HEX];
     build_id_hex(elf, id);
     if ((m->build_id[0] == '\0' || strcmp(id, m->build_id) == 0) &&
@@ -239,7 +235,7 @@ static int try_debug_file(module *m, const char *path, int *existed) {
     }
   }
   if (elf)
-    elf_end(elf);
+    cp_dw.elf_end(elf);
   close(fd);
   return -1;
 }
@@ -249,7 +245,7 @@ static int try_debug_file(module *m, const char *path, int *existed) {
 static int find_debug_file(module *m, int *existed) {
   char cand[PATH_MAX];
   GElf_Word crc;
-  const char *link = dwelf_elf_gnu_debuglink(m->elf, &crc);
+  const char *link = cp_dw.dwelf_elf_gnu_debuglink(m->elf, &crc);
   if (link && link[0] && !strchr(link, '/')) {
     const char *slash = strrchr(m->path, '/');
     int dir_len = slash ? (int)(slash - m->path) : 0;
@@ -285,13 +281,14 @@ static int build_ranges(module *m) {
   Dwarf_CU *cu = NULL;
   Dwarf_Die cudie;
   uint8_t unit_type;
-  while (dwarf_get_units(m->dw, cu, &cu, NULL, &unit_type, &cudie, NULL) == 0) {
+  while (cp_dw.dwarf_get_units(m->dw, cu, &cu, NULL, &unit_type, &cudie,
+                               NULL) == 0) {
     if (unit_type != DW_UT_compile && unit_type != DW_UT_partial)
       continue;
     Dwarf_Addr base, lo, hi;
     ptrdiff_t off = 0;
     int have_info = 0;
-    while ((off = dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0) {
+    while ((off = cp_dw.dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0) {
       if (hi <= lo)
         continue;
       if (!have_info) {
@@ -303,7 +300,7 @@ static int build_ranges(module *m) {
           m->cus = c;
           cus_cap = ncap;
         }
-        m->cus[m->ncus++] = (cu_info){.off = dwarf_dieoffset(&cudie)};
+        m->cus[m->ncus++] = (cu_info){.off = cp_dw.dwarf_dieoffset(&cudie)};
         have_info = 1;
       }
       if (m->nranges == cap) {
@@ -327,10 +324,10 @@ static int build_ranges(module *m) {
 static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
                           int depth) {
   Dwarf_Die child;
-  if (depth > 8 || dwarf_child(parent, &child) != 0)
+  if (depth > 8 || cp_dw.dwarf_child(parent, &child) != 0)
     return 0;
   do {
-    int tag = dwarf_tag(&child);
+    int tag = cp_dw.dwarf_tag(&child);
     if (tag == DW_TAG_namespace || tag == DW_TAG_module) {
       if (index_children(c, cap, &child, depth + 1) != 0)
         return -1;
@@ -338,12 +335,13 @@ static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
     }
     /* Declarations and inlined functions' abstract instances have no
      * code: the abbreviation says so without reading the DIE. */
-    if (tag != DW_TAG_subprogram || (!dwarf_hasattr(&child, DW_AT_low_pc) &&
-                                     !dwarf_hasattr(&child, DW_AT_ranges)))
+    if (tag != DW_TAG_subprogram ||
+        (!cp_dw.dwarf_hasattr(&child, DW_AT_low_pc) &&
+         !cp_dw.dwarf_hasattr(&child, DW_AT_ranges)))
       continue;
     Dwarf_Addr base, lo, hi;
     ptrdiff_t off = 0;
-    while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
+    while ((off = cp_dw.dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
       if (hi <= lo)
         continue;
       if (c->nfns == *cap) {
@@ -354,9 +352,9 @@ static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
         c->fns = f;
         *cap = ncap;
       }
-      c->fns[c->nfns++] = (fn_range){{lo, hi}, dwarf_dieoffset(&child)};
+      c->fns[c->nfns++] = (fn_range){{lo, hi}, cp_dw.dwarf_dieoffset(&child)};
     }
-  } while (dwarf_siblingof(&child, &child) == 0);
+  } while (cp_dw.dwarf_siblingof(&child, &child) == 0);
   return 0;
 }
 
@@ -424,9 +422,9 @@ static void image_free(unsigned char *image) {
  * information (the image is what libdw reads). */
 static void module_release_files(module *m) {
   if (m->debug_elf)
-    elf_end(m->debug_elf);
+    cp_dw.elf_end(m->debug_elf);
   if (m->elf)
-    elf_end(m->elf);
+    cp_dw.elf_end(m->elf);
   if (m->debug_fd >= 0)
     close(m->debug_fd);
   if (m->fd >= 0)
@@ -437,17 +435,17 @@ static void module_release_files(module *m) {
 
 static void module_close(module *m) {
   if (m->dw)
-    dwarf_end(m->dw); /* leaves an alt set with dwarf_setalt to us */
+    cp_dw.dwarf_end(m->dw); /* leaves an alt set with dwarf_setalt to us */
   if (m->alt_dw)
-    dwarf_end(m->alt_dw);
+    cp_dw.dwarf_end(m->alt_dw);
   if (m->alt_elf)
-    elf_end(m->alt_elf);
+    cp_dw.elf_end(m->alt_elf);
   image_free(m->alt_image);
   m->alt_image = NULL;
   m->alt_elf = NULL;
   m->alt_dw = NULL;
   if (m->image_elf)
-    elf_end(m->image_elf);
+    cp_dw.elf_end(m->image_elf);
   image_free(m->image);
   m->image = NULL;
   m->image_elf = NULL;
@@ -576,7 +574,7 @@ static int image_skips(Elf *elf, size_t shstrndx, size_t index,
           ? sh->sh_type != SHT_NOTE
           : sh->sh_type == SHT_SYMTAB || sh->sh_type == SHT_STRTAB)
     return 1;
-  const char *name = elf_strptr(elf, shstrndx, sh->sh_name);
+  const char *name = cp_dw.elf_strptr(elf, shstrndx, sh->sh_name);
   for (size_t i = 0; name && i < CP_ARRAY_SIZE(unread); i++)
     if (strcmp(name, unread[i]) == 0 ||
         (strncmp(name, ".zdebug_", 8) == 0 && unread[i][1] == 'd' &&
@@ -594,14 +592,14 @@ static int read_image(Elf *elf, int fd, unsigned char *image, size_t size) {
   size_t shnum = 0, shstrndx = 0, nskip = 0;
   skip_range *skip = NULL;
   GElf_Ehdr eh;
-  if (!gelf_getehdr(elf, &eh) || elf_getshdrnum(elf, &shnum) != 0 ||
-      elf_getshdrstrndx(elf, &shstrndx) != 0)
+  if (!cp_dw.gelf_getehdr(elf, &eh) || cp_dw.elf_getshdrnum(elf, &shnum) != 0 ||
+      cp_dw.elf_getshdrstrndx(elf, &shstrndx) != 0)
     return read_at(fd, image, size, 0, size);
   skip = shnum ? calloc(shnum, sizeof *skip) : NULL;
-  for (Elf_Scn *scn = NULL; skip && (scn = elf_nextscn(elf, scn));) {
+  for (Elf_Scn *scn = NULL; skip && (scn = cp_dw.elf_nextscn(elf, scn));) {
     GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) &&
-        image_skips(elf, shstrndx, elf_ndxscn(scn), &sh) &&
+    if (cp_dw.gelf_getshdr(scn, &sh) &&
+        image_skips(elf, shstrndx, cp_dw.elf_ndxscn(scn), &sh) &&
         sh.sh_offset < size && nskip < shnum)
       skip[nskip++] = (skip_range){
           sh.sh_offset,
@@ -681,9 +679,10 @@ static size_t inflate_sections(Elf *elf, unsigned char *image, size_t file_size,
                                size_t cap) {
   GElf_Ehdr eh;
   size_t shnum = 0, shstrndx = 0, end = file_size;
-  if (!gelf_getehdr(elf, &eh) || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-      eh.e_shentsize != sizeof(Elf64_Shdr) || elf_getshdrnum(elf, &shnum) ||
-      elf_getshdrstrndx(elf, &shstrndx) || eh.e_shoff > file_size ||
+  if (!cp_dw.gelf_getehdr(elf, &eh) || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+      eh.e_shentsize != sizeof(Elf64_Shdr) ||
+      cp_dw.elf_getshdrnum(elf, &shnum) ||
+      cp_dw.elf_getshdrstrndx(elf, &shstrndx) || eh.e_shoff > file_size ||
       shnum > (file_size - eh.e_shoff) / sizeof(Elf64_Shdr))
     return end;
   for (size_t i = 1; i < shnum; i++) {
@@ -692,12 +691,13 @@ static size_t inflate_sections(Elf *elf, unsigned char *image, size_t file_size,
     Elf64_Chdr ch;
     memcpy(&sh, at_hdr, sizeof sh);
     GElf_Shdr gsh;
-    Elf_Scn *scn = elf_getscn(elf, i);
-    const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
+    Elf_Scn *scn = cp_dw.elf_getscn(elf, i);
+    const char *name = cp_dw.elf_strptr(elf, shstrndx, sh.sh_name);
     if (!(sh.sh_flags & SHF_COMPRESSED) || sh.sh_type == SHT_NOBITS || !name ||
-        strncmp(name, ".debug_", 7) != 0 || !scn || !gelf_getshdr(scn, &gsh) ||
-        image_skips(elf, shstrndx, i, &gsh) || sh.sh_size < sizeof ch ||
-        sh.sh_offset > file_size || sh.sh_size > file_size - sh.sh_offset)
+        strncmp(name, ".debug_", 7) != 0 || !scn ||
+        !cp_dw.gelf_getshdr(scn, &gsh) || image_skips(elf, shstrndx, i, &gsh) ||
+        sh.sh_size < sizeof ch || sh.sh_offset > file_size ||
+        sh.sh_size > file_size - sh.sh_offset)
       continue;
     memcpy(&ch, image + sh.sh_offset, sizeof ch);
     size_t from = (end + 7) & ~(size_t)7;
@@ -751,10 +751,10 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
     return 0;
   uint64_t bytes = 0, inflated = 0;
   size_t alt_bytes = 0;
-  Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
+  Elf *elf = cp_dw.elf_begin(fd, ELF_C_READ, NULL);
   const void *got = NULL;
-  if (elf && elf_kind(elf) == ELF_K_ELF &&
-      dwelf_elf_gnu_build_id(elf, &got) == (ssize_t)n && got &&
+  if (elf && cp_dw.elf_kind(elf) == ELF_K_ELF &&
+      cp_dw.dwelf_elf_gnu_build_id(elf, &got) == (ssize_t)n && got &&
       memcmp(got, id, n) == 0 && debug_bytes_inflated(elf, fd, &inflated) > 0 &&
       sb.st_size > 0) {
     bytes = (uint64_t)sb.st_size + IMAGE_PAD + inflated;
@@ -764,11 +764,11 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
     if (main_bytes + bytes <= st.budget &&
         (m->alt_image =
              load_image(elf, fd, (size_t)sb.st_size, inflated, &alt_bytes)) &&
-        (m->alt_elf = elf_memory((char *)m->alt_image, alt_bytes)))
-      m->alt_dw = dwarf_begin_elf(m->alt_elf, DWARF_C_READ, NULL);
+        (m->alt_elf = cp_dw.elf_memory((char *)m->alt_image, alt_bytes)))
+      m->alt_dw = cp_dw.dwarf_begin_elf(m->alt_elf, DWARF_C_READ, NULL);
     if (!m->alt_dw) {
       if (m->alt_elf)
-        elf_end(m->alt_elf);
+        cp_dw.elf_end(m->alt_elf);
       image_free(m->alt_image);
       m->alt_image = NULL;
       m->alt_elf = NULL;
@@ -778,7 +778,7 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
     }
   }
   if (elf)
-    elf_end(elf);
+    cp_dw.elf_end(elf);
   close(fd);
   return bytes;
 }
@@ -796,7 +796,7 @@ static int64_t open_alt(module *m, const char *dwarf_path,
                         uint64_t main_bytes) {
   const char *name = NULL;
   const void *id = NULL;
-  ssize_t n = dwelf_dwarf_gnu_debugaltlink(m->dw, &name, &id);
+  ssize_t n = cp_dw.dwelf_dwarf_gnu_debugaltlink(m->dw, &name, &id);
   if (n <= 0)
     return 0;
   if (n > 64 || !name)
@@ -828,7 +828,7 @@ static int64_t open_alt(module *m, const char *dwarf_path,
   }
   if (!bytes)
     return -1;
-  dwarf_setalt(m->dw, m->alt_dw);
+  cp_dw.dwarf_setalt(m->dw, m->alt_dw);
   return (int64_t)bytes;
 }
 
@@ -837,17 +837,17 @@ static int64_t open_alt(module *m, const char *dwarf_path,
 static const uint8_t *section_data(Elf *elf, size_t shstrndx, const char *name,
                                    size_t *size) {
   *size = 0;
-  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn;
-       scn = elf_nextscn(elf, scn)) {
+  for (Elf_Scn *scn = cp_dw.elf_nextscn(elf, NULL); scn;
+       scn = cp_dw.elf_nextscn(elf, scn)) {
     GElf_Shdr sh;
     const char *n;
-    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS ||
-        !(n = elf_strptr(elf, shstrndx, sh.sh_name)))
+    if (!cp_dw.gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS ||
+        !(n = cp_dw.elf_strptr(elf, shstrndx, sh.sh_name)))
       continue;
     if (strcmp(n, name) != 0 &&
         !(strncmp(n, ".zdebug_", 8) == 0 && strcmp(n + 8, name + 7) == 0))
       continue;
-    Elf_Data *d = elf_getdata(scn, NULL);
+    Elf_Data *d = cp_dw.elf_getdata(scn, NULL);
     if ((sh.sh_flags & SHF_COMPRESSED) || !d || !d->d_buf ||
         (d->d_size >= 4 && memcmp(d->d_buf, "ZLIB", 4) == 0))
       return NULL;
@@ -863,8 +863,8 @@ static void find_line_sections(module *m) {
   GElf_Ehdr eh;
   size_t shstrndx;
   memset(&m->secs, 0, sizeof m->secs);
-  if (!gelf_getehdr(m->image_elf, &eh) ||
-      elf_getshdrstrndx(m->image_elf, &shstrndx) != 0 ||
+  if (!cp_dw.gelf_getehdr(m->image_elf, &eh) ||
+      cp_dw.elf_getshdrstrndx(m->image_elf, &shstrndx) != 0 ||
       eh.e_ident[EI_DATA] != ELFDATA2LSB ||
       __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
     return;
@@ -894,8 +894,8 @@ static void module_open(module *m) {
     module_close(m);
     return;
   }
-  m->elf = elf_begin(m->fd, ELF_C_READ, NULL);
-  if (!m->elf || elf_kind(m->elf) != ELF_K_ELF) {
+  m->elf = cp_dw.elf_begin(m->fd, ELF_C_READ, NULL);
+  if (!m->elf || cp_dw.elf_kind(m->elf) != ELF_K_ELF) {
     module_close(m);
     return;
   }
@@ -960,10 +960,10 @@ static void module_open(module *m) {
   m->image =
       load_image(dbg, dbg_fd, (size_t)dsb.st_size, inflated, &m->image_bytes);
   if (m->image)
-    m->image_elf = elf_memory((char *)m->image, m->image_bytes);
+    m->image_elf = cp_dw.elf_memory((char *)m->image, m->image_bytes);
   module_release_files(m);
-  m->dw =
-      m->image_elf ? dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL) : NULL;
+  m->dw = m->image_elf ? cp_dw.dwarf_begin_elf(m->image_elf, DWARF_C_READ, NULL)
+                       : NULL;
   int64_t alt = m->dw ? open_alt(m, dwarf_path, bytes) : 0;
   if (alt < 0) {
     cp_warn("symbols: the dwz supplementary file of %s is missing, "
@@ -980,7 +980,7 @@ static void module_open(module *m) {
   if (!m->dw || build_ranges(m) != 0) {
     cp_warn("symbols: the debug information of %s is unusable (%s): "
             "function names only",
-            m->path, dwarf_errmsg(-1));
+            m->path, cp_dw.dwarf_errmsg(-1));
     m->refused = 1;
     module_close(m);
     return;
@@ -1006,12 +1006,13 @@ static cp_dwline_table *cu_lines(module *m, cu_info *c, Dwarf_Die *cudie) {
     size_t room = st.budget > st.used ? st.budget - st.used : 0;
     int rc = -1;
     if (m->secs.line &&
-        dwarf_formudata(dwarf_attr(cudie, DW_AT_stmt_list, &a), &off) == 0 &&
-        dwarf_diecu(cudie, &d, &address_size, NULL))
+        cp_dw.dwarf_formudata(cp_dw.dwarf_attr(cudie, DW_AT_stmt_list, &a),
+                              &off) == 0 &&
+        cp_dw.dwarf_diecu(cudie, &d, &address_size, NULL))
       rc = cp_dwline_read(
           &m->secs, off,
-          dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &a)), address_size,
-          room, &c->lines);
+          cp_dw.dwarf_formstring(cp_dw.dwarf_attr(cudie, DW_AT_comp_dir, &a)),
+          address_size, room, &c->lines);
     if (rc == 0) {
       c->own_lines = 1;
       m->open_bytes += c->lines.bytes;
@@ -1069,7 +1070,7 @@ typedef struct fn_attrs {
 static int fn_attr_cb(Dwarf_Attribute *attr, void *arg) {
   fn_attrs *scan = arg;
   int i;
-  switch (dwarf_whatattr(attr)) {
+  switch (cp_dw.dwarf_whatattr(attr)) {
   case DW_AT_linkage_name:
     i = FA_LINKAGE;
     break;
@@ -1115,7 +1116,7 @@ static void fn_attrs_get(Dwarf_Die *fn, fn_attrs *fa) {
     scan.found = 0;
     /* On a corrupt DIE, what was read before the error counts, as it
      * would for dwarf_attr. */
-    int rc = dwarf_getattrs(&die, fn_attr_cb, &scan, 0);
+    int rc = cp_dw.dwarf_getattrs(&die, fn_attr_cb, &scan, 0);
     for (int i = 0; i < FA_N; i++)
       if (!(fa->found & (1u << i)) && (scan.found & (1u << i))) {
         fa->a[i] = scan.a[i];
@@ -1127,13 +1128,13 @@ static void fn_attrs_get(Dwarf_Die *fn, fn_attrs *fa) {
     Dwarf_Attribute *link = scan.found & (1u << FA_ORIGIN) ? &scan.a[FA_ORIGIN]
                             : scan.found & (1u << FA_SPEC) ? &scan.a[FA_SPEC]
                                                            : NULL;
-    if (!link || !dwarf_formref_die(link, &die))
+    if (!link || !cp_dw.dwarf_formref_die(link, &die))
       return;
   }
 }
 
 static const char *fn_string(fn_attrs *fa, int i) {
-  return fa->found & (1u << i) ? dwarf_formstring(&fa->a[i]) : NULL;
+  return fa->found & (1u << i) ? cp_dw.dwarf_formstring(&fa->a[i]) : NULL;
 }
 
 /* What dwarf_decl_file gives for the DIE holding fa's DW_AT_decl_file,
@@ -1145,18 +1146,18 @@ static const char *decl_file(module *m, fn_attrs *fa, char *buf, size_t size) {
   Dwarf_Word v;
   cu_info *c;
   cp_dwline_table *own;
-  if (dwarf_cu_getdwarf(holder->cu) == m->dw &&
-      dwarf_diecu(holder, &cudie, NULL, NULL) &&
-      (c = cu_at(m, dwarf_dieoffset(&cudie)))) {
+  if (cp_dw.dwarf_cu_getdwarf(holder->cu) == m->dw &&
+      cp_dw.dwarf_diecu(holder, &cudie, NULL, NULL) &&
+      (c = cu_at(m, cp_dw.dwarf_dieoffset(&cudie)))) {
     if ((own = cu_lines(m, c, &cudie)))
-      return dwarf_formudata(&fa->a[FA_DECL_FILE], &v) == 0 &&
+      return cp_dw.dwarf_formudata(&fa->a[FA_DECL_FILE], &v) == 0 &&
                      cp_dwline_file_name(own, v, buf, size) == 0
                  ? buf
                  : NULL;
     if (c->own_lines == -2)
       return NULL; /* libdw's table would take more */
   }
-  return dwarf_decl_file(holder);
+  return cp_dw.dwarf_decl_file(holder);
 }
 
 static void chain_add(module *m, cp_line_chain *out, Dwarf_Die *fn,
@@ -1184,11 +1185,12 @@ static void chain_add(module *m, cp_line_chain *out, Dwarf_Die *fn,
                          : NULL);
   /* What dwarf_decl_line would read again from the holder. */
   Dwarf_Word decl = 0;
-  f->start_line = fa.found & (1u << FA_DECL_LINE) &&
-                          dwarf_formudata(&fa.a[FA_DECL_LINE], &decl) == 0 &&
-                          decl <= INT_MAX
-                      ? (int64_t)decl
-                      : 0;
+  f->start_line =
+      fa.found & (1u << FA_DECL_LINE) &&
+              cp_dw.dwarf_formudata(&fa.a[FA_DECL_LINE], &decl) == 0 &&
+              decl <= INT_MAX
+          ? (int64_t)decl
+          : 0;
 }
 
 /* The element of a sorted array of n structs of `size` bytes, each starting
@@ -1232,7 +1234,7 @@ typedef struct pc_attrs {
 
 static int pc_attr_cb(Dwarf_Attribute *attr, void *arg) {
   pc_attrs *p = arg;
-  switch (dwarf_whatattr(attr)) {
+  switch (cp_dw.dwarf_whatattr(attr)) {
   case DW_AT_low_pc:
     p->low = *attr;
     p->found |= 1;
@@ -1255,18 +1257,18 @@ static int die_haspc(Dwarf_Die *die, uint64_t addr, int *no_pc) {
   pc_attrs p;
   p.found = 0;
   *no_pc = 0;
-  int rc = dwarf_getattrs(die, pc_attr_cb, &p, 0);
+  int rc = cp_dw.dwarf_getattrs(die, pc_attr_cb, &p, 0);
   if (rc == 1 && !(p.found & 5)) {
     *no_pc = 1;
     return 0;
   }
   Dwarf_Addr lo, hi;
   Dwarf_Word len;
-  if (rc != 1 || p.found != 3 || dwarf_formaddr(&p.low, &lo) != 0)
-    return dwarf_haspc(die, addr);
-  if (dwarf_formaddr(&p.high, &hi) != 0) {
-    if (dwarf_formudata(&p.high, &len) != 0)
-      return dwarf_haspc(die, addr);
+  if (rc != 1 || p.found != 3 || cp_dw.dwarf_formaddr(&p.low, &lo) != 0)
+    return cp_dw.dwarf_haspc(die, addr);
+  if (cp_dw.dwarf_formaddr(&p.high, &hi) != 0) {
+    if (cp_dw.dwarf_formudata(&p.high, &len) != 0)
+      return cp_dw.dwarf_haspc(die, addr);
     hi = lo + len;
   }
   return addr >= lo && addr < hi;
@@ -1278,10 +1280,10 @@ static int die_haspc(Dwarf_Die *die, uint64_t addr, int *no_pc) {
 static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
                    int depth) {
   Dwarf_Die child;
-  if (depth > 64 || dwarf_child(die, &child) != 0)
+  if (depth > 64 || cp_dw.dwarf_child(die, &child) != 0)
     return 0;
   do {
-    int tag = dwarf_tag(&child);
+    int tag = cp_dw.dwarf_tag(&child);
     if (tag != DW_TAG_inlined_subroutine && tag != DW_TAG_lexical_block &&
         tag != DW_TAG_try_block && tag != DW_TAG_catch_block)
       continue;
@@ -1297,7 +1299,7 @@ static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
     if (descend(&child, addr, path, n, depth + 1) || has == 1)
       return 1;
     *n = at; /* an address-less block that did not hold it */
-  } while (dwarf_siblingof(&child, &child) == 0);
+  } while (cp_dw.dwarf_siblingof(&child, &child) == 0);
   return 0;
 }
 
@@ -1306,7 +1308,7 @@ static int descend(Dwarf_Die *die, uint64_t addr, Dwarf_Die *path, int *n,
 static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
   const cu_range *r = find_range(m, addr);
   Dwarf_Die cu;
-  if (!r || !dwarf_offdie(m->dw, m->cus[r->cu].off, &cu))
+  if (!r || !cp_dw.dwarf_offdie(m->dw, m->cus[r->cu].off, &cu))
     return;
   cu_info *c = &m->cus[r->cu];
   char path_buf[PATH_MAX];
@@ -1322,17 +1324,17 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
         file = path_buf;
     }
   } else if (c->own_lines != -2) {
-    Dwarf_Line *ln = dwarf_getsrc_die(&cu, addr);
+    Dwarf_Line *ln = cp_dw.dwarf_getsrc_die(&cu, addr);
     if (ln) {
-      file = dwarf_linesrc(ln, NULL, NULL);
-      dwarf_lineno(ln, &line);
+      file = cp_dw.dwarf_linesrc(ln, NULL, NULL);
+      cp_dw.dwarf_lineno(ln, &line);
     }
   }
   if (!own && c->own_lines != -2 && !c->counted) {
     /* libdw keeps the CU's parsed line table until the module closes. */
     Dwarf_Lines *lines;
     size_t nlines = 0;
-    if (dwarf_getsrclines(&cu, &lines, &nlines) == 0) {
+    if (cp_dw.dwarf_getsrclines(&cu, &lines, &nlines) == 0) {
       size_t more = nlines * LINE_ROW_BYTES;
       m->open_bytes += more;
       st.used += more;
@@ -1348,7 +1350,7 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
   int n = 0;
   Dwarf_Off fn_off;
   if (find_function(c, addr, &fn_off) != 0 ||
-      !dwarf_offdie(m->dw, fn_off, &path[0]))
+      !cp_dw.dwarf_offdie(m->dw, fn_off, &path[0]))
     return;
   n = 1;
   int inl = 0;
@@ -1357,8 +1359,8 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
 
   Dwarf_Files *files = NULL;
   size_t nfiles = 0;
-  if (!own &&
-      (c->own_lines == -2 || dwarf_getsrcfiles(&cu, &files, &nfiles) != 0))
+  if (!own && (c->own_lines == -2 ||
+               cp_dw.dwarf_getsrcfiles(&cu, &files, &nfiles) != 0))
     files = NULL;
   /* Innermost first; deeper than CP_DWARF_MAX_FRAMES, the outermost are
    * cut. */
@@ -1370,13 +1372,15 @@ static void resolve(module *m, uint64_t addr, cp_line_chain *out) {
     Dwarf_Word v;
     file = NULL;
     line = 0;
-    if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_file, &a), &v) == 0) {
+    if (cp_dw.dwarf_formudata(cp_dw.dwarf_attr(&path[i], DW_AT_call_file, &a),
+                              &v) == 0) {
       if (own && cp_dwline_file_name(own, v, path_buf, sizeof path_buf) == 0)
         file = path_buf;
       else if (files && v < nfiles)
-        file = dwarf_filesrc(files, v, NULL, NULL);
+        file = cp_dw.dwarf_filesrc(files, v, NULL, NULL);
     }
-    if (dwarf_formudata(dwarf_attr(&path[i], DW_AT_call_line, &a), &v) == 0)
+    if (cp_dw.dwarf_formudata(cp_dw.dwarf_attr(&path[i], DW_AT_call_line, &a),
+                              &v) == 0)
       line = (int)v;
   }
 }
@@ -1514,10 +1518,8 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
     return 0;
   cp_symbols_demangle_prepare();
   lock_acquire();
-  if (!st.elf_ready) {
-    elf_version(EV_CURRENT);
-    st.elf_ready = 1;
-  }
+  if (!cp_dw_load())
+    goto out; /* said why once */
   module *m = module_get(obj);
   if (!m)
     goto out;

@@ -12,6 +12,8 @@ target_compile_options(inline_workload_dwarf4 PRIVATE -O2 -gdwarf-4)
 set_target_properties(inline_workload_dwarf4 PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 cp_unit_test(test_dwarf ${CMAKE_CURRENT_SOURCE_DIR}/aggregator/test_dwarf.c)
+# It reads files with libdw itself, to compare with ours.
+target_link_libraries(test_dwarf PRIVATE PkgConfig::DW)
 add_dependencies(test_dwarf inline_workload inline_workload_dwarf4
   cp_test_plugin)
 add_executable(inline_workload_cpp integration/inline_workload_cpp.cpp)

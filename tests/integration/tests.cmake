@@ -15,7 +15,7 @@ set_target_properties(cp_test_plugin PROPERTIES
 add_library(cp_dlopen_profiler SHARED $<TARGET_OBJECTS:contprof_objects>
   $<TARGET_OBJECTS:contprof_nohooks>)
 target_link_libraries(cp_dlopen_profiler PRIVATE PkgConfig::UNWIND
-  PkgConfig::DW PkgConfig::PROTOBUFC ZLIB::ZLIB Threads::Threads
+  PkgConfig::PROTOBUFC ZLIB::ZLIB Threads::Threads
   ${CMAKE_DL_LIBS} m)
 target_link_options(cp_dlopen_profiler PRIVATE -Wl,-z,nodelete)
 set_target_properties(cp_dlopen_profiler PROPERTIES
@@ -190,8 +190,13 @@ add_executable(inline_workload integration/inline_workload.c)
 target_compile_options(inline_workload PRIVATE -O2 -g)
 set_target_properties(inline_workload PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+add_library(cp_no_libdw SHARED integration/no_libdw.c)
+target_link_libraries(cp_no_libdw PRIVATE ${CMAKE_DL_LIBS})
+set_target_properties(cp_no_libdw PROPERTIES
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 cp_unit_test(test_lines integration/test_lines.c)
-add_dependencies(test_lines inline_workload contprof_cli contprof_preload)
+add_dependencies(test_lines inline_workload contprof_cli contprof_preload
+  cp_no_libdw)
 set_tests_properties(test_lines PROPERTIES TIMEOUT 180)
 
 # CONTPROF_UNWIND on a program built with frame pointers and without: the

@@ -47,7 +47,7 @@ REPO_PARTS = ["CMakeLists.txt", "cmake", "include", "src", "preload", "tools",
               "examples"]
 # The package's own files in the wheel (the extension is added to them).
 PACKAGE_FILES = ["__init__.py", "__main__.py", "_support.py", "_tasks.py"]
-LIBRARIES = ["unwind", "dw", "elf", "protobuf-c", "curl", "z", "dl", "m",
+LIBRARIES = ["unwind", "protobuf-c", "curl", "z", "dl", "m",
              "pthread"]
 COMPILE_ARGS = ["-std=gnu11", "-Wall", "-Wextra",
                 "-Wno-missing-field-initializers"]

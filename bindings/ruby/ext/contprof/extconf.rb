@@ -35,7 +35,7 @@ $INCFLAGS << " -I#{File.join(source, 'include')}"
 $INCFLAGS << " -I#{File.join(source, 'src')}"
 $CFLAGS << " -std=gnu11 -Wall -Wextra"
 $defs << "-D_GNU_SOURCE"
-%w[libunwind libdw libprotobuf-c libcurl].each do |pkg|
+%w[libunwind libprotobuf-c libcurl].each do |pkg|
   pkg_config(pkg) or abort "contprof: #{pkg} (pkg-config) is needed"
 end
 map = File.join(Dir.pwd, "contprof.map")
