@@ -17,6 +17,7 @@
   X(dwarf_begin_elf)                                                           \
   X(dwarf_child)                                                               \
   X(dwarf_cu_getdwarf)                                                         \
+  X(dwarf_cuoffset)                                                            \
   X(dwarf_decl_file)                                                           \
   X(dwarf_diecu)                                                               \
   X(dwarf_dieoffset)                                                           \

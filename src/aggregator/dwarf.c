@@ -274,49 +274,188 @@ static int span_cmp(const void *pa, const void *pb) {
   return a->lo < b->lo ? -1 : a->lo > b->lo;
 }
 
-/* Every compile unit's address ranges, sorted: works without
- * .debug_aranges (clang does not emit it). */
+static const uint8_t *section_data(Elf *elf, size_t shstrndx, const char *name,
+                                   size_t *size);
+
+/* One .debug_aranges entry: [lo, hi) is code of the unit whose header is
+ * at offset unit of .debug_info. */
+typedef struct arange {
+  uint64_t unit, lo, hi;
+} arange;
+
+static int arange_cmp(const void *pa, const void *pb) {
+  const arange *a = pa, *b = pb;
+  if (a->unit != b->unit)
+    return a->unit < b->unit ? -1 : 1;
+  return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+static uint64_t le_read(const uint8_t *p, size_t bytes) {
+  uint64_t v = 0;
+  for (size_t i = bytes; i-- > 0;)
+    v = v << 8 | p[i];
+  return v;
+}
+
+/* Reads .debug_aranges (p, size bytes: little-endian, 32- or 64-bit DWARF,
+ * version 2 as in DWARF 2 to 5, 8-byte addresses, no segments) into *out,
+ * sorted by unit. Returns the entries' count, 0 with none; -1 when a set
+ * is malformed or of another kind: then the section is not used at all.
+ * Bounded by size. */
+static ptrdiff_t read_aranges(const uint8_t *p, size_t size, arange **out) {
+  *out = NULL;
+  if (!p || size == 0)
+    return 0;
+  arange *a = malloc((size / 16 + 1) * sizeof *a);
+  if (!a)
+    return -1;
+  size_t n = 0, pos = 0;
+  while (pos < size) {
+    size_t set = pos, offset_bytes = 4;
+    if (size - pos < 4)
+      goto bad;
+    uint64_t len = le_read(p + pos, 4);
+    pos += 4;
+    if (len == 0xffffffffu) {
+      if (size - pos < 8)
+        goto bad;
+      len = le_read(p + pos, 8);
+      pos += 8;
+      offset_bytes = 8;
+    } else if (len >= 0xfffffff0u) {
+      goto bad;
+    }
+    if (len > size - pos || len < 2 + offset_bytes + 2)
+      goto bad;
+    size_t end = pos + (size_t)len;
+    uint64_t version = le_read(p + pos, 2);
+    uint64_t unit = le_read(p + pos + 2, offset_bytes);
+    uint8_t address_size = p[pos + 2 + offset_bytes];
+    uint8_t segment_size = p[pos + 3 + offset_bytes];
+    if (version != 2 || address_size != 8 || segment_size != 0)
+      goto bad;
+    /* The tuples start at the set's first multiple of twice the address
+     * size. */
+    pos = set + ((pos + 4 + offset_bytes - set + 15) & ~(size_t)15);
+    for (; pos <= end && end - pos >= 16; pos += 16) {
+      uint64_t lo = le_read(p + pos, 8), length = le_read(p + pos + 8, 8);
+      if (lo == 0 && length == 0)
+        break;
+      if (length && lo + length > lo)
+        a[n++] = (arange){unit, lo, lo + length};
+    }
+    pos = end;
+  }
+  qsort(a, n, sizeof *a, arange_cmp);
+  *out = a;
+  return (ptrdiff_t)n;
+bad:
+  free(a);
+  return -1;
+}
+
+/* The first of n aranges (sorted by unit) of unit, or NULL. */
+static const arange *aranges_of(const arange *a, size_t n, uint64_t unit) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (a[mid].unit < unit)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n && a[lo].unit == unit ? &a[lo] : NULL;
+}
+
+typedef struct range_builder {
+  module *m;
+  size_t cap, cus_cap;
+  int have_cu; /* the unit being read has its cu_info */
+} range_builder;
+
+/* Adds [lo, hi) to the unit whose root DIE is at die_off (its cu_info
+ * made at its first range). 0, or -1 out of memory. */
+static int add_range(range_builder *b, Dwarf_Off die_off, uint64_t lo,
+                     uint64_t hi) {
+  module *m = b->m;
+  if (!b->have_cu) {
+    if (m->ncus == b->cus_cap) {
+      size_t ncap = b->cus_cap ? b->cus_cap * 2 : 64;
+      cu_info *c = realloc(m->cus, ncap * sizeof *c);
+      if (!c)
+        return -1;
+      m->cus = c;
+      b->cus_cap = ncap;
+    }
+    m->cus[m->ncus++] = (cu_info){.off = die_off};
+    b->have_cu = 1;
+  }
+  if (m->nranges == b->cap) {
+    size_t ncap = b->cap ? b->cap * 2 : 64;
+    cu_range *r = realloc(m->ranges, ncap * sizeof *r);
+    if (!r)
+      return -1;
+    m->ranges = r;
+    b->cap = ncap;
+  }
+  m->ranges[m->nranges++] = (cu_range){{lo, hi}, m->ncus - 1};
+  return 0;
+}
+
+/* Every compile unit's address ranges, sorted. A unit that .debug_aranges
+ * lists takes its ranges from there; any other (clang emits no
+ * .debug_aranges; a unit of hand-written assembly may be missing from it)
+ * from its root DIE, whose attributes cost libdw the decoding of the unit's
+ * abbreviations: for libc6-dbg's libc, 4,126 units, a quarter of a
+ * process's first export (docs/symbols.md). */
 static int build_ranges(module *m) {
-  size_t cap = 0, cus_cap = 0;
+  range_builder b = {.m = m};
+  arange *ar = NULL;
+  size_t shstrndx, ar_size = 0;
+  GElf_Ehdr eh;
+  const uint8_t *ar_sec =
+      cp_dw.gelf_getehdr(m->image_elf, &eh) &&
+              eh.e_ident[EI_DATA] == ELFDATA2LSB &&
+              cp_dw.elf_getshdrstrndx(m->image_elf, &shstrndx) == 0
+          ? section_data(m->image_elf, shstrndx, ".debug_aranges", &ar_size)
+          : NULL;
+  ptrdiff_t nar = read_aranges(ar_sec, ar_size, &ar);
+  if (nar < 0)
+    nar = 0; /* malformed: every unit from its DIE */
+  int rc = 0;
+  size_t listed = 0, by_die = 0;
   Dwarf_CU *cu = NULL;
   Dwarf_Die cudie;
   uint8_t unit_type;
-  while (cp_dw.dwarf_get_units(m->dw, cu, &cu, NULL, &unit_type, &cudie,
-                               NULL) == 0) {
+  while (rc == 0 && cp_dw.dwarf_get_units(m->dw, cu, &cu, NULL, &unit_type,
+                                          &cudie, NULL) == 0) {
     if (unit_type != DW_UT_compile && unit_type != DW_UT_partial)
       continue;
+    b.have_cu = 0;
+    Dwarf_Off die_off = cp_dw.dwarf_dieoffset(&cudie);
+    const arange *a =
+        aranges_of(ar, (size_t)nar, die_off - cp_dw.dwarf_cuoffset(&cudie));
+    if (a) {
+      for (const arange *e = a; rc == 0 && e < ar + nar && e->unit == a->unit;
+           e++)
+        rc = add_range(&b, die_off, e->lo, e->hi);
+      listed++;
+      continue;
+    }
+    by_die++;
     Dwarf_Addr base, lo, hi;
     ptrdiff_t off = 0;
-    int have_info = 0;
-    while ((off = cp_dw.dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0) {
-      if (hi <= lo)
-        continue;
-      if (!have_info) {
-        if (m->ncus == cus_cap) {
-          size_t ncap = cus_cap ? cus_cap * 2 : 64;
-          cu_info *c = realloc(m->cus, ncap * sizeof *c);
-          if (!c)
-            return -1;
-          m->cus = c;
-          cus_cap = ncap;
-        }
-        m->cus[m->ncus++] = (cu_info){.off = cp_dw.dwarf_dieoffset(&cudie)};
-        have_info = 1;
-      }
-      if (m->nranges == cap) {
-        size_t ncap = cap ? cap * 2 : 64;
-        cu_range *r = realloc(m->ranges, ncap * sizeof *r);
-        if (!r)
-          return -1;
-        m->ranges = r;
-        cap = ncap;
-      }
-      m->ranges[m->nranges++] = (cu_range){{lo, hi}, m->ncus - 1};
-    }
+    while (rc == 0 &&
+           (off = cp_dw.dwarf_ranges(&cudie, off, &base, &lo, &hi)) > 0)
+      if (hi > lo)
+        rc = add_range(&b, die_off, lo, hi);
   }
-  if (m->nranges)
+  free(ar);
+  cp_debug("symbols: %s: %zu units found in .debug_aranges, %zu by their DIE",
+           m->path, listed, by_die);
+  if (rc == 0 && m->nranges)
     qsort(m->ranges, m->nranges, sizeof *m->ranges, span_cmp);
-  return 0;
+  return rc;
 }
 
 /* Adds the address ranges of the subprograms among die's children (and in

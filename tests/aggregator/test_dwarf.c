@@ -705,6 +705,125 @@ static void test_mutated_files(void) {
   CHECK(messages_of(quiet_mutations, NULL) <= 900);
 }
 
+/* Writes to part a copy of full whose .debug_aranges keeps every other set
+ * (the units of the others are then found by their DIEs alone), or none
+ * with keep_none. full is src with its debug sections inflated. 0, or -1
+ * when a set is 64-bit DWARF (not handled here). */
+static int aranges_variant(const char *src, const char *full, const char *part,
+                           int keep_none) {
+  if (sh("objcopy --decompress-debug-sections %s %s", src, full) != 0)
+    return -1;
+  if (keep_none)
+    return sh("objcopy --remove-section .debug_aranges %s %s", full, part);
+  char in[600], out[600];
+  snprintf(in, sizeof in, "%s/aranges.bin", tmp);
+  snprintf(out, sizeof out, "%s/aranges-half.bin", tmp);
+  if (sh("objcopy --dump-section .debug_aranges=%s %s %s/scratch", in, full,
+         tmp) != 0)
+    return -1;
+  FILE *f = fopen(in, "rb"), *g = fopen(out, "wb");
+  int rc = f && g ? 0 : -1;
+  unsigned char *buf = malloc(1 << 20);
+  size_t n = f && buf ? fread(buf, 1, 1 << 20, f) : 0, pos = 0, sets = 0;
+  while (rc == 0 && pos + 4 <= n) {
+    uint32_t len;
+    memcpy(&len, buf + pos, 4);
+    if (len >= 0xfffffff0u || len > n - pos - 4) {
+      rc = -1;
+      break;
+    }
+    if (sets++ % 2 == 0)
+      fwrite(buf + pos, 1, 4 + (size_t)len, g);
+    pos += 4 + (size_t)len;
+  }
+  free(buf);
+  if (f)
+    fclose(f);
+  if (g)
+    fclose(g);
+  if (rc == 0)
+    rc =
+        sh("objcopy --update-section .debug_aranges=%s %s %s", out, full, part);
+  return rc;
+}
+
+/* How many of the functions of path (nm -S, until max) have at their
+ * first instructions the same inline chain, not empty, in path and in ref;
+ * -1 at the first that differs. */
+static int same_chains_at_functions(const char *path, const char *ref,
+                                    int max) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "nm -S --defined-only %s | grep ' [Tt] '", path);
+  FILE *p = popen(cmd, "r");
+  cp_line_chain *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+  cp_dwarf_object pa = {.path = path, .build_id = ""};
+  cp_dwarf_object pb = {.path = ref, .build_id = ""};
+  char line[1024], ta[4096], tb[4096];
+  int same = 0;
+  unsigned long long lo, size;
+  while (p && same >= 0 && same < max && fgets(line, sizeof line, p))
+    if (sscanf(line, "%llx %llx", &lo, &size) == 2 && size > 4) {
+      cp_dwarf_lookup(&pa, lo + 4, a);
+      cp_dwarf_lookup(&pb, lo + 4, b);
+      chain_text(a, ta, sizeof ta);
+      chain_text(b, tb, sizeof tb);
+      if (strcmp(ta, tb) != 0) {
+        fprintf(stderr, "%s %llx: %s\n%s: %s\n", path, lo + 4, ta, ref, tb);
+        same = -1;
+      } else {
+        same += a->n > 0; /* code without DWARF is not counted */
+      }
+    }
+  if (p)
+    pclose(p);
+  free(a);
+  free(b);
+  return same;
+}
+
+/* Units are found by .debug_aranges where it lists them and by their
+ * root DIE otherwise (clang emits no .debug_aranges; a unit may be
+ * missing from it): with every other set of libc6-dbg's libc removed, or
+ * the section removed, every chain is the one of the whole section; and
+ * the workload's driver keeps its inlined helpers. */
+static void test_units_missing_from_aranges(void) {
+  char full[600], half[600], none[600];
+  snprintf(full, sizeof full, "%s/ar-full", tmp);
+  snprintf(half, sizeof half, "%s/ar-half", tmp);
+  snprintf(none, sizeof none, "%s/ar-none", tmp);
+  uint64_t lo, hi;
+  CHECK_EQ_INT(driver_range(BIN, &lo, &hi), 0);
+  CHECK_EQ_INT(aranges_variant(BIN, full, none, 1), 0);
+  CHECK(same_chains(none, full, lo, hi) > 0);
+  cp_dwarf_reset();
+
+  cp_symbol sym;
+  uint64_t pc = (uint64_t)(uintptr_t)&strtol + 4;
+  char debug[512];
+  if (cp_symbols_lookup(pc, &sym) != 0 || !sym.mapping ||
+      !strstr(sym.mapping->path, "/libc.so")) {
+    printf("SKIP test_units_missing_from_aranges (libc): strtol is not "
+           "libc's\n");
+    return;
+  }
+  snprintf(debug, sizeof debug, "/usr/lib/debug/.build-id/%.2s/%s.debug",
+           sym.mapping->build_id, sym.mapping->build_id + 2);
+  if (access(debug, R_OK) != 0) {
+    printf("SKIP test_units_missing_from_aranges (libc): no %s (libc6-dbg "
+           "not installed)\n",
+           debug);
+    return;
+  }
+  CHECK_EQ_INT(aranges_variant(debug, full, half, 0), 0);
+  int same = same_chains_at_functions(half, full, 3000);
+  printf("libc: %d functions with the same chains\n", same);
+  CHECK(same >= 1000);
+  cp_dwarf_reset();
+  CHECK_EQ_INT(aranges_variant(debug, full, none, 1), 0);
+  CHECK(same_chains_at_functions(none, full, 3000) >= 1000);
+  cp_dwarf_reset();
+}
+
 static void setup(void) {
   snprintf(tmp, sizeof tmp, "/tmp/contprof-dwarf-XXXXXX");
   CHECK(mkdtemp(tmp) != NULL);
@@ -719,5 +838,6 @@ TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
           T(test_build_id_tree), T(test_truncated_debug_file),
           T(test_line_reader_matches_libdw), T(test_dwz_supplementary_file),
           T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
-          T(test_libc_lines), T(test_library_replaced_on_disk),
-          T(test_open_modules_bounded), T(test_mutated_files), T(cleanup))
+          T(test_libc_lines), T(test_units_missing_from_aranges),
+          T(test_library_replaced_on_disk), T(test_open_modules_bounded),
+          T(test_mutated_files), T(cleanup))
