@@ -220,7 +220,7 @@ static int start_configured(void) {
    * capability changes (samplers/creds.h). */
   cp_creds_start();
   cp_set_internal_thread_init(internal_thread_begins);
-  if ((rc = cp_agg_start(&prof.cfg, tick, cp_thread_name_of))) {
+  if ((rc = cp_agg_start(&prof.cfg, tick, cp_unwind_poll, cp_thread_name_of))) {
     cp_labels_set_profiling(0);
     return rc;
   }

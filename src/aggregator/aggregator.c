@@ -49,6 +49,7 @@ static struct {
   size_t memory_limit;
   int timeline; /* CONTPROF_TIMELINE */
   void (*tick)(void);
+  void (*drained)(void);
   void (*thread_name)(pid_t tid, char *buf, size_t len);
 } agg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -126,6 +127,8 @@ static void *drain_thread(void *arg) {
     pthread_mutex_lock(&agg.lock);
     drain_locked();
     pthread_mutex_unlock(&agg.lock);
+    if (agg.drained)
+      agg.drained();
     if (agg.tick && cp_monotonic_ns() >= next_tick) {
       agg.tick();
       next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
@@ -135,6 +138,7 @@ static void *drain_thread(void *arg) {
 }
 
 int cp_agg_start(const cp_config *cfg, void (*tick)(void),
+                 void (*drained)(void),
                  void (*thread_name)(pid_t tid, char *buf, size_t len)) {
   pthread_mutex_lock(&agg.lock);
   agg.memory_limit = cfg->max_memory_bytes;
@@ -162,6 +166,7 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void),
   }
   cp_stats_set_fixed_memory(CP_STATS_MEM_RING, cp_ring_memory(agg.owned_ring));
   agg.tick = tick;
+  agg.drained = drained;
   agg.thread_name = thread_name;
   atomic_store(&agg.stop, 0);
   int rc =

@@ -14,9 +14,11 @@
 /* Creates the ring and the first generation and starts the drain thread.
  * The core passes what the aggregator must not know of itself: `tick` (may
  * be NULL) runs on that thread about once a second (the samplers' thread
- * rescan and governor); `thread_name` (may be NULL: no names) writes a
- * thread's name, "" when unknown, for the `thread name` label. */
+ * rescan and governor), `drained` (may be NULL) after each drain, at least
+ * every 100 ms; `thread_name` (may be NULL: no names) writes a thread's
+ * name, "" when unknown, for the `thread name` label. */
 int cp_agg_start(const cp_config *cfg, void (*tick)(void),
+                 void (*drained)(void),
                  void (*thread_name)(pid_t tid, char *buf, size_t len));
 
 /* Drains what is left and stops the thread. The last generation is freed;

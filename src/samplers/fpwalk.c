@@ -1194,6 +1194,12 @@ void cp_fpwalk_refresh(void) {
   pthread_mutex_unlock(&build_lock);
 }
 
+unsigned long long cp_fpwalk_fallbacks_before_table(void) {
+  if (!atomic_load(&table_wanted) || atomic_load(&table))
+    return 0;
+  return atomic_load(&n_fell_back);
+}
+
 void cp_fpwalk_stats_get(cp_fpwalk_stats *out) {
   memset(out, 0, sizeof *out);
   out->walked = atomic_load(&n_walked);

@@ -37,6 +37,10 @@ void cp_fpwalk_init_later(void);
  * The profiler's thread, about once a second. Not signal-safe. */
 void cp_fpwalk_refresh(void);
 
+/* While the table is wanted (cp_fpwalk_init_later) but not built: how many
+ * walks fell back to libunwind so far. 0 otherwise. */
+unsigned long long cp_fpwalk_fallbacks_before_table(void);
+
 /* In the child of fork: the build lock and the count of walks in progress
  * start afresh. */
 void cp_fpwalk_after_fork_child(void);

@@ -61,6 +61,16 @@ static int trace_ok;
  * (docs/signals.md, "libunwind's thread-local block"). */
 static int trace_tls_static;
 static CP_TLS int busy_samples; /* samples that could have built the cache */
+/* Before the profiler's first tick a hook's stack is stepped from its
+ * context, which costs 10 to 30 us here, where one from the trace cache
+ * costs well under 1 us, and building the cache about 1 ms (its 256 KiB).
+ * A thread that has stepped this many hook stacks has paid about what the
+ * cache costs (the ski-rental rule: within twice the best choice made in
+ * hindsight) and builds it: a program that allocates fast from its start
+ * took 75,000 samples a second, each stepped, for its first second
+ * (bench/alloc_overhead.sh: 1.69 times plain's CPU for the whole run). */
+#define HERE_STEPS_BEFORE_CACHE 32
+static CP_TLS int here_steps;
 
 /* The calling thread's alternate signal stack, as the hooks last read it:
  * [alt_lo, alt_hi), empty when it has none. A thread can change its own
@@ -246,6 +256,17 @@ void cp_unwind_init(void) {
       unw_step(&cursor);
     cp_fpwalk_init_later();
   }
+}
+
+/* The ski-rental rule again: building the walker's table costs a small
+ * program about 3 ms, and a sample the walker takes costs 1 to 3 us less
+ * than one libunwind takes (bench/alloc_overhead.sh's program took 44,000
+ * allocation samples in its 0.7 s, all before the first tick). */
+#define EARLY_TABLE_FALLBACKS 1000
+
+void cp_unwind_poll(void) {
+  if (cp_fpwalk_fallbacks_before_table() >= EARLY_TABLE_FALLBACKS)
+    cp_unwind_tick();
 }
 
 void cp_unwind_tick(void) {
@@ -508,15 +529,19 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
   }
   /* A sampling signal arriving meanwhile must not unwind on top of this
    * unwind (libunwind's per-thread cache): its handler drops its sample. */
-  /* Before the profiler's first tick (cp_unwind_init) a thread builds no
-   * trace cache: it steps from here instead. */
-  int step = !warmed_up && !__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE);
+  /* Before the profiler's first tick (cp_unwind_init) a thread steps from
+   * here for its first hook stacks, then builds its trace cache (see
+   * HERE_STEPS_BEFORE_CACHE). */
+  int step = !warmed_up && !__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE) &&
+             here_steps < HERE_STEPS_BEFORE_CACHE;
   unw_context_t ctx;
-  if (step)
-    unw_getcontext(&ctx);
-  else
-    cp_unwind_warm_up();
   cp_thread.in_handler = 1;
+  if (step) {
+    here_steps++;
+    unw_getcontext(&ctx);
+  } else {
+    cp_unwind_warm_up();
+  }
   own_unwind_begin();
   int got = step ? (int)unwind_from_context((ucontext_t *)&ctx, frames, NULL,
                                             capacity, truncated)

@@ -21,6 +21,12 @@ void cp_unwind_init(void);
  * makes the process's first backtrace. Not signal-safe. */
 void cp_unwind_tick(void);
 
+/* After each drain of the samples (every 100 ms at most), on the same
+ * thread: before the first tick, a process that has already sent many
+ * samples to libunwind gets the walker's table and its first backtrace now
+ * (cp_unwind_tick). Not signal-safe. */
+void cp_unwind_poll(void);
+
 /* The calling thread's first backtrace, outside a handler (hooks call it;
  * cheap after the first call). Threads need not call it before being
  * sampled: see unwind.c. */

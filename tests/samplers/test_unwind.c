@@ -187,6 +187,26 @@ static void run_here(here_run *r) {
   pthread_join(t, NULL);
 }
 
+/* 40 hook stacks on a new thread; faults[i]: the page faults of the i-th. */
+typedef struct many_run {
+  long faults[40];
+  size_t n[40];
+} many_run;
+
+static __attribute__((noinline)) void *many_thread(void *arg) {
+  many_run *r = arg;
+  uint64_t frames[64];
+  for (int i = 0; i < 40; i++) {
+    struct rusage a, b;
+    getrusage(RUSAGE_THREAD, &a);
+    r->n[i] = chain_b(frames, 64);
+    getrusage(RUSAGE_THREAD, &b);
+    r->faults[i] = b.ru_minflt - a.ru_minflt;
+  }
+  __asm__ volatile("" ::: "memory");
+  return NULL;
+}
+
 static void test_here_before_the_walker_table(void) {
   setup();
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) == -1); /* no table */
@@ -200,6 +220,33 @@ static void test_here_before_the_walker_table(void) {
    * 2 without). */
   printf("first unwind on a new thread: %ld page faults\n", before.faults);
   CHECK(before.faults < 32);
+
+  /* A thread that keeps sampling before the first tick (unwind.c,
+   * HERE_STEPS_BEFORE_CACHE): its first 32 hook stacks are stepped, and
+   * the 33rd builds its trace cache (64 pages). */
+  many_run *many = calloc(1, sizeof *many);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, many_thread, many) == 0);
+  pthread_join(t, NULL);
+  long stepped = 0;
+  for (int i = 0; i < 32; i++)
+    stepped += many->faults[i];
+  printf("32 stepped hook stacks: %ld page faults; the 33rd: %ld\n", stepped,
+         many->faults[32]);
+  CHECK(stepped < 32);
+  CHECK(many->faults[32] >= 48);
+  CHECK(many->n[39] == before.n);
+  free(many);
+
+  /* A process whose walks fell back 1,000 times before the first tick gets
+   * the walker's table at the next drain (cp_unwind_poll). */
+  cp_unwind_poll();
+  CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) == -1); /* not yet */
+  uint64_t frames[64];
+  for (int i = 0; i < 1000; i++)
+    chain_b(frames, 64);
+  cp_unwind_poll();
+  CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) != -1);
   cp_unwind_tick(); /* the profiler's first tick */
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) != -1);
   run_here(&after);
