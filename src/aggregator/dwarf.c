@@ -354,6 +354,20 @@ bad:
   return -1;
 }
 
+/* Makes room for one more element in *arr (n used of *cap, elem bytes
+ * each), doubling it from 64. 0, or -1 out of memory (*arr unchanged). */
+static int grow(void *arr, size_t n, size_t *cap, size_t elem) {
+  if (n < *cap)
+    return 0;
+  size_t ncap = *cap ? *cap * 2 : 64;
+  void *p = realloc(*(void **)arr, ncap * elem);
+  if (!p)
+    return -1;
+  *(void **)arr = p;
+  *cap = ncap;
+  return 0;
+}
+
 /* The first of n aranges (sorted by unit) of unit, or NULL. */
 static const arange *aranges_of(const arange *a, size_t n, uint64_t unit) {
   size_t lo = 0, hi = n;
@@ -379,25 +393,13 @@ static int add_range(range_builder *b, Dwarf_Off die_off, uint64_t lo,
                      uint64_t hi) {
   module *m = b->m;
   if (!b->have_cu) {
-    if (m->ncus == b->cus_cap) {
-      size_t ncap = b->cus_cap ? b->cus_cap * 2 : 64;
-      cu_info *c = realloc(m->cus, ncap * sizeof *c);
-      if (!c)
-        return -1;
-      m->cus = c;
-      b->cus_cap = ncap;
-    }
+    if (grow(&m->cus, m->ncus, &b->cus_cap, sizeof *m->cus) != 0)
+      return -1;
     m->cus[m->ncus++] = (cu_info){.off = die_off};
     b->have_cu = 1;
   }
-  if (m->nranges == b->cap) {
-    size_t ncap = b->cap ? b->cap * 2 : 64;
-    cu_range *r = realloc(m->ranges, ncap * sizeof *r);
-    if (!r)
-      return -1;
-    m->ranges = r;
-    b->cap = ncap;
-  }
+  if (grow(&m->ranges, m->nranges, &b->cap, sizeof *m->ranges) != 0)
+    return -1;
   m->ranges[m->nranges++] = (cu_range){{lo, hi}, m->ncus - 1};
   return 0;
 }
@@ -483,14 +485,8 @@ static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
     while ((off = cp_dw.dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
       if (hi <= lo)
         continue;
-      if (c->nfns == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 64;
-        fn_range *f = realloc(c->fns, ncap * sizeof *f);
-        if (!f)
-          return -1;
-        c->fns = f;
-        *cap = ncap;
-      }
+      if (grow(&c->fns, c->nfns, cap, sizeof *c->fns) != 0)
+        return -1;
       c->fns[c->nfns++] = (fn_range){{lo, hi}, cp_dw.dwarf_dieoffset(&child)};
     }
   } while (cp_dw.dwarf_siblingof(&child, &child) == 0);
