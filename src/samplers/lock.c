@@ -11,10 +11,7 @@
  * re-entry guard (thread_state.h). */
 #include "lock.h"
 
-#define UNW_LOCAL_ONLY
 #include <errno.h>
-#include <libunwind.h>
-#include <link.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -135,35 +132,15 @@ __attribute__((noinline)) void cp_lock_on_wait(uint64_t start_ns, int rc,
 
 /* --- the sampler interface ----------------------------------------------- */
 
-/* dl_iterate_phdr callback: the executable segment holding data (a pc). */
-static int find_unwinder(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  uintptr_t pc = (uintptr_t)data;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
-      continue;
-    uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-    if (pc < lo || pc >= hi)
-      continue;
-    /* Linked into the executable, libunwind cannot be told apart from the
-     * application: no range then. */
-    if (info->dlpi_name && info->dlpi_name[0]) {
-      lock.unwinder_lo = lo;
-      lock.unwinder_hi = hi;
-    }
-    return 1;
-  }
-  return 0;
-}
-
 static int lock_start(const cp_config *cfg) {
   lock.base_mean_ns = (double)cfg->lock_sample_ns;
   atomic_store(&lock.mean_ns, lock.base_mean_ns);
   lock.max_frames = (size_t)cfg->max_frames;
-  lock.unwinder_lo = lock.unwinder_hi = 0;
-  dl_iterate_phdr(find_unwinder, (void *)(uintptr_t)unw_backtrace);
   cp_unwind_init();
+  /* Linked into the executable, libunwind cannot be told apart from the
+   * application: no range then. */
+  if (!cp_unwind_libunwind_code(&lock.unwinder_lo, &lock.unwinder_hi))
+    lock.unwinder_lo = lock.unwinder_hi = 0;
   cp_interpose_locks_resolve();
   atomic_fetch_add(&lock.epoch, 1);
   atomic_store(&lock.active, 1);

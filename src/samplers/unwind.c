@@ -194,45 +194,65 @@ static void replace_access_mem(void) {
   __atomic_store_n(&acc->access_mem, cp_access_mem, __ATOMIC_RELEASE);
 }
 
-struct tls_probe {
-  uintptr_t addr;
-  int found, preallocated;
-};
+/* libunwind's object, found once per process (the object whose segment
+ * holds unw_backtrace): that segment, whether the object has a name (not
+ * linked into the executable), whether its thread-local block is in the
+ * static area (trace_tls_static). */
+static struct {
+  int probed;
+  uintptr_t lo, hi;
+  int named, tls_preallocated;
+} libunwind_obj;
 
-static int tls_probe_object(struct dl_phdr_info *info, size_t size, void *arg) {
-  struct tls_probe *probe = arg;
-  if (size <
-      offsetof(struct dl_phdr_info, dlpi_tls_data) + sizeof info->dlpi_tls_data)
-    return 1; /* no answer: not static */
+static int probe_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  uintptr_t addr = (uintptr_t)arg;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-    if (ph->p_type != PT_LOAD || probe->addr - lo >= ph->p_memsz)
+    if (ph->p_type != PT_LOAD || addr - lo >= ph->p_memsz)
       continue;
-    probe->found = 1;
+    libunwind_obj.lo = lo;
+    libunwind_obj.hi = lo + ph->p_memsz;
+    libunwind_obj.named = info->dlpi_name && info->dlpi_name[0];
     /* A block of the static area is there from the thread's start; one
-     * allocated on demand is not until the thread's first use. */
-    probe->preallocated =
-        info->dlpi_tls_modid == 0 || info->dlpi_tls_data != NULL;
+     * allocated on demand is not until the thread's first use. Without
+     * the answer (an older glibc): not static. */
+    libunwind_obj.tls_preallocated =
+        size >= offsetof(struct dl_phdr_info, dlpi_tls_data) +
+                    sizeof info->dlpi_tls_data &&
+        (info->dlpi_tls_modid == 0 || info->dlpi_tls_data != NULL);
     return 1;
   }
   return 0;
 }
 
-/* Whether libunwind's thread-local block is in the static area (see
- * trace_tls_static). Asked on the thread that starts the profiler, before
- * contprof's own first unw_backtrace; a program that called unw_backtrace
- * on it before would make a dlopen'ed libunwind look static (not handled).
- * Not signal-safe. */
-static int libunwind_tls_static(void) {
-  struct tls_probe probe = {(uintptr_t)&unw_backtrace, 0, 0};
-  dl_iterate_phdr(tls_probe_object, &probe);
-  return probe.found && probe.preallocated;
+/* Finds libunwind's object the first time, on the thread that starts the
+ * profiler and before contprof's own first unw_backtrace: asked again
+ * after it (every sampler's start calls cp_unwind_init; with
+ * CONTPROF_UNWIND=dwarf the first one made a backtrace), a dlopen'ed
+ * libunwind would look static. A program that called unw_backtrace on this
+ * thread before would make it look static too (not handled). Not
+ * signal-safe. */
+static void probe_libunwind(void) {
+  if (libunwind_obj.probed)
+    return;
+  libunwind_obj.probed = 1;
+  dl_iterate_phdr(probe_object, (void *)(uintptr_t)&unw_backtrace);
+}
+
+int cp_unwind_libunwind_code(uintptr_t *lo, uintptr_t *hi) {
+  probe_libunwind();
+  if (!libunwind_obj.named)
+    return 0;
+  *lo = libunwind_obj.lo;
+  *hi = libunwind_obj.hi;
+  return 1;
 }
 
 void cp_unwind_init(void) {
   cp_interpose_loader_resolve();
-  trace_tls_static = libunwind_tls_static();
+  probe_libunwind();
+  trace_tls_static = libunwind_obj.tls_preallocated;
   /* Before the first unwind of ours: unw_get_accessors initialises
    * libunwind (and opens its pipe, unused from then on). */
   replace_access_mem();

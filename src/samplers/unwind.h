@@ -27,6 +27,10 @@ void cp_unwind_tick(void);
  * (cp_unwind_tick). Not signal-safe. */
 void cp_unwind_poll(void);
 
+/* The segment of libunwind's code, [*lo, *hi): 1, or 0 when libunwind is
+ * linked into the executable (no range then). Not signal-safe. */
+int cp_unwind_libunwind_code(uintptr_t *lo, uintptr_t *hi);
+
 /* The calling thread's first backtrace, outside a handler (hooks call it;
  * cheap after the first call). Threads need not call it before being
  * sampled: see unwind.c. */
