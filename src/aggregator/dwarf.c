@@ -4,6 +4,7 @@
  * .gnu_debuglink file or the build-id tree and checked against the build
  * id, per-CU address ranges, a per-(module, address) cache, one budget. */
 #include "aggregator/dwarf.h"
+#include "aggregator/dwarf_cursor.h"
 
 #include <dlfcn.h>
 #include <dwarf.h>
@@ -290,13 +291,6 @@ static int arange_cmp(const void *pa, const void *pb) {
   return a->lo < b->lo ? -1 : a->lo > b->lo;
 }
 
-static uint64_t le_read(const uint8_t *p, size_t bytes) {
-  uint64_t v = 0;
-  for (size_t i = bytes; i-- > 0;)
-    v = v << 8 | p[i];
-  return v;
-}
-
 /* Reads .debug_aranges (p, size bytes: little-endian, 32- or 64-bit DWARF,
  * version 2 as in DWARF 2 to 5, 8-byte addresses, no segments) into *out,
  * sorted by unit. Returns the entries' count, 0 with none; -1 when a set
@@ -309,42 +303,38 @@ static ptrdiff_t read_aranges(const uint8_t *p, size_t size, arange **out) {
   arange *a = malloc((size / 16 + 1) * sizeof *a);
   if (!a)
     return -1;
-  size_t n = 0, pos = 0;
-  while (pos < size) {
-    size_t set = pos, offset_bytes = 4;
-    if (size - pos < 4)
-      goto bad;
-    uint64_t len = le_read(p + pos, 4);
-    pos += 4;
+  size_t n = 0;
+  dwc_cursor c = {p, p + size, 0};
+  while (dwc_left(&c)) {
+    const uint8_t *set = c.p;
+    unsigned offset_bytes = 4;
+    uint64_t len = dwc_n(&c, 4);
     if (len == 0xffffffffu) {
-      if (size - pos < 8)
-        goto bad;
-      len = le_read(p + pos, 8);
-      pos += 8;
+      len = dwc_n(&c, 8);
       offset_bytes = 8;
     } else if (len >= 0xfffffff0u) {
       goto bad;
     }
-    if (len > size - pos || len < 2 + offset_bytes + 2)
+    if (c.bad || len > dwc_left(&c) || len < 2 + offset_bytes + 2)
       goto bad;
-    size_t end = pos + (size_t)len;
-    uint64_t version = le_read(p + pos, 2);
-    uint64_t unit = le_read(p + pos + 2, offset_bytes);
-    uint8_t address_size = p[pos + 2 + offset_bytes];
-    uint8_t segment_size = p[pos + 3 + offset_bytes];
+    dwc_cursor t = {c.p, c.p + len, 0};
+    c.p += len;
+    uint64_t version = dwc_n(&t, 2);
+    uint64_t unit = dwc_n(&t, offset_bytes);
+    uint64_t address_size = dwc_n(&t, 1), segment_size = dwc_n(&t, 1);
     if (version != 2 || address_size != 8 || segment_size != 0)
       goto bad;
     /* The tuples start at the set's first multiple of twice the address
-     * size. */
-    pos = set + ((pos + 4 + offset_bytes - set + 15) & ~(size_t)15);
-    for (; pos <= end && end - pos >= 16; pos += 16) {
-      uint64_t lo = le_read(p + pos, 8), length = le_read(p + pos + 8, 8);
+     * size; a set too short for that padding has none. */
+    size_t header = (size_t)(t.p - set);
+    dwc_skip(&t, (16 - header % 16) % 16);
+    while (dwc_left(&t) >= 16) {
+      uint64_t lo = dwc_n(&t, 8), length = dwc_n(&t, 8);
       if (lo == 0 && length == 0)
         break;
       if (length && lo + length > lo)
         a[n++] = (arange){unit, lo, lo + length};
     }
-    pos = end;
   }
   qsort(a, n, sizeof *a, arange_cmp);
   *out = a;

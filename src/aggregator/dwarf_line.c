@@ -3,6 +3,7 @@
  * records in one array, stably sorted by address the way libdw sorts them,
  * file names left in the sections and joined to their directory on use. */
 #include "aggregator/dwarf_line.h"
+#include "aggregator/dwarf_cursor.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,74 +44,6 @@ enum {
  * have hundreds; the array must stay bounded whatever the input says). */
 #define MAX_ENTRIES (1u << 20)
 
-typedef struct cursor {
-  const uint8_t *p, *end;
-  int bad;
-} cursor;
-
-static uint64_t get_n(cursor *c, unsigned n) {
-  if (c->bad || (size_t)(c->end - c->p) < n) {
-    c->bad = 1;
-    return 0;
-  }
-  uint64_t v = 0;
-  /* Little-endian only: the caller checked the ELF's byte order. */
-  for (unsigned i = 0; i < n; i++)
-    v |= (uint64_t)c->p[i] << (8 * i);
-  c->p += n;
-  return v;
-}
-
-static uint64_t get_uleb(cursor *c) {
-  uint64_t v = 0;
-  for (unsigned shift = 0; !c->bad; shift += 7) {
-    if (c->p >= c->end) {
-      c->bad = 1;
-      break;
-    }
-    uint8_t b = *c->p++;
-    if (shift < 64)
-      v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      break;
-  }
-  return v;
-}
-
-static int64_t get_sleb(cursor *c) {
-  uint64_t v = 0;
-  unsigned shift = 0;
-  uint8_t b = 0;
-  for (; !c->bad; shift += 7) {
-    if (c->p >= c->end) {
-      c->bad = 1;
-      return 0;
-    }
-    b = *c->p++;
-    if (shift < 64)
-      v |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      break;
-  }
-  if (shift + 7 < 64 && (b & 0x40))
-    v |= ~(uint64_t)0 << (shift + 7);
-  return (int64_t)v;
-}
-
-/* A NUL-terminated string at c, inside the cursor's bytes. */
-static const char *get_cstr(cursor *c) {
-  if (c->bad)
-    return NULL;
-  const uint8_t *z = memchr(c->p, 0, (size_t)(c->end - c->p));
-  if (!z) {
-    c->bad = 1;
-    return NULL;
-  }
-  const char *s = (const char *)c->p;
-  c->p = z + 1;
-  return s;
-}
-
 /* The string at off in a string section, NULL unless terminated in it. */
 static const char *section_str(const uint8_t *sec, size_t size, uint64_t off) {
   if (!sec || off >= size || !memchr(sec + off, 0, size - off))
@@ -120,42 +53,42 @@ static const char *section_str(const uint8_t *sec, size_t size, uint64_t off) {
 
 /* Reads one entry-format value: a string for DW_LNCT_path, a number for
  * the directory index, skipped otherwise. -1 on a form not handled. */
-static int read_form(cursor *c, const cp_dwline_sections *s, unsigned form,
+static int read_form(dwc_cursor *c, const cp_dwline_sections *s, unsigned form,
                      unsigned offset_size, const char **str, uint64_t *num) {
   *str = NULL;
   *num = 0;
   switch (form) {
   case FORM_string:
-    *str = get_cstr(c);
+    *str = dwc_cstr(c);
     return 0;
   case FORM_strp:
-    *str = section_str(s->str, s->str_size, get_n(c, offset_size));
+    *str = section_str(s->str, s->str_size, dwc_n(c, offset_size));
     return 0;
   case FORM_line_strp:
-    *str = section_str(s->line_str, s->line_str_size, get_n(c, offset_size));
+    *str = section_str(s->line_str, s->line_str_size, dwc_n(c, offset_size));
     return 0;
   case FORM_udata:
-    *num = get_uleb(c);
+    *num = dwc_uleb(c);
     return 0;
   case FORM_data1:
-    *num = get_n(c, 1);
+    *num = dwc_n(c, 1);
     return 0;
   case FORM_data2:
-    *num = get_n(c, 2);
+    *num = dwc_n(c, 2);
     return 0;
   case FORM_data4:
-    *num = get_n(c, 4);
+    *num = dwc_n(c, 4);
     return 0;
   case FORM_data8:
-    *num = get_n(c, 8);
+    *num = dwc_n(c, 8);
     return 0;
   case FORM_data16:
-    get_n(c, 8);
-    get_n(c, 8);
+    dwc_n(c, 8);
+    dwc_n(c, 8);
     return 0;
   case FORM_block:
   case FORM_block1: {
-    uint64_t len = form == FORM_block ? get_uleb(c) : get_n(c, 1);
+    uint64_t len = form == FORM_block ? dwc_uleb(c) : dwc_n(c, 1);
     if (c->bad || len > (uint64_t)(c->end - c->p)) {
       c->bad = 1;
       return 0;
@@ -199,21 +132,21 @@ static void *grow(growing *g) {
 
 /* Directory and file entries of a DWARF 5 header: entry formats, then the
  * entries. dirs is NULL when reading directories. */
-static int read_v5_entries(cursor *c, const cp_dwline_sections *s,
+static int read_v5_entries(dwc_cursor *c, const cp_dwline_sections *s,
                            unsigned offset_size, growing *out,
                            const growing *dirs) {
-  unsigned nformats = (unsigned)get_n(c, 1);
+  unsigned nformats = (unsigned)dwc_n(c, 1);
   uint64_t desc[256], form[256];
   int path = -1, index = -1;
   for (unsigned i = 0; i < nformats; i++) {
-    desc[i] = get_uleb(c);
-    form[i] = get_uleb(c);
+    desc[i] = dwc_uleb(c);
+    form[i] = dwc_uleb(c);
     if (desc[i] == LNCT_path)
       path = (int)i;
     else if (desc[i] == LNCT_directory_index)
       index = (int)i;
   }
-  uint64_t n = get_uleb(c);
+  uint64_t n = dwc_uleb(c);
   if (c->bad || n > MAX_ENTRIES || (n && path < 0) ||
       (n && dirs && index < 0) ||
       (nformats && n > (uint64_t)(c->end - c->p) / nformats))
@@ -252,11 +185,11 @@ static int read_v5_entries(cursor *c, const cp_dwline_sections *s,
 }
 
 /* A file entry of a header before DWARF 5, or of DW_LNE_define_file. */
-static int add_v4_file(cursor *c, growing *files, const growing *dirs) {
-  const char *name = get_cstr(c);
-  uint64_t dir = get_uleb(c);
-  get_uleb(c); /* modification time */
-  get_uleb(c); /* length */
+static int add_v4_file(dwc_cursor *c, growing *files, const growing *dirs) {
+  const char *name = dwc_cstr(c);
+  uint64_t dir = dwc_uleb(c);
+  dwc_uleb(c); /* modification time */
+  dwc_uleb(c); /* length */
   if (c->bad || dir >= dirs->n || files->n >= MAX_ENTRIES)
     return -1;
   cp_dwline_file *f = grow(files);
@@ -333,37 +266,37 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
   if (!s->line || offset >= s->line_size ||
       (address_size != 4 && address_size != 8))
     return -1;
-  cursor c = {s->line + offset, s->line + s->line_size, 0};
+  dwc_cursor c = {s->line + offset, s->line + s->line_size, 0};
   growing dirs = {NULL, 0, 0, sizeof(const char *), &lim};
   growing files = {NULL, 0, 0, sizeof(cp_dwline_file), &lim};
   growing rows = {NULL, 0, 0, sizeof(cp_dwline_row), &lim};
 
   unsigned offset_size = 4;
-  uint64_t unit_length = get_n(&c, 4);
+  uint64_t unit_length = dwc_n(&c, 4);
   if (unit_length == 0xffffffffu) {
-    unit_length = get_n(&c, 8);
+    unit_length = dwc_n(&c, 8);
     offset_size = 8;
   }
   if (c.bad || unit_length > (uint64_t)(c.end - c.p))
     goto fail;
   c.end = c.p + unit_length;
-  unsigned version = (unsigned)get_n(&c, 2);
+  unsigned version = (unsigned)dwc_n(&c, 2);
   if (c.bad || version < 2 || version > 5)
     goto fail;
   if (version >= 5 &&
-      (get_n(&c, 1) != address_size || get_n(&c, 1) != 0 /* segment */))
+      (dwc_n(&c, 1) != address_size || dwc_n(&c, 1) != 0 /* segment */))
     goto fail;
-  uint64_t header_length = get_n(&c, offset_size);
+  uint64_t header_length = dwc_n(&c, offset_size);
   if (c.bad || header_length > (uint64_t)(c.end - c.p))
     goto fail;
   const uint8_t *program = c.p + header_length;
-  unsigned min_insn = (unsigned)get_n(&c, 1);
-  unsigned max_ops = version >= 4 ? (unsigned)get_n(&c, 1) : 1;
-  unsigned default_is_stmt = (unsigned)get_n(&c, 1);
+  unsigned min_insn = (unsigned)dwc_n(&c, 1);
+  unsigned max_ops = version >= 4 ? (unsigned)dwc_n(&c, 1) : 1;
+  unsigned default_is_stmt = (unsigned)dwc_n(&c, 1);
   (void)default_is_stmt; /* rows of both kinds are kept, as libdw does */
-  int line_base = (int8_t)get_n(&c, 1);
-  unsigned line_range = (unsigned)get_n(&c, 1);
-  unsigned opcode_base = (unsigned)get_n(&c, 1);
+  int line_base = (int8_t)dwc_n(&c, 1);
+  unsigned line_range = (unsigned)dwc_n(&c, 1);
+  unsigned opcode_base = (unsigned)dwc_n(&c, 1);
   if (c.bad || max_ops == 0 || opcode_base == 0 ||
       (size_t)(c.end - c.p) < opcode_base - 1)
     goto fail;
@@ -379,16 +312,16 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
     *d = comp_dir;
     *f = (cp_dwline_file){NULL, "???"};
     while (!c.bad && c.p < c.end && *c.p) {
-      const char *dir = get_cstr(&c);
+      const char *dir = dwc_cstr(&c);
       if (dirs.n >= MAX_ENTRIES || !(d = grow(&dirs)))
         goto fail;
       *d = dir;
     }
-    get_n(&c, 1);
+    dwc_n(&c, 1);
     while (!c.bad && c.p < c.end && *c.p)
       if (add_v4_file(&c, &files, &dirs) != 0)
         goto fail;
-    get_n(&c, 1);
+    dwc_n(&c, 1);
   } else {
     if (read_v5_entries(&c, s, offset_size, &dirs, NULL) != 0 ||
         read_v5_entries(&c, s, offset_size, &files, &dirs) != 0)
@@ -437,18 +370,18 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
       ADVANCE(special_ops[op]);
       emit = 1;
     } else if (op == 0) {
-      uint64_t len = get_uleb(&c);
+      uint64_t len = dwc_uleb(&c);
       if (c.bad || len == 0 || len > (uint64_t)(c.end - c.p))
         goto fail;
       const uint8_t *next = c.p + len;
       unsigned sub = *c.p++;
-      cursor arg = {c.p, next, 0};
+      dwc_cursor arg = {c.p, next, 0};
       if (sub == LNE_end_sequence) {
         emit = end = 1;
       } else if (sub == LNE_set_address) {
         if (len - 1 < address_size)
           goto fail;
-        addr = get_n(&arg, address_size);
+        addr = dwc_n(&arg, address_size);
         op_index = 0;
       } else if (sub == LNE_define_file && version < 5) {
         if (add_v4_file(&arg, &files, &dirs) != 0)
@@ -462,13 +395,13 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
         emit = 1;
         break;
       case LNS_advance_pc:
-        ADVANCE(get_uleb(&c));
+        ADVANCE(dwc_uleb(&c));
         break;
       case LNS_advance_line:
-        line += (uint64_t)get_sleb(&c);
+        line += (uint64_t)dwc_sleb(&c);
         break;
       case LNS_set_file:
-        file = get_uleb(&c);
+        file = dwc_uleb(&c);
         break;
       case LNS_const_add_pc:
         if (line_range == 0)
@@ -476,7 +409,7 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
         ADVANCE((255 - opcode_base) / line_range);
         break;
       case LNS_fixed_advance_pc:
-        addr += get_n(&c, 2);
+        addr += dwc_n(&c, 2);
         op_index = 0;
         break;
       case LNS_negate_stmt:
@@ -486,7 +419,7 @@ int cp_dwline_read(const cp_dwline_sections *s, uint64_t offset,
         break;
       default: /* set_column, set_isa, and opcodes we do not know */
         for (unsigned k = std_lengths[op]; k > 0; k--)
-          get_uleb(&c);
+          dwc_uleb(&c);
         break;
       }
     }
