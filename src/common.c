@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,23 @@ void cp_sleep_ns(uint64_t ns) {
 }
 
 char *cp_strdup(const char *s) { return strdup(s ? s : ""); }
+
+void *cp_grow_array(void *v, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap)
+    return v;
+  size_t cap2 = *cap ? *cap : 64;
+  while (cap2 < need) {
+    if (cap2 > SIZE_MAX / 2)
+      return NULL;
+    cap2 *= 2;
+  }
+  if (elem && cap2 > SIZE_MAX / elem)
+    return NULL;
+  void *p = realloc(v, cap2 * elem);
+  if (p)
+    *cap = cap2;
+  return p;
+}
 
 /* The thread's function between cp_stats_thread_begin and _end, so that its
  * CPU time is counted as the profiler's. */

@@ -56,6 +56,12 @@ int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
 /* strdup that treats NULL as "". Returns NULL only when out of memory. */
 char *cp_strdup(const char *s);
 
+/* Returns array v (of *cap elements of elem bytes) with room for need
+ * elements: v itself when it has room, else v reallocated to twice its
+ * capacity (64 at first) or more, *cap updated. NULL, with v and *cap
+ * untouched, when out of memory or when the size would overflow. */
+void *cp_grow_array(void *v, size_t *cap, size_t need, size_t elem);
+
 #define CP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define CP_TLS __thread __attribute__((tls_model("initial-exec")))
 #define CP_UNUSED __attribute__((unused))

@@ -344,20 +344,6 @@ bad:
   return -1;
 }
 
-/* Makes room for one more element in *arr (n used of *cap, elem bytes
- * each), doubling it from 64. 0, or -1 out of memory (*arr unchanged). */
-static int grow(void *arr, size_t n, size_t *cap, size_t elem) {
-  if (n < *cap)
-    return 0;
-  size_t ncap = *cap ? *cap * 2 : 64;
-  void *p = realloc(*(void **)arr, ncap * elem);
-  if (!p)
-    return -1;
-  *(void **)arr = p;
-  *cap = ncap;
-  return 0;
-}
-
 /* The first of n aranges (sorted by unit) of unit, or NULL. */
 static const arange *aranges_of(const arange *a, size_t n, uint64_t unit) {
   size_t lo = 0, hi = n;
@@ -383,13 +369,18 @@ static int add_range(range_builder *b, Dwarf_Off die_off, uint64_t lo,
                      uint64_t hi) {
   module *m = b->m;
   if (!b->have_cu) {
-    if (grow(&m->cus, m->ncus, &b->cus_cap, sizeof *m->cus) != 0)
+    cu_info *cus = cp_grow_array(m->cus, &b->cus_cap, m->ncus + 1, sizeof *cus);
+    if (!cus)
       return -1;
+    m->cus = cus;
     m->cus[m->ncus++] = (cu_info){.off = die_off};
     b->have_cu = 1;
   }
-  if (grow(&m->ranges, m->nranges, &b->cap, sizeof *m->ranges) != 0)
+  cu_range *ranges =
+      cp_grow_array(m->ranges, &b->cap, m->nranges + 1, sizeof *ranges);
+  if (!ranges)
     return -1;
+  m->ranges = ranges;
   m->ranges[m->nranges++] = (cu_range){{lo, hi}, m->ncus - 1};
   return 0;
 }
@@ -475,8 +466,10 @@ static int index_children(cu_info *c, size_t *cap, Dwarf_Die *parent,
     while ((off = cp_dw.dwarf_ranges(&child, off, &base, &lo, &hi)) > 0) {
       if (hi <= lo)
         continue;
-      if (grow(&c->fns, c->nfns, cap, sizeof *c->fns) != 0)
+      fn_range *fns = cp_grow_array(c->fns, cap, c->nfns + 1, sizeof *fns);
+      if (!fns)
         return -1;
+      c->fns = fns;
       c->fns[c->nfns++] = (fn_range){{lo, hi}, cp_dw.dwarf_dieoffset(&child)};
     }
   } while (cp_dw.dwarf_siblingof(&child, &child) == 0);

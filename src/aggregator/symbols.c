@@ -437,20 +437,6 @@ static int builder_take(sym_builder *b, uint64_t more) {
   return 1;
 }
 
-/* Returns array v (of *cap elements of elem bytes) with room for need
- * elements, possibly moved, or NULL (v untouched) when out of memory. */
-static void *grow_array(void *v, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap)
-    return v;
-  size_t cap2 = *cap ? *cap * 2 : 64;
-  while (cap2 < need)
-    cap2 *= 2;
-  void *p = realloc(v, cap2 * elem);
-  if (p)
-    *cap = cap2;
-  return p;
-}
-
 static void builder_free(sym_builder *b) {
   for (size_t i = 0; i < b->nstrtabs; i++)
     free(b->strtabs[i]);
@@ -511,8 +497,8 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
     b->bytes -= count * sizeof(elf_sym) + strsec->sh_size;
     return;
   }
-  char **strtabs =
-      grow_array(b->strtabs, &b->strtabs_cap, b->nstrtabs + 1, sizeof *strtabs);
+  char **strtabs = cp_grow_array(b->strtabs, &b->strtabs_cap, b->nstrtabs + 1,
+                                 sizeof *strtabs);
   if (!strtabs) {
     b->failed = 1;
     free(syms);
@@ -536,7 +522,7 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
     if (b->n + 1 > b->cap &&
         !builder_take(b, (b->cap ? b->cap : 64) * sizeof *b->v))
       break; /* the doubling would not fit */
-    sym_candidate *v = grow_array(b->v, &b->cap, b->n + 1, sizeof *v);
+    sym_candidate *v = cp_grow_array(b->v, &b->cap, b->n + 1, sizeof *v);
     if (!v) {
       b->failed = 1;
       break;
@@ -1116,7 +1102,7 @@ static int read_maps_locked(void) {
     maps_line l;
     if (!parse_maps_line(buf, &l))
       continue;
-    maps_line *grown = grow_array(lines, &cap, nlines + 1, sizeof *lines);
+    maps_line *grown = cp_grow_array(lines, &cap, nlines + 1, sizeof *lines);
     if (!grown) {
       free(l.path);
       rc = -1;
