@@ -85,14 +85,14 @@ static uint64_t timeline_bucket_end(uint64_t timestamp_ns) {
   return (timestamp_ns / TIMELINE_BUCKET_NS + 1) * TIMELINE_BUCKET_NS;
 }
 
-/* Caller holds agg.lock. */
-static void drain_locked(void) {
+/* Caller holds agg.lock. Returns whether there was anything to drain. */
+static int drain_locked(void) {
   cp_ring *ring = agg.owned_ring;
   if (!ring || !agg.gen)
-    return;
+    return 0;
   const cp_raw_sample *s = cp_ring_peek(ring);
   if (!s)
-    return;
+    return 0;
   /* A library came or went: the same address may now be other code. */
   if (cp_symbols_refresh() == 1)
     cp_gen_forget_addresses(agg.gen);
@@ -117,15 +117,17 @@ static void drain_locked(void) {
     if (drained[k])
       cp_stats_count_samples((contprof_sample_kind)k, drained[k]);
   cp_stats_add_drain_ns(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began);
+  return 1;
 }
 
 static void *drain_thread(void *arg) {
   (void)arg;
   uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
+  uint64_t wait_ns = DRAIN_INTERVAL_NS;
   while (!atomic_load(&agg.stop)) {
-    cp_ring_wait(agg.owned_ring, DRAIN_INTERVAL_NS);
+    cp_ring_wait(agg.owned_ring, wait_ns, wait_ns > DRAIN_INTERVAL_NS);
     pthread_mutex_lock(&agg.lock);
-    drain_locked();
+    int busy = drain_locked();
     pthread_mutex_unlock(&agg.lock);
     if (agg.drained)
       agg.drained();
@@ -133,6 +135,15 @@ static void *drain_thread(void *arg) {
       agg.tick();
       next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
     }
+    /* Nothing came since the last drain: sleep until the next tick, or
+     * until the first sample (its producer wakes this thread), so that
+     * samples still wait at most 100 ms. A wake costs this VM about 86 us
+     * of CPU: 10 a second were 0.86 ms a second of an idle process's CPU
+     * (docs/overhead.md). */
+    uint64_t now = cp_monotonic_ns();
+    wait_ns = busy || next_tick <= now ? DRAIN_INTERVAL_NS : next_tick - now;
+    if (wait_ns < DRAIN_INTERVAL_NS)
+      wait_ns = DRAIN_INTERVAL_NS;
   }
   return NULL;
 }

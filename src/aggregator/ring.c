@@ -26,7 +26,8 @@ struct cp_ring {
   _Atomic uint64_t dequeue_pos;  /* written by the consumer only */
   _Atomic uint32_t wake_seq;     /* futex word: bumped to wake the consumer */
   _Atomic uint32_t wake_pending; /* a wake was sent and not yet consumed */
-  char pad2[48];
+  _Atomic uint32_t wake_first;   /* the consumer waits long: wake it now */
+  char pad2[44];
   _Atomic uint64_t drops;
   _Atomic uint64_t drops_of_kind[CONTPROF_KIND_COUNT];
   _Atomic int64_t dropped_values[CP_NVALUES]; /* per kind: count, quantity */
@@ -125,7 +126,11 @@ cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket, uint32_t kind,
         uint64_t used =
             pos + 1 -
             atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
-        if (used > (r->mask + 1) / 2 &&
+        /* Or the first sample after an idle wait (cp_ring_wait). */
+        int first =
+            atomic_load_explicit(&r->wake_first, memory_order_seq_cst) &&
+            atomic_exchange_explicit(&r->wake_first, 0, memory_order_relaxed);
+        if ((first || used > (r->mask + 1) / 2) &&
             !atomic_exchange_explicit(&r->wake_pending, 1,
                                       memory_order_relaxed)) {
           atomic_fetch_add_explicit(&r->wake_seq, 1, memory_order_release);
@@ -148,12 +153,14 @@ void cp_ring_commit(cp_ring *r, uint64_t ticket) {
   store_seq(r, ticket, ticket + 1);
 }
 
-void cp_ring_wait(cp_ring *r, uint64_t timeout_ns) {
+void cp_ring_wait(cp_ring *r, uint64_t timeout_ns, int wake_on_sample) {
   uint32_t seq = atomic_load_explicit(&r->wake_seq, memory_order_acquire);
   atomic_store_explicit(&r->wake_pending, 0, memory_order_relaxed);
-  uint64_t used = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed) -
+  atomic_store_explicit(&r->wake_first, wake_on_sample ? 1u : 0u,
+                        memory_order_seq_cst);
+  uint64_t used = atomic_load_explicit(&r->enqueue_pos, memory_order_seq_cst) -
                   atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
-  if (used > (r->mask + 1) / 2)
+  if (used > (r->mask + 1) / 2 || (wake_on_sample && used > 0))
     return;
   struct timespec ts = {(time_t)(timeout_ns / 1000000000ull),
                         (long)(timeout_ns % 1000000000ull)};

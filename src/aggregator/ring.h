@@ -50,9 +50,11 @@ void cp_ring_drop(cp_ring *ring, uint32_t kind, int64_t count,
 void cp_ring_take_dropped(cp_ring *ring, int64_t values[CP_NVALUES]);
 
 /* Consumer side (one thread at a time). cp_ring_wait sleeps up to
- * timeout_ns, less when producers fill half the ring; cp_ring_peek gives the
- * oldest committed sample or NULL, cp_ring_release frees it once read. */
-void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns);
+ * timeout_ns, less when producers fill half the ring, or, with
+ * wake_on_sample, as soon as one sample is reserved (the producer then
+ * makes one futex wake); cp_ring_peek gives the oldest committed sample or
+ * NULL, cp_ring_release frees it once read. */
+void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns, int wake_on_sample);
 const cp_raw_sample *cp_ring_peek(cp_ring *ring);
 /* Ends a cp_ring_wait now (the consumer is asked to stop). */
 void cp_ring_wake(cp_ring *ring);

@@ -267,7 +267,7 @@ static void test_ring_producers_and_handlers(void) {
     }
     if (left == 0)
       break;
-    cp_ring_wait(ring, 20000);
+    cp_ring_wait(ring, 20000, 0);
   }
   for (int i = 0; i < PRODUCERS; i++)
     pthread_join(th[i], NULL);
@@ -370,4 +370,47 @@ static void test_ring_discard_after_fork(void) {
   cp_ring_destroy(ring);
 }
 
-TEST_MAIN(T(test_ring_producers_and_handlers), T(test_ring_discard_after_fork))
+static void *one_sample_later(void *arg) {
+  usleep(50000);
+  cp_record rec;
+  if (cp_record_begin_as(&rec, arg, CONTPROF_KIND_CPU, 1, 1, 1, 0, 0, 0))
+    cp_record_commit(&rec, 0, 0);
+  return NULL;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* An idle consumer's long wait (the aggregator's, until its next tick)
+ * ends at the first sample a producer reserves, not at its timeout; a
+ * short wait without that flag is not cut short by one sample. */
+static void test_ring_idle_wait_ends_at_first_sample(void) {
+  cp_ring *r = cp_ring_create(RING_SLOTS, MAX_FRAMES);
+  CHECK(r != NULL);
+  if (!r)
+    return;
+  pthread_t t;
+  double began = now_s();
+  CHECK(pthread_create(&t, NULL, one_sample_later, r) == 0);
+  cp_ring_wait(r, 20ull * 1000000000ull, 1); /* 20 s */
+  double waited = now_s() - began;
+  pthread_join(t, NULL);
+  printf("idle wait ended after %.3f s\n", waited);
+  CHECK(waited < 10.0);
+  CHECK(cp_ring_peek(r) != NULL);
+  cp_ring_release(r);
+  /* Without the flag, one sample leaves the wait to its timeout. */
+  began = now_s();
+  CHECK(pthread_create(&t, NULL, one_sample_later, r) == 0);
+  cp_ring_wait(r, 300000000ull, 0); /* 0.3 s */
+  waited = now_s() - began;
+  pthread_join(t, NULL);
+  CHECK(waited >= 0.29);
+  cp_ring_destroy(r);
+}
+
+TEST_MAIN(T(test_ring_producers_and_handlers), T(test_ring_discard_after_fork),
+          T(test_ring_idle_wait_ends_at_first_sample))
