@@ -127,7 +127,10 @@ static void *drain_thread(void *arg) {
   while (!atomic_load(&agg.stop)) {
     cp_ring_wait(agg.owned_ring, wait_ns, wait_ns > DRAIN_INTERVAL_NS);
     pthread_mutex_lock(&agg.lock);
-    int busy = drain_locked();
+    /* A sample reserved and not yet committed counts as work: its
+     * producer woke this thread at reserve, and a long wait now would
+     * return at once, a spin until the commit. */
+    int busy = drain_locked() || cp_ring_pending(agg.owned_ring);
     pthread_mutex_unlock(&agg.lock);
     if (agg.drained)
       agg.drained();

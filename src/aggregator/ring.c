@@ -179,6 +179,12 @@ const cp_raw_sample *cp_ring_peek(cp_ring *r) {
   return seq == pos + 1 ? sample_at(r, pos) : NULL;
 }
 
+int cp_ring_pending(const cp_ring *r) {
+  cp_ring *w = (cp_ring *)r;
+  return atomic_load_explicit(&w->enqueue_pos, memory_order_relaxed) !=
+         atomic_load_explicit(&w->dequeue_pos, memory_order_relaxed);
+}
+
 void cp_ring_release(cp_ring *r) {
   uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
   store_seq(r, pos, pos + r->mask + 1);

@@ -56,6 +56,8 @@ void cp_ring_take_dropped(cp_ring *ring, int64_t values[CP_NVALUES]);
  * NULL, cp_ring_release frees it once read. */
 void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns, int wake_on_sample);
 const cp_raw_sample *cp_ring_peek(cp_ring *ring);
+/* Whether any sample is reserved and not yet released. */
+int cp_ring_pending(const cp_ring *ring);
 /* Ends a cp_ring_wait now (the consumer is asked to stop). */
 void cp_ring_wake(cp_ring *ring);
 void cp_ring_release(cp_ring *ring);

@@ -409,6 +409,19 @@ static void test_ring_idle_wait_ends_at_first_sample(void) {
   waited = now_s() - began;
   pthread_join(t, NULL);
   CHECK(waited >= 0.29);
+  CHECK(cp_ring_pending(r));
+  cp_ring_release(r);
+  CHECK(!cp_ring_pending(r));
+  /* A sample reserved, not yet committed: pending, though there is
+   * nothing to peek (the consumer waits short then, rather than spin). */
+  uint64_t ticket;
+  cp_raw_sample *s = cp_ring_reserve(r, &ticket, CONTPROF_KIND_CPU, 1, 1);
+  CHECK(s != NULL);
+  CHECK(cp_ring_peek(r) == NULL);
+  CHECK(cp_ring_pending(r));
+  if (s)
+    cp_ring_commit(r, ticket);
+  CHECK(cp_ring_peek(r) != NULL);
   cp_ring_destroy(r);
 }
 

@@ -59,6 +59,32 @@ static int64_t sum_where(pprof_profile **profiles, size_t n, const char *type,
   return sum;
 }
 
+/* Prints tid's wall samples whose stack lacks fn, leaf first: what a
+ * failed share check counted elsewhere. */
+static void print_samples_without(pprof_profile **profiles, size_t n, pid_t tid,
+                                  const char *fn) {
+  for (size_t f = 0; f < n; f++) {
+    const pprof_profile *p = profiles[f];
+    int idx = pprof_sample_type_index(p, "wall-time");
+    if (idx < 0)
+      continue;
+    for (size_t i = 0; i < p->n_sample; i++) {
+      sample_t *s = p->sample[i];
+      if (label_num(p, s, "thread id") != tid ||
+          pprof_sample_has_function(p, s, fn))
+        continue;
+      printf("  without %s, %lld ns:", fn, (long long)s->value[idx]);
+      for (size_t k = 0; k < s->n_location_id; k++) {
+        const char *names[4];
+        size_t m = pprof_location_functions(
+            p, pprof_find_location(p, s->location_id[k]), names, 4);
+        printf(" %s", m ? names[0] : "?");
+      }
+      printf("\n");
+    }
+  }
+}
+
 static size_t run_workload(char *const *args, const char *const *env,
                            const char *dir, run_result *r,
                            pprof_profile **profiles, size_t max) {
@@ -177,6 +203,8 @@ static void test_wall_few_threads_per_tick_unbiased(void) {
     printf("thread %d: %.3f s of %.3f s\n", tid, (double)total / 1e9,
            (double)life / 1e9);
     CHECK_NEAR(ratio, 1.0, 0.18);
+    if (waiting < total * 98 / 100)
+      print_samples_without(profiles, n, tid, "wait_forever");
     CHECK(waiting >= total * 98 / 100);
     sum_ratio += ratio;
     threads++;
