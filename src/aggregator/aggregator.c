@@ -124,6 +124,7 @@ static void *drain_thread(void *arg) {
   (void)arg;
   uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
   uint64_t wait_ns = DRAIN_INTERVAL_NS;
+  cp_ring_populate(agg.owned_ring);
   while (!atomic_load(&agg.stop)) {
     cp_ring_wait(agg.owned_ring, wait_ns, wait_ns > DRAIN_INTERVAL_NS);
     pthread_mutex_lock(&agg.lock);

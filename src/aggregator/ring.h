@@ -58,6 +58,10 @@ void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns, int wake_on_sample);
 const cp_raw_sample *cp_ring_peek(cp_ring *ring);
 /* Whether any sample is reserved and not yet released. */
 int cp_ring_pending(const cp_ring *ring);
+/* Faults every slot in (one madvise), so that producers take no page
+ * fault: called by the consumer's thread when it starts, in the process
+ * and in each child of fork (whose slots start as fresh zero pages). */
+void cp_ring_populate(cp_ring *ring);
 /* Ends a cp_ring_wait now (the consumer is asked to stop). */
 void cp_ring_wake(cp_ring *ring);
 void cp_ring_release(cp_ring *ring);

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -200,6 +201,43 @@ static void consume(const cp_raw_sample *s) {
 /* In the child of a fork taken while producers were mid-sample: the ring is
  * empty, has no dropped totals, and takes a full ring of new samples.
  * Returns the number of failures (the child's exit status). */
+static long minor_faults(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_minflt;
+}
+
+/* A ring of 140 pages that the parent filled before fork: the child's
+ * slots are faulted in by one call (its consumer's, at its start), and its
+ * producers then take no page fault. */
+#define BIG_SLOTS 256
+#define BIG_FRAMES 256
+static cp_ring *big_ring;
+
+static void fill(cp_ring *r, int n) {
+  for (int i = 0; i < n; i++) {
+    cp_record rec;
+    if (cp_record_begin_as(&rec, r, CONTPROF_KIND_CPU, 1, i, 1, 0, 0, 0))
+      cp_record_commit(&rec, 1, 0);
+  }
+}
+
+static int fill_big_ring_in_child(void) {
+  cp_ring_discard_after_fork(big_ring);
+  cp_ring_populate(big_ring);
+  long faults = minor_faults();
+  fill(big_ring, BIG_SLOTS);
+  faults = minor_faults() - faults;
+  int n = 0;
+  for (; cp_ring_peek(big_ring); n++)
+    cp_ring_release(big_ring);
+  if (faults > 4 || n != BIG_SLOTS) {
+    fprintf(stderr, "child: %ld page faults filling %d slots\n", faults, n);
+    return 1;
+  }
+  return 0;
+}
+
 static int child_after_fork(void) {
   int failures = 0;
   cp_ring_discard_after_fork(ring);
@@ -225,6 +263,8 @@ static int child_after_fork(void) {
     cp_ring_release(ring);
   }
   failures += cp_ring_peek(ring) != NULL;
+  if (big_ring)
+    failures += fill_big_ring_in_child();
   return failures;
 }
 
@@ -354,6 +394,12 @@ static void test_ring_discard_after_fork(void) {
   cp_record rec;
   CHECK(cp_record_begin_as(&rec, ring, CONTPROF_KIND_ALLOC, 2, 64, 1, 0, 0,
                            0) == NULL); /* full: dropped */
+  big_ring = cp_ring_create(BIG_SLOTS, BIG_FRAMES);
+  CHECK(big_ring != NULL);
+  if (big_ring) {
+    cp_ring_populate(big_ring);
+    fill(big_ring, BIG_SLOTS);
+  }
   fflush(NULL);
   pid_t child = fork();
   if (child == 0)
@@ -363,6 +409,8 @@ static void test_ring_discard_after_fork(void) {
   if (child > 0)
     waitpid(child, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  cp_ring_destroy(big_ring);
+  big_ring = NULL;
   /* The parent's ring is untouched: the drop is still there. */
   int64_t dropped[CP_NVALUES];
   cp_ring_take_dropped(ring, dropped);
