@@ -160,8 +160,8 @@ static void after_fork_child(void) {
   cp_thread_names_after_fork_child();
   cp_stats_after_fork_child();
   cp_governor_after_fork_child();
-  cp_symbols_reset();
-  cp_dwarf_reset();
+  cp_symbols_after_fork_child();
+  cp_dwarf_after_fork_child();
   cp_labels_set_profiling(0); /* the parent's samples are gone */
   if (prof.cfg.follow_fork) {
     restart_kept_config();

@@ -1686,6 +1686,18 @@ void cp_dwarf_set_debug_root(const char *dir) {
   pthread_mutex_unlock(&dwarf_lock);
 }
 
+void cp_dwarf_after_fork_child(void) {
+  /* As cp_symbols_after_fork_child: the modules are whole when the lock
+   * was free at the fork (libdw is only called under it), and their
+   * images, copied with the address space, are kept. */
+  if (pthread_mutex_trylock(&dwarf_lock) == 0) {
+    __atomic_store_n(&dwarf_lock_pid, getpid(), __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&dwarf_lock);
+    return;
+  }
+  cp_dwarf_reset();
+}
+
 void cp_dwarf_reset(void) {
   if (pthread_mutex_trylock(&dwarf_lock) != 0) {
     pid_t owner = __atomic_load_n(&dwarf_lock_pid, __ATOMIC_RELAXED);

@@ -62,8 +62,12 @@ size_t cp_dwarf_memory_used(void);
  * ("/usr/lib/debug"); for tests. NULL restores the default. */
 void cp_dwarf_set_debug_root(const char *dir);
 
-/* Closes every module and empties the caches (tests; the child after fork,
- * where a lock held by a lost thread is replaced and the state leaked). */
+/* Closes every module and empties the caches (tests; the child of a fork
+ * that happened while a lost thread held the lock, which is then replaced
+ * and the state leaked). */
 void cp_dwarf_reset(void);
+/* In the child of fork: keeps the modules when no thread was reading one
+ * at the fork, else cp_dwarf_reset. */
+void cp_dwarf_after_fork_child(void);
 
 #endif

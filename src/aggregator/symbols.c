@@ -904,6 +904,7 @@ static elf_file *file_get(const char *open_path, const char *path) {
     }
   }
   elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
+  cp_debug("symbols: pid %d reads the symbol table of %s", (int)getpid(), path);
   elf_file *f = file_parse(&r, path);
   close(fd);
   if (!f) {
@@ -1339,6 +1340,24 @@ static void free_all_locked(void) {
 
 /* In the child of a fork, call it before other threads use the module: it
  * tells a lock held by a thread lost in the fork by the lock's process. */
+void cp_symbols_after_fork_child(void) {
+  /* Only the forking thread lives here. The lock was free at the fork: no
+   * update was half done, and the tables describe this address space, the
+   * parent's copied. They are kept, so that each child of a forking server
+   * does not read its symbol tables again (docs/symbols.md, "fork"). */
+  if (pthread_mutex_trylock(&symbols_lock) == 0) {
+    __atomic_store_n(&symbols_lock_pid, getpid(), __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&symbols_lock);
+    cp_debug("symbols: pid %d keeps the symbol tables of its parent",
+             (int)getpid());
+    return;
+  }
+  cp_debug("symbols: pid %d reads its symbol tables anew: a thread was "
+           "updating them at the fork",
+           (int)getpid());
+  cp_symbols_reset(); /* held by a thread that is gone: made anew */
+}
+
 void cp_symbols_reset(void) {
   if (pthread_mutex_trylock(&symbols_lock) != 0) {
     pid_t owner = __atomic_load_n(&symbols_lock_pid, __ATOMIC_RELAXED);

@@ -53,9 +53,13 @@ void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen);
  */
 void cp_symbols_collect(uint64_t oldest_gen);
 
-/* Drops everything (for tests and the child after fork); the budget
- * stays. */
+/* Drops everything (tests; the child of a fork that happened while a lost
+ * thread held the tables, which are then leaked); the budget stays. */
 void cp_symbols_reset(void);
+/* In the child of fork: keeps the tables when no thread was updating them
+ * at the fork (they describe the child's address space too), else
+ * cp_symbols_reset. */
+void cp_symbols_after_fork_child(void);
 
 /* The memory symbol tables may take (CONTPROF_SYMBOLS_MAX_MB): the tables
  * kept, and a file's sections while its table is built. To make room the

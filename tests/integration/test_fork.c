@@ -92,6 +92,55 @@ static void test_prefork_server(void) {
   remove_dir(dir);
 }
 
+/* Children forked after the parent read its symbol tables keep them (the
+ * address space is the parent's copied) rather than read each file again,
+ * and their profiles are symbolized as well. A child forked while a drain
+ * of the parent was updating the tables (a lock held for microseconds
+ * every 100 ms) reads them anew: 2 of 3 children must keep them. */
+static void test_children_keep_symbol_tables(void) {
+  char *dir = make_temp_dir("forklate");
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "exec %s run --hz 250 --output %s --period 3600 --profiles cpu -- "
+           "%s fork-late 3 2>&1",
+           CONTPROF, dir, WORKLOAD);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  const char *env[] = {"CONTPROF_LOG_LEVEL=debug", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "children_ok=3") != NULL);
+  int kept = 0;
+  char line[128];
+  for (const char *c = r->out; (c = strstr(c, "child_pid=")) != NULL; c++) {
+    int pid = atoi(c + strlen("child_pid="));
+    snprintf(line, sizeof line, "pid %d keeps the symbol tables of its parent",
+             pid);
+    if (!strstr(r->out, line))
+      continue;
+    kept++;
+    snprintf(line, sizeof line, "pid %d reads the symbol table of %s", pid,
+             WORKLOAD);
+    CHECK(strstr(r->out, line) == NULL);
+  }
+  printf("%d of 3 children kept their parent's symbol tables\n", kept);
+  CHECK(kept >= 2);
+  pprof_profile *p[MAX_PROFILES];
+  size_t n = read_profiles(dir, p, MAX_PROFILES, NULL);
+  CHECK_EQ_INT(n, 4);
+  int children = 0;
+  for (size_t i = 0; i < n; i++) {
+    work w = work_of(p[i]);
+    children += w.gamma > 0.08 && w.alpha == 0;
+    pprof_profile_free(p[i]);
+  }
+  CHECK_EQ_INT(children, 3);
+  if (kept < 2 || children != 3)
+    printf("%s\n", r->out);
+  free(r);
+  remove_dir(dir);
+}
+
 /* CONTPROF_FOLLOW_FORK=0: only the parent is profiled. */
 static void test_follow_fork_off(void) {
   const char *env[] = {"CONTPROF_FOLLOW_FORK=0", NULL};
@@ -110,4 +159,5 @@ static void test_follow_fork_off(void) {
   remove_dir(dir);
 }
 
-TEST_MAIN(T(test_prefork_server), T(test_follow_fork_off))
+TEST_MAIN(T(test_prefork_server), T(test_children_keep_symbol_tables),
+          T(test_follow_fork_off))

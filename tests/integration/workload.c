@@ -8,6 +8,9 @@
  *                           and perf descriptors left once they are gone
  *   close-fds               works, closes every descriptor above 2, works
  *   fork                    forks children that work and exit()
+ *   fork-late N             works 0.4 s, then forks N children one after
+ *                           another, each working 0.15 s in work_gamma;
+ *                           prints each child's pid
  *   prefork                 a pre-fork server: while a thread computes and
  *                           allocates under labels, forks 2 workers that
  *                           work and fork a child that works too
@@ -265,6 +268,29 @@ static int forking(void) {
          WIFEXITED(status) ? WEXITSTATUS(status) : -1,
          (int)(intptr_t)from_thread);
   work_alpha(200000000);
+  return 0;
+}
+
+/* fork-late: children forked once the parent's symbol tables are read
+ * (its drains symbolize every 100 ms). */
+static int fork_late(int n) {
+  work_alpha(400000000);
+  int ok = 0;
+  for (int i = 0; i < n; i++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      work_gamma(150000000);
+      exit(0);
+    }
+    int status = -1;
+    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+        WEXITSTATUS(status) == 0)
+      ok++;
+    printf("child_pid=%d\n", (int)pid);
+    work_alpha(50000000);
+  }
+  printf("children_ok=%d\n", ok);
   return 0;
 }
 
@@ -629,6 +655,8 @@ int main(int argc, char **argv) {
     return forking();
   if (strcmp(argv[1], "prefork") == 0)
     return preforking();
+  if (strcmp(argv[1], "fork-late") == 0 && argc == 3)
+    return fork_late(atoi(argv[2]));
   if (strcmp(argv[1], "exec-chain") == 0 && argc == 3)
     return exec_chain(atoi(argv[2]));
   if (strcmp(argv[1], "exec-fail") == 0)
