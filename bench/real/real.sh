@@ -25,7 +25,11 @@
 # REAL_ENV (more VAR=VALUE words for the profiled server, e.g.
 # CONTPROF_CPU_CLOCK=posix), REAL_ENV_B (when set, a second profiled
 # variant, "profiled-b", with these words instead of REAL_ENV, in the same
-# rounds: two settings compared against one plain baseline), BENCH_BUILD_DIR.
+# rounds: two settings compared against one plain baseline), REAL_PERF (1:
+# `perf record -a` over the middle of each run's load, then per variant the
+# median share of the machine's samples in contprof's threads, in its code
+# on the server's threads, and in copy-on-write faults taken by its code),
+# BENCH_BUILD_DIR.
 # Needs the Debian packages of scripts/deps's `bench` group (nginx-light, wrk,
 # postgresql, run as root to switch users).
 set -euo pipefail
@@ -155,6 +159,21 @@ server_cpu() {
   done | awk -v hz="$(getconf CLK_TCK)" '{ s += $1 } END { printf "%.2f\n", s / hz }'
 }
 
+# perf_during SERVER VARIANT REPEAT: with REAL_PERF=1, records every CPU
+# (cpu-clock, call graphs) from one second into the load to one second
+# before its end, in the background (perf_pid).
+perf_pid=""
+perf_during() {
+  [[ ${REAL_PERF:-0} == 1 ]] || return 0
+  (sleep 1 && exec perf record -q -a -g -F 999 -o "$tmp/perf.$1.$2.$3.data" \
+    -- sleep $((REAL_SECONDS > 3 ? REAL_SECONDS - 2 : 1)) >/dev/null 2>&1) &
+  perf_pid=$!
+}
+perf_wait() {
+  [[ -n $perf_pid ]] && wait "$perf_pid" 2>/dev/null || true
+  perf_pid=""
+}
+
 wait_port() {
   for _ in $(seq 1 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
@@ -178,9 +197,11 @@ nginx_run() {
   local load cpu0 cpu1
   load=$(cut -d' ' -f1 /proc/loadavg)
   cpu0=$(server_cpu nobody nginx)
+  perf_during nginx "$variant" "$r"
   wrk -t1 -c"$REAL_CONNS" -d"${REAL_SECONDS}s" --latency \
     "http://127.0.0.1:$NGINX_PORT/index.html" >"$tmp/wrk.out"
   cpu1=$(server_cpu nobody nginx)
+  perf_wait
   stop_server QUIT
   local rps p99 n
   rps=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk.out")
@@ -243,6 +264,7 @@ pg_run() {
   (cd "$tmp/pglog" && "${pgb[@]}" -n -T "$REAL_SECONDS" -l --log-prefix=tx \
     >"$tmp/pgbench.out" 2>&1) &
   local pgb_pid=$!
+  perf_during postgres "$variant" "$r"
   # The CPU while every backend runs, one second before the end: what a
   # long-lived server pays, without the backends' exit (each profiled one
   # writes its profile then, symbolizing it: a cost per connection).
@@ -250,6 +272,7 @@ pg_run() {
   cpumid=$(server_cpu postgres postgres)
   tmid=$(date +%s.%N)
   wait "$pgb_pid"
+  perf_wait
   sleep 0.5 # the backends' exit, reaped by the postmaster
   cpu1=$(server_cpu postgres postgres)
   stop_server INT
@@ -309,6 +332,36 @@ for s in sys.argv[4:]:
             name, fmt([p["plain"] for p in reps]), fmt([p[v] for p in reps]),
             ratio(0), ratio(1), ratio(2), ratio(3)))
 PY
+
+if [[ ${REAL_PERF:-0} == 1 ]]; then
+  echo
+  echo "perf record -a over each run's load: share of the machine's samples (median over repeats)"
+  echo "| server | variant | contprof's threads | contprof's code on the server's threads | copy-on-write faults in contprof's code |"
+  echo "|---|---|---|---|---|"
+  for s in "${servers[@]}"; do
+    for v in "${variants[@]}"; do
+      for f in "$tmp/perf.$s.$v".*.data; do
+        [[ -f $f ]] || continue
+        # One record per sample: its thread's name, then its frames, leaf
+        # first. The first frame outside the kernel says whose code it is.
+        perf script -i "$f" -F comm,ip,sym,dso 2>/dev/null | awk '
+          BEGIN { RS = "" }
+          { n++; split($0, l, "\n"); user = ""
+            for (i = 2; i <= length(l); i++) if (l[i] !~ /kernel/) { user = l[i]; break }
+            if (l[1] ~ /^ *contprof-/) threads++
+            else if (user ~ /libcontprof/) code++
+            if (user ~ /libcontprof/ && $0 ~ /do_wp_page|wp_page_copy/) cow++ }
+          END { printf "%.3f %.3f %.3f\n", 100 * threads / n, 100 * code / n, 100 * cow / n }'
+      done | python3 -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+if rows:
+    med = [statistics.median(r[i] for r in rows) for i in range(3)]
+    print("| %s | %s | %.2f%% | %.2f%% | %.2f%% |" % (sys.argv[1], sys.argv[2], *med))
+' "$s" "$v"
+    done
+  done
+fi
 
 for s in "${servers[@]}"; do
   d=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/profiled-$REAL_REPEATS
