@@ -242,7 +242,7 @@ static void alloc_stop(void) { atomic_store(&cp_alloc_hot.sampling, 0); }
 static void alloc_after_fork_child(void) {
   atomic_store(&cp_alloc_hot.sampling, 0);
   cp_thread.in_hook = 0; /* a sample the fork interrupted */
-  cp_heap_untrack_all();
+  cp_heap_after_fork_child();
 }
 
 /* On the profiler's thread: one sample every factor x the configured mean

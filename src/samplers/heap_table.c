@@ -33,6 +33,7 @@ static struct {
   _Atomic uint32_t high_water; /* entries ever handed out */
   char pad3[60];
   _Atomic uint64_t overflows;
+  int wiped_on_fork; /* MADV_WIPEONFORK took on the pool and the slots */
 } heap;
 
 static cp_heap_entry *entry_at(uint32_t i) {
@@ -87,6 +88,16 @@ int cp_heap_init(size_t capacity, size_t max_frames) {
   if (slots == MAP_FAILED) {
     munmap(pool, pool_bytes);
     return -1;
+  }
+  /* A child of fork gets both as fresh zero pages, an empty table, rather
+   * than the parent's shared copy-on-write: emptying the parent's entries
+   * and each first insert into a slot page cost a child a fault, a copy and
+   * a TLB shoot-down (cp_heap_after_fork_child). */
+  if (madvise(slots, slot_bytes, MADV_WIPEONFORK) == 0) {
+    if (madvise(pool, pool_bytes, MADV_WIPEONFORK) == 0)
+      heap.wiped_on_fork = 1;
+    else
+      madvise(slots, slot_bytes, MADV_KEEPONFORK);
   }
   heap.pool = pool;
   heap.slots = slots;
@@ -298,6 +309,23 @@ long cp_heap_count_live(void) {
     n += cur != SLOT_EMPTY && cur != SLOT_TOMB;
   }
   return n;
+}
+
+void cp_heap_after_fork_child(void) {
+  if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
+    return;
+  if (!heap.wiped_on_fork) {
+    cp_heap_untrack_all();
+    return;
+  }
+  /* Zero pool and slots: no entry handed out, none free, no slot used. */
+  atomic_store_explicit(&heap.free_head, 0, memory_order_relaxed);
+  atomic_store_explicit(&heap.high_water, 0, memory_order_relaxed);
+  for (size_t i = 0; i < sizeof cp_heap_filter; i++)
+    atomic_store_explicit(&cp_heap_filter[i], 0, memory_order_relaxed);
+  /* The slots faulted in at once, as at creation (cp_heap_init). */
+  madvise(heap.slots, (heap.slot_mask + 1) * sizeof(uint64_t),
+          MADV_POPULATE_WRITE);
 }
 
 void cp_heap_untrack_all(void) {

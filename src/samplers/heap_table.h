@@ -98,6 +98,10 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
  * child's in-use profile holds only what the child allocated. An entry the
  * parent's other threads were writing at fork stays taken (it is lost). */
 void cp_heap_untrack_all(void);
+/* In the child of fork (only the forking thread lives): empties the table,
+ * whose pool and slots the child got as fresh zero pages (else as
+ * cp_heap_untrack_all). */
+void cp_heap_after_fork_child(void);
 
 /* How many allocations are tracked now: a scan of the address slots (for
  * tests and diagnostics, not the hot path). */

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -268,6 +269,46 @@ static void test_table_full_is_counted(void) {
   contprof_stop();
 }
 
+/* A child of fork starts with an empty live table (its in-use profile is
+ * its own), frees the parent's tracked blocks harmlessly, and tracks its
+ * own. The table's pages reach the child as fresh zero pages: that empty
+ * table is all zero. */
+static int child_table(void **parents, int n) {
+  int failures = cp_heap_count_live() != 0;
+  for (int i = 0; i < n; i++)
+    free(parents[i]);
+  void *mine[50];
+  for (int i = 0; i < 50; i++)
+    mine[i] = hold_block(64);
+  failures += cp_heap_count_live() != 50;
+  for (int i = 0; i < 50; i++)
+    free(mine[i]);
+  failures += cp_heap_count_live() != 0;
+  return failures;
+}
+
+static void test_fork_child_starts_empty(void) {
+  CHECK_EQ_INT(start_sampling_everything(), 0);
+  long before = cp_heap_count_live();
+  void *blocks[200];
+  for (int i = 0; i < 200; i++)
+    blocks[i] = hold_block(48);
+  CHECK_EQ_INT(cp_heap_count_live() - before, 200);
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0)
+    _exit(child_table(blocks, 200));
+  int status = -1;
+  CHECK(child > 0 && waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  /* The parent's table is its own. */
+  CHECK_EQ_INT(cp_heap_count_live() - before, 200);
+  for (int i = 0; i < 200; i++)
+    free(blocks[i]);
+  CHECK_EQ_INT(cp_heap_count_live() - before, 0);
+  contprof_stop();
+}
+
 /* Threads allocating, growing and freeing at random while every allocation
  * is sampled: nothing tracked is left once everything is freed, and the
  * blocks' contents survive. */
@@ -333,6 +374,7 @@ int main(void) {
       T(test_conformance_every_allocation_sampled),
       T(test_free_and_realloc_untrack),
       T(test_table_full_is_counted),
+      T(test_fork_child_starts_empty),
       T(test_threads_stress),
   };
   int failed = 0;
