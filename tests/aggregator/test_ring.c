@@ -231,7 +231,9 @@ static int fill_big_ring_in_child(void) {
   int n = 0;
   for (; cp_ring_peek(big_ring); n++)
     cp_ring_release(big_ring);
-  if (faults > 4 || n != BIG_SLOTS) {
+  /* Under a sanitizer, its shadow of the slots faults in as they are written:
+   * only the count of slots is checked there. */
+  if ((faults > 4 && !CP_TEST_SANITIZED) || n != BIG_SLOTS) {
     fprintf(stderr, "child: %ld page faults filling %d slots\n", faults, n);
     return 1;
   }
