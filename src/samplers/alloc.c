@@ -227,6 +227,11 @@ static int alloc_start(const cp_config *cfg) {
   }
   cp_unwind_init();
   atomic_fetch_add(&alloc.epoch, 1);
+  /* The starting thread draws its first gap at its next allocation, with
+   * this start's mean. Other threads finish the gap they are in, drawn with
+   * the mean of the previous start (or the governor's slowdown then): their
+   * first sample is weighted with it. */
+  cp_alloc_countdown = 0;
   atomic_store(&cp_alloc_hot.sampling, alloc.alloc_on || alloc.heap_on);
   return 0;
 }
