@@ -23,6 +23,7 @@
 #include "aggregator/dwarf_line.h"
 #include "aggregator/symbols.h"
 #include "common.h"
+#include "own_fd.h"
 
 #define DEFAULT_DEBUG_ROOT "/usr/lib/debug"
 #define MAX_BUILD_ID_HEX 129
@@ -89,9 +90,9 @@ typedef struct module {
   char *path;
   uint64_t dev, ino;
   char build_id[MAX_BUILD_ID_HEX];
-  int opened;       /* an attempt was made; dw NULL: no DWARF */
-  int refused;      /* identity mismatch or over the cap: never DWARF */
-  int fd, debug_fd; /* debug_fd -1 when the object has its own */
+  int opened;  /* an attempt was made; dw NULL: no DWARF */
+  int refused; /* identity mismatch or over the cap: never DWARF */
+  cp_own_fd file, debug_file; /* debug_file.fd -1: the object has its own */
   Elf *elf, *debug_elf;
   /* The file libdw reads, copied whole into memory with IMAGE_PAD zero
    * bytes after it, and its Elf: libdw 0.188 reads past the end of a
@@ -135,15 +136,16 @@ static struct {
 
 /* ---- Opening ------------------------------------------------------------- */
 
-static int open_regular(const char *path, struct stat *sb) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0)
+/* A regular file opened read-only as a descriptor of ours (own_fd.h). */
+static int open_regular(cp_own_fd *own, const char *path, struct stat *sb) {
+  if (cp_own_open(own, AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0,
+                  sb) < 0)
     return -1;
-  if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
-    close(fd);
+  if (!S_ISREG(sb->st_mode)) {
+    cp_own_close(own);
     return -1;
   }
-  return fd;
+  return own->fd;
 }
 
 static void build_id_hex(Elf *elf, char *out) {
@@ -218,7 +220,8 @@ static uint64_t debug_bytes(Elf *elf, int fd) {
  * Sets *existed when the file was there at all. */
 static int try_debug_file(module *m, const char *path, int *existed) {
   struct stat sb;
-  int fd = open_regular(path, &sb);
+  cp_own_fd own;
+  int fd = open_regular(&own, path, &sb);
   if (fd < 0)
     return -1;
   *existed = 1;
@@ -228,7 +231,7 @@ static int try_debug_file(module *m, const char *path, int *existed) {
     build_id_hex(elf, id);
     if ((m->build_id[0] == '\0' || strcmp(id, m->build_id) == 0) &&
         debug_bytes(elf, fd) > 0) {
-      m->debug_fd = fd;
+      m->debug_file = own;
       m->debug_elf = elf;
       snprintf(st.debug_path, sizeof st.debug_path, "%s", path);
       cp_debug("symbols: debug information of %s from %s", m->path, path);
@@ -237,7 +240,7 @@ static int try_debug_file(module *m, const char *path, int *existed) {
   }
   if (elf)
     cp_dw.elf_end(elf);
-  close(fd);
+  cp_own_close(&own);
   return -1;
 }
 
@@ -543,12 +546,9 @@ static void module_release_files(module *m) {
     cp_dw.elf_end(m->debug_elf);
   if (m->elf)
     cp_dw.elf_end(m->elf);
-  if (m->debug_fd >= 0)
-    close(m->debug_fd);
-  if (m->fd >= 0)
-    close(m->fd);
+  cp_own_close(&m->debug_file);
+  cp_own_close(&m->file);
   m->elf = m->debug_elf = NULL;
-  m->fd = m->debug_fd = -1;
 }
 
 static void module_close(module *m) {
@@ -864,7 +864,8 @@ static unsigned char *load_image(Elf *elf, int fd, size_t file_size,
 static uint64_t try_alt_file(module *m, const char *path, const void *id,
                              size_t n, uint64_t main_bytes) {
   struct stat sb;
-  int fd = open_regular(path, &sb);
+  cp_own_fd own;
+  int fd = open_regular(&own, path, &sb);
   if (fd < 0)
     return 0;
   uint64_t bytes = 0, inflated = 0;
@@ -897,7 +898,7 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
   }
   if (elf)
     cp_dw.elf_end(elf);
-  close(fd);
+  cp_own_close(&own);
   return bytes;
 }
 
@@ -998,10 +999,9 @@ static void find_line_sections(module *m) {
 static void module_open(module *m) {
   limit_open_modules();
   m->opened = 1;
-  m->fd = m->debug_fd = -1;
+  m->file.fd = m->debug_file.fd = -1;
   struct stat sb;
-  m->fd = open_regular(m->path, &sb);
-  if (m->fd < 0)
+  if (open_regular(&m->file, m->path, &sb) < 0)
     return;
   if ((m->dev || m->ino) &&
       ((uint64_t)sb.st_dev != m->dev || (uint64_t)sb.st_ino != m->ino)) {
@@ -1012,7 +1012,7 @@ static void module_open(module *m) {
     module_close(m);
     return;
   }
-  m->elf = cp_dw.elf_begin(m->fd, ELF_C_READ, NULL);
+  m->elf = cp_dw.elf_begin(m->file.fd, ELF_C_READ, NULL);
   if (!m->elf || cp_dw.elf_kind(m->elf) != ELF_K_ELF) {
     module_close(m);
     return;
@@ -1032,12 +1032,12 @@ static void module_open(module *m) {
   int existed = 0;
   Elf *dbg = NULL;
   uint64_t inflated = 0;
-  uint64_t bytes = debug_bytes_inflated(m->elf, m->fd, &inflated);
+  uint64_t bytes = debug_bytes_inflated(m->elf, m->file.fd, &inflated);
   if (bytes > 0) {
     dbg = m->elf;
   } else if (find_debug_file(m, &existed) == 0) {
     dbg = m->debug_elf;
-    bytes = debug_bytes_inflated(dbg, m->debug_fd, &inflated);
+    bytes = debug_bytes_inflated(dbg, m->debug_file.fd, &inflated);
   }
   if (!dbg) {
     if (existed)
@@ -1056,7 +1056,7 @@ static void module_open(module *m) {
     return;
   }
   /* libdw reads a copy of the file (see module.image, read_image). */
-  int dbg_fd = dbg == m->elf ? m->fd : m->debug_fd;
+  int dbg_fd = dbg == m->elf ? m->file.fd : m->debug_file.fd;
   char dwarf_path[PATH_MAX];
   snprintf(dwarf_path, sizeof dwarf_path, "%s",
            dbg == m->elf ? m->path : st.debug_path);
@@ -1618,7 +1618,7 @@ static module *module_get(const cp_dwarf_object *obj) {
     free(m);
     return NULL;
   }
-  m->fd = m->debug_fd = -1;
+  m->file.fd = m->debug_file.fd = -1;
   m->dev = obj->dev;
   m->ino = obj->ino;
   snprintf(m->build_id, sizeof m->build_id, "%s", id);

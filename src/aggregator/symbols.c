@@ -19,6 +19,7 @@
 
 #include "aggregator/dwarf.h"
 #include "common.h"
+#include "own_fd.h"
 
 #if UINTPTR_MAX > 0xffffffffu
 #define ELFCLASS_NATIVE ELFCLASS64
@@ -44,6 +45,8 @@ typedef ElfW(Nhdr) elf_nhdr;
  * scan, the build ids we accept, the names we hand to the demangler. */
 #define MAX_SECTION_BYTES ((uint64_t)512 << 20)
 #define MAX_NOTE_BYTES ((uint64_t)1 << 20)
+#define MAX_MAPS_BYTES ((size_t)64 << 20) /* 65,530 mappings with long paths   \
+                                           */
 #define MAX_BUILD_ID_BYTES 64
 #define MAX_DEMANGLE_CHARS 65536
 /* How many earlier symbols a lookup inspects for one that encloses pc (nested
@@ -620,19 +623,20 @@ static int build_table(sym_builder *b, elf_file *f) {
 
 /* ---- Separate debug files ------------------------------------------------ */
 
-/* Opens a regular file read-only; fills *st. -1 for anything else: a device
- * or FIFO must not be opened (side effects, blocking). */
-static int open_regular(const char *path, struct stat *st) {
+/* Opens a regular file read-only as a descriptor of ours (own_fd.h); fills
+ * *st. -1 for anything else: a device or FIFO must not be opened (side
+ * effects, blocking). */
+static int open_regular(cp_own_fd *own, const char *path, struct stat *st) {
   if (stat(path, st) != 0 || !S_ISREG(st->st_mode))
     return -1;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0)
+  if (cp_own_open(own, AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0,
+                  st) < 0)
     return -1;
-  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
-    close(fd);
+  if (!S_ISREG(st->st_mode)) {
+    cp_own_close(own);
     return -1;
   }
-  return fd;
+  return own->fd;
 }
 
 /* Adds the .symtab of the debug file at path if it belongs to the file with
@@ -640,7 +644,8 @@ static int open_regular(const char *path, struct stat *st) {
 static int collect_debug_file(const char *path, const char *build_id,
                               sym_builder *b) {
   struct stat st;
-  int fd = open_regular(path, &st);
+  cp_own_fd own;
+  int fd = open_regular(&own, path, &st);
   if (fd < 0)
     return 0;
   elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
@@ -653,7 +658,7 @@ static int collect_debug_file(const char *path, const char *build_id,
       added = collect_tables(&r, SHT_SYMTAB, b) > 0;
   }
   reader_close(&r);
-  close(fd);
+  cp_own_close(&own);
   if (added)
     cp_debug("symbols: using debug file %s", path);
   return added;
@@ -889,7 +894,8 @@ static void file_unref(elf_file *f) {
  * reference. NULL when unreadable or not ELF. */
 static elf_file *file_get(const char *open_path, const char *path) {
   struct stat st;
-  int fd = open_regular(open_path, &st);
+  cp_own_fd own;
+  int fd = open_regular(&own, open_path, &st);
   if (fd < 0) {
     cp_debug("symbols: cannot open %s: %s", open_path, strerror(errno));
     return NULL;
@@ -898,7 +904,7 @@ static elf_file *file_get(const char *open_path, const char *path) {
     if (f->dev == st.st_dev && f->ino == st.st_ino && f->size == st.st_size &&
         f->mtime.tv_sec == st.st_mtim.tv_sec &&
         f->mtime.tv_nsec == st.st_mtim.tv_nsec) {
-      close(fd);
+      cp_own_close(&own);
       f->refs++;
       return f;
     }
@@ -906,7 +912,7 @@ static elf_file *file_get(const char *open_path, const char *path) {
   elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
   cp_debug("symbols: pid %d reads the symbol table of %s", (int)getpid(), path);
   elf_file *f = file_parse(&r, path);
-  close(fd);
+  cp_own_close(&own);
   if (!f) {
     cp_debug("symbols: %s is not a usable ELF file", path);
     return NULL;
@@ -1087,21 +1093,29 @@ static void map_read_file(map_rec *m) {
  * records for new ones and retires the vanished ones (sets
  * change_pending). Returns 0 or -1. */
 static int read_maps_locked(void) {
-  FILE *fp = fopen("/proc/self/maps", "re");
-  if (!fp) {
+  cp_own_fd own = CP_OWN_FD_NONE;
+  size_t len = 0;
+  char *text = NULL;
+  if (cp_own_open(&own, AT_FDCWD, "/proc/self/maps", O_RDONLY, 0, NULL) >= 0)
+    text = cp_own_read_all(&own, MAX_MAPS_BYTES, &len);
+  int err = errno;
+  cp_own_close(&own);
+  if (!text) {
     if (!symbols.maps_warned)
-      cp_warn("symbols: cannot read /proc/self/maps: %s", strerror(errno));
+      cp_warn("symbols: cannot read /proc/self/maps: %s", strerror(err));
     symbols.maps_warned = 1;
     return -1;
   }
   maps_line *lines = NULL;
   size_t nlines = 0, cap = 0;
-  char *buf = NULL;
-  size_t buf_size = 0;
   int rc = 0;
-  while (getline(&buf, &buf_size, fp) > 0) {
+  for (char *line = text, *end; line < text + len; line = end + 1) {
+    end = memchr(line, '\n', (size_t)(text + len - line));
+    if (!end)
+      end = text + len;
+    *end = '\0';
     maps_line l;
-    if (!parse_maps_line(buf, &l))
+    if (!parse_maps_line(line, &l))
       continue;
     maps_line *grown = cp_grow_array(lines, &cap, nlines + 1, sizeof *lines);
     if (!grown) {
@@ -1112,8 +1126,7 @@ static int read_maps_locked(void) {
     lines = grown;
     lines[nlines++] = l;
   }
-  free(buf);
-  fclose(fp);
+  free(text);
 
   map_rec **maps = rc == 0 ? calloc(nlines ? nlines : 1, sizeof *maps) : NULL;
   unsigned char *kept = calloc(symbols.nmaps ? symbols.nmaps : 1, 1);

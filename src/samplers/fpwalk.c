@@ -32,6 +32,7 @@
  * the walker never reads the .eh_frame of an object that is gone. */
 #include "fpwalk.h"
 
+#include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,6 +47,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "own_fd.h"
 
 #define DW_RBP 6
 #define DW_RSP 7
@@ -87,22 +89,26 @@ int cp_fpwalk_stack_bounds(uintptr_t *lo, uintptr_t *hi) {
  * mmap area at least that far away), at most 1 GiB. Called on the main
  * thread only, off the hot path. */
 static void main_thread_stack(void) {
-  FILE *f = fopen("/proc/self/maps", "re");
-  if (!f)
+  cp_own_fd own;
+  if (cp_own_open(&own, AT_FDCWD, "/proc/self/maps", O_RDONLY, 0, NULL) < 0)
     return;
-  char line[512];
+  size_t len;
+  char *maps = cp_own_read_all(&own, (size_t)64 << 20, &len);
+  cp_own_close(&own);
+  if (!maps)
+    return;
   uintptr_t lo = 0, hi = 0;
-  while (fgets(line, sizeof line, f)) {
-    if (!strstr(line, "[stack]"))
-      continue;
+  char *at = strstr(maps, "[stack]\n");
+  if (at) {
+    while (at > maps && at[-1] != '\n')
+      at--;
     unsigned long a, b;
-    if (sscanf(line, "%lx-%lx", &a, &b) == 2) {
+    if (sscanf(at, "%lx-%lx", &a, &b) == 2) {
       lo = a;
       hi = b;
     }
-    break;
   }
-  fclose(f);
+  free(maps);
   uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
   if (!hi || sp < lo || sp >= hi)
     return;

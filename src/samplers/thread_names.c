@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "contprof/profiler.h"
+#include "own_fd.h"
 
 #define MAX_NAMED_THREADS 4096
 
@@ -25,11 +26,11 @@ static void read_thread_name(pid_t tid, char *buf, size_t len) {
   char path[64];
   snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
   buf[0] = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  cp_own_fd own;
+  if (cp_own_open(&own, AT_FDCWD, path, O_RDONLY, 0, NULL) < 0)
     return;
-  ssize_t n = read(fd, buf, len - 1);
-  close(fd);
+  ssize_t n = pread(own.fd, buf, len - 1, 0);
+  cp_own_close(&own);
   if (n <= 0)
     return;
   buf[n] = 0;

@@ -8,16 +8,18 @@
  * /proc/self/task. */
 #include "threads.h"
 
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "fpwalk.h"
+#include "own_fd.h"
 #include "thread_state.h"
 
 #define MAX_EXCLUDED 16
@@ -96,27 +98,34 @@ static int compare_tid(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+typedef struct {
+  pid_t *tids;
+  size_t n, cap;
+} tid_list;
+
+static int add_tid(const char *name, void *arg) {
+  tid_list *l = arg;
+  pid_t tid = (pid_t)atoi(name);
+  if (tid <= 0)
+    return 0;
+  pid_t *grown = cp_grow_array(l->tids, &l->cap, l->n + 1, sizeof *grown);
+  if (!grown)
+    return 1;
+  l->tids = grown;
+  l->tids[l->n++] = tid;
+  return 0;
+}
+
 void cp_threads_rescan(void) {
-  DIR *dir = opendir("/proc/self/task");
-  if (!dir)
+  cp_own_fd dir;
+  if (cp_own_open(&dir, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY, 0,
+                  NULL) < 0)
     return;
-  pid_t *seen = NULL;
-  size_t nseen = 0, cap = 0;
-  struct dirent *e;
-  while ((e = readdir(dir)) != NULL) {
-    pid_t tid = (pid_t)atoi(e->d_name);
-    if (tid <= 0)
-      continue;
-    if (nseen == cap) {
-      cap = cap ? cap * 2 : 64;
-      pid_t *grown = realloc(seen, cap * sizeof *grown);
-      if (!grown)
-        break;
-      seen = grown;
-    }
-    seen[nseen++] = tid;
-  }
-  closedir(dir);
+  tid_list list = {0};
+  cp_own_list_dir(&dir, add_tid, &list);
+  cp_own_close(&dir);
+  pid_t *seen = list.tids;
+  size_t nseen = list.n;
   if (seen)
     qsort(seen, nseen, sizeof *seen, compare_tid);
   pthread_mutex_lock(&reg.lock);

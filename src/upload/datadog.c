@@ -6,6 +6,7 @@
  * the DD-EVP-ORIGIN headers and the container headers. See docs/formats.md. */
 #include "datadog.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <regex.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "common.h"
 #include "contprof/profiler.h"
 #include "http_sink.h"
+#include "own_fd.h"
 #include "stats.h"
 
 #define ORIGIN "contprof"
@@ -323,14 +325,13 @@ int cp_datadog_cgroup_path(const char *text, char *out, size_t len) {
 }
 
 static char *read_small_file(const char *path) {
-  FILE *f = fopen(path, "re");
-  if (!f)
+  cp_own_fd own;
+  if (cp_own_open(&own, AT_FDCWD, path, O_RDONLY, 0, NULL) < 0)
     return NULL;
-  char *buf = calloc(1, 65536);
-  if (buf)
-    buf[fread(buf, 1, 65535, f)] = 0;
-  fclose(f);
-  return buf;
+  size_t len;
+  char *text = cp_own_read_all(&own, 65535, &len);
+  cp_own_close(&own);
+  return text;
 }
 
 /* Datadog-Container-ID and Datadog-Entity-ID headers, into h[]. */

@@ -89,19 +89,20 @@ static int file_send(cp_sink *self, cp_export *e) {
     fs->last_errno = errno;
     goto out;
   }
-  int fd = cp_safe_dir_create_file(dfd, tmp_name);
+  cp_own_fd own;
+  int fd = cp_safe_dir_create_file(dfd, tmp_name, &own);
   if (fd < 0) {
     report(fs, tmp_name, errno);
     goto out;
   }
-  if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+  if (write_all(fd, data, len) != 0 || fsync(fd) != 0 ||
+      cp_own_close(&own) != 0) {
     int err = errno;
-    close(fd);
+    cp_own_close(&own);
     unlinkat(dfd, tmp_name, 0);
     report(fs, tmp_name, err);
     goto out;
   }
-  close(fd);
   /* linkat() fails with EEXIST instead of replacing (a link planted at the
    * final name included): never overwrite. */
   for (int attempt = 0; attempt < 100; attempt++) {

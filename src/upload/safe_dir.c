@@ -174,16 +174,16 @@ int cp_safe_dir_get(cp_safe_dir *d, char *why, size_t why_len) {
   int fd = cp_safe_dir_open(d->path, why, why_len);
   if (fd < 0)
     return -1;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    snprintf(why, why_len, "%s: %s", d->path, strerror(err));
-    return errno = err, -1;
+  /* Kept between periods: above the application's numbers (own_fd.h). */
+  cp_own_fd own;
+  if (cp_own_adopt(&own, fd) < 0) {
+    snprintf(why, why_len, "%s: %s", d->path, strerror(errno));
+    return -1;
   }
-  d->fd = fd;
-  d->dev = st.st_dev;
-  d->ino = st.st_ino;
-  return fd;
+  d->fd = own.fd;
+  d->dev = own.dev;
+  d->ino = own.ino;
+  return d->fd;
 }
 
 void cp_safe_dir_release(cp_safe_dir *d) {
@@ -195,10 +195,10 @@ void cp_safe_dir_release(cp_safe_dir *d) {
   d->path = NULL;
 }
 
-int cp_safe_dir_create_file(int dirfd, const char *name) {
-  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = openat(dirfd, name, flags, 0600);
+int cp_safe_dir_create_file(int dirfd, const char *name, cp_own_fd *own) {
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW;
+  int fd = cp_own_open(own, dirfd, name, flags, 0600, NULL);
   if (fd < 0 && errno == EEXIST && unlinkat(dirfd, name, 0) == 0)
-    fd = openat(dirfd, name, flags, 0600);
+    fd = cp_own_open(own, dirfd, name, flags, 0600, NULL);
   return fd;
 }

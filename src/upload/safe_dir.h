@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "own_fd.h"
+
 typedef struct cp_safe_dir {
   int fd; /* O_DIRECTORY|O_CLOEXEC, -1 until opened */
   dev_t dev;
@@ -37,10 +39,11 @@ void cp_safe_dir_release(cp_safe_dir *d);
  * errno and why. */
 int cp_safe_dir_open(const char *path, char *why, size_t why_len);
 
-/* Creates name in dirfd for writing, mode 0600, with O_EXCL|O_NOFOLLOW. A
- * file already there (left by a process that died, or planted: the
- * directory is trusted, so only this user or root can have put it there)
- * is unlinked, never followed, and the creation tried once more. */
-int cp_safe_dir_create_file(int dirfd, const char *name);
+/* Creates name in dirfd for writing, mode 0600, with O_EXCL|O_NOFOLLOW, as
+ * a descriptor of ours (own_fd.h: close it with cp_own_close). A file
+ * already there (left by a process that died, or planted: the directory is
+ * trusted, so only this user or root can have put it there) is unlinked,
+ * never followed, and the creation tried once more. Returns own->fd or -1. */
+int cp_safe_dir_create_file(int dirfd, const char *name, cp_own_fd *own);
 
 #endif

@@ -10,7 +10,6 @@
 #include "spool.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -182,7 +181,8 @@ static void remove_file(cp_spool *s, const cp_spool_item *it) {
 static int write_file(int dfd, const char *name, const uint8_t *p, size_t len) {
   char tmp[320];
   snprintf(tmp, sizeof tmp, "%s.tmp", name);
-  int fd = cp_safe_dir_create_file(dfd, tmp);
+  cp_own_fd own;
+  int fd = cp_safe_dir_create_file(dfd, tmp, &own);
   if (fd < 0)
     return -1;
   int err = 0;
@@ -199,7 +199,7 @@ static int write_file(int dfd, const char *name, const uint8_t *p, size_t len) {
   }
   if (!err && fsync(fd) != 0)
     err = errno;
-  if (close(fd) != 0 && !err)
+  if (cp_own_close(&own) != 0 && !err)
     err = errno;
   if (!err && renameat(dfd, tmp, dfd, name) != 0)
     err = errno;
@@ -361,7 +361,8 @@ cp_spool_item *cp_spool_parse(const uint8_t *buf, size_t buf_len) {
 /* Reads the spool file name in dfd. NULL when it is refused: *unsafe set
  * when the file itself is not one this user wrote (a link, a FIFO or
  * device, another owner, writable by others, too large), clear when its
- * content is malformed or its target not a plain path. Nothing is opened
+ * content is malformed or its target not a plain path, -1 when it could not
+ * be read whole (it stays for a later start). Nothing is opened
  * before it is known to be a regular file: opening a FIFO would block, a
  * device could act. */
 static cp_spool_item *read_item(const cp_spool *s, int dfd, const char *name,
@@ -374,29 +375,36 @@ static cp_spool_item *read_item(const cp_spool *s, int dfd, const char *name,
   *unsafe = 1;
   if (fstatat(dfd, name, &ls, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(ls.st_mode))
     return NULL;
-  int fd = openat(dfd, name,
-                  O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  cp_own_fd own;
+  int fd = cp_own_open(&own, dfd, name,
+                       O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0, &st);
   if (fd < 0)
     return NULL;
   uint8_t *data = NULL;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != ls.st_ino ||
+  if (!S_ISREG(st.st_mode) || st.st_ino != ls.st_ino ||
       st.st_dev != ls.st_dev || st.st_uid != euid ||
       (st.st_mode & (S_IWGRP | S_IWOTH)) || st.st_size < 0 ||
       (uint64_t)st.st_size > max || !(data = malloc((size_t)st.st_size + 1))) {
-    close(fd);
+    cp_own_close(&own);
     return NULL;
   }
   *unsafe = 0;
   size_t got = 0;
   while (got < (size_t)st.st_size) {
-    ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+    ssize_t n = pread(fd, data + got, (size_t)st.st_size - got, (off_t)got);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
       break;
     got += (size_t)n;
   }
-  close(fd);
+  if (cp_own_close(&own) != 0) {
+    /* The number became another file while we read: what was read may be
+     * its. The spool file stays for the next start. */
+    free(data);
+    *unsafe = -1;
+    return NULL;
+  }
   cp_spool_item *it = cp_spool_parse(data, got);
   free(data);
   return it;
@@ -443,6 +451,29 @@ static int name_cmp(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+typedef struct {
+  const char *sink;
+  char **names;
+  size_t n, cap;
+} spool_names;
+
+/* Keeps name if it is one of the sink's spool files. */
+static int add_spool_name(const char *name, void *arg) {
+  spool_names *l = arg;
+  size_t len = strlen(name), prefix = strlen(l->sink);
+  if (len < prefix + 7 || strncmp(name, l->sink, prefix) != 0 ||
+      name[prefix] != '.' || strcmp(name + len - 6, ".spool"))
+    return 0;
+  char **grown = cp_grow_array(l->names, &l->cap, l->n + 1, sizeof *grown);
+  if (!grown || !(grown[l->n] = strdup(name))) {
+    l->names = grown ? grown : l->names;
+    return 1;
+  }
+  l->names = grown;
+  l->n++;
+  return 0;
+}
+
 /* Adopts the files of processes that are gone (and of an earlier profiler
  * in this very process), claiming each with a rename so that two starting
  * processes never both deliver it. Files refused on reading are removed. */
@@ -450,35 +481,15 @@ static void adopt_files(cp_spool *s) {
   int dfd = spool_dir(s);
   if (dfd < 0)
     return;
-  /* Its own descriptor for the listing: readdir moves the offset. */
-  int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
-  if (!d) {
-    if (lfd >= 0)
-      close(lfd);
+  /* Its own descriptor for the listing, which moves the offset. */
+  cp_own_fd list = CP_OWN_FD_NONE;
+  spool_names found = {.sink = s->sink};
+  if (cp_own_open(&list, dfd, ".", O_RDONLY | O_DIRECTORY, 0, NULL) < 0)
     return;
-  }
-  char **names = NULL;
-  size_t n = 0, cap = 0;
-  size_t prefix = strlen(s->sink);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    size_t len = strlen(e->d_name);
-    if (len < prefix + 7 || strncmp(e->d_name, s->sink, prefix) != 0 ||
-        e->d_name[prefix] != '.' || strcmp(e->d_name + len - 6, ".spool"))
-      continue;
-    if (n == cap) {
-      cap = cap ? 2 * cap : 16;
-      char **grown = realloc(names, cap * sizeof *names);
-      if (!grown)
-        break;
-      names = grown;
-    }
-    if (!(names[n] = strdup(e->d_name)))
-      break;
-    n++;
-  }
-  closedir(d);
+  cp_own_list_dir(&list, add_spool_name, &found);
+  cp_own_close(&list);
+  char **names = found.names;
+  size_t n = found.n, prefix = strlen(s->sink);
   if (n > 1) /* names is NULL when the directory had none */
     qsort(names, n, sizeof *names, name_cmp);
   size_t adopted = 0, unsafe_files = 0, bad = 0;
@@ -496,6 +507,8 @@ static void adopt_files(cp_spool *s) {
     if (strcmp(names[i], to) != 0 && renameat(dfd, names[i], dfd, to) != 0)
       goto next; /* another process claimed it */
     cp_spool_item *it = read_item(s, dfd, to, &unsafe);
+    if (!it && unsafe < 0)
+      goto next;
     if (!it) {
       if (unsafe)
         unsafe_files++;
