@@ -29,7 +29,8 @@
 # `perf record -a` over the middle of each run's load, then per variant the
 # median share of the machine's samples in contprof's threads, in its code
 # on the server's threads, and in copy-on-write faults taken by its code),
-# BENCH_BUILD_DIR.
+# REAL_CPU_TRACE (1: for postgres, the server's CPU about every second of
+# the load, to check the CPU columns), BENCH_BUILD_DIR.
 # Needs the Debian packages of scripts/deps's `bench` group (nginx-light, wrk,
 # postgresql, run as root to switch users).
 set -euo pipefail
@@ -144,19 +145,36 @@ EOF
 }
 
 # server_cpu USER COMM: CPU seconds used so far by the server (its live
-# processes, and the children its master reaped), from /proc.
+# processes, and the children its master reaped), from /proc: one cat and
+# one awk over every process, so that the reading takes milliseconds. (It
+# took one sed and one awk per process, 1.5-2 s under load for PostgreSQL's
+# 14: a reading meant for one second before the end of the load then saw
+# backends exit before it was done, their CPU neither in their own entry
+# nor yet in the master's.)
 server_cpu() {
-  local pids
-  pids=$(pgrep -u "$1" -x "$2" | tr '\n' ' ')
-  # Fields after the ")": state is 3, utime 14, stime 15, cutime 16,
-  # cstime 17; only the master's cutime/cstime (its reaped children).
-  # A process may end between pgrep and the read: it counts as nothing
-  # (its time goes to the master's cutime).
-  for p in $pids; do
-    { sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null || true; } |
-      awk -v master="$([[ $p == "$server_pid" ]] && echo 1)" \
-        '{ t = $12 + $13; if (master) t += $14 + $15; print t }'
-  done | awk -v hz="$(getconf CLK_TCK)" '{ s += $1 } END { printf "%.2f\n", s / hz }'
+  local stats=()
+  for p in $(pgrep -u "$1" -x "$2"); do stats+=("/proc/$p/stat"); done
+  # Fields after the ")": state is 1, utime 12, stime 13, cutime 14,
+  # cstime 15; only the master's cutime/cstime (its reaped children). A
+  # process may end between pgrep and the read: it counts as nothing (its
+  # time goes to the master's cutime). The command names have no ") ".
+  { [[ ${#stats[@]} -eq 0 ]] || cat "${stats[@]}" 2>/dev/null || true; } |
+    awk -v master="$server_pid" -v hz="$(getconf CLK_TCK)" '
+      { pid = $1; sub(/^.*\) /, ""); t = $12 + $13
+        if (pid == master) t += $14 + $15
+        s += t }
+      END { printf "%.2f\n", s / hz }'
+}
+
+# cpu_trace USER COMM FILE: with REAL_CPU_TRACE=1, server_cpu and the
+# number of the server's processes each 0.5 s until the load ends (pgbench
+# gone), into FILE: to check the CPU columns against the load's course.
+cpu_trace() {
+  : >"$3"
+  while pgrep -x pgbench >/dev/null; do
+    echo "$(date +%s.%N) $(server_cpu "$1" "$2") $(pgrep -c -u "$1" -x "$2")" >>"$3"
+    sleep 0.5
+  done
 }
 
 # perf_during SERVER VARIANT REPEAT: with REAL_PERF=1, records every CPU
@@ -264,6 +282,11 @@ pg_run() {
   (cd "$tmp/pglog" && "${pgb[@]}" -n -T "$REAL_SECONDS" -l --log-prefix=tx \
     >"$tmp/pgbench.out" 2>&1) &
   local pgb_pid=$!
+  local trace_pid=""
+  if [[ ${REAL_CPU_TRACE:-0} == 1 ]]; then
+    cpu_trace postgres postgres "$tmp/cputrace" &
+    trace_pid=$!
+  fi
   perf_during postgres "$variant" "$r"
   # The CPU while every backend runs, one second before the end: what a
   # long-lived server pays, without the backends' exit (each profiled one
@@ -275,6 +298,11 @@ pg_run() {
   perf_wait
   sleep 0.5 # the backends' exit, reaped by the postmaster
   cpu1=$(server_cpu postgres postgres)
+  if [[ -n $trace_pid ]]; then
+    wait "$trace_pid"
+    echo "postgres $variant $r: CPU trace (time since the load began, server CPU s, its processes; cpu0 $cpu0, mid $cpumid, end $cpu1)"
+    awk -v t0="$t0" '{printf "  %6.2f s %8.2f %s\n", $1 - t0, $2, $3}' "$tmp/cputrace"
+  fi
   stop_server INT
   local tps p99 n nmid
   tps=$(awk '/^tps = / {print $3; exit}' "$tmp/pgbench.out")
@@ -372,4 +400,10 @@ for s in "${servers[@]}"; do
     echo "top $type:"
     "$BENCH_BUILD_DIR/contprof" top "${files[@]}" --type "$type" -n 10 2>&1 || true
   done
+  # With REAL_ENV_B: the second variant's own account of its cost.
+  db=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/profiled-b-$REAL_REPEATS
+  if [[ -d $db ]]; then
+    files=("$db"/*.pb.gz)
+    echo "profiled-b, last run: $("$BENCH_BUILD_DIR/contprof" top "${files[@]}" --type cpu-time -n 1 2>&1 | grep '^Profiler overhead' || true)"
+  fi
 done
