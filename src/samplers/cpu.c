@@ -36,7 +36,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
-#include <sys/select.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -45,6 +44,7 @@
 
 #include "aggregator/aggregator.h"
 #include "common.h"
+#include "own_fd.h"
 #include "random.h"
 #include "record.h"
 #include "sampler.h"
@@ -443,15 +443,16 @@ static void choose_clock(const cp_config *cfg) {
   }
   close(fd);
   /* One descriptor per thread, taken from the application's allowance: at
-   * most an eighth of it, and (when the limit leaves room) above the
-   * numbers select() can watch, so that the application's own descriptors
-   * keep the numbers they would have had. Threads past it get POSIX timers. */
+   * most an eighth of it, and above the numbers the application allocates
+   * from (as every descriptor of ours, own_fd.h), so that its own
+   * descriptors keep the numbers they would have had. Threads past it get
+   * POSIX timers. */
   struct rlimit nofile = {1024, 1024};
   getrlimit(RLIMIT_NOFILE, &nofile);
   rlim_t soft =
       nofile.rlim_cur == RLIM_INFINITY ? (rlim_t)1 << 20 : nofile.rlim_cur;
   cpu.perf_budget = (size_t)(soft / 8);
-  cpu.perf_fd_floor = soft >= 2 * FD_SETSIZE ? FD_SETSIZE : 0;
+  cpu.perf_fd_floor = cp_own_fd_floor();
   cpu.nperf = 0;
   cpu.perf = cpu.perf_budget > 0;
   int adapt =

@@ -226,10 +226,17 @@ static double short_threads(int hogs, const char *const *env, int *perf) {
     kill(hog[i], SIGKILL);
     waitpid(hog[i], NULL, 0);
   }
-  int timers = -1, perf_fds = -1;
-  sscanf(r->out, "timers=%d perf_fds=%d", &timers, &perf_fds);
+  int timers = -1, perf_fds = -1, lowest = -1;
+  unsigned long long nofile = 0;
+  sscanf(r->out, "timers=%d perf_fds=%d lowest_perf_fd=%d nofile=%llu", &timers,
+         &perf_fds, &lowest, &nofile);
   /* Only the main thread's clock is left once the 200 threads are gone. */
   CHECK(timers >= 0 && perf_fds >= 0 && timers + perf_fds <= 1);
+  /* Above the numbers the application allocates from (src/own_fd.h): 1024
+   * when the limit is twice that, else its upper half. */
+  CHECK(nofile > 0);
+  if (perf_fds == 1)
+    CHECK((unsigned long long)lowest >= (nofile >= 2048 ? 1024 : nofile / 2));
   *perf = perf_fds == 1;
   double alpha = -1;
   pprof_top top;

@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -132,8 +133,10 @@ static int count_timers(void) {
   return n;
 }
 
-/* Open perf event descriptors (the profiler's task clocks). */
-static int count_perf_fds(void) {
+/* Open perf event descriptors (the profiler's task clocks); the lowest
+ * number among them in *lowest (-1: none). */
+static int count_perf_fds_lowest(int *lowest) {
+  *lowest = -1;
   DIR *d = opendir("/proc/self/fd");
   if (!d)
     return -1;
@@ -145,11 +148,21 @@ static int count_perf_fds(void) {
     ssize_t len = readlink(path, target, sizeof target - 1);
     if (len > 0) {
       target[len] = 0;
-      n += strcmp(target, "anon_inode:[perf_event]") == 0;
+      if (strcmp(target, "anon_inode:[perf_event]") == 0) {
+        n++;
+        int fd = atoi(e->d_name);
+        if (*lowest < 0 || fd < *lowest)
+          *lowest = fd;
+      }
     }
   }
   closedir(d);
   return n;
+}
+
+static int count_perf_fds(void) {
+  int lowest;
+  return count_perf_fds_lowest(&lowest);
 }
 
 /* close-fds: works, closes every descriptor above 2 as a daemon does (the
@@ -230,7 +243,15 @@ static int threads200(void) {
     for (int i = 0; i < 20; i++)
       pthread_join(t[i], NULL);
   }
-  printf("timers=%d perf_fds=%d\n", count_timers(), count_perf_fds());
+  int lowest;
+  int perf_fds = count_perf_fds_lowest(&lowest);
+  struct rlimit nofile;
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  printf("timers=%d perf_fds=%d lowest_perf_fd=%d nofile=%llu\n",
+         count_timers(), perf_fds, lowest,
+         nofile.rlim_cur == RLIM_INFINITY
+             ? 1ull << 20
+             : (unsigned long long)nofile.rlim_cur);
   return 0;
 }
 
