@@ -30,7 +30,9 @@
 # median share of the machine's samples in contprof's threads, in its code
 # on the server's threads, and in copy-on-write faults taken by its code),
 # REAL_CPU_TRACE (1: for postgres, the server's CPU about every second of
-# the load, to check the CPU columns), BENCH_BUILD_DIR.
+# the load, to check the CPU columns), REAL_KEEP (a directory: the last
+# profiled run's profiles of each server and variant are copied there, for
+# `go tool pprof -comments`), BENCH_BUILD_DIR.
 # Needs the Debian packages of scripts/deps's `bench` group (nginx-light, wrk,
 # postgresql, run as root to switch users).
 set -euo pipefail
@@ -400,6 +402,11 @@ for s in "${servers[@]}"; do
     echo "top $type:"
     "$BENCH_BUILD_DIR/contprof" top "${files[@]}" --type "$type" -n 10 2>&1 || true
   done
+  if [[ -n ${REAL_KEEP:-} ]]; then
+    mkdir -p "$REAL_KEEP/$s"
+    cp -r "$d" "$REAL_KEEP/$s/"
+    [[ -d ${d/profiled-/profiled-b-} ]] && cp -r "${d/profiled-/profiled-b-}" "$REAL_KEEP/$s/"
+  fi
   # With REAL_ENV_B: the second variant's own account of its cost.
   db=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/profiled-b-$REAL_REPEATS
   if [[ -d $db ]]; then
