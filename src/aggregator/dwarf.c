@@ -999,6 +999,8 @@ static void find_line_sections(module *m) {
 static void module_open(module *m) {
   limit_open_modules();
   m->opened = 1;
+  cp_debug("symbols: pid %d reads the debug information of %s", (int)getpid(),
+           m->path);
   m->file.fd = m->debug_file.fd = -1;
   struct stat sb;
   if (open_regular(&m->file, m->path, &sb) < 0)
@@ -1666,6 +1668,25 @@ out:
   return out->n;
 }
 
+int cp_dwarf_prepare(const cp_dwarf_object *obj) {
+  if (!obj || !obj->path || obj->path[0] != '/')
+    return 0;
+  lock_acquire();
+  int tried = 0;
+  module *m = cp_dw_load() ? module_get(obj) : NULL;
+  if (m && !m->opened && !m->refused) {
+    m->tick = ++st.tick;
+    module_open(m);
+    if (!m->dw)
+      m->refused = 1;
+    if (st.used > st.budget)
+      make_room(0, NULL);
+    tried = 1;
+  }
+  pthread_mutex_unlock(&dwarf_lock);
+  return tried;
+}
+
 void cp_dwarf_set_budget(size_t bytes) {
   lock_acquire();
   st.budget = bytes;
@@ -1692,7 +1713,13 @@ void cp_dwarf_after_fork_child(void) {
    * images, copied with the address space, are kept. */
   if (pthread_mutex_trylock(&dwarf_lock) == 0) {
     __atomic_store_n(&dwarf_lock_pid, getpid(), __ATOMIC_RELAXED);
+    size_t open = 0;
+    for (const module *m = st.modules; m; m = m->next)
+      open += m->dw != NULL;
     pthread_mutex_unlock(&dwarf_lock);
+    cp_debug("symbols: pid %d keeps the debug information of its parent (%zu "
+             "objects)",
+             (int)getpid(), open);
     return;
   }
   cp_dwarf_reset();

@@ -45,8 +45,9 @@ typedef ElfW(Nhdr) elf_nhdr;
  * scan, the build ids we accept, the names we hand to the demangler. */
 #define MAX_SECTION_BYTES ((uint64_t)512 << 20)
 #define MAX_NOTE_BYTES ((uint64_t)1 << 20)
-#define MAX_MAPS_BYTES ((size_t)64 << 20) /* 65,530 mappings with long paths   \
-                                           */
+#define MAX_MAPS_BYTES                                                         \
+  ((size_t)64 << 20) /* 65,530 mappings with long paths                        \
+                      */
 #define MAX_BUILD_ID_BYTES 64
 #define MAX_DEMANGLE_CHARS 65536
 /* How many earlier symbols a lookup inspects for one that encloses pc (nested
@@ -108,6 +109,7 @@ typedef struct map_rec {
   uint64_t elf_delta; /* elf_address = pc + elf_delta (mod 2^64) */
   elf_file *file;     /* NULL: no symbols (deleted, unreadable, not ELF) */
   int file_read;      /* file (and elf_delta) read: on first use */
+  int lines_prepared; /* cp_symbols_prepare_lines has seen it */
   /* The file's build id when first read: survives an eviction of file, for
    * checking the file DWARF lines come from (cp_symbols_lines). */
   char build_id[MAX_BUILD_ID_BYTES * 2 + 1];
@@ -1447,6 +1449,24 @@ char *cp_symbols_demangle(const char *mangled) {
   return plain;
 }
 
+/* What the DWARF reader is to open for m: its path, and its build id or,
+ * without one, its identity when read. 0 when it is not to be opened: not
+ * a path, or a deleted file (opened again by name, it is another file).
+ * Caller holds symbols_lock; path and build_id are obj's buffers. */
+static int dwarf_object_locked(map_rec *m, cp_dwarf_object *obj, char *path,
+                               size_t path_len, char *build_id, size_t id_len) {
+  obj->path = path;
+  obj->build_id = build_id;
+  obj->dev = obj->ino = 0;
+  snprintf(path, path_len, "%s", m->path);
+  snprintf(build_id, id_len, "%s", m->build_id);
+  if (m->file && !build_id[0]) {
+    obj->dev = (uint64_t)m->file->dev;
+    obj->ino = (uint64_t)m->file->ino;
+  }
+  return path[0] == '/' && !ends_with(path, deleted_suffix);
+}
+
 size_t cp_symbols_lines(const cp_mapping *pub, uint64_t pc,
                         cp_line_chain *out) {
   out->n = 0;
@@ -1454,23 +1474,41 @@ size_t cp_symbols_lines(const cp_mapping *pub, uint64_t pc,
   if (!pub)
     return 0;
   char path[PATH_MAX], build_id[sizeof((map_rec *)0)->build_id];
-  cp_dwarf_object obj = {.path = path, .build_id = build_id};
+  cp_dwarf_object obj;
   symbols_lock_acquire();
   map_rec *m = (map_rec *)((char *)pub - offsetof(map_rec, pub));
   map_read_file(m); /* a current mapping whose table was evicted */
   uint64_t elf_address = pc + m->elf_delta;
-  snprintf(path, sizeof path, "%s", m->path);
-  snprintf(build_id, sizeof build_id, "%s", m->build_id);
-  if (m->file && !build_id[0]) {
-    /* No build id to check the file against: its identity when read. */
-    obj.dev = (uint64_t)m->file->dev;
-    obj.ino = (uint64_t)m->file->ino;
-  }
+  int readable = dwarf_object_locked(m, &obj, path, sizeof path, build_id,
+                                     sizeof build_id);
   pthread_mutex_unlock(&symbols_lock);
-  /* A deleted file is not opened again by name: it is another file now. */
-  if (path[0] != '/' || ends_with(path, deleted_suffix))
+  return readable ? cp_dwarf_lookup(&obj, elf_address, out) : 0;
+}
+
+int cp_symbols_prepare_lines(void) {
+  if (__atomic_load_n(&names_off, __ATOMIC_RELAXED))
     return 0;
-  return cp_dwarf_lookup(&obj, elf_address, out);
+  char path[PATH_MAX], build_id[sizeof((map_rec *)0)->build_id];
+  cp_dwarf_object obj;
+  for (;;) {
+    int found = 0;
+    symbols_lock_acquire();
+    for (size_t i = 0; i < symbols.nmaps && !found; i++) {
+      map_rec *m = symbols.maps[i];
+      if (m->lines_prepared || !m->pub.last_used_generation || !m->file_read)
+        continue;
+      m->lines_prepared = 1;
+      found = dwarf_object_locked(m, &obj, path, sizeof path, build_id,
+                                  sizeof build_id);
+    }
+    pthread_mutex_unlock(&symbols_lock);
+    if (!found)
+      return 0;
+    /* Several mappings of one object: the first opens it, the others find
+     * it tried and cost a lookup. */
+    if (cp_dwarf_prepare(&obj))
+      return 1;
+  }
 }
 
 void cp_symbols_set_names(int on) {

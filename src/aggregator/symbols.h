@@ -110,4 +110,12 @@ struct cp_line_chain;
 size_t cp_symbols_lines(const cp_mapping *m, uint64_t pc,
                         struct cp_line_chain *out);
 
+/* Opens the DWARF of one mapping that samples have used and whose DWARF
+ * was not opened yet (cp_dwarf_prepare), so that a process that forks
+ * hands it to its children instead of each child reading it at its first
+ * export. Off the hot path: the aggregator's thread calls it after a drain.
+ * Returns 1 when it opened one (call again later for the next), 0 when
+ * there was none to open (or names are off). */
+int cp_symbols_prepare_lines(void);
+
 #endif
