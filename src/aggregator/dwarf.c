@@ -1673,7 +1673,9 @@ int cp_dwarf_prepare(const cp_dwarf_object *obj) {
     return 0;
   lock_acquire();
   int tried = 0;
-  module *m = cp_dw_load() ? module_get(obj) : NULL;
+  /* Only while half the cap is free: a module opened ahead of time must
+   * not evict one an export is about to read (it would be read twice). */
+  module *m = st.used < st.budget / 2 && cp_dw_load() ? module_get(obj) : NULL;
   if (m && !m->opened && !m->refused) {
     m->tick = ++st.tick;
     module_open(m);

@@ -58,10 +58,11 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
 void cp_dwarf_set_budget(size_t bytes);
 
 /* Opens obj's debug information now, as a first lookup would, if it has
- * not been tried: so that children forked later inherit it instead of each
- * reading it at its first export (docs/symbols.md, "fork"). Returns 1 when
- * it was opened (or refused) now, 0 when it had been tried before or DWARF
- * is unavailable. */
+ * not been tried and half the cap is still free: so that children forked
+ * later inherit it instead of each reading it at its first export
+ * (docs/symbols.md, "fork"). Returns 1 when it was opened (or refused) now,
+ * 0 when it had been tried before, the cap is half used or DWARF is
+ * unavailable. */
 int cp_dwarf_prepare(const cp_dwarf_object *obj);
 size_t cp_dwarf_memory_used(void);
 

@@ -233,6 +233,33 @@ static void test_budget(void) {
   cp_dwarf_reset();
 }
 
+/* Opened ahead of any lookup (what a forking parent does for its
+ * children): once, and lookups find it open; never while half the cap is
+ * used, so that it cannot evict a module an export is about to read. */
+static void test_prepare(void) {
+  cp_dwarf_reset();
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
+  cp_dwarf_object bin = {.path = BIN, .build_id = ""};
+  cp_dwarf_object bin4 = {.path = BIN4, .build_id = ""};
+  CHECK_EQ_INT(cp_dwarf_prepare(&bin), 1);
+  size_t one = cp_dwarf_memory_used();
+  CHECK(one > 0);
+  CHECK_EQ_INT(cp_dwarf_prepare(&bin), 0); /* tried already */
+  CHECK_EQ_INT(cp_dwarf_memory_used(), one);
+  CHECK_EQ_INT(helpers_seen(BIN, "", BIN), 3);
+  /* A cap of which the open module takes more than half: no more ahead. */
+  cp_dwarf_reset();
+  cp_dwarf_set_budget(one + one / 2);
+  CHECK_EQ_INT(cp_dwarf_prepare(&bin), 1);
+  size_t used = cp_dwarf_memory_used();
+  CHECK(used > (one + one / 2) / 2);
+  CHECK_EQ_INT(cp_dwarf_prepare(&bin4), 0);
+  CHECK_EQ_INT(cp_dwarf_memory_used(), used);
+  CHECK_EQ_INT(helpers_seen(BIN4, "", BIN4), 3); /* read when looked up */
+  cp_dwarf_set_budget(CP_DWARF_DEFAULT_BUDGET);
+  cp_dwarf_reset();
+}
+
 /* addr2line -C -i -f's chain of one address: "fn:line|fn:line|". */
 static void addr2line_chain(const char *bin, uint64_t a, char *out,
                             size_t size) {
@@ -837,7 +864,7 @@ static void cleanup(void) {
 TEST_MAIN(T(setup), T(test_own_sections), T(test_debuglink),
           T(test_build_id_tree), T(test_truncated_debug_file),
           T(test_line_reader_matches_libdw), T(test_dwz_supplementary_file),
-          T(test_replaced_file), T(test_budget), T(test_cxx_template_member),
-          T(test_libc_lines), T(test_units_missing_from_aranges),
-          T(test_library_replaced_on_disk), T(test_open_modules_bounded),
-          T(test_mutated_files), T(cleanup))
+          T(test_replaced_file), T(test_budget), T(test_prepare),
+          T(test_cxx_template_member), T(test_libc_lines),
+          T(test_units_missing_from_aranges), T(test_library_replaced_on_disk),
+          T(test_open_modules_bounded), T(test_mutated_files), T(cleanup))
