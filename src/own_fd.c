@@ -21,18 +21,19 @@ int cp_own_fd_floor(void) {
   return (int)(soft / 2);
 }
 
-static int same_file(int fd, const struct stat *as) {
+/* Whether fd is (still) the file dev:ino. */
+static int is_file(int fd, dev_t dev, ino_t ino) {
   struct stat now;
-  return fstat(fd, &now) == 0 && now.st_dev == as->st_dev &&
-         now.st_ino == as->st_ino;
+  return fd >= 0 && fstat(fd, &now) == 0 && now.st_dev == dev &&
+         now.st_ino == ino;
 }
 
-int cp_own_adopt(cp_own_fd *o, int fd) {
+/* cp_own_adopt, with fd's fstat left in *st. */
+static int adopt(cp_own_fd *o, int fd, struct stat *st) {
   o->fd = -1;
-  struct stat st;
   if (fd < 0)
     return -1;
-  if (fstat(fd, &st) != 0) {
+  if (fstat(fd, st) != 0) {
     int err = errno;
     close(fd);
     errno = err;
@@ -45,33 +46,44 @@ int cp_own_adopt(cp_own_fd *o, int fd) {
       /* The low number is closed only if it is still the file: between
        * the open and here the application may have closed it and taken
        * the number. */
-      if (same_file(fd, &st))
+      if (is_file(fd, st->st_dev, st->st_ino))
         close(fd);
       fd = high;
     }
   }
   o->fd = fd;
-  o->dev = st.st_dev;
-  o->ino = st.st_ino;
+  o->dev = st->st_dev;
+  o->ino = st->st_ino;
   return fd;
+}
+
+int cp_own_adopt(cp_own_fd *o, int fd) {
+  struct stat st;
+  return adopt(o, fd, &st);
 }
 
 int cp_own_open(cp_own_fd *o, int dirfd, const char *path, int flags,
                 mode_t mode, struct stat *st) {
-  int fd = cp_own_adopt(o, openat(dirfd, path, flags | O_CLOEXEC, mode));
-  if (fd >= 0 && st && fstat(fd, st) != 0) {
-    int err = errno;
+  struct stat own_st;
+  return adopt(o, openat(dirfd, path, flags | O_CLOEXEC, mode),
+               st ? st : &own_st);
+}
+
+int cp_own_open_regular(cp_own_fd *o, const char *path, struct stat *st) {
+  if (stat(path, st) != 0 || !S_ISREG(st->st_mode))
+    return -1;
+  if (cp_own_open(o, AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0, st) <
+      0)
+    return -1;
+  if (!S_ISREG(st->st_mode)) {
     cp_own_close(o);
-    errno = err;
     return -1;
   }
-  return fd;
+  return o->fd;
 }
 
 int cp_own_fd_is_ours(const cp_own_fd *o) {
-  struct stat now;
-  return o->fd >= 0 && fstat(o->fd, &now) == 0 && now.st_dev == o->dev &&
-         now.st_ino == o->ino;
+  return is_file(o->fd, o->dev, o->ino);
 }
 
 int cp_own_close(cp_own_fd *o) {

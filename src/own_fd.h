@@ -33,6 +33,11 @@ int cp_own_fd_floor(void);
 int cp_own_open(cp_own_fd *o, int dirfd, const char *path, int flags,
                 mode_t mode, struct stat *st);
 
+/* A regular file opened read-only (O_NONBLOCK, O_NOCTTY) as cp_own_open
+ * does, *st filled: -1 for anything else, which is not even opened when
+ * stat says so (a device or FIFO: side effects, blocking). */
+int cp_own_open_regular(cp_own_fd *o, const char *path, struct stat *st);
+
 /* Takes fd, just returned by a call of ours, as cp_own_open does its own.
  * Returns the descriptor to use or -1 (fd closed, errno set). */
 int cp_own_adopt(cp_own_fd *o, int fd);

@@ -136,18 +136,6 @@ static struct {
 
 /* ---- Opening ------------------------------------------------------------- */
 
-/* A regular file opened read-only as a descriptor of ours (own_fd.h). */
-static int open_regular(cp_own_fd *own, const char *path, struct stat *sb) {
-  if (cp_own_open(own, AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0,
-                  sb) < 0)
-    return -1;
-  if (!S_ISREG(sb->st_mode)) {
-    cp_own_close(own);
-    return -1;
-  }
-  return own->fd;
-}
-
 static void build_id_hex(Elf *elf, char *out) {
   const void *id = NULL;
   ssize_t n = cp_dw.dwelf_elf_gnu_build_id(elf, &id);
@@ -221,7 +209,7 @@ static uint64_t debug_bytes(Elf *elf, int fd) {
 static int try_debug_file(module *m, const char *path, int *existed) {
   struct stat sb;
   cp_own_fd own;
-  int fd = open_regular(&own, path, &sb);
+  int fd = cp_own_open_regular(&own, path, &sb);
   if (fd < 0)
     return -1;
   *existed = 1;
@@ -865,7 +853,7 @@ static uint64_t try_alt_file(module *m, const char *path, const void *id,
                              size_t n, uint64_t main_bytes) {
   struct stat sb;
   cp_own_fd own;
-  int fd = open_regular(&own, path, &sb);
+  int fd = cp_own_open_regular(&own, path, &sb);
   if (fd < 0)
     return 0;
   uint64_t bytes = 0, inflated = 0;
@@ -1003,7 +991,7 @@ static void module_open(module *m) {
            m->path);
   m->file.fd = m->debug_file.fd = -1;
   struct stat sb;
-  if (open_regular(&m->file, m->path, &sb) < 0)
+  if (cp_own_open_regular(&m->file, m->path, &sb) < 0)
     return;
   if ((m->dev || m->ino) &&
       ((uint64_t)sb.st_dev != m->dev || (uint64_t)sb.st_ino != m->ino)) {

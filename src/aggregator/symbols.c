@@ -45,9 +45,8 @@ typedef ElfW(Nhdr) elf_nhdr;
  * scan, the build ids we accept, the names we hand to the demangler. */
 #define MAX_SECTION_BYTES ((uint64_t)512 << 20)
 #define MAX_NOTE_BYTES ((uint64_t)1 << 20)
-#define MAX_MAPS_BYTES                                                         \
-  ((size_t)64 << 20) /* 65,530 mappings with long paths                        \
-                      */
+/* /proc/self/maps: 65,530 mappings with long paths. */
+#define MAX_MAPS_BYTES ((size_t)64 << 20)
 #define MAX_BUILD_ID_BYTES 64
 #define MAX_DEMANGLE_CHARS 65536
 /* How many earlier symbols a lookup inspects for one that encloses pc (nested
@@ -625,29 +624,13 @@ static int build_table(sym_builder *b, elf_file *f) {
 
 /* ---- Separate debug files ------------------------------------------------ */
 
-/* Opens a regular file read-only as a descriptor of ours (own_fd.h); fills
- * *st. -1 for anything else: a device or FIFO must not be opened (side
- * effects, blocking). */
-static int open_regular(cp_own_fd *own, const char *path, struct stat *st) {
-  if (stat(path, st) != 0 || !S_ISREG(st->st_mode))
-    return -1;
-  if (cp_own_open(own, AT_FDCWD, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0,
-                  st) < 0)
-    return -1;
-  if (!S_ISREG(st->st_mode)) {
-    cp_own_close(own);
-    return -1;
-  }
-  return own->fd;
-}
-
 /* Adds the .symtab of the debug file at path if it belongs to the file with
  * build_id ("" when unknown). Returns 1 when symbols were added. */
 static int collect_debug_file(const char *path, const char *build_id,
                               sym_builder *b) {
   struct stat st;
   cp_own_fd own;
-  int fd = open_regular(&own, path, &st);
+  int fd = cp_own_open_regular(&own, path, &st);
   if (fd < 0)
     return 0;
   elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
@@ -897,7 +880,7 @@ static void file_unref(elf_file *f) {
 static elf_file *file_get(const char *open_path, const char *path) {
   struct stat st;
   cp_own_fd own;
-  int fd = open_regular(&own, open_path, &st);
+  int fd = cp_own_open_regular(&own, open_path, &st);
   if (fd < 0) {
     cp_debug("symbols: cannot open %s: %s", open_path, strerror(errno));
     return NULL;
