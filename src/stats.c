@@ -28,6 +28,8 @@ static struct {
   uint64_t retired_kind_ns[CONTPROF_KIND_COUNT]; /* the part of each kind */
   uint64_t last_threads_ns, last_process_ns;
   uint64_t last_hook_ns[CONTPROF_KIND_COUNT];
+  uint64_t last_kind_threads_ns[CONTPROF_KIND_COUNT];
+  uint64_t last_drain_ns;
   int warned_full;
   cp_period_stats last, total; /* published periods */
 } st = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -233,6 +235,8 @@ void cp_stats_take(cp_period_stats *out) {
               &st.last_hook_ns[k]);
     out->hook_ns[k] += hook;
     out->hooks_ns += hook;
+    out->kind_threads_cpu_ns[k] +=
+        delta(kind_threads_cpu_locked(k), &st.last_kind_threads_ns[k]);
     out->samples[k] +=
         atomic_exchange_explicit(&extra_samples[k], 0, memory_order_relaxed);
     /* The slowdown now, and the most since the last period's end (at least
@@ -243,6 +247,8 @@ void cp_stats_take(cp_period_stats *out) {
     out->slowdown[k] = now ? now : 1;
     out->slowdown_max[k] = most > now ? most : out->slowdown[k];
   }
+  out->drain_ns += delta(atomic_load_explicit(&drain_ns, memory_order_relaxed),
+                         &st.last_drain_ns);
   out->cpu_clocks_perf =
       atomic_load_explicit(&cpu_clocks[0], memory_order_relaxed);
   out->cpu_clocks_posix =
@@ -256,9 +262,12 @@ void cp_stats_reset(void) {
   pthread_mutex_lock(&st.lock);
   st.last_threads_ns = threads_cpu_locked();
   st.last_process_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     st.last_hook_ns[k] =
         atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
+    st.last_kind_threads_ns[k] = kind_threads_cpu_locked(k);
+  }
+  st.last_drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
   memset(&st.last, 0, sizeof st.last);
   memset(&st.total, 0, sizeof st.total);
   pthread_mutex_unlock(&st.lock);
@@ -280,6 +289,8 @@ void cp_stats_after_fork_child(void) {
   /* The child's CPU clock starts at zero. */
   st.last_process_ns = 0;
   memset(st.last_hook_ns, 0, sizeof st.last_hook_ns);
+  memset(st.last_kind_threads_ns, 0, sizeof st.last_kind_threads_ns);
+  st.last_drain_ns = 0;
   memset(&st.last, 0, sizeof st.last);
   memset(&st.total, 0, sizeof st.total);
 }
@@ -297,8 +308,10 @@ void cp_stats_publish(const cp_period_stats *p) {
   st.total.threads_cpu_ns += p->threads_cpu_ns;
   st.total.hooks_ns += p->hooks_ns;
   st.total.process_cpu_ns += p->process_cpu_ns;
+  st.total.drain_ns += p->drain_ns;
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     st.total.hook_ns[k] += p->hook_ns[k];
+    st.total.kind_threads_cpu_ns[k] += p->kind_threads_cpu_ns[k];
     st.total.samples[k] += p->samples[k];
     st.total.drops[k] += p->drops[k];
   }

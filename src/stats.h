@@ -80,9 +80,13 @@ uint64_t cp_stats_fixed_memory(void);
  * and the samples made outside the ring since its previous call (the first
  * call: since cp_stats_reset). */
 typedef struct cp_period_stats {
-  uint64_t threads_cpu_ns;                    /* the profiler's threads */
-  uint64_t hooks_ns;                          /* on application threads */
-  uint64_t hook_ns[CONTPROF_KIND_COUNT];      /* the same, per kind */
+  uint64_t threads_cpu_ns;               /* the profiler's threads */
+  uint64_t hooks_ns;                     /* on application threads */
+  uint64_t hook_ns[CONTPROF_KIND_COUNT]; /* the same, per kind */
+  /* Of threads_cpu_ns: the threads that work for one kind alone (the wall
+   * timer), and the aggregator's draining of the ring. */
+  uint64_t kind_threads_cpu_ns[CONTPROF_KIND_COUNT];
+  uint64_t drain_ns;
   uint64_t process_cpu_ns;                    /* the whole process */
   uint64_t samples[CONTPROF_KIND_COUNT];      /* filled by the aggregator */
   uint64_t drops[CONTPROF_KIND_COUNT];        /* filled by the aggregator */

@@ -198,7 +198,13 @@ static void add_cost_comments(pprof_builder *b, const cp_config *cfg,
     add_comment_u64(b, key, s->samples[k]);
     snprintf(key, sizeof key, "drops.%s", name);
     add_comment_u64(b, key, s->drops[k]);
+    /* Which sampler costs what: its handlers and hooks, its own thread. */
+    snprintf(key, sizeof key, "profiler_hooks_ns.%s", name);
+    add_comment_u64(b, key, s->hook_ns[k]);
+    snprintf(key, sizeof key, "profiler_threads_cpu_ns.%s", name);
+    add_comment_u64(b, key, s->kind_threads_cpu_ns[k]);
   }
+  add_comment_u64(b, "profiler_drain_ns", s->drain_ns);
   add_comment_u64(b, "profiler_rss_bytes", s->memory_bytes);
   add_rate_comments(b, cfg, s);
 }

@@ -186,7 +186,12 @@ static char *event_json(dd_ctx *c, const cp_export *e) {
       const char *name = cp_kinds[k].name;
       sb_printf(&b, ",\"samples.%s\":%" PRIu64 ",\"drops.%s\":%" PRIu64, name,
                 s->samples[k], name, s->drops[k]);
+      sb_printf(&b,
+                ",\"profiler_hooks_ns.%s\":%" PRIu64
+                ",\"profiler_threads_cpu_ns.%s\":%" PRIu64,
+                name, s->hook_ns[k], name, s->kind_threads_cpu_ns[k]);
     }
+    sb_printf(&b, ",\"profiler_drain_ns\":%" PRIu64, s->drain_ns);
   }
   sb_str(&b, "}");
   sb_str(&b, ",\"info\":{\"application\":{\"service\":");

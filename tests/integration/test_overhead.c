@@ -40,9 +40,10 @@ static void *idle(void *arg) {
   return NULL;
 }
 
-/* CPU the kernel counted for the threads named contprof-*: the first field
- * of each one's schedstat (ns on the CPU); -1 when it cannot be read. */
-static double profiler_threads_cpu_from_proc(int *nthreads) {
+/* CPU the kernel counted for the threads whose name starts with prefix
+ * ("contprof-": all of ours): the first field of each one's schedstat (ns
+ * on the CPU); -1 when it cannot be read. */
+static double threads_cpu_from_proc(const char *prefix, int *nthreads) {
   DIR *d = opendir("/proc/self/task");
   if (!d)
     return -1;
@@ -60,7 +61,7 @@ static double profiler_threads_cpu_from_proc(int *nthreads) {
     if (!fgets(comm, sizeof comm, f))
       comm[0] = 0;
     fclose(f);
-    if (strncmp(comm, "contprof-", 9) != 0)
+    if (strncmp(comm, prefix, strlen(prefix)) != 0)
       continue;
     snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
     f = fopen(path, "r");
@@ -109,8 +110,9 @@ static void test_profiler_cpu_matches_the_kernel(void) {
   for (int i = 0; i < 2; i++)
     pthread_join(spinners[i], NULL);
 
-  int nthreads = 0;
-  double proc_ns = profiler_threads_cpu_from_proc(&nthreads);
+  int nthreads = 0, ntimers = 0;
+  double proc_ns = threads_cpu_from_proc("contprof-", &nthreads);
+  double timer_ns = threads_cpu_from_proc("contprof-wall", &ntimers);
   CHECK_EQ_INT(contprof_flush(), 0);
   uint64_t process_after = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   contprof_overhead last, total;
@@ -157,6 +159,24 @@ static void test_profiler_cpu_matches_the_kernel(void) {
     CHECK_NEAR(cpu + wall + number(p, "drops.cpu") + number(p, "drops.wall"),
                (double)(last.samples + last.drops), 0.5);
     CHECK(profile_comment(p, "samples.alloc") == NULL); /* not profiled */
+    /* Which sampler cost what: the two samplers' handlers make up the
+     * whole of profiler_hooks_ns, the wall timer's thread is the one the
+     * kernel counted (within 10%, as the whole), and the draining is part
+     * of the threads' CPU. */
+    double hooks_cpu = number(p, "profiler_hooks_ns.cpu");
+    double hooks_wall = number(p, "profiler_hooks_ns.wall");
+    double timer = number(p, "profiler_threads_cpu_ns.wall");
+    double drain = number(p, "profiler_drain_ns");
+    printf("  hooks: cpu %.1f ms, wall %.1f ms; wall timer %.1f ms (%.1f ms "
+           "by /proc); drain %.1f ms\n",
+           hooks_cpu / 1e6, hooks_wall / 1e6, timer / 1e6, timer_ns / 1e6,
+           drain / 1e6);
+    CHECK(hooks_cpu > 0 && hooks_wall > 0);
+    CHECK_NEAR(hooks_cpu + hooks_wall, (double)last.profiler_hooks_ns, 0.5);
+    CHECK_EQ_INT(ntimers, 1);
+    CHECK(timer > 0 && fabs(timer - timer_ns) <= 0.10 * timer_ns);
+    CHECK_NEAR(number(p, "profiler_threads_cpu_ns.cpu"), 0, 0.5);
+    CHECK(drain > 0 && drain < (double)last.profiler_threads_cpu_ns);
     CHECK(number(p, "profiler_rss_bytes") >= 2 * 1024 * 1024); /* the ring */
     CHECK_NEAR(number(p, "profiler_rss_bytes"), (double)last.profiler_rss_bytes,
                0.5);
