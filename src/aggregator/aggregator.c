@@ -23,6 +23,12 @@
  * costs no drops; a short one cost 0.7% of a CPU in wake-ups alone. */
 #define DRAIN_INTERVAL_NS 100000000ull /* 100 ms */
 #define TICK_INTERVAL_NS 1000000000ull
+/* Under this many samples a second the drain waits for the tick: a quarter
+ * of the ring (RING_SLOTS) a second. */
+#define QUIET_RATE 512ull
+/* The most CPU a drain spends opening the debug information of what its
+ * samples ran before it waits again (cp_symbols_prepare_lines). */
+#define PREPARE_NS 50000000ull /* 50 ms */
 /* 2048 slots of (max_frames + 16) frames: 2.4 MiB at the defaults, faulted in
  * at creation so that no sample pays a page fault (tens of us on a VM). The
  * drain thread is woken when the ring is half full. */
@@ -59,14 +65,16 @@ cp_ring *cp_agg_ring(void) {
 
 /* Caller holds agg.lock. A thread's name is looked up once per generation,
  * through the core's callback (the names live with the thread registry);
- * "" when unknown, so that it is not looked up again. */
-static void note_thread(cp_generation *g, pid_t tid) {
+ * "" when unknown, so that it is not looked up again. Returns whether it
+ * was looked up now. */
+static int note_thread(cp_generation *g, pid_t tid) {
   if (tid <= 0 || cp_gen_thread_name(g, tid))
-    return;
+    return 0;
   char name[64] = "";
   if (agg.thread_name)
     agg.thread_name(tid, name, sizeof name);
   cp_gen_set_thread_name(g, tid, name);
+  return 1;
 }
 
 void cp_agg_thread_renamed(pid_t tid) {
@@ -85,9 +93,13 @@ static uint64_t timeline_bucket_end(uint64_t timestamp_ns) {
   return (timestamp_ns / TIMELINE_BUCKET_NS + 1) * TIMELINE_BUCKET_NS;
 }
 
-/* Caller holds agg.lock. Returns whether there was anything to drain. */
-static int drain_locked(void) {
+/* Caller holds agg.lock. Returns how many samples it took; *new_threads
+ * (may be NULL) is set when one came from a thread not yet named in this
+ * generation. */
+static size_t drain_locked(int *new_threads) {
   cp_ring *ring = agg.owned_ring;
+  if (new_threads)
+    *new_threads = 0;
   if (!ring || !agg.gen)
     return 0;
   const cp_raw_sample *s = cp_ring_peek(ring);
@@ -97,8 +109,10 @@ static int drain_locked(void) {
   if (cp_symbols_refresh() == 1)
     cp_gen_forget_addresses(agg.gen);
   uint64_t drained[CONTPROF_KIND_COUNT] = {0};
+  size_t taken = 0;
+  int named = 0;
   uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-  for (; s; s = cp_ring_peek(ring)) {
+  for (; s; s = cp_ring_peek(ring), taken++) {
     cp_sample_key key = {
         .labels = s->labels,
         .tid = s->tid,
@@ -106,7 +120,7 @@ static int drain_locked(void) {
         .local_root_span_id = s->local_root_span_id,
         .time_bucket_ns = timeline_bucket_end(s->timestamp_ns),
     };
-    note_thread(agg.gen, s->tid);
+    named |= note_thread(agg.gen, s->tid);
     if (s->kind < CONTPROF_KIND_COUNT)
       drained[s->kind]++;
     cp_gen_add(agg.gen, s->frames, s->nframes, (int)s->truncated, &key,
@@ -117,43 +131,65 @@ static int drain_locked(void) {
     if (drained[k])
       cp_stats_count_samples((contprof_sample_kind)k, drained[k]);
   cp_stats_add_drain_ns(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began);
-  return 1;
+  if (new_threads)
+    *new_threads = named;
+  return taken;
 }
 
 static void *drain_thread(void *arg) {
   (void)arg;
   uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
   uint64_t wait_ns = DRAIN_INTERVAL_NS;
+  int wake_on_sample = 0;
+  uint64_t last_drain = cp_monotonic_ns();
   cp_ring_populate(agg.owned_ring);
   while (!atomic_load(&agg.stop)) {
-    cp_ring_wait(agg.owned_ring, wait_ns, wait_ns > DRAIN_INTERVAL_NS);
+    cp_ring_wait(agg.owned_ring, wait_ns, wake_on_sample);
+    int new_threads;
     pthread_mutex_lock(&agg.lock);
+    size_t taken = drain_locked(&new_threads);
     /* A sample reserved and not yet committed counts as work: its
      * producer woke this thread at reserve, and a long wait now would
      * return at once, a spin until the commit. */
-    int busy = drain_locked() || cp_ring_pending(agg.owned_ring);
+    int pending = cp_ring_pending(agg.owned_ring);
     pthread_mutex_unlock(&agg.lock);
     if (agg.drained)
       agg.drained();
-    /* The debug information of what the samples ran, one object per drain,
-     * read now rather than at the first export: a process that forks hands
-     * it to its children, which would otherwise each read it again at their
-     * first export (a PostgreSQL backend: libc's, 20-30 ms at its exit). */
-    if (busy)
-      cp_symbols_prepare_lines();
+    /* The debug information of what the samples ran, read now rather than
+     * at the first export: a process that forks hands it to its children,
+     * which would otherwise each read it again at their first export (a
+     * PostgreSQL backend: libc's, 20-30 ms at its exit). Objects one after
+     * the other, for at most PREPARE_NS of this thread's CPU per drain, so
+     * that the ring is not left to fill meanwhile: a server's first seconds
+     * open every object its samples ran, before it forks its workers. */
+    if (taken || pending) {
+      uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+      while (cp_symbols_prepare_lines() &&
+             cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began < PREPARE_NS) {
+      }
+    }
     if (agg.tick && cp_monotonic_ns() >= next_tick) {
       agg.tick();
       next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
     }
-    /* Nothing came since the last drain: sleep until the next tick, or
-     * until the first sample (its producer wakes this thread), so that
-     * samples still wait at most 100 ms. A wake costs this VM about 86 us
-     * of CPU: 10 a second were 0.86 ms a second of an idle process's CPU
-     * (docs/overhead.md). */
     uint64_t now = cp_monotonic_ns();
-    wait_ns = busy || next_tick <= now ? DRAIN_INTERVAL_NS : next_tick - now;
-    if (wait_ns < DRAIN_INTERVAL_NS)
-      wait_ns = DRAIN_INTERVAL_NS;
+    uint64_t since = now > last_drain ? now - last_drain : 1;
+    last_drain = now;
+    /* Nothing came since the last drain: sleep until the next tick, or
+     * until the first sample (its producer wakes this thread). Samples
+     * that come slowly (a server's single thread, an idle process with the
+     * wall profile) from threads already named: sleep until the next tick
+     * too, the ring's half-full wake standing guard. Each wake costs this
+     * VM 50-90 us of CPU: 10 a second were 0.5-0.9 ms a second of every
+     * profiled process's CPU (docs/overhead.md). A thread new to the
+     * generation keeps the 100 ms pace, so that its name is read while it
+     * lives. */
+    int quiet = !pending && !new_threads &&
+                (uint64_t)taken * TICK_INTERVAL_NS < QUIET_RATE * since;
+    wake_on_sample = !taken && !pending;
+    wait_ns = DRAIN_INTERVAL_NS;
+    if ((wake_on_sample || quiet) && next_tick > now + DRAIN_INTERVAL_NS)
+      wait_ns = next_tick - now;
   }
   return NULL;
 }
@@ -241,7 +277,7 @@ static void add_dropped_locked(void) {
 
 cp_generation *cp_agg_swap(uint64_t *drops, cp_period_stats *stats) {
   pthread_mutex_lock(&agg.lock);
-  drain_locked();
+  drain_locked(NULL);
   add_dropped_locked();
   cp_generation *fresh = cp_gen_create(agg.next_gen_id + 1, agg.memory_limit);
   cp_generation *old = NULL;
