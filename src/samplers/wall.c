@@ -9,7 +9,8 @@
  * time.
  *
  * While every thread of the process sleeps where it slept (each tick found
- * all of them blocked, below), the next window is twice as long, up to
+ * all of them blocked, below; a parked thread may have run a little in
+ * between, PARKED_IDLE_SHARE), the next window is twice as long, up to
  * IDLE_WINDOWS_MAX intervals, and the first tick that finds a thread that
  * ran brings it back to one interval. A window's length is fixed before its
  * tick is drawn, so the credit stays unbiased; an idle process wakes the
@@ -40,8 +41,9 @@
  * publishes with the park that the parked stack is its stack
  * (park_checked, the parked stack's parked_seq). A tick that finds the
  * thread parked at that frame address with that check, the sequence count
- * unmoved, records the parked stack with no signal. A thread blocked at the
- * same frame address is blocked in the same hook, called from the same
+ * unmoved, records the parked stack with no signal. A thread that waits in
+ * several places keeps a parked stack for each (PARKED_WAYS). A thread blocked
+ * at the same frame address is blocked in the same hook, called from the same
  * depth: its frames from there outwards are live, and they hold the same
  * return addresses, so its stack is that stack down to the hook. (Below
  * the hook, the C library's frames down to the system call are the parked
@@ -95,6 +97,18 @@
 #define IDLE_CPU_NS 10000
 #define IDLE_CPU_MAX_NS 50000
 #define IDLE_WINDOWS_MAX 8 /* the longest window, in intervals */
+/* A thread found parked at two ticks in a row that used under 1/64 of the
+ * window's time on the CPU in between (PostgreSQL's background writers: 50
+ * us every 200 ms) is idle for the windows: what it did in between is its
+ * CPU profile's to show, and its wall time goes to the wait where every
+ * tick finds it. Only the windows' length depends on it, which is fixed
+ * before each tick is drawn: the credit stays unbiased. */
+#define PARKED_IDLE_SHARE 64
+/* Parked stacks kept per thread: a PostgreSQL backend blocks for its client
+ * in one place and for row locks and its semaphore in others, and with one
+ * parked stack every change of place cost a signal that woke it (60 to 135
+ * of its 100 to 200 wall signals in 12 s of pgbench). */
+#define PARKED_WAYS 4
 /* One signal in this many has its wakeup timed (two clock reads, one on
  * each side); the time counts for that many. */
 #define WAKEUP_TIMED_EVERY 8
@@ -107,6 +121,21 @@
 #define MAX_THREADS (CHUNK_SLOTS * MAX_CHUNKS) /* 16384 threads sampled */
 #define CPUCLOCK_SCHED 2
 #define CPUCLOCK_PERTHREAD 4
+
+/* One parked stack: taken by the handler in a wait hook whose frame address
+ * was cfa; slots[i] (i >= 1) is the address of the stack word that held
+ * frames[i]. n is 0 when there is none. Written by the handler on the
+ * slot's thread, read by the thread's wait hooks (which check seq, moved by
+ * every rewrite, around their reads) and by the timer (only while no signal
+ * is outstanding, as frames). */
+typedef struct parked_stack {
+  uint64_t *frames, *slots; /* the slot's frames_cap entries each */
+  uint32_t n;
+  uint32_t truncated;
+  uintptr_t cfa;
+  uint64_t used;        /* the slot's parked_clock at its last use */
+  _Atomic uint32_t seq; /* never 0 once a stack was taken */
+} parked_stack;
 
 typedef struct wall_slot {
   _Atomic pid_t tid;          /* 0: free */
@@ -142,21 +171,19 @@ typedef struct wall_slot {
   _Atomic uintptr_t park_cfa;
   _Atomic uint32_t park_labels;
   _Atomic uint64_t park_span_id, park_local_root_span_id;
-  /* The parked_seq the wait hook found the parked stack to be its stack
-   * against (0: not checked), published with park_cfa. */
+  /* The parked stack the wait hook found to be its stack (park_way) and
+   * that one's seq then (park_checked, 0: not checked), published with
+   * park_cfa. */
   _Atomic uint32_t park_checked;
-  /* The parked stack: taken by the handler in a wait hook whose frame
-   * address was parked_cfa; parked_slots[i] (i >= 1) is the address of the
-   * stack word that held parked_frames[i]. parked_n is 0 when there is
-   * none. Written by the handler on the slot's thread, read by the
-   * thread's wait hooks (which check parked_seq, moved by every rewrite,
-   * around their reads) and by the timer (only while no signal is
-   * outstanding, as frames). */
-  uint64_t *parked_frames, *parked_slots; /* frames_cap entries each */
-  uint32_t parked_n;
-  uint32_t parked_truncated;
-  uintptr_t parked_cfa;
-  _Atomic uint32_t parked_seq; /* never 0 once a parked stack was taken */
+  _Atomic uint32_t park_way;
+  /* The parked stacks, one per place the thread was found blocked at (a
+   * server waits for its client in one place and for a lock in others):
+   * ways [0, parked_ways) have buffers. The timer gives a thread the
+   * others the first time it finds it blocked in a wait hook elsewhere
+   * than its first parked stack (ensure_parked_ways). */
+  parked_stack parked[PARKED_WAYS];
+  _Atomic uint32_t parked_ways;
+  uint64_t parked_clock; /* the thread's: stamps each way's last use */
 } wall_slot;
 
 static struct {
@@ -182,6 +209,9 @@ static struct {
   int warned_full;
   int warned_claimed;
   uint64_t ticks, signals, reused, parked, idle_ticks; /* for the debug log */
+  /* Of the signals, those that found their thread blocked in a system
+   * call, and of them in a wait hook (handlers count; the debug log). */
+  _Atomic uint64_t signals_blocked, signals_parking;
   /* The least CPU seen between a handler's end and the next signal to a
    * thread that was then blocked at the same stack: the return from our
    * handler to its call (UINT64_MAX: none seen yet). */
@@ -231,42 +261,61 @@ static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
  * is not checked: 0). Returns the parked_seq checked against, or 0. The
  * loads are of return addresses, outside AddressSanitizer (as unwind.c's). */
 __attribute__((no_sanitize("address"))) static uint32_t
-parked_stack_is_mine(const wall_slot *s, uintptr_t cfa) {
-  uint32_t seq = atomic_load_explicit(&s->parked_seq, memory_order_relaxed);
-  uint32_t n = s->parked_n;
-  uintptr_t lo, hi;
-  if (!seq || n < 2 || s->parked_cfa != cfa ||
-      !cp_fpwalk_stack_bounds(&lo, &hi) || cfa <= lo || cfa > hi)
+parked_stack_is_mine(const parked_stack *p, uintptr_t cfa, uintptr_t hi) {
+  uint32_t seq = atomic_load_explicit(&p->seq, memory_order_relaxed);
+  uint32_t n = p->n;
+  if (!seq || n < 2 || p->cfa != cfa)
     return 0;
   int has_hook = 0;
   for (uint32_t i = 1; i < n; i++) {
-    uintptr_t at = (uintptr_t)s->parked_slots[i];
+    uintptr_t at = (uintptr_t)p->slots[i];
     if (at < cfa - sizeof(uint64_t))
       continue; /* below the hook: the C library's, not there yet */
     if (at % sizeof(uint64_t) || at >= hi || hi - at < sizeof(uint64_t) ||
-        *(const uint64_t *)at != s->parked_frames[i])
+        *(const uint64_t *)at != p->frames[i])
       return 0;
     has_hook |= at == cfa - sizeof(uint64_t);
   }
   /* A handler that ran meanwhile (a nested wait hook's) may have taken
-   * another parked stack. */
+   * another stack into this way. */
   atomic_signal_fence(memory_order_acquire);
-  if (!has_hook ||
-      atomic_load_explicit(&s->parked_seq, memory_order_relaxed) != seq)
+  if (!has_hook || atomic_load_explicit(&p->seq, memory_order_relaxed) != seq)
     return 0;
   return seq;
 }
 
+/* Async-signal-safe, bounded (PARKED_WAYS times the depth), no system
+ * call: the first of the slot's parked stacks that is this thread's stack
+ * (parked_stack_is_mine). Returns its seq (0: none) and sets *way. */
+static uint32_t find_my_parked_stack(wall_slot *s, uintptr_t cfa,
+                                     uint32_t *way) {
+  uintptr_t lo, hi;
+  if (!cp_fpwalk_stack_bounds(&lo, &hi) || cfa <= lo || cfa > hi)
+    return 0;
+  uint32_t ways = atomic_load_explicit(&s->parked_ways, memory_order_acquire);
+  for (uint32_t w = 0; w < ways && w < PARKED_WAYS; w++) {
+    uint32_t seq = parked_stack_is_mine(&s->parked[w], cfa, hi);
+    if (seq) {
+      s->parked[w].used = ++s->parked_clock;
+      *way = w;
+      return seq;
+    }
+  }
+  return 0;
+}
+
 /* Caller: the slot's thread. Publishes cfa (0: none), the parked stack
- * checked against (0: none), labels and span under the sequence count. */
-static void publish_park(wall_slot *s, uintptr_t cfa, uint32_t checked,
-                         uint32_t labels, uint64_t span_id,
+ * checked against (its way, and its seq then; 0: none), labels and span
+ * under the sequence count. */
+static void publish_park(wall_slot *s, uintptr_t cfa, uint32_t way,
+                         uint32_t checked, uint32_t labels, uint64_t span_id,
                          uint64_t local_root_span_id) {
   uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_relaxed);
   atomic_store_explicit(&s->park_gen, gen + 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&s->park_cfa, cfa, memory_order_relaxed);
   atomic_store_explicit(&s->park_checked, checked, memory_order_relaxed);
+  atomic_store_explicit(&s->park_way, way, memory_order_relaxed);
   atomic_store_explicit(&s->park_labels, labels, memory_order_relaxed);
   atomic_store_explicit(&s->park_span_id, span_id, memory_order_relaxed);
   atomic_store_explicit(&s->park_local_root_span_id, local_root_span_id,
@@ -282,14 +331,14 @@ int cp_wall_publish_park(uintptr_t cfa) {
   wall_slot *s = cp_thread.wall_slot;
   if (!s || atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
     return 0;
-  uint32_t labels = 0, checked = 0;
+  uint32_t labels = 0, checked = 0, way = 0;
   uint64_t span_id = 0, local_root_span_id = 0;
   if (cfa) {
     labels = cp_labels_current();
     cp_trace_current(&span_id, &local_root_span_id);
-    checked = parked_stack_is_mine(s, cfa);
+    checked = find_my_parked_stack(s, cfa, &way);
   }
-  publish_park(s, cfa, checked, labels, span_id, local_root_span_id);
+  publish_park(s, cfa, way, checked, labels, span_id, local_root_span_id);
   return 1;
 }
 
@@ -299,37 +348,50 @@ int cp_wall_publish_park(uintptr_t cfa) {
  * sample's. Returns whether it did (else the caller unwinds as usual). */
 static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
   uintptr_t cfa = atomic_load_explicit(&s->park_cfa, memory_order_relaxed);
-  if (!cfa || cp_thread.wall_slot != s || !s->parked_frames)
+  uint32_t ways = atomic_load_explicit(&s->parked_ways, memory_order_acquire);
+  if (!cfa || cp_thread.wall_slot != s || !ways)
     return 0;
+  /* Into an empty way, else the least recently used one. */
+  uint32_t way = 0;
+  for (uint32_t w = 0; w < ways && w < PARKED_WAYS; w++) {
+    if (!s->parked[w].n) {
+      way = w;
+      break;
+    }
+    if (s->parked[w].used < s->parked[way].used)
+      way = w;
+  }
+  parked_stack *p = &s->parked[way];
   /* Its buffers are written now: a wait hook's check running under this
-   * handler (nested) sees parked_seq move. */
-  uint32_t seq = atomic_load_explicit(&s->parked_seq, memory_order_relaxed);
+   * handler (nested) sees seq move. */
+  uint32_t seq = atomic_load_explicit(&p->seq, memory_order_relaxed);
   seq = seq + 1 ? seq + 1 : 1;
-  atomic_store_explicit(&s->parked_seq, seq, memory_order_relaxed);
+  atomic_store_explicit(&p->seq, seq, memory_order_relaxed);
   atomic_signal_fence(memory_order_release);
-  s->parked_n = 0;
+  p->n = 0;
   int truncated = 0;
-  size_t n = cp_unwind_signal_slots(ucontext, s->parked_frames, s->parked_slots,
-                                    max, &truncated);
+  size_t n =
+      cp_unwind_signal_slots(ucontext, p->frames, p->slots, max, &truncated);
   if (n == 0)
     return 0;
   /* Usable when every return address was found where a call put it, the
    * hook's own among them (at its frame address less one word). */
   int complete = 1, has_hook = 0;
   for (size_t i = 1; i < n; i++) {
-    complete &= s->parked_slots[i] != 0;
-    has_hook |= s->parked_slots[i] == cfa - sizeof(uint64_t);
+    complete &= p->slots[i] != 0;
+    has_hook |= p->slots[i] == cfa - sizeof(uint64_t);
   }
-  memcpy(s->frames, s->parked_frames, n * sizeof *s->frames);
+  memcpy(s->frames, p->frames, n * sizeof *s->frames);
   s->nframes = (uint32_t)n;
   s->truncated = (uint32_t)truncated;
   if (complete && has_hook && n > 1) {
-    s->parked_cfa = cfa;
-    s->parked_truncated = (uint32_t)truncated;
-    s->parked_n = (uint32_t)n;
+    p->cfa = cfa;
+    p->truncated = (uint32_t)truncated;
+    p->n = (uint32_t)n;
+    p->used = ++s->parked_clock;
     /* Taken in this very wait: the next ticks of it reuse it. Published
      * with what the hook published (the thread is blocked under us). */
-    publish_park(s, cfa, seq,
+    publish_park(s, cfa, way, seq,
                  atomic_load_explicit(&s->park_labels, memory_order_relaxed),
                  atomic_load_explicit(&s->park_span_id, memory_order_relaxed),
                  atomic_load_explicit(&s->park_local_root_span_id,
@@ -343,23 +405,27 @@ static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
  * hook at the frame address of its parked stack, which the hook found to be
  * its stack (parked_stack_is_mine). Then *labels and the span ids are the
  * ones it blocked with. Memory reads only. */
-static int still_parked(wall_slot *s, uint32_t *labels, uint64_t *span_id,
-                        uint64_t *local_root_span_id) {
-  uint32_t seq = atomic_load_explicit(&s->parked_seq, memory_order_relaxed);
-  if (s->parked_n < 2 || !seq)
-    return 0;
+static const parked_stack *still_parked(wall_slot *s, uint32_t *labels,
+                                        uint64_t *span_id,
+                                        uint64_t *local_root_span_id) {
   uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_acquire);
-  if ((gen & 1) ||
-      atomic_load_explicit(&s->park_cfa, memory_order_relaxed) !=
-          s->parked_cfa ||
+  uint32_t way = atomic_load_explicit(&s->park_way, memory_order_relaxed);
+  if ((gen & 1) || way >= PARKED_WAYS ||
+      way >= atomic_load_explicit(&s->parked_ways, memory_order_acquire))
+    return NULL;
+  const parked_stack *p = &s->parked[way];
+  uint32_t seq = atomic_load_explicit(&p->seq, memory_order_relaxed);
+  if (p->n < 2 || !seq ||
+      atomic_load_explicit(&s->park_cfa, memory_order_relaxed) != p->cfa ||
       atomic_load_explicit(&s->park_checked, memory_order_relaxed) != seq)
-    return 0;
+    return NULL;
   *labels = atomic_load_explicit(&s->park_labels, memory_order_relaxed);
   *span_id = atomic_load_explicit(&s->park_span_id, memory_order_relaxed);
   *local_root_span_id =
       atomic_load_explicit(&s->park_local_root_span_id, memory_order_relaxed);
   atomic_thread_fence(memory_order_acquire);
-  return atomic_load_explicit(&s->park_gen, memory_order_relaxed) == gen;
+  return atomic_load_explicit(&s->park_gen, memory_order_relaxed) == gen ? p
+                                                                         : NULL;
 }
 
 /* Async-signal-safe: one clock read. The signal found its thread blocked
@@ -462,7 +528,11 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
      * which needs no cache. */
     uint64_t old_hash = s->have_stack && s->in_syscall ? s->stack_hash : 0;
     s->in_syscall = in_syscall;
-    if (!in_syscall || !take_parked_stack(s, ucontext, max)) {
+    if (in_syscall)
+      atomic_fetch_add_explicit(&wall.signals_blocked, 1, memory_order_relaxed);
+    if (in_syscall && take_parked_stack(s, ucontext, max)) {
+      atomic_fetch_add_explicit(&wall.signals_parking, 1, memory_order_relaxed);
+    } else {
       s->nframes = (uint32_t)cp_unwind_signal(ucontext, s->frames, max,
                                               !s->in_syscall, &truncated);
       s->truncated = (uint32_t)truncated;
@@ -516,6 +586,28 @@ static int send_wall_signal(pid_t tid, uint32_t index) {
   return (int)syscall(SYS_rt_tgsigqueueinfo, wall.pid, tid, wall.signal, &info);
 }
 
+/* On the timer thread, with wall.lock held, about to signal s's thread:
+ * when it is blocked in a wait hook elsewhere than where its first parked
+ * stack was taken, it waits in more than one place, and gets the buffers
+ * of PARKED_WAYS - 1 more parked stacks (one block, never freed: a handler
+ * may be writing into it; 2 x (max_frames + 16) x 8 bytes each). Memory
+ * is spent only on the threads that need it; without, one way serves. */
+static void ensure_parked_ways(wall_slot *s) {
+  if (atomic_load_explicit(&s->parked_ways, memory_order_relaxed) != 1 ||
+      s->parked[0].n < 2 || !atomic_load(&s->park_cfa))
+    return;
+  size_t cap = s->frames_cap;
+  uint64_t *block = calloc(2 * cap * (PARKED_WAYS - 1), sizeof *block);
+  if (!block)
+    return;
+  for (int w = 1; w < PARKED_WAYS; w++) {
+    s->parked[w].frames = block + 2 * cap * (size_t)(w - 1);
+    s->parked[w].slots = s->parked[w].frames + cap;
+    s->parked[w].n = 0;
+  }
+  atomic_store_explicit(&s->parked_ways, PARKED_WAYS, memory_order_release);
+}
+
 /* One tick for a window of window_ns: draw k of the n threads (a partial
  * Fisher-Yates shuffle of live[], so each thread is drawn with probability
  * k/n) and credit each drawn one n/k x the window.
@@ -543,6 +635,12 @@ static int wall_tick_locked(uint64_t window_ns) {
     intervals = 1;
   int idle = k == n;
   uint64_t idle_ns = idle_cpu_ns();
+  /* A parked thread may have run a little since the last tick and still
+   * count as idle for the windows: its stack is the parked one at every
+   * tick (PARKED_IDLE_SHARE). */
+  uint64_t parked_idle_ns = window_ns / PARKED_IDLE_SHARE;
+  if (parked_idle_ns < idle_ns)
+    parked_idle_ns = idle_ns;
   wall.ticks++;
   for (size_t i = 0; i < k; i++) {
     uint32_t index = wall.live[i];
@@ -574,7 +672,9 @@ static int wall_tick_locked(uint64_t window_ns) {
     uint64_t span_id, local_root_span_id;
     uint64_t last_parked_cpu = s->parked_tick_cpu_ns;
     s->parked_tick_cpu_ns = 0;
-    if (still_parked(s, &labels, &span_id, &local_root_span_id)) {
+    const parked_stack *parked =
+        still_parked(s, &labels, &span_id, &local_root_span_id);
+    if (parked) {
       /* It ran since its last stack, and blocked again where its parked
        * stack was taken. Idle all the same if it has not run since the
        * last tick that found it so: the rule above, measured from its last
@@ -582,20 +682,21 @@ static int wall_tick_locked(uint64_t window_ns) {
        * and return took more than the allowance once, as the parked stack
        * spares it every signal. */
       if (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) {
-        if (!last_parked_cpu || cpu - last_parked_cpu > idle_ns)
+        if (!last_parked_cpu || cpu - last_parked_cpu > parked_idle_ns)
           idle = 0;
         s->parked_tick_cpu_ns = cpu ? cpu : 1;
       } else {
         idle = 0;
       }
-      emit_stack(ring, s->parked_frames, s->parked_n, s->parked_truncated,
-                 labels, span_id, local_root_span_id, tid,
+      emit_stack(ring, parked->frames, parked->n, parked->truncated, labels,
+                 span_id, local_root_span_id, tid,
                  atomic_exchange(&s->pending_ns, 0),
                  atomic_exchange(&s->pending_count, 0));
       wall.parked++;
       continue;
     }
     idle = 0;
+    ensure_parked_ways(s);
     int timed = cp_random_below(WAKEUP_TIMED_EVERY) == 0 &&
                 (have_cpu || thread_cpu_ns(s->clock, &cpu) == 0) && cpu > 0;
     atomic_store_explicit(&s->sent_cpu_ns, timed ? cpu : 0,
@@ -676,7 +777,8 @@ static void forget_thread(wall_slot *s) {
   atomic_store(&s->pending_count, 0);
   s->have_stack = 0;
   s->nframes = 0;
-  s->parked_n = 0;
+  for (int w = 0; w < PARKED_WAYS; w++)
+    s->parked[w].n = 0;
   s->parked_tick_cpu_ns = 0;
   atomic_store(&s->park_cfa, 0);
   atomic_store(&s->park_checked, 0);
@@ -720,8 +822,11 @@ static void wall_thread_started(pid_t tid) {
       return;
     }
     s->frames = frames;
-    s->parked_frames = frames + need;
-    s->parked_slots = frames + 2 * need;
+    s->parked[0].frames = frames + need;
+    s->parked[0].slots = frames + 2 * need;
+    /* The other ways' buffers, if any, are for the old size: given anew
+     * when needed. */
+    atomic_store_explicit(&s->parked_ways, 1, memory_order_release);
     s->frames_cap = need;
   }
   forget_thread(s);
@@ -775,6 +880,8 @@ static int wall_start(const cp_config *cfg) {
   wall.warned_full = 0;
   wall.warned_claimed = 0;
   wall.ticks = wall.signals = wall.reused = wall.parked = wall.idle_ticks = 0;
+  atomic_store(&wall.signals_blocked, 0);
+  atomic_store(&wall.signals_parking, 0);
   pthread_mutex_unlock(&wall.lock);
 
   cp_unwind_init();
@@ -814,11 +921,14 @@ static void wall_stop(void) {
   }
   pthread_mutex_lock(&wall.lock);
   cp_debug("wall sampler: %llu ticks (%llu of them over idle windows), %llu "
-           "signals, %llu stacks reused, %llu parked stacks reused; blocked "
+           "signals (%llu found their thread blocked, %llu of them in a wait "
+           "hook), %llu stacks reused, %llu parked stacks reused; blocked "
            "threads may use %llu us of CPU and stay still",
            (unsigned long long)wall.ticks, (unsigned long long)wall.idle_ticks,
-           (unsigned long long)wall.signals, (unsigned long long)wall.reused,
-           (unsigned long long)wall.parked,
+           (unsigned long long)wall.signals,
+           (unsigned long long)atomic_load(&wall.signals_blocked),
+           (unsigned long long)atomic_load(&wall.signals_parking),
+           (unsigned long long)wall.reused, (unsigned long long)wall.parked,
            (unsigned long long)(idle_cpu_ns() / 1000));
   while (wall.nlive)
     release_live_locked(wall.nlive - 1);
