@@ -32,7 +32,9 @@
 # REAL_CPU_TRACE (1: for postgres, the server's CPU about every second of
 # the load, to check the CPU columns), REAL_KEEP (a directory: the last
 # profiled run's profiles of each server and variant are copied there, for
-# `go tool pprof -comments`), BENCH_BUILD_DIR.
+# `go tool pprof -comments`, PostgreSQL's log (with `CONTPROF_LOG_LEVEL=debug`
+# in REAL_ENV, the profiler's debug lines), and with REAL_PERF each run's
+# perf.data), BENCH_BUILD_DIR.
 # Needs the Debian packages of scripts/deps's `bench` group (nginx-light, wrk,
 # postgresql, run as root to switch users).
 set -euo pipefail
@@ -406,6 +408,8 @@ for s in "${servers[@]}"; do
     mkdir -p "$REAL_KEEP/$s"
     cp -r "$d" "$REAL_KEEP/$s/"
     [[ -d ${d/profiled-/profiled-b-} ]] && cp -r "${d/profiled-/profiled-b-}" "$REAL_KEEP/$s/"
+    cp "$tmp/perf.$s".*.data "$REAL_KEEP/$s/" 2>/dev/null || true
+    [[ $s == postgres ]] && cp "$tmp/pg/server.log" "$REAL_KEEP/$s/"
   fi
   # With REAL_ENV_B: the second variant's own account of its cost.
   db=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/profiled-b-$REAL_REPEATS
