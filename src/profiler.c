@@ -20,6 +20,7 @@
 #include "config.h"
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
+#include "fork_guard.h"
 #include "interpose/real.h"
 #include "labels.h"
 #include "profiler_internal.h"
@@ -131,8 +132,17 @@ static void restart_kept_config(void) {
     prof.has_runtime = 0;
   }
 }
-static void after_fork_prepare(void) { pthread_mutex_lock(&prof.lock); }
-static void after_fork_parent(void) { pthread_mutex_unlock(&prof.lock); }
+/* prof.lock first: a thread starting the profiler holds it and may list the
+ * loaded objects or unwind; then no thread inside the loader's or
+ * libunwind's code (fork_guard.h). */
+static void after_fork_prepare(void) {
+  pthread_mutex_lock(&prof.lock);
+  cp_fork_guard_prepare();
+}
+static void after_fork_parent(void) {
+  cp_fork_guard_parent();
+  pthread_mutex_unlock(&prof.lock);
+}
 
 /* The child of fork has only the forking thread: the profiler's threads and
  * timers are gone. It forgets the parent's state (the prepare handler held
@@ -143,6 +153,7 @@ static void after_fork_parent(void) { pthread_mutex_unlock(&prof.lock); }
 static void after_fork_child(void) {
   pthread_mutex_init(&prof.lock, NULL);
   cp_gettid_reset();
+  cp_fork_guard_child();
   cp_fpwalk_after_fork_child();
   if (!atomic_load(&prof.running))
     return;

@@ -2,10 +2,12 @@
  * know when a thread holds the loader's lock (dl_iterate_phdr: unwinding
  * then could deadlock with the loader, unwind.c's loader_busy) and when an
  * object may have been unloaded (dlclose: the frame-pointer walker's table
- * of objects is stale, fpwalk.c). */
+ * of objects is stale, fpwalk.c); a fork must not copy the loader's lock
+ * held by a thread the child will not have (fork_guard.h). */
 #include <dlfcn.h>
 #include <link.h>
 
+#include "fork_guard.h"
 #include "interpose/real.h"
 #include "samplers/fpwalk.h"
 #include "thread_state.h"
@@ -31,9 +33,10 @@ void cp_interpose_loader_resolve(void) {
 }
 
 /* Interposed: marks the thread while it holds the loader's lock (see
- * unwind.c's loader_busy). libunwind's own calls come here too. The real
- * function is found at cp_unwind_init, outside any handler (dlsym is not
- * async-signal-safe); a handler that finds it missing lists no objects. */
+ * unwind.c's loader_busy), and keeps it out of a fork (fork_guard.h).
+ * libunwind's own calls come here too. The real function is found at
+ * cp_unwind_init, outside any handler (dlsym is not async-signal-safe); a
+ * handler that finds it missing lists no objects. */
 int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
                     void *data) {
   dl_iterate_phdr_fn fn =
@@ -46,9 +49,12 @@ int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
     if (!fn)
       return 0;
   }
+  if (!cp_fork_guard_enter())
+    return 0;
   cp_thread.in_loader++;
   int rc = fn(callback, data);
   cp_thread.in_loader--;
+  cp_fork_guard_exit();
   return rc;
 }
 

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fork_guard.h"
 #include "fpwalk.h"
 #include "interpose/real.h"
 #include "thread_state.h"
@@ -130,15 +131,23 @@ static CP_TLS int in_own_unwind; /* readable_page is ours to use */
 static CP_TLS uintptr_t readable_page[READABLE_PAGES];
 static CP_TLS unsigned readable_next;
 
-/* Starts one of our unwinds on this thread: no page is known readable yet.
- * Async-signal-safe. */
-static void own_unwind_begin(void) {
+/* Starts one of our unwinds with libunwind on this thread: no page is known
+ * readable yet. Returns 0 when a fork is in progress: libunwind's cache
+ * lock must not be held across it (fork_guard.h), and the caller does
+ * without. Async-signal-safe. */
+static int own_unwind_begin(void) {
+  if (!cp_fork_guard_enter())
+    return 0;
   for (int i = 0; i < READABLE_PAGES; i++)
     readable_page[i] = 0;
   in_own_unwind = 1;
+  return 1;
 }
 
-static void own_unwind_end(void) { in_own_unwind = 0; }
+static void own_unwind_end(void) {
+  in_own_unwind = 0;
+  cp_fork_guard_exit();
+}
 
 /* Whether the 8 bytes at addr can be read. One system call, no descriptor;
  * errno is kept. Async-signal-safe. */
@@ -266,7 +275,7 @@ void cp_unwind_init(void) {
    * samples are stepped from their context. */
   if (unwind_mode == CP_UNWIND_DWARF) {
     cp_unwind_warm_up();
-  } else {
+  } else if (cp_fork_guard_enter()) { /* not in a handler: always 1 */
     /* One step from here all the same: libunwind maps its memory pools at
      * its first unwind, which is better not made in a handler. */
     unw_context_t ctx;
@@ -274,6 +283,7 @@ void cp_unwind_init(void) {
     unw_getcontext(&ctx);
     if (unw_init_local(&cursor, &ctx) == 0)
       unw_step(&cursor);
+    cp_fork_guard_exit();
     cp_fpwalk_init_later();
   }
 }
@@ -296,10 +306,11 @@ void cp_unwind_tick(void) {
 }
 
 void cp_unwind_warm_up(void) {
-  if (warmed_up)
+  if (warmed_up || !cp_fork_guard_enter())
     return;
   void *frames[8];
   unw_backtrace(frames, 8);
+  cp_fork_guard_exit();
   warmed_up = 1;
   __atomic_store_n(&trace_ok, 1, __ATOMIC_RELEASE);
 }
@@ -448,7 +459,10 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
     if (n)
       return n;
   }
-  own_unwind_begin();
+  if (!own_unwind_begin()) {
+    frames[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+    return 1; /* a fork is in progress: the leaf only */
+  }
   size_t n = unwind_signal(uc, frames, max_frames, may_build_cache, truncated);
   own_unwind_end();
   return n;
@@ -459,9 +473,8 @@ size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
                               size_t max_frames, int *truncated) {
   ucontext_t *uc = ucontext;
   *truncated = 0;
-  if (alt_stack_short(uc) || loader_busy())
+  if (alt_stack_short(uc) || loader_busy() || !own_unwind_begin())
     return 0;
-  own_unwind_begin();
   size_t n = unwind_from_context(uc, frames, slots, max_frames, truncated);
   own_unwind_end();
   return n;
@@ -562,7 +575,11 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
   } else {
     cp_unwind_warm_up();
   }
-  own_unwind_begin();
+  if (!own_unwind_begin()) {
+    cp_thread.in_handler = 0;
+    frames[0] = caller_ra - 1; /* a fork is in progress: the caller only */
+    return 1;
+  }
   int got = step ? (int)unwind_from_context((ucontext_t *)&ctx, frames, NULL,
                                             capacity, truncated)
                  : unw_backtrace((void **)frames, (int)capacity);

@@ -173,5 +173,31 @@ static void test_follow_fork_off(void) {
   remove_dir(dir);
 }
 
+/* A thread inside dl_iterate_phdr holds the loader's lock; a fork then
+ * copies it held into a child where that thread does not exist, and the
+ * child's first dl_iterate_phdr (an unwind for a sample, an exception)
+ * waits forever. A PostgreSQL backend forked while the postmaster's
+ * aggregator thread built its unwinding table hung so. Under the profiler
+ * a fork waits until no thread is inside (docs/signals.md, "fork and the
+ * loader's lock"): 200 children of a process whose other thread lists the
+ * objects all the time all exit. Without the profiler most of them hang
+ * (glibc's fork does not take that lock); with the guard removed, so did
+ * they under it. */
+static void test_fork_while_listing_objects(void) {
+  char *dir = make_temp_dir("forkloader");
+  char *argv[] = {CONTPROF, "run",    "--output",    dir,   "--period", "3600",
+                  "--",     WORKLOAD, "fork-loader", "200", NULL};
+  static run_result r;
+  CHECK_EQ_INT(run_command(argv, NULL, &r), 0);
+  CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+  int forks = -1, hung = -1;
+  const char *line = strstr(r.out, "forks=");
+  CHECK(line && sscanf(line, "forks=%d hung=%d", &forks, &hung) == 2);
+  printf("  %d forks, %d children hung\n", forks, hung);
+  CHECK_EQ_INT(forks, 200);
+  CHECK_EQ_INT(hung, 0);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_prefork_server), T(test_children_keep_symbol_tables),
-          T(test_follow_fork_off))
+          T(test_fork_while_listing_objects), T(test_follow_fork_off))

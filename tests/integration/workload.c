@@ -648,9 +648,70 @@ static int dlopen_profiler(const char *lib) {
   return 0;
 }
 
+/* fork-loader N: a thread lists the loaded objects over and over with a
+ * slow callback (dl_iterate_phdr holds the loader's lock all the while, as
+ * the profiler's own threads did while building their tables), while main
+ * forks N children that each list the objects once and exit. A child that
+ * inherited the lock held would wait for it forever: one that has not
+ * exited after 5 s is killed and counted. Prints "forks=N hung=K". */
+static atomic_int loader_stop;
+static int slow_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)info, (void)size, (void)arg;
+  struct timespec t = {0, 100000}; /* 100 us per object */
+  nanosleep(&t, NULL);
+  return 0;
+}
+static int count_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)info, (void)size;
+  ++*(int *)arg;
+  return 0;
+}
+static void *list_objects(void *arg) {
+  (void)arg;
+  while (!atomic_load(&loader_stop))
+    dl_iterate_phdr(slow_object, NULL);
+  return NULL;
+}
+static int fork_loader(int n) {
+  pthread_t t;
+  pthread_create(&t, NULL, list_objects, NULL);
+  int hung = 0;
+  for (int i = 0; i < n; i++) {
+    struct timespec gap = {0, 1000000};
+    nanosleep(&gap, NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int objects = 0;
+      dl_iterate_phdr(count_object, &objects);
+      _exit(objects > 0 ? 0 : 1);
+    }
+    if (pid < 0)
+      return 1;
+    int status = -1;
+    for (int waited = 0; waited < 500; waited++) {
+      if (waitpid(pid, &status, WNOHANG) == pid)
+        break;
+      struct timespec tick = {0, 10000000};
+      nanosleep(&tick, NULL);
+      status = -1;
+    }
+    if (status == -1) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      hung++;
+    }
+  }
+  atomic_store(&loader_stop, 1);
+  pthread_join(t, NULL);
+  printf("forks=%d hung=%d\n", n, hung);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2)
     return 2;
+  if (strcmp(argv[1], "fork-loader") == 0 && argc == 3)
+    return fork_loader(atoi(argv[2]));
   if (strcmp(argv[1], "shares") == 0 && argc == 4)
     return shares(atoi(argv[2]), atof(argv[3]));
   if (strcmp(argv[1], "exit3") == 0) {
