@@ -23,7 +23,8 @@
  * having used no CPU since may only mean it was preempted, and it may leave
  * that code within microseconds of resuming. A thread that goes from one
  * blocking call to another with under IDLE_CPU_NS of CPU in between keeps
- * its previous stack until it next runs longer.)
+ * its previous stack until it next runs longer, unless it entered or left a
+ * wait hook meanwhile: stack_park_gen.)
  *
  * Parked threads. A server thread runs a little between ticks and blocks
  * again, most often at the same point of its event loop: the rule above
@@ -153,7 +154,10 @@ typedef struct wall_slot {
   int in_syscall; /* the stack was taken in a blocking system call */
   uint64_t span_id, local_root_span_id;
   uint64_t stack_cpu_ns; /* thread CPU time when the stack was taken */
-  uint64_t stack_hash;   /* of frames, when taken in a system call */
+  /* park_gen then: a wait hook entered or left since moves it, and the
+   * stack is not reused (the thread went elsewhere with little CPU). */
+  uint32_t stack_park_gen;
+  uint64_t stack_hash; /* of frames, when taken in a system call */
   /* The CPU the thread had used since stack_cpu_ns when the timer sent the
    * signal (0: unknown). Timer writes, handler reads. */
   _Atomic uint64_t signal_delta_ns;
@@ -553,8 +557,11 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     atomic_fetch_sub_explicit(&s->pending_count, count, memory_order_relaxed);
     /* Only a stack taken in a system call is ever reused (a system call
      * of its own: a thread's CPU clock is not in the vDSO). */
-    if (usable && s->in_syscall)
+    if (usable && s->in_syscall) {
       s->stack_cpu_ns = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+      s->stack_park_gen =
+          atomic_load_explicit(&s->park_gen, memory_order_relaxed);
+    }
     /* Releases the slot to the timer thread unless it added more weight
      * meanwhile: then that is recorded too, with the same stack. */
     if (atomic_fetch_sub_explicit(&s->pending_ns, ns, memory_order_acq_rel) ==
@@ -661,7 +668,9 @@ static int wall_tick_locked(uint64_t window_ns) {
     uint64_t cpu = 0;
     int have_cpu =
         s->have_stack && s->in_syscall && thread_cpu_ns(s->clock, &cpu) == 0;
-    if (have_cpu && cpu - s->stack_cpu_ns <= idle_ns) {
+    if (have_cpu && cpu - s->stack_cpu_ns <= idle_ns &&
+        atomic_load_explicit(&s->park_gen, memory_order_acquire) ==
+            s->stack_park_gen) {
       /* Still blocked where it was: record that stack again. */
       emit_sample(ring, s, tid, atomic_exchange(&s->pending_ns, 0),
                   atomic_exchange(&s->pending_count, 0));

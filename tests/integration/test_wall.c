@@ -877,6 +877,76 @@ static void *sem_thread(void *arg) {
  * 5%, and most of it is in its wait (truth about 90%; more than half
  * checked, as the share blocked is not exact on a loaded machine: see
  * above). */
+/* A thread that blocks every signal for 50 ms (a raw nanosleep, no hook),
+ * so that a wall signal waits for it, then unblocks them: the signal is
+ * taken at the unblock, a stack in a system call, and the thread goes on
+ * into a condition wait (hooked) for 2 s with a few microseconds of CPU.
+ * The stack taken at the unblock must not be reused for the wait: the
+ * thread's CPU clock barely moved, but it entered a wait hook
+ * (samplers/wall.c, stack_park_gen). It was: the 2 s went to the unblock
+ * (test_wall_few_threads_per_tick_unbiased once saw a waiter's 5 s go to
+ * the pthread_sigmask that starts its thread so). */
+__attribute__((noinline)) static void unblocked_late(void) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  struct timespec pause = {0, 50000000};
+  syscall(SYS_nanosleep, &pause, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  KEEP_FRAME();
+}
+__attribute__((noinline)) static void then_in_cond_wait(uint64_t *ns) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+  uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+  uint64_t until = now_ns(CLOCK_REALTIME) + 2000000000ull;
+  struct timespec deadline = {(time_t)(until / 1000000000ull),
+                              (long)(until % 1000000000ull)};
+  pthread_mutex_lock(&mu);
+  while (pthread_cond_timedwait(&never, &mu, &deadline) == 0)
+    ;
+  pthread_mutex_unlock(&mu);
+  *ns = now_ns(CLOCK_MONOTONIC) - t0;
+  KEEP_FRAME();
+}
+typedef struct mover {
+  pid_t tid;
+  uint64_t cond_ns;
+} mover;
+static void *moving_thread(void *arg) {
+  mover *m = arg;
+  m->tid = (pid_t)syscall(SYS_gettid);
+  unblocked_late();
+  then_in_cond_wait(&m->cond_ns);
+  return NULL;
+}
+static void *idle_thread(void *arg) {
+  (void)arg;
+  return NULL;
+}
+
+static void test_moved_to_a_wait_hook_with_little_cpu(void) {
+  char *dir = make_temp_dir("wall-moved");
+  mover m = {0};
+  const thread_fn fn[2] = {moving_thread, idle_thread};
+  void *const arg[2] = {&m, NULL};
+  pprof_profile *profiles[4];
+  size_t n = profile_two_threads(dir, fn, arg, profiles, 4);
+  int64_t at_unblock =
+      sum_where(profiles, n, "wall-time", m.tid, "unblocked_late");
+  int64_t in_cond =
+      sum_where(profiles, n, "wall-time", m.tid, "then_in_cond_wait");
+  printf("at the unblock: %.3f s (truth 0.050), condition wait: %.3f s "
+         "(truth %.3f)\n",
+         (double)at_unblock / 1e9, (double)in_cond / 1e9,
+         (double)m.cond_ns / 1e9);
+  CHECK(at_unblock < 200000000); /* 50 ms and a window or two */
+  CHECK_NEAR((double)in_cond / (double)m.cond_ns, 1.0, 0.15);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  remove_dir(dir);
+}
+
 static void test_parked_in_condition_and_semaphore_waits(void) {
   char *dir = make_temp_dir("wall-pool");
   CHECK_EQ_INT(sem_init(&pool.sem, 0, 0), 0);
@@ -951,4 +1021,5 @@ TEST_MAIN(T(test_wall_shares_and_per_thread_time),
           T(test_labels_on_short_lived_threads), T(test_span_ids_and_endpoints),
           T(test_endpoint_counts), T(test_timeline),
           T(test_parked_threads_not_woken),
-          T(test_parked_in_condition_and_semaphore_waits))
+          T(test_parked_in_condition_and_semaphore_waits),
+          T(test_moved_to_a_wait_hook_with_little_cpu))
