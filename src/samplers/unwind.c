@@ -342,14 +342,24 @@ unwind_from_context(ucontext_t *uc, uint64_t *frames, uint64_t *slots,
       break;
     }
     if (slots) {
-      /* A caller's stack pointer is its callee's canonical frame address:
-       * the call pushed the return address just below it. */
+      /* Where libunwind read this frame's pc: for a caller, the word just
+       * below its stack pointer (its callee's canonical frame address),
+       * where the call pushed it; for the code a signal interrupted, the
+       * saved context's rip on the stack (a PostgreSQL WAL writer runs, for
+       * its whole life, inside the postmaster's SIGCHLD handler that forked
+       * it: without that slot its stacks were never parked). */
       slots[n] = 0;
-      if (n > 0 && unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0 && sp >= 8 &&
-          (sp & 7) == 0 && sp - 8 > below && word_readable(sp - 8) &&
-          *(const uint64_t *)(uintptr_t)(sp - 8) == ip) {
-        slots[n] = sp - 8;
-        below = sp - 8;
+      uint64_t at = 0;
+      unw_save_loc_t loc;
+      if (n > 0 && unw_get_save_loc(&cursor, UNW_REG_IP, &loc) == 0 &&
+          loc.type == UNW_SLT_MEMORY)
+        at = loc.u.addr;
+      else if (n > 0 && unw_get_reg(&cursor, UNW_REG_SP, &sp) == 0 && sp >= 8)
+        at = sp - 8;
+      if (at && (at & 7) == 0 && at > below && word_readable(at) &&
+          *(const uint64_t *)(uintptr_t)at == ip) {
+        slots[n] = at;
+        below = at;
       }
     }
     frames[n++] = ip;

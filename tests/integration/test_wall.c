@@ -709,6 +709,26 @@ static void *one_site_thread(void *arg) {
   return NULL;
 }
 
+/* The same server loop, run inside a signal handler that never returns (a
+ * PostgreSQL WAL writer runs for its whole life inside the postmaster's
+ * SIGCHLD handler that forked it): its stacks hold a signal frame, whose
+ * interrupted pc the parked stack's check reads from the saved context. */
+static park_run *in_handler_run;
+static void serve_in_handler(int sig) {
+  (void)sig;
+  serve_then_block(in_handler_run, poll_3ms, NULL);
+}
+static void *in_handler_thread(void *arg) {
+  in_handler_run = arg;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = serve_in_handler;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, NULL);
+  pthread_kill(pthread_self(), SIGUSR2); /* runs the loop, then returns */
+  return NULL;
+}
+
 /* Two sites, three labels: "a" at the short one, then "b" and "c" in turn at
  * the long one (the same stack with other labels). */
 static void *two_site_thread(void *arg) {
@@ -807,6 +827,38 @@ static void test_parked_threads_not_woken(void) {
     double truth = (double)two.parked_ns[1] / (double)two.parked_ns[2];
     CHECK(ratio > 0.75 * truth && ratio < 1.33 * truth);
   }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  remove_dir(dir);
+}
+
+/* A thread whose stack holds a signal frame (its server loop runs in a
+ * signal handler) is parked as any other: hardly ever woken. Every tick woke
+ * it when the parked stack needed each return address at a call's slot
+ * (the code the signal interrupted has its pc in the saved context). */
+static void *idle_thread(void *arg);
+static void test_parked_under_a_signal_frame(void) {
+  char *dir = make_temp_dir("wall-sigframe");
+  park_run run = {0};
+  const thread_fn fn[2] = {in_handler_thread, idle_thread};
+  void *const arg[2] = {&run, NULL};
+  pprof_profile *profiles[4];
+  size_t n = profile_two_threads(dir, fn, arg, profiles, 4);
+  int64_t total = sum_where(profiles, n, "wall-time", run.tid, NULL);
+  /* Blocked in the poll, with the frames beyond the signal frame. */
+  int64_t parked =
+      sum_where(profiles, n, "wall-time", run.tid, "block_in_poll");
+  int64_t through =
+      sum_where(profiles, n, "wall-time", run.tid, "in_handler_thread");
+  printf("in a handler: %lu waits, woken %ld times; %.3f s of %.3f s, %.3f "
+         "s in the poll, %.3f s with the frames beyond the handler\n",
+         (unsigned long)run.waits, run.woken, (double)total / 1e9,
+         (double)run.life_ns / 1e9, (double)parked / 1e9,
+         (double)through / 1e9);
+  CHECK_NEAR((double)total / (double)run.life_ns, 1.0, 0.05);
+  CHECK(parked > total * 3 / 4);
+  CHECK(through > total * 9 / 10);
+  CHECK(run.woken < (long)run.waits / 10);
   for (size_t i = 0; i < n; i++)
     pprof_profile_free(profiles[i]);
   remove_dir(dir);
@@ -1022,4 +1074,5 @@ TEST_MAIN(T(test_wall_shares_and_per_thread_time),
           T(test_endpoint_counts), T(test_timeline),
           T(test_parked_threads_not_woken),
           T(test_parked_in_condition_and_semaphore_waits),
-          T(test_moved_to_a_wait_hook_with_little_cpu))
+          T(test_moved_to_a_wait_hook_with_little_cpu),
+          T(test_parked_under_a_signal_frame))
