@@ -40,15 +40,16 @@
  * (its own live stack, within the bounds recorded at its start: no system
  * call, no fault) and, when every one still holds its return address,
  * publishes with the park that the parked stack is its stack
- * (park_checked, the parked stack's parked_seq). A tick that finds the
- * thread parked at that frame address with that check, the sequence count
- * unmoved, records the parked stack with no signal. A thread that waits in
- * several places keeps a parked stack for each (PARKED_WAYS). A thread blocked
- * at the same frame address is blocked in the same hook, called from the same
- * depth: its frames from there outwards are live, and they hold the same
- * return addresses, so its stack is that stack down to the hook. (Below
- * the hook, the C library's frames down to the system call are the parked
- * stack's: not checked, as they do not exist yet when the hook checks.
+ * (park_way and park_checked: which parked stack, and its seq). A tick
+ * that finds the thread parked at that frame address with that check, the
+ * sequence count unmoved, records the parked stack with no signal. A thread
+ * that waits in several places keeps a parked stack for each (PARKED_WAYS).
+ * A thread blocked at the same frame address is blocked in the same hook,
+ * called from the same depth: its frames from there outwards are live, and
+ * they hold the same return addresses, so its stack is that stack down to
+ * the hook. (Below the hook, the C library's frames down to the system
+ * call are the parked stack's: not checked, as they do not exist yet when
+ * the hook checks.
  * Not told apart: a thread running the application's signal handler on top
  * of a wait hook; the stack is then the blocked one, as a signal would have
  * seen it once the handler returned.)
@@ -262,8 +263,9 @@ static void emit_sample(cp_ring *ring, const wall_slot *s, pid_t tid,
  * it came from at or above the hook's return address still holds that
  * return address. The words are read only within the thread's own stack as
  * recorded at its start, which holds cfa (another stack, a coroutine's,
- * is not checked: 0). Returns the parked_seq checked against, or 0. The
- * loads are of return addresses, outside AddressSanitizer (as unwind.c's). */
+ * is not checked: 0). Returns the parked stack's seq checked against, or
+ * 0. The loads are of return addresses, outside AddressSanitizer (as
+ * unwind.c's). */
 __attribute__((no_sanitize("address"))) static uint32_t
 parked_stack_is_mine(const parked_stack *p, uintptr_t cfa, uintptr_t hi) {
   uint32_t seq = atomic_load_explicit(&p->seq, memory_order_relaxed);

@@ -310,6 +310,18 @@ static size_t profile_two_threads(const char *dir, const thread_fn fn[2],
   return n;
 }
 
+/* profile_two_threads for one thread of interest (the other ends at once). */
+static void *idle_thread(void *arg) {
+  (void)arg;
+  return NULL;
+}
+static size_t profile_one_thread(const char *dir, thread_fn fn, void *arg,
+                                 pprof_profile **profiles, size_t max) {
+  const thread_fn fns[2] = {fn, idle_thread};
+  void *const args[2] = {arg, NULL};
+  return profile_two_threads(dir, fns, args, profiles, max);
+}
+
 static void *label_worker(void *arg) {
   (void)arg;
   for (int i = 0; i < 40; i++) {
@@ -836,14 +848,11 @@ static void test_parked_threads_not_woken(void) {
  * signal handler) is parked as any other: hardly ever woken. Every tick woke
  * it when the parked stack needed each return address at a call's slot
  * (the code the signal interrupted has its pc in the saved context). */
-static void *idle_thread(void *arg);
 static void test_parked_under_a_signal_frame(void) {
   char *dir = make_temp_dir("wall-sigframe");
   park_run run = {0};
-  const thread_fn fn[2] = {in_handler_thread, idle_thread};
-  void *const arg[2] = {&run, NULL};
   pprof_profile *profiles[4];
-  size_t n = profile_two_threads(dir, fn, arg, profiles, 4);
+  size_t n = profile_one_thread(dir, in_handler_thread, &run, profiles, 4);
   int64_t total = sum_where(profiles, n, "wall-time", run.tid, NULL);
   /* Blocked in the poll, with the frames beyond the signal frame. */
   int64_t parked =
@@ -972,18 +981,11 @@ static void *moving_thread(void *arg) {
   then_in_cond_wait(&m->cond_ns);
   return NULL;
 }
-static void *idle_thread(void *arg) {
-  (void)arg;
-  return NULL;
-}
-
 static void test_moved_to_a_wait_hook_with_little_cpu(void) {
   char *dir = make_temp_dir("wall-moved");
   mover m = {0};
-  const thread_fn fn[2] = {moving_thread, idle_thread};
-  void *const arg[2] = {&m, NULL};
   pprof_profile *profiles[4];
-  size_t n = profile_two_threads(dir, fn, arg, profiles, 4);
+  size_t n = profile_one_thread(dir, moving_thread, &m, profiles, 4);
   int64_t at_unblock =
       sum_where(profiles, n, "wall-time", m.tid, "unblocked_late");
   int64_t in_cond =
