@@ -62,8 +62,10 @@ static void close_period(void) {
   meta.endpoint_counts = endpoints;
   sched.period_start_ns = end;
   /* A few drops are signals that came while a sampler stopped or nested
-   * in another handler; a warning is for a ring that overflows. */
-  if (drops > 100 || drops * 20 > cp_gen_samples_added(g))
+   * in another handler; a warning is for a ring that overflows, which drops
+   * more than a few (a child of fork that lived a moment had 1 drop for its
+   * 10 samples, and warned of a full ring at every exit). */
+  if (drops > 100 || (drops >= 16 && drops * 20 > cp_gen_samples_added(g)))
     cp_warn("%" PRIu64 " samples dropped in period %" PRIu64
             " (ring full); counted in the profile's samples_dropped",
             drops, sched.seq);

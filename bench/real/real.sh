@@ -21,6 +21,8 @@
 #   bench/real/real.sh [nginx] [postgres]        (default: both)
 # Environment: REAL_REPEATS (3), REAL_SECONDS (15), REAL_WARMUP (3),
 # REAL_CONNS (32), REAL_CLIENTS (8), REAL_PAUSE (2 s between runs),
+# REAL_PGBENCH_ARGS (more words for pgbench, e.g. -C: a new connection, so a
+# new backend process, per transaction, as a server without a pooler has),
 # REAL_PROFILES (cpu,wall,alloc,heap,lock: CONTPROF_PROFILES when profiled),
 # REAL_ENV (more VAR=VALUE words for the profiled server, e.g.
 # CONTPROF_CPU_CLOCK=posix), REAL_ENV_B (when set, a second profiled
@@ -44,6 +46,7 @@ REAL_REPEATS=${REAL_REPEATS:-3}
 REAL_SECONDS=${REAL_SECONDS:-15}
 REAL_WARMUP=${REAL_WARMUP:-3}
 REAL_CONNS=${REAL_CONNS:-32}
+REAL_PGBENCH_ARGS=${REAL_PGBENCH_ARGS:-}
 REAL_CLIENTS=${REAL_CLIENTS:-8}
 NGINX_PORT=18080
 PG_PORT=15432
@@ -275,7 +278,7 @@ pg_run() {
   fi
   pg_start "$variant" "$out"
   local pgb=("$PG_BIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres
-    -c "$REAL_CLIENTS" -j 2 postgres)
+    -c "$REAL_CLIENTS" -j 2 $REAL_PGBENCH_ARGS postgres) # split on purpose
   "${pgb[@]}" -T "$REAL_WARMUP" >/dev/null 2>&1
   local load cpu0 cpu1
   load=$(cut -d' ' -f1 /proc/loadavg)
@@ -322,7 +325,7 @@ pg_run() {
 }
 
 bench_machine
-echo "load: nginx ${REAL_CONNS} connections (wrk -t1), postgres ${REAL_CLIENTS} clients (pgbench -j 2);" \
+echo "load: nginx ${REAL_CONNS} connections (wrk -t1), postgres ${REAL_CLIENTS} clients (pgbench -j 2${REAL_PGBENCH_ARGS:+ $REAL_PGBENCH_ARGS});" \
   "${REAL_SECONDS} s per run after ${REAL_WARMUP} s of warm-up, $REAL_REPEATS repeats per side"
 variants=(plain profiled)
 [[ -n ${REAL_ENV_B:-} ]] && variants+=(profiled-b)

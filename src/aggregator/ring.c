@@ -36,6 +36,7 @@ struct cp_ring {
   size_t slot_bytes;
   size_t map_bytes;
   unsigned char *slots;
+  size_t populated;  /* bytes from slots on faulted in (consumer's thread) */
   int wiped_on_fork; /* MADV_WIPEONFORK took: a child's slots are zero */
 };
 
@@ -89,14 +90,32 @@ cp_ring *cp_ring_create(size_t slots, size_t max_frames) {
   return r;
 }
 
-void cp_ring_populate(cp_ring *r) {
-  if (madvise(r->slots, r->map_bytes, MADV_POPULATE_WRITE) == 0)
+/* Faults in [from, to) of the slots (byte offsets, page-aligned from). */
+static void populate_range(cp_ring *r, size_t from, size_t to) {
+  if (madvise(r->slots + from, to - from, MADV_POPULATE_WRITE) == 0)
     return;
   /* Before Linux 5.14: one write fault per page, by an atomic add of zero,
    * which leaves a word a producer may be writing as it is. */
-  for (size_t off = 0; off < r->map_bytes; off += 4096)
+  for (size_t off = from; off < to; off += 4096)
     atomic_fetch_add_explicit((_Atomic uint64_t *)(r->slots + off), 0,
                               memory_order_relaxed);
+}
+
+void cp_ring_populate(cp_ring *r, size_t ahead_slots) {
+  if (r->populated >= r->map_bytes)
+    return;
+  size_t n = r->mask + 1;
+  uint64_t pos = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
+  /* Slots are used in order from 0 until the first lap ends. */
+  size_t want_slots =
+      pos >= n || n - pos <= ahead_slots ? n : (size_t)pos + ahead_slots;
+  size_t want = (want_slots * r->slot_bytes + 4095) & ~(size_t)4095;
+  if (want > r->map_bytes)
+    want = r->map_bytes;
+  if (want <= r->populated)
+    return;
+  populate_range(r, r->populated, want);
+  r->populated = want;
 }
 
 void cp_ring_destroy(cp_ring *r) {
@@ -211,9 +230,11 @@ void cp_ring_release(cp_ring *r) {
 
 void cp_ring_discard_after_fork(cp_ring *r) {
   if (r->wiped_on_fork) {
-    /* The slots are zero: every one free for the first lap. */
+    /* The slots are zero: every one free for the first lap, and none
+     * faulted in. */
     atomic_store_explicit(&r->enqueue_pos, 0, memory_order_relaxed);
     atomic_store_explicit(&r->dequeue_pos, 0, memory_order_relaxed);
+    r->populated = 0;
   }
   uint64_t end = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
   uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);

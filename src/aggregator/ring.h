@@ -58,10 +58,13 @@ void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns, int wake_on_sample);
 const cp_raw_sample *cp_ring_peek(cp_ring *ring);
 /* Whether any sample is reserved and not yet released. */
 int cp_ring_pending(const cp_ring *ring);
-/* Faults every slot in (one madvise), so that producers take no page
- * fault: called by the consumer's thread when it starts, in the process
- * and in each child of fork (whose slots start as fresh zero pages). */
-void cp_ring_populate(cp_ring *ring);
+/* On the consumer's thread: faults in (one madvise) the slots producers
+ * will fill next, up to ahead_slots past the last one reserved, so that they
+ * take no page fault; once every slot has been, nothing. Producers use the
+ * slots in order from the first during the first lap: a short-lived process
+ * (a child of fork, whose slots start as fresh zero pages) faults in only
+ * what it uses, not the whole ring. */
+void cp_ring_populate(cp_ring *ring, size_t ahead_slots);
 /* Ends a cp_ring_wait now (the consumer is asked to stop). */
 void cp_ring_wake(cp_ring *ring);
 void cp_ring_release(cp_ring *ring);

@@ -250,6 +250,9 @@ static void alloc_after_fork_child(void) {
   cp_heap_after_fork_child();
 }
 
+/* Once a second on the profiler's thread. */
+static void alloc_tick(void) { cp_heap_settle(); }
+
 /* On the profiler's thread: one sample every factor x the configured mean
  * bytes. A thread's gap in progress keeps its mean (and its sample's weight
  * uses it); the next gap is drawn with the new one. */
@@ -263,6 +266,7 @@ const cp_sampler cp_alloc_sampler = {
     .start = alloc_start,
     .stop = alloc_stop,
     .after_fork_child = alloc_after_fork_child,
+    .tick = alloc_tick,
     .before_export = alloc_before_export,
     .slow_down = alloc_slow_down,
 };

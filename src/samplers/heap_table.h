@@ -100,11 +100,15 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
 void cp_heap_untrack_all(void);
 /* In the child of fork (only the forking thread lives): empties the table,
  * whose pool and slots the child got as fresh zero pages (else as
- * cp_heap_untrack_all). */
+ * cp_heap_untrack_all). The slots are left to fault in as they are used,
+ * until cp_heap_settle. */
 void cp_heap_after_fork_child(void);
+/* On the profiler's thread, once a second: in a child of fork, faults in
+ * the address slots (as cp_heap_init did in the parent), so that the hooks
+ * of a child that lives on take no page fault there. Else nothing. */
+void cp_heap_settle(void);
 
-/* How many allocations are tracked now: a scan of the address slots (for
- * tests and diagnostics, not the hot path). */
+/* How many allocations are tracked now (a counter the hooks keep). */
 long cp_heap_count_live(void);
 
 /* Sampled allocations that could not be tracked (table full), since start. */
