@@ -21,13 +21,6 @@ int cp_own_fd_floor(void) {
   return (int)(soft / 2);
 }
 
-/* Whether fd is (still) the file dev:ino. */
-static int is_file(int fd, dev_t dev, ino_t ino) {
-  struct stat now;
-  return fd >= 0 && fstat(fd, &now) == 0 && now.st_dev == dev &&
-         now.st_ino == ino;
-}
-
 /* cp_own_adopt, with fd's fstat left in *st. */
 static int adopt(cp_own_fd *o, int fd, struct stat *st) {
   o->fd = -1;
@@ -46,7 +39,8 @@ static int adopt(cp_own_fd *o, int fd, struct stat *st) {
       /* The low number is closed only if it is still the file: between
        * the open and here the application may have closed it and taken
        * the number. */
-      if (is_file(fd, st->st_dev, st->st_ino))
+      cp_own_fd low = {.fd = fd, .dev = st->st_dev, .ino = st->st_ino};
+      if (cp_own_fd_is_ours(&low))
         close(fd);
       fd = high;
     }
@@ -82,8 +76,14 @@ int cp_own_open_regular(cp_own_fd *o, const char *path, struct stat *st) {
   return o->fd;
 }
 
+int cp_own_fd_stat(const cp_own_fd *o, struct stat *st) {
+  return o->fd >= 0 && fstat(o->fd, st) == 0 && st->st_dev == o->dev &&
+         st->st_ino == o->ino;
+}
+
 int cp_own_fd_is_ours(const cp_own_fd *o) {
-  return is_file(o->fd, o->dev, o->ino);
+  struct stat st;
+  return cp_own_fd_stat(o, &st);
 }
 
 int cp_own_close(cp_own_fd *o) {

@@ -42,7 +42,11 @@ int cp_own_open_regular(cp_own_fd *o, const char *path, struct stat *st);
  * Returns the descriptor to use or -1 (fd closed, errno set). */
 int cp_own_adopt(cp_own_fd *o, int fd);
 
-/* Whether o->fd is still the file it was opened as. */
+/* Whether o->fd is still the file it was opened as (its device and inode;
+ * the application may have closed it and opened another file under the
+ * number), with that fstat in *st. */
+int cp_own_fd_stat(const cp_own_fd *o, struct stat *st);
+/* The same, without the fstat. */
 int cp_own_fd_is_ours(const cp_own_fd *o);
 
 /* Closes o->fd if it is still ours (else leaves the number to whoever holds

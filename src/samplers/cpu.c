@@ -397,8 +397,8 @@ static int perf_create_for(pid_t tid, thread_timer *t) {
  * closed it (closefrom, a daemon's loop) or dup2'd over it, and opened a file
  * of its own under the number. */
 static int perf_fd_still_ours(const thread_timer *t) {
-  struct stat st;
-  return fstat(t->fd, &st) == 0 && st.st_dev == t->dev && st.st_ino == t->ino;
+  cp_own_fd o = {.fd = t->fd, .dev = t->dev, .ino = t->ino};
+  return cp_own_fd_is_ours(&o);
 }
 
 /* Forgets t's perf event, closing the descriptor if `ours`. */

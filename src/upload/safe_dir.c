@@ -149,17 +149,15 @@ int cp_safe_dir_open(const char *path, char *why, size_t why_len) {
 
 int cp_safe_dir_init(cp_safe_dir *d, const char *path) {
   memset(d, 0, sizeof *d);
-  d->fd = -1;
+  d->own.fd = -1;
   d->path = strdup(path);
   return d->path ? 0 : -1;
 }
 
-/* Our descriptor if it still is ours: the application may have closed it
- * and reused its number (the same test as for the perf descriptors in
- * src/samplers/cpu.c). */
+/* Our descriptor if it still is ours, and a directory: the application may
+ * have closed it and reused its number (own_fd.h). */
 static int still_ours(const cp_safe_dir *d, struct stat *st) {
-  return d->fd >= 0 && fstat(d->fd, st) == 0 && st->st_dev == d->dev &&
-         st->st_ino == d->ino && S_ISDIR(st->st_mode);
+  return cp_own_fd_stat(&d->own, st) && S_ISDIR(st->st_mode);
 }
 
 int cp_safe_dir_get(cp_safe_dir *d, char *why, size_t why_len) {
@@ -168,29 +166,22 @@ int cp_safe_dir_get(cp_safe_dir *d, char *why, size_t why_len) {
     /* Owner and mode again: someone may have opened it up since. */
     if (!final_ok(&st, geteuid(), d->path, why, why_len))
       return errno = EPERM, -1;
-    return d->fd;
+    return d->own.fd;
   }
-  d->fd = -1; /* gone, or someone else's now: never close it */
+  d->own.fd = -1; /* gone, or someone else's now: never close it */
   int fd = cp_safe_dir_open(d->path, why, why_len);
   if (fd < 0)
     return -1;
   /* Kept between periods: above the application's numbers (own_fd.h). */
-  cp_own_fd own;
-  if (cp_own_adopt(&own, fd) < 0) {
+  if (cp_own_adopt(&d->own, fd) < 0) {
     snprintf(why, why_len, "%s: %s", d->path, strerror(errno));
     return -1;
   }
-  d->fd = own.fd;
-  d->dev = own.dev;
-  d->ino = own.ino;
-  return d->fd;
+  return d->own.fd;
 }
 
 void cp_safe_dir_release(cp_safe_dir *d) {
-  struct stat st;
-  if (still_ours(d, &st))
-    close(d->fd);
-  d->fd = -1;
+  cp_own_close(&d->own); /* only while it is still ours */
   free(d->path);
   d->path = NULL;
 }

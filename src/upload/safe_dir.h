@@ -16,10 +16,8 @@
 #include "own_fd.h"
 
 typedef struct cp_safe_dir {
-  int fd; /* O_DIRECTORY|O_CLOEXEC, -1 until opened */
-  dev_t dev;
-  ino_t ino;
-  char *path; /* as configured: messages and re-opening */
+  cp_own_fd own; /* O_DIRECTORY|O_CLOEXEC, fd -1 until opened */
+  char *path;    /* as configured: messages and re-opening */
 } cp_safe_dir;
 
 /* Remembers path (not opened yet). 0, or -1 when out of memory. */

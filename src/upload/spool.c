@@ -540,7 +540,7 @@ cp_spool *cp_spool_create(const char *dir, const char *sink_name,
   cp_spool *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  s->dir.fd = -1;
+  s->dir.own.fd = -1;
   s->sink = strdup(sink_name);
   if (!s->sink || (dir && cp_safe_dir_init(&s->dir, dir) != 0)) {
     cp_spool_destroy(s);
