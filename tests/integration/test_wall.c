@@ -172,6 +172,46 @@ static void test_wall_shares_and_per_thread_time(void) {
   remove_dir(dir);
 }
 
+/* The "waiters 12 5" workload at a 2 ms interval, 4 threads drawn per tick,
+ * under cap_env: its profiles, and each waiter's tid and life as it
+ * printed them. */
+#define WAITERS 12
+typedef struct waiters_run {
+  run_result r;
+  pprof_profile *profiles[8];
+  size_t n;
+  int threads;
+  int tid[WAITERS];
+  unsigned long long life[WAITERS];
+} waiters_run;
+
+static waiters_run *run_waiters(const char *cap_env) {
+  char *dir = make_temp_dir("wall12");
+  const char *env[] = {"CONTPROF_WALL_INTERVAL_MS=2",
+                       "CONTPROF_WALL_THREADS_PER_TICK=4", cap_env, NULL};
+  char *args[] = {"waiters", "12", "5", NULL};
+  waiters_run *w = calloc(1, sizeof *w);
+  w->n = run_workload(args, env, dir, &w->r, w->profiles, 8);
+  CHECK(w->n >= 1);
+  for (char *line = w->r.out;
+       w->n >= 1 && line && w->threads < WAITERS &&
+       sscanf(line, "tid=%d ns=%llu", &w->tid[w->threads],
+              &w->life[w->threads]) == 2;
+       w->threads++) {
+    line = strchr(line, '\n');
+    line = line ? line + 1 : NULL;
+  }
+  CHECK_EQ_INT(w->threads, WAITERS);
+  remove_dir(dir);
+  return w;
+}
+
+static void free_waiters_run(waiters_run *w) {
+  for (size_t i = 0; i < w->n; i++)
+    pprof_profile_free(w->profiles[i]);
+  free(w);
+}
+
 /* 12 waiting threads (13 with main), 4 drawn per tick at 2 ms for 5 s:
  * each thread is drawn about 770 times (binomial, 3% relative standard
  * error) and credited 13/4 windows each time. Per thread within 18% (six
@@ -179,44 +219,24 @@ static void test_wall_shares_and_per_thread_time(void) {
  * cap is off (as for every test but test_governor): at these rates the
  * governor would slow the sampler (the next test). */
 static void test_wall_few_threads_per_tick_unbiased(void) {
-  char *dir = make_temp_dir("wall12");
-  const char *env[] = {"CONTPROF_WALL_INTERVAL_MS=2",
-                       "CONTPROF_WALL_THREADS_PER_TICK=4",
-                       "CONTPROF_MAX_OVERHEAD_PCT=0", NULL};
-  char *args[] = {"waiters", "12", "5", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  pprof_profile *profiles[8];
-  size_t n = run_workload(args, env, dir, r, profiles, 8);
-  CHECK(n >= 1);
+  waiters_run *w = run_waiters("CONTPROF_MAX_OVERHEAD_PCT=0");
   double sum_ratio = 0;
-  int threads = 0;
-  char *line = r->out;
-  int tid;
-  unsigned long long life;
-  while (n >= 1 && sscanf(line, "tid=%d ns=%llu", &tid, &life) == 2) {
-    int64_t total = sum_where(profiles, n, "wall-time", tid, NULL);
-    int64_t waiting = sum_where(profiles, n, "wall-time", tid, "wait_forever");
-    double ratio = (double)total / (double)life;
-    printf("thread %d: %.3f s of %.3f s\n", tid, (double)total / 1e9,
-           (double)life / 1e9);
+  for (int i = 0; i < w->threads; i++) {
+    int64_t total = sum_where(w->profiles, w->n, "wall-time", w->tid[i], NULL);
+    int64_t waiting =
+        sum_where(w->profiles, w->n, "wall-time", w->tid[i], "wait_forever");
+    double ratio = (double)total / (double)w->life[i];
+    printf("thread %d: %.3f s of %.3f s\n", w->tid[i], (double)total / 1e9,
+           (double)w->life[i] / 1e9);
     CHECK_NEAR(ratio, 1.0, 0.18);
     if (waiting < total * 98 / 100)
-      print_samples_without(profiles, n, tid, "wait_forever");
+      print_samples_without(w->profiles, w->n, w->tid[i], "wait_forever");
     CHECK(waiting >= total * 98 / 100);
     sum_ratio += ratio;
-    threads++;
-    line = strchr(line, '\n');
-    if (!line)
-      break;
-    line++;
   }
-  CHECK_EQ_INT(threads, 12);
-  if (threads)
-    CHECK_NEAR(sum_ratio / threads, 1.0, 0.05);
-  for (size_t i = 0; i < n; i++)
-    pprof_profile_free(profiles[i]);
-  free(r);
-  remove_dir(dir);
+  if (w->threads)
+    CHECK_NEAR(sum_ratio / w->threads, 1.0, 0.05);
+  free_waiters_run(w);
 }
 
 /* The same process under the default cap: it is idle but for the profiler
@@ -229,43 +249,22 @@ static void test_wall_few_threads_per_tick_unbiased(void) {
  * or 4 are waiters, so their sum has a 12.5% relative error per tick, under
  * 1.3% at 100 ticks (x25); within 8% with the windows at the ends. */
 static void test_wall_idle_process_under_the_cap(void) {
-  char *dir = make_temp_dir("wallcap");
-  const char *env[] = {"CONTPROF_WALL_INTERVAL_MS=2",
-                       "CONTPROF_WALL_THREADS_PER_TICK=4",
-                       "CONTPROF_MAX_OVERHEAD_PCT=2", NULL};
-  char *args[] = {"waiters", "12", "5", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  pprof_profile *profiles[8];
-  size_t n = run_workload(args, env, dir, r, profiles, 8);
-  CHECK(n >= 1);
-  double wall = 0, life_sum = 0;
-  int threads = 0;
-  char *line = r->out;
-  int tid;
-  unsigned long long life;
-  while (n >= 1 && sscanf(line, "tid=%d ns=%llu", &tid, &life) == 2) {
-    wall += (double)sum_where(profiles, n, "wall-time", tid, NULL);
-    life_sum += (double)life;
-    threads++;
-    line = strchr(line, '\n');
-    if (!line)
-      break;
-    line++;
+  waiters_run *w = run_waiters("CONTPROF_MAX_OVERHEAD_PCT=2");
+  double wall = 0, life = 0;
+  for (int i = 0; i < w->threads; i++) {
+    wall += (double)sum_where(w->profiles, w->n, "wall-time", w->tid[i], NULL);
+    life += (double)w->life[i];
   }
-  CHECK_EQ_INT(threads, 12);
   printf("waiters: %.3f s of wall time for %.3f s of life\n", wall / 1e9,
-         life_sum / 1e9);
-  if (life_sum > 0)
-    CHECK_NEAR(wall / life_sum, 1.0, 0.08);
-  for (size_t i = 0; i < n; i++) {
-    const char *f = profile_comment(profiles[i], "slowdown_max.wall");
+         life / 1e9);
+  if (life > 0)
+    CHECK_NEAR(wall / life, 1.0, 0.08);
+  for (size_t i = 0; i < w->n; i++) {
+    const char *f = profile_comment(w->profiles[i], "slowdown_max.wall");
     printf("profile %zu: slowdown_max.wall=%s\n", i, f ? f : "(none)");
     CHECK(f != NULL && atoi(f) >= 1 && atoi(f) <= 50);
   }
-  for (size_t i = 0; i < n; i++)
-    pprof_profile_free(profiles[i]);
-  free(r);
-  remove_dir(dir);
+  free_waiters_run(w);
 }
 
 /* --- in-process: labels, short threads, trace ids, timeline -------------- */
