@@ -70,18 +70,20 @@ static double threads_from_proc(const char *prefix, int *nthreads,
       continue;
     snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
     f = fopen(path, "r");
-    unsigned long long run_ns = 0, wait_ns = 0, runs = 0, sleeps = 0;
-    int ok = f && fscanf(f, "%llu %llu %llu", &run_ns, &wait_ns, &runs) == 3;
+    unsigned long long run_ns = 0, sleeps = 0;
+    int ok = f && fscanf(f, "%llu", &run_ns) == 1;
     if (f)
       fclose(f);
-    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-    f = ok ? fopen(path, "r") : NULL;
-    int found = 0;
-    while (f && !found && fgets(line, sizeof line, f))
-      found = sscanf(line, "voluntary_ctxt_switches: %llu", &sleeps) == 1;
-    if (f)
-      fclose(f);
-    if (!ok || !found) {
+    if (ok && wakeups) {
+      snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+      f = fopen(path, "r");
+      ok = 0;
+      while (f && !ok && fgets(line, sizeof line, f))
+        ok = sscanf(line, "voluntary_ctxt_switches: %llu", &sleeps) == 1;
+      if (f)
+        fclose(f);
+    }
+    if (!ok) {
       closedir(d);
       return -1;
     }
