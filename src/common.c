@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -107,6 +109,7 @@ void *cp_grow_array(void *v, size_t *cap, size_t need, size_t elem) {
 typedef struct internal_start {
   void *(*fn)(void *);
   void *arg;
+  char name[16];
 } internal_start;
 
 static void (*_Atomic internal_thread_init)(void);
@@ -118,6 +121,9 @@ void cp_set_internal_thread_init(void (*init)(void)) {
 static void *internal_thread_main(void *p) {
   internal_start start = *(internal_start *)p;
   free(p);
+  /* Named by itself: one prctl, where pthread_setname_np from the creator
+   * opens and writes /proc/self/task/TID/comm. */
+  prctl(PR_SET_NAME, start.name, 0, 0, 0);
   cp_stats_thread_begin();
   void (*init)(void) = atomic_load(&internal_thread_init);
   if (init)
@@ -127,21 +133,134 @@ static void *internal_thread_main(void *p) {
   return result;
 }
 
-int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
-                             const char *name) {
+/* ---- the profiler's own stacks -------------------------------------------
+ *
+ * A thread that is always joined (the drain thread, the wall timer, the
+ * scheduler) runs on a stack mapped here once and reused by the next thread
+ * that takes it, rather than one from glibc's cache. In the child of fork,
+ * that cache holds the stacks of the parent's threads, and glibc 2.36 makes
+ * a thread on a cached stack through a call (_dl_allocate_tls_init) that a
+ * parent never makes, so every child of a forking server resolved that
+ * symbol in the loader (a search of every loaded object) when its profiler
+ * started again: in `perf record` of bench/fork_work, the most costly part
+ * of the child's restart. A stack given with pthread_attr_setstack takes
+ * the path a parent takes. */
+#define OWN_STACKS 8
+#define OWN_STACK_BYTES ((size_t)8 << 20) /* glibc's default; reserved only */
+
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    unsigned char *base; /* guard page first; NULL until first mapped */
+    pthread_t thread;
+    int used;
+  } slot[OWN_STACKS];
+} own_stacks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A free slot, its stack mapped (the lowest page a guard); -1 when none. */
+static int own_stack_take(void) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  pthread_mutex_lock(&own_stacks.lock);
+  int found = -1;
+  for (int i = 0; i < OWN_STACKS && found < 0; i++) {
+    if (own_stacks.slot[i].used)
+      continue;
+    if (!own_stacks.slot[i].base) {
+      void *m =
+          mmap(NULL, OWN_STACK_BYTES, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+      if (m == MAP_FAILED)
+        break;
+      if (mprotect(m, page, PROT_NONE) != 0) {
+        munmap(m, OWN_STACK_BYTES);
+        break;
+      }
+      own_stacks.slot[i].base = m;
+    }
+    own_stacks.slot[i].used = 1;
+    found = i;
+  }
+  pthread_mutex_unlock(&own_stacks.lock);
+  return found;
+}
+
+static void own_stack_give_back(int i, const pthread_t *thread) {
+  pthread_mutex_lock(&own_stacks.lock);
+  if (thread)
+    own_stacks.slot[i].thread = *thread;
+  else
+    own_stacks.slot[i].used = 0;
+  pthread_mutex_unlock(&own_stacks.lock);
+}
+
+static int start_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
+                        const char *name, int own_stack) {
   internal_start *start = malloc(sizeof *start);
   if (!start)
     return ENOMEM;
   start->fn = fn;
   start->arg = arg;
+  size_t len = strnlen(name, sizeof start->name - 1);
+  memcpy(start->name, name, len); /* not snprintf: see make_uuid */
+  start->name[len] = 0;
+  pthread_attr_t attr;
+  int slot = -1;
+  if (own_stack && pthread_attr_init(&attr) == 0) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    slot = own_stack_take();
+    if (slot >= 0 &&
+        pthread_attr_setstack(&attr, own_stacks.slot[slot].base + page,
+                              OWN_STACK_BYTES - page) != 0) {
+      own_stack_give_back(slot, NULL);
+      slot = -1;
+    }
+    if (slot < 0)
+      pthread_attr_destroy(&attr);
+  }
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
-  int rc = pthread_create(thread, NULL, internal_thread_main, start);
+  int rc = pthread_create(thread, slot >= 0 ? &attr : NULL,
+                          internal_thread_main, start);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (slot >= 0) {
+    pthread_attr_destroy(&attr);
+    own_stack_give_back(slot, rc == 0 ? thread : NULL);
+  }
   if (rc != 0)
     free(start);
-  if (rc == 0)
-    pthread_setname_np(*thread, name);
   return rc;
+}
+
+int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
+                             const char *name) {
+  return start_thread(thread, fn, arg, name, 0);
+}
+
+int cp_start_joined_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
+                           const char *name) {
+  return start_thread(thread, fn, arg, name, 1);
+}
+
+void cp_join_thread(pthread_t thread) {
+  pthread_join(thread, NULL);
+  /* Joined: the thread is gone from its stack, which the next may take. */
+  pthread_mutex_lock(&own_stacks.lock);
+  for (int i = 0; i < OWN_STACKS; i++)
+    if (own_stacks.slot[i].used &&
+        pthread_equal(own_stacks.slot[i].thread, thread))
+      own_stacks.slot[i].used = 0;
+  pthread_mutex_unlock(&own_stacks.lock);
+}
+
+void cp_own_stacks_after_fork_child(void) {
+  /* The parent's threads are gone: their stacks are free, except the one
+   * this thread runs on, if fork was called on one of ours. */
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  pthread_mutex_init(&own_stacks.lock, NULL);
+  for (int i = 0; i < OWN_STACKS; i++) {
+    uintptr_t lo = (uintptr_t)own_stacks.slot[i].base;
+    if (!lo || sp < lo || sp - lo >= OWN_STACK_BYTES)
+      own_stacks.slot[i].used = 0;
+  }
 }

@@ -53,6 +53,16 @@ void cp_set_internal_thread_init(void (*init)(void));
 int cp_start_internal_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
                              const char *name);
 
+/* The same for a thread that is always joined, with cp_join_thread: it runs
+ * on a stack the profiler mapped (reused by the next such thread), not one
+ * from glibc's cache (common.c says why). */
+int cp_start_joined_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
+                           const char *name);
+void cp_join_thread(pthread_t thread);
+
+/* In the child of fork: the parent's threads are gone, their stacks free. */
+void cp_own_stacks_after_fork_child(void);
+
 /* strdup that treats NULL as "". Returns NULL only when out of memory. */
 char *cp_strdup(const char *s);
 

@@ -160,8 +160,8 @@ int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   memset(&sched.unreported, 0, sizeof sched.unreported);
   sched.seq = 0; /* a start makes a new runtime-id: its profiles count from 0 */
   sched.flush_requested = sched.flush_completed = 0;
-  int rc = cp_start_internal_thread(&sched.thread, scheduler_thread, NULL,
-                                    "contprof-upload");
+  int rc = cp_start_joined_thread(&sched.thread, scheduler_thread, NULL,
+                                  "contprof-upload");
   if (rc != 0) {
     cp_error("cannot start the uploader thread: %s", strerror(rc));
     cp_uploader_forget();
@@ -203,7 +203,7 @@ void cp_scheduler_stop(void) {
   sched.stop = 1;
   pthread_cond_signal(&sched.wake);
   pthread_mutex_unlock(&sched.lock);
-  pthread_join(sched.thread, NULL);
+  cp_join_thread(sched.thread);
   pthread_mutex_lock(&sched.lock);
   sched.running = 0;
   pthread_cond_broadcast(&sched.done);

@@ -9,8 +9,9 @@
 #include "contprof/runtime.h"
 
 /* The calling thread is one of the profiler's own: its CPU time is the
- * profiler's until cp_stats_thread_end. cp_start_internal_thread calls both
- * around the thread's function. Not async-signal-safe. */
+ * profiler's until cp_stats_thread_end. cp_start_internal_thread (and
+ * cp_start_joined_thread) calls both around the thread's function. Not
+ * async-signal-safe. */
 void cp_stats_thread_begin(void);
 void cp_stats_thread_end(void);
 /* The calling thread (one of ours) works for the sampler of kind alone (the

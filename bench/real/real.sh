@@ -30,7 +30,10 @@
 # rounds: two settings compared against one plain baseline), REAL_PERF (1:
 # `perf record -a` over the middle of each run's load, then per variant the
 # median share of the machine's samples in contprof's threads, in its code
-# on the server's threads, and in copy-on-write faults taken by its code),
+# on the server's threads, and in copy-on-write faults taken by its code;
+# REAL_PERF_ARGS: perf record's sampling words, `-g -F 999` by default,
+# e.g. `--call-graph dwarf,8192 -F 499` for callers in code built without
+# frame pointers),
 # REAL_CPU_TRACE (1: for postgres, the server's CPU about every second of
 # the load, to check the CPU columns), REAL_KEEP (a directory: the last
 # profiled run's profiles of each server and variant are copied there, for
@@ -190,7 +193,7 @@ cpu_trace() {
 perf_pid=""
 perf_during() {
   [[ ${REAL_PERF:-0} == 1 ]] || return 0
-  (sleep 1 && exec perf record -q -a -g -F 999 -o "$tmp/perf.$1.$2.$3.data" \
+  (sleep 1 && exec perf record -q -a ${REAL_PERF_ARGS:--g -F 999} -o "$tmp/perf.$1.$2.$3.data" \
     -- sleep $((REAL_SECONDS > 3 ? REAL_SECONDS - 2 : 1)) >/dev/null 2>&1) &
   perf_pid=$!
 }

@@ -39,6 +39,10 @@
 #define RING_SLOTS 2048
 #define POPULATE_FIRST (RING_SLOTS / 8)
 #define POPULATE_AHEAD (RING_SLOTS / 2)
+/* The parent's generations a child keeps until its first tick (a child of
+ * a child of ... holds one per generation of forks); more are freed at the
+ * fork. */
+#define INHERITED_GENS 4
 /* Timeline mode: samples merge only within one 10 ms bucket of their
  * timestamp (the default wall interval), so a timeline view sees when each
  * happened; the key holds the bucket's end, exported as end_timestamp_ns. */
@@ -52,6 +56,11 @@ static struct {
   _Atomic(cp_ring *) ring;
   cp_ring *owned_ring;
   cp_generation *gen;
+  /* The parent's generations, in the child of fork: freed by the drain
+   * thread at its first tick, not by the forking thread (see
+   * cp_agg_after_fork_child). */
+  cp_generation *inherited[INHERITED_GENS];
+  size_t ninherited;
   uint64_t next_gen_id;
   uint64_t drops_reported;
   /* Per kind, at the last swap: the samples counted so far (stats.h) and
@@ -142,6 +151,20 @@ static size_t drain_locked(int *new_threads) {
   return taken;
 }
 
+/* On the drain thread: the parent's generations, which a child that lives
+ * this long frees on this thread (their pages are the parent's until then:
+ * each free writes to them). */
+static void free_inherited(void) {
+  cp_generation *gens[INHERITED_GENS];
+  pthread_mutex_lock(&agg.lock);
+  size_t n = agg.ninherited;
+  memcpy(gens, agg.inherited, n * sizeof *gens);
+  agg.ninherited = 0;
+  pthread_mutex_unlock(&agg.lock);
+  for (size_t i = 0; i < n; i++)
+    cp_gen_destroy(gens[i]);
+}
+
 static void *drain_thread(void *arg) {
   (void)arg;
   uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
@@ -177,6 +200,7 @@ static void *drain_thread(void *arg) {
       }
     }
     if (agg.tick && cp_monotonic_ns() >= next_tick) {
+      free_inherited();
       agg.tick();
       next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
     }
@@ -235,7 +259,7 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void),
   agg.thread_name = thread_name;
   atomic_store(&agg.stop, 0);
   int rc =
-      cp_start_internal_thread(&agg.thread, drain_thread, NULL, "contprof-agg");
+      cp_start_joined_thread(&agg.thread, drain_thread, NULL, "contprof-agg");
   if (rc != 0) {
     cp_error("cannot start the aggregator thread: %s", strerror(rc));
     cp_gen_destroy(agg.gen);
@@ -254,7 +278,7 @@ void cp_agg_stop(void) {
     return;
   atomic_store(&agg.stop, 1);
   cp_ring_wake(agg.owned_ring); /* not a drain interval later */
-  pthread_join(agg.thread, NULL);
+  cp_join_thread(agg.thread);
   agg.thread_running = 0;
   pthread_mutex_lock(&agg.lock);
   atomic_store_explicit(&agg.ring, NULL, memory_order_release);
@@ -342,8 +366,16 @@ void cp_agg_after_fork_child(void) {
   if (agg.owned_ring)
     cp_ring_discard_after_fork(agg.owned_ring);
   agg.thread_running = 0;
-  /* Freeing is safe: glibc's malloc is consistent in the child. */
-  cp_gen_destroy(agg.gen);
+  /* The parent's samples are not the child's. Freeing them here would
+   * write to every page of the parent's call tree on the thread that
+   * forked, copying each (a copy-on-write fault), before the child does
+   * anything: a child that serves one connection and exits would pay it
+   * for nothing. They are kept for the drain thread's first tick (glibc's
+   * malloc is consistent in the child, so freeing them later is safe). */
+  if (agg.gen && agg.ninherited < INHERITED_GENS)
+    agg.inherited[agg.ninherited++] = agg.gen;
+  else
+    cp_gen_destroy(agg.gen);
   agg.gen = NULL;
 }
 

@@ -644,27 +644,42 @@ static void cpu_tick(void) {
   move_switching_threads();
   if (cp_signal_claimed(cpu.signal) && !cpu.rt_failed)
     move_to_rt_signal();
+  pthread_mutex_unlock(&cpu.lock);
+}
+
+/* On the uploader thread, before each profile is encoded: how many threads
+ * each clock samples (the profile's cpu_clock_threads), also in a process
+ * that ends before its first tick. */
+static void cpu_before_export(cp_generation *g) {
+  (void)g;
   unsigned perf = 0, posix = 0;
+  pthread_mutex_lock(&cpu.lock);
   for (size_t i = 0; i < cpu.ntimers; i++) {
     perf += cpu.timers[i].fd >= 0;
     posix += cpu.timers[i].timer_id >= 0;
   }
-  cp_stats_set_cpu_clocks(perf, posix);
   pthread_mutex_unlock(&cpu.lock);
+  cp_stats_set_cpu_clocks(perf, posix);
 }
 
 static void cpu_after_fork_child(void) {
   /* POSIX timers are not inherited; the table describes the parent's. Its
    * perf descriptors are inherited and count the parent's threads: they are
    * closed, found from the bitmap (a lost thread may have been changing the
-   * table) and checked to be perf events still. */
+   * table) and checked to be perf events still. (The path is made by hand,
+   * as make_uuid's id in profiler.c is.) */
   pthread_mutex_init(&cpu.lock, NULL);
   for (int w = 0; w < PERF_FD_LIMIT / 64; w++) {
     uint64_t bits = atomic_exchange(&perf_fds[w], 0);
     for (; bits; bits &= bits - 1) {
       int fd = w * 64 + __builtin_ctzll(bits);
-      char path[32], target[64];
-      snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+      char path[32] = "/proc/self/fd/", digits[12], target[64];
+      size_t nd = 0, at = strlen(path);
+      for (int v = fd; nd == 0 || v; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+      while (nd)
+        path[at++] = digits[--nd];
+      path[at] = 0;
       ssize_t n = readlink(path, target, sizeof target - 1);
       if (n > 0 && (target[n] = 0, strcmp(target, PERF_FD_LINK) == 0))
         close(fd);
@@ -756,5 +771,6 @@ const cp_sampler cp_cpu_sampler = {
     .thread_exited = cpu_thread_exited,
     .after_fork_child = cpu_after_fork_child,
     .tick = cpu_tick,
+    .before_export = cpu_before_export,
     .slow_down = cpu_slow_down,
 };

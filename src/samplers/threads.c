@@ -116,7 +116,12 @@ static int add_tid(const char *name, void *arg) {
   return 0;
 }
 
-void cp_threads_rescan(void) {
+/* ticks: run the samplers' ticks after the scan (the profiler's thread);
+ * not at start, on the thread that starts the profiler (in the child of
+ * fork, the one that forked), where they would do the once-a-second work
+ * (the live-heap table's settling: 1 MiB of page faults) on the
+ * application's time. */
+static void rescan(int ticks) {
   cp_own_fd dir;
   if (cp_own_open(&dir, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY, 0,
                   NULL) < 0)
@@ -139,12 +144,14 @@ void cp_threads_rescan(void) {
   for (size_t i = reg.ntids; i-- > 0;)
     if (!seen || !bsearch(&reg.tids[i], seen, nseen, sizeof *seen, compare_tid))
       announce_exit(reg.tids[i]);
-  for (size_t i = 0; i < reg.nsamplers; i++)
+  for (size_t i = 0; ticks && i < reg.nsamplers; i++)
     if (reg.samplers[i]->tick)
       reg.samplers[i]->tick();
   pthread_mutex_unlock(&reg.lock);
   free(seen);
 }
+
+void cp_threads_rescan(void) { rescan(1); }
 
 int cp_threads_start(const cp_sampler *const *samplers, size_t nsamplers) {
   pthread_mutex_lock(&reg.lock);
@@ -154,7 +161,7 @@ int cp_threads_start(const cp_sampler *const *samplers, size_t nsamplers) {
   reg.ntids = 0;
   pthread_mutex_unlock(&reg.lock);
   /* The hook is live before the scan, so no thread falls between them. */
-  cp_threads_rescan();
+  rescan(0);
   return 0;
 }
 

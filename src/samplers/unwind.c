@@ -259,14 +259,21 @@ int cp_unwind_libunwind_code(uintptr_t *lo, uintptr_t *hi) {
 }
 
 void cp_unwind_init(void) {
+  /* What it sets up holds for the address space: done once, and a child of
+   * fork inherits it (libunwind's pools and accessors, our findings), where
+   * doing it again at every restart cost the forking thread of each child
+   * a dlsym and a step of libunwind through copy-on-write pages. */
+  static int done;
   cp_interpose_loader_resolve();
-  probe_libunwind();
-  trace_tls_static = libunwind_obj.tls_preallocated;
-  /* Before the first unwind of ours: unw_get_accessors initialises
-   * libunwind (and opens its pipe, unused from then on). */
-  replace_access_mem();
-  alt_cache_ok = cp_interpose_sees_sigaltstack();
-  unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  if (!done) {
+    probe_libunwind();
+    trace_tls_static = libunwind_obj.tls_preallocated;
+    /* Before the first unwind of ours: unw_get_accessors initialises
+     * libunwind (and opens its pipe, unused from then on). */
+    replace_access_mem();
+    alt_cache_ok = cp_interpose_sees_sigaltstack();
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  }
   cp_fpwalk_main_thread_start(); /* its bounds, also for the wait hooks */
   /* With the walker, libunwind only takes the samples it cannot: the
    * process-wide first unw_backtrace (its trace cache's key, 256 KiB of
@@ -275,17 +282,20 @@ void cp_unwind_init(void) {
    * samples are stepped from their context. */
   if (unwind_mode == CP_UNWIND_DWARF) {
     cp_unwind_warm_up();
-  } else if (cp_fork_guard_enter()) { /* not in a handler: always 1 */
+  } else {
     /* One step from here all the same: libunwind maps its memory pools at
      * its first unwind, which is better not made in a handler. */
-    unw_context_t ctx;
-    unw_cursor_t cursor;
-    unw_getcontext(&ctx);
-    if (unw_init_local(&cursor, &ctx) == 0)
-      unw_step(&cursor);
-    cp_fork_guard_exit();
+    if (!done && cp_fork_guard_enter()) { /* not in a handler: always 1 */
+      unw_context_t ctx;
+      unw_cursor_t cursor;
+      unw_getcontext(&ctx);
+      if (unw_init_local(&cursor, &ctx) == 0)
+        unw_step(&cursor);
+      cp_fork_guard_exit();
+    }
     cp_fpwalk_init_later();
   }
+  done = 1;
 }
 
 /* The ski-rental rule again: building the walker's table costs a small

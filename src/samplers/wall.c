@@ -745,7 +745,7 @@ static void move_to_rt_signal(void) {
   cp_threads_set_sampling_signal(sig);
 }
 
-/* Started with cp_start_internal_thread: already marked as the profiler's
+/* Started with cp_start_joined_thread: already marked as the profiler's
  * own (never sampled, never announced to the samplers). */
 static void *wall_timer_thread(void *arg) {
   (void)arg;
@@ -909,8 +909,8 @@ static int wall_start(const cp_config *cfg) {
   pthread_condattr_destroy(&attr);
   atomic_store(&wall.active, 1);
   /* The timer thread blocks every signal: it is never sampled. */
-  int rc = cp_start_internal_thread(&wall.thread, wall_timer_thread, NULL,
-                                    "contprof-wall");
+  int rc = cp_start_joined_thread(&wall.thread, wall_timer_thread, NULL,
+                                  "contprof-wall");
   if (rc != 0) {
     atomic_store(&wall.active, 0);
     cp_error("cannot start the wall-clock timer thread: %s", strerror(rc));
@@ -927,7 +927,7 @@ static void wall_stop(void) {
     wall.stop = 1;
     pthread_cond_signal(&wall.wake);
     pthread_mutex_unlock(&wall.lock);
-    pthread_join(wall.thread, NULL);
+    cp_join_thread(wall.thread);
     wall.thread_running = 0;
   }
   pthread_mutex_lock(&wall.lock);
