@@ -145,10 +145,14 @@ static void restart_kept_config(void) {
  * libunwind's code (fork_guard.h). */
 static void after_fork_prepare(void) {
   pthread_mutex_lock(&prof.lock);
+  if (atomic_load(&prof.running))
+    cp_symbols_before_fork();
   cp_fork_guard_prepare();
 }
 static void after_fork_parent(void) {
   cp_fork_guard_parent();
+  if (atomic_load(&prof.running))
+    cp_symbols_after_fork_parent();
   pthread_mutex_unlock(&prof.lock);
 }
 

@@ -192,8 +192,11 @@ static void *drain_thread(void *arg) {
      * PostgreSQL backend: libc's, 20-30 ms at its exit). Objects one after
      * the other, for at most PREPARE_NS of this thread's CPU per drain, so
      * that the ring is not left to fill meanwhile: a server's first seconds
-     * open every object its samples ran, before it forks its workers. */
-    if (taken || pending) {
+     * open every object its samples ran, before it forks its workers. And
+     * what its children had to read themselves (fork_hints.h), also at
+     * the tick of an idle parent, which takes no samples. */
+    int tick_due = agg.tick && cp_monotonic_ns() >= next_tick;
+    if (taken || pending || tick_due) {
       uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
       while (cp_symbols_prepare_lines() &&
              cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began < PREPARE_NS) {

@@ -1622,6 +1622,7 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
                        cp_line_chain *out) {
   out->n = 0;
   out->used = 0;
+  out->resolved = 0;
   if (!obj || !obj->path || obj->path[0] != '/')
     return 0;
   cp_symbols_demangle_prepare();
@@ -1644,8 +1645,10 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
     if (!m->dw)
       m->refused = 1; /* said why once (if at all); not tried again */
   }
-  if (m->dw)
+  if (m->dw) {
     resolve(m, elf_address, out);
+    out->resolved = 1;
+  }
   cache_put(m, elf_address, out);
   /* Alone over the cap (line tables parsed since it opened): close it; the
    * cache keeps what was resolved. */

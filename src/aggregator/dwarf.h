@@ -30,6 +30,7 @@ typedef struct cp_line_frame {
  * into strings[]. */
 typedef struct cp_line_chain {
   size_t n;
+  int resolved; /* read from the debug information now, not from the cache */
   cp_line_frame frames[CP_DWARF_MAX_FRAMES];
   size_t used;
   char strings[CP_DWARF_STRINGS];

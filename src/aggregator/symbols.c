@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "aggregator/dwarf.h"
+#include "aggregator/fork_hints.h"
 #include "common.h"
 #include "own_fd.h"
 
@@ -154,6 +155,9 @@ static struct {
 /* CONTPROF_SYMBOLIZE=none: files are read for their build id and segments
  * only (cp_symbols_set_names). Kept across cp_symbols_reset. */
 static int names_off;
+/* Addresses cp_symbols_lines read from debug information, and those it had
+ * (resolved before, or inherited from the parent of fork). */
+static uint64_t lines_read, lines_had;
 
 /* ---- Demangling ---------------------------------------------------------- */
 
@@ -1271,7 +1275,13 @@ int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
       pthread_mutex_unlock(&symbols_lock);
       return -1;
     }
-    map_read_file(m);
+    if (!m->file_read) {
+      map_read_file(m);
+      /* A child of fork that reads a file its parent had not: the parent
+       * reads it too, for the next child (fork_hints.h). */
+      if (m->file)
+        cp_fork_hints_put(pc, cp_fork_hints_path_hash(m->path));
+    }
     if (m->file) {
       /* Not evicted before the caller marks its generation: at least as
        * recent as every live one. */
@@ -1338,7 +1348,16 @@ static void free_all_locked(void) {
 
 /* In the child of a fork, call it before other threads use the module: it
  * tells a lock held by a thread lost in the fork by the lock's process. */
+void cp_symbols_before_fork(void) {
+  if (!__atomic_load_n(&names_off, __ATOMIC_RELAXED))
+    cp_fork_hints_before_fork();
+}
+
+void cp_symbols_after_fork_parent(void) { cp_fork_hints_after_fork_parent(); }
+
 void cp_symbols_after_fork_child(void) {
+  cp_fork_hints_after_fork_child();
+  lines_read = lines_had = 0; /* the child's own from now on */
   /* Only the forking thread lives here. The lock was free at the fork: no
    * update was half done, and the tables describe this address space, the
    * parent's copied. They are kept, so that each child of a forking server
@@ -1464,13 +1483,59 @@ size_t cp_symbols_lines(const cp_mapping *pub, uint64_t pc,
   uint64_t elf_address = pc + m->elf_delta;
   int readable = dwarf_object_locked(m, &obj, path, sizeof path, build_id,
                                      sizeof build_id);
+  uint64_t path_hash = cp_fork_hints_path_hash(m->path);
   pthread_mutex_unlock(&symbols_lock);
-  return readable ? cp_dwarf_lookup(&obj, elf_address, out) : 0;
+  if (!readable)
+    return 0;
+  size_t n = cp_dwarf_lookup(&obj, elf_address, out);
+  if (out->resolved) {
+    __atomic_add_fetch(&lines_read, 1, __ATOMIC_RELAXED);
+    cp_fork_hints_put(pc, path_hash); /* as in cp_symbols_lookup */
+  } else {
+    __atomic_add_fetch(&lines_had, 1, __ATOMIC_RELAXED);
+  }
+  return n;
+}
+
+void cp_symbols_line_counts(uint64_t *read, uint64_t *had) {
+  *read = __atomic_load_n(&lines_read, __ATOMIC_RELAXED);
+  *had = __atomic_load_n(&lines_had, __ATOMIC_RELAXED);
+}
+
+/* The hints the process's children left (fork_hints.h), up to HINTS_PER_CALL
+ * of them: each pc in one of its own mappings of that path is looked up as
+ * an export would (its file's symbol table, its lines), so that children
+ * forked from now on inherit the answer. Returns how many it looked up. */
+#define HINTS_PER_CALL 16
+static size_t prepare_hints(void) {
+  cp_fork_hint h[HINTS_PER_CALL];
+  size_t n = cp_fork_hints_take(h, HINTS_PER_CALL), done = 0;
+  cp_line_chain *chain = n ? malloc(sizeof *chain) : NULL;
+  for (size_t i = 0; chain && i < n; i++) {
+    symbols_lock_acquire();
+    init_locked();
+    map_rec *m = find_map(h[i].pc);
+    int ours = m && cp_fork_hints_path_hash(m->path) == h[i].path_hash;
+    pthread_mutex_unlock(&symbols_lock);
+    cp_symbol sym;
+    if (!ours || cp_symbols_lookup(h[i].pc, &sym) != 0 || !sym.mapping)
+      continue;
+    cp_symbols_lines(sym.mapping, h[i].pc, chain);
+    done++;
+  }
+  free(chain);
+  if (done)
+    cp_debug("symbols: pid %d looked up %zu addresses its children read "
+             "themselves",
+             (int)getpid(), done);
+  return done;
 }
 
 int cp_symbols_prepare_lines(void) {
   if (__atomic_load_n(&names_off, __ATOMIC_RELAXED))
     return 0;
+  if (prepare_hints())
+    return 1;
   char path[PATH_MAX], build_id[sizeof((map_rec *)0)->build_id];
   cp_dwarf_object obj;
   for (;;) {

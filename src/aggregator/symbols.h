@@ -60,6 +60,11 @@ void cp_symbols_reset(void);
  * at the fork (they describe the child's address space too), else
  * cp_symbols_reset. */
 void cp_symbols_after_fork_child(void);
+/* Around fork in a profiled process: the table of what its children look
+ * up themselves (fork_hints.h) is made before its first fork, and read
+ * from then on. */
+void cp_symbols_before_fork(void);
+void cp_symbols_after_fork_parent(void);
 
 /* The memory symbol tables may take (CONTPROF_SYMBOLS_MAX_MB): the tables
  * kept, and a file's sections while its table is built. To make room the
@@ -113,9 +118,16 @@ size_t cp_symbols_lines(const cp_mapping *m, uint64_t pc,
 /* Opens the DWARF of one mapping that samples have used and whose DWARF
  * was not opened yet (cp_dwarf_prepare), so that a process that forks
  * hands it to its children instead of each child reading it at its first
- * export. Off the hot path: the aggregator's thread calls it after a drain.
- * Returns 1 when it opened one (call again later for the next), 0 when
- * there was none to open (or names are off). */
+ * export; first, looks up the addresses its children had to read themselves
+ * (fork_hints.h), for the same reason. Off the hot path: the aggregator's
+ * thread calls it after a drain. Returns 1 when it did some of that (call
+ * again later for the next), 0 when there was nothing to do (or names are
+ * off). */
 int cp_symbols_prepare_lines(void);
+
+/* How many addresses cp_symbols_lines has read from debug information, and
+ * how many it had already (resolved before in this process or its parent
+ * of fork), since the process started (or, in a child, since the fork). */
+void cp_symbols_line_counts(uint64_t *read, uint64_t *had);
 
 #endif

@@ -379,6 +379,24 @@ int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
   return cp_export_pprof_with(g, m, &o, out, out_len, NULL);
 }
 
+/* The debug line that says how many addresses' lines this process read
+ * from debug information and how many it had (a child of fork inherits its
+ * parent's: docs/symbols.md, "What children look up"), when they moved. */
+static void log_line_counts(void) {
+  static uint64_t logged_read = UINT64_MAX, logged_had;
+  uint64_t read, had;
+  if (cp_log_get_level() < CP_LOG_DEBUG)
+    return;
+  cp_symbols_line_counts(&read, &had);
+  if (read == logged_read && had == logged_had)
+    return;
+  logged_read = read;
+  logged_had = had;
+  cp_debug("symbols: pid %d read the lines of %" PRIu64
+           " addresses from debug information and had those of %" PRIu64,
+           (int)getpid(), read, had);
+}
+
 int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
                          const cp_export_options *o, uint8_t **out,
                          size_t *out_len, size_t *samples_folded) {
@@ -475,6 +493,7 @@ int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
 
   cp_labels_read_end();
   pinned = 0;
+  log_line_counts();
 
   uint8_t *raw = NULL;
   size_t raw_len = 0, folded = 0;

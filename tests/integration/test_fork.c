@@ -155,6 +155,57 @@ static void test_children_keep_symbol_tables(void) {
   remove_dir(dir);
 }
 
+/* What a child had to read itself (the lines of work_gamma, which its
+ * parent never ran), its parent reads too, off its application's threads,
+ * so that the children it forks later inherit the answers
+ * (docs/symbols.md, "What children look up"). The first child reads every
+ * address's lines; the parent looks them up within a second (its idle
+ * tick), during the pause; the three children forked after it have most of
+ * theirs (they sample the same few instructions of work_gamma). */
+static void test_children_teach_their_parent(void) {
+  char *dir = make_temp_dir("forklearn");
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "exec %s run --hz 250 --output %s --period 3600 --profiles cpu -- "
+           "%s fork-late 4 2500 2>&1",
+           CONTPROF, dir, WORKLOAD);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  const char *env[] = {"CONTPROF_LOG_LEVEL=debug", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "children_ok=4") != NULL);
+  CHECK(strstr(r->out, "addresses its children read themselves") != NULL);
+  int child = 0, first_read = -1, later_read = 0, later_had = 0;
+  char line[160];
+  for (const char *c = r->out; (c = strstr(c, "child_pid=")) != NULL;
+       c++, child++) {
+    int pid = atoi(c + strlen("child_pid="));
+    snprintf(line, sizeof line, "pid %d read the lines of ", pid);
+    const char *at = strstr(r->out, line);
+    int read = -1, had = -1;
+    CHECK(at && sscanf(at + strlen(line),
+                       "%d addresses from debug information and had those "
+                       "of %d",
+                       &read, &had) == 2);
+    printf("  child %d: read %d addresses' lines, had %d\n", child + 1, read,
+           had);
+    if (child == 0) {
+      first_read = read;
+    } else {
+      later_read += read;
+      later_had += had;
+    }
+  }
+  CHECK_EQ_INT(child, 4);
+  CHECK(first_read > 0);
+  CHECK(later_had > later_read);
+  if (later_had <= later_read)
+    printf("%s\n", r->out);
+  free(r);
+  remove_dir(dir);
+}
+
 /* CONTPROF_FOLLOW_FORK=0: only the parent is profiled. */
 static void test_follow_fork_off(void) {
   const char *env[] = {"CONTPROF_FOLLOW_FORK=0", NULL};
@@ -200,4 +251,5 @@ static void test_fork_while_listing_objects(void) {
 }
 
 TEST_MAIN(T(test_prefork_server), T(test_children_keep_symbol_tables),
+          T(test_children_teach_their_parent),
           T(test_fork_while_listing_objects), T(test_follow_fork_off))

@@ -8,9 +8,10 @@
  *                           and perf descriptors left once they are gone
  *   close-fds               works, closes every descriptor above 2, works
  *   fork                    forks children that work and exit()
- *   fork-late N             works 0.4 s, then forks N children one after
+ *   fork-late N [PAUSE_MS]  works 0.4 s, then forks N children one after
  *                           another, each working 0.15 s in work_gamma;
- *                           prints each child's pid
+ *                           prints each child's pid; sleeps PAUSE_MS after
+ *                           the first child
  *   prefork                 a pre-fork server: while a thread computes and
  *                           allocates under labels, forks 2 workers that
  *                           work and fork a child that works too
@@ -294,10 +295,15 @@ static int forking(void) {
 
 /* fork-late: children forked once the parent's symbol tables are read
  * (its drains symbolize every 100 ms). */
-static int fork_late(int n) {
+static int fork_late(int n, int pause_ms) {
   work_alpha(400000000);
   int ok = 0;
   for (int i = 0; i < n; i++) {
+    if (i == 1 && pause_ms > 0) {
+      struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000};
+      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+      }
+    }
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -737,8 +743,8 @@ int main(int argc, char **argv) {
     return forking();
   if (strcmp(argv[1], "prefork") == 0)
     return preforking();
-  if (strcmp(argv[1], "fork-late") == 0 && argc == 3)
-    return fork_late(atoi(argv[2]));
+  if (strcmp(argv[1], "fork-late") == 0 && (argc == 3 || argc == 4))
+    return fork_late(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 0);
   if (strcmp(argv[1], "exec-chain") == 0 && argc == 3)
     return exec_chain(atoi(argv[2]));
   if (strcmp(argv[1], "exec-fail") == 0)
