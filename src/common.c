@@ -133,6 +133,10 @@ static void *internal_thread_main(void *p) {
   return result;
 }
 
+int cp_is_internal_thread_start(void *(*routine)(void *)) {
+  return routine == internal_thread_main;
+}
+
 /* ---- the profiler's own stacks -------------------------------------------
  *
  * A thread that is always joined (the drain thread, the wall timer, the

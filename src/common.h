@@ -60,6 +60,11 @@ int cp_start_joined_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
                            const char *name);
 void cp_join_thread(pthread_t thread);
 
+/* Whether routine is what cp_start_internal_thread and
+ * cp_start_joined_thread start threads with (the pthread_create hook does
+ * not announce those to the samplers). */
+int cp_is_internal_thread_start(void *(*routine)(void *));
+
 /* In the child of fork: the parent's threads are gone, their stacks free. */
 void cp_own_stacks_after_fork_child(void);
 

@@ -80,6 +80,12 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
                    void *(*routine)(void *), void *arg) {
   CP_REAL_OR(pthread_create_fn, pthread_create, EAGAIN);
   pthread_create_fn real = fn_pthread_create;
+  /* The profiler's own threads (they start with every signal blocked) are
+   * not announced: the samplers would make each a CPU timer, a wall slot
+   * and its stack bounds, only to drop them when the thread marks itself
+   * as ours. */
+  if (cp_is_internal_thread_start(routine))
+    return real(thread, attr, routine, arg);
   start_args *args = start_args_take();
   if (!args)
     return real(thread, attr, routine, arg);
