@@ -33,14 +33,16 @@ static struct {
   cp_period_stats unreported;
 } sched = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Closes the period: swaps generations and has the finished one delivered.
- * Runs on the scheduler's thread without holding sched.lock. */
-static void close_period(void) {
+/* Closes the period (the last one: the profiler stops): swaps generations
+ * and has the finished one delivered. Runs on the scheduler's thread
+ * without holding sched.lock. */
+static void close_period(int last) {
   uint64_t drops = 0;
   cp_period_stats stats = sched.unreported;
   memset(&sched.unreported, 0, sizeof sched.unreported);
   cp_period_stats swapped = {0};
-  cp_generation *g = cp_agg_swap(&drops, &swapped);
+  cp_generation *g =
+      last ? cp_agg_swap_last(&drops, &swapped) : cp_agg_swap(&drops, &swapped);
   uint64_t end = cp_realtime_ns();
   if (!g) {
     cp_error("out of memory: the period's samples stay in the next profile");
@@ -126,7 +128,7 @@ static void *scheduler_thread(void *arg) {
     uint64_t requested = sched.flush_requested;
     int stopping = sched.stop;
     pthread_mutex_unlock(&sched.lock);
-    close_period();
+    close_period(stopping);
     pthread_mutex_lock(&sched.lock);
     if (flushing) {
       sched.flush_completed = requested;

@@ -300,23 +300,27 @@ static void add_dropped_locked(void) {
     return;
   int64_t values[CP_NVALUES];
   cp_ring_take_dropped(agg.owned_ring, values);
-  uint64_t frame = cp_frame_dropped();
+  uint64_t frame = 0; /* interned only when there were drops */
   cp_sample_key key = {0};
   for (int kind = 0; kind < CONTPROF_KIND_COUNT; kind++) {
     int at = cp_kind_value_index((contprof_sample_kind)kind);
-    if (values[at] || values[at + 1])
-      cp_gen_add(agg.gen, &frame, 1, 0, &key, (contprof_sample_kind)kind,
-                 values[at], values[at + 1]);
+    if (!values[at] && !values[at + 1])
+      continue;
+    if (!frame)
+      frame = cp_frame_dropped();
+    cp_gen_add(agg.gen, &frame, 1, 0, &key, (contprof_sample_kind)kind,
+               values[at], values[at + 1]);
   }
 }
 
-cp_generation *cp_agg_swap(uint64_t *drops, cp_period_stats *stats) {
+static cp_generation *swap(uint64_t *drops, cp_period_stats *stats, int last) {
   pthread_mutex_lock(&agg.lock);
   drain_locked(NULL);
   add_dropped_locked();
-  cp_generation *fresh = cp_gen_create(agg.next_gen_id + 1, agg.memory_limit);
+  cp_generation *fresh =
+      last ? NULL : cp_gen_create(agg.next_gen_id + 1, agg.memory_limit);
   cp_generation *old = NULL;
-  if (fresh && agg.gen) {
+  if ((fresh || last) && agg.gen) {
     agg.next_gen_id++;
     old = agg.gen;
     agg.gen = fresh;
@@ -343,6 +347,14 @@ cp_generation *cp_agg_swap(uint64_t *drops, cp_period_stats *stats) {
   }
   pthread_mutex_unlock(&agg.lock);
   return old;
+}
+
+cp_generation *cp_agg_swap(uint64_t *drops, cp_period_stats *stats) {
+  return swap(drops, stats, 0);
+}
+
+cp_generation *cp_agg_swap_last(uint64_t *drops, cp_period_stats *stats) {
+  return swap(drops, stats, 1);
 }
 
 int cp_agg_record(const uint64_t *frames, size_t nframes,

@@ -36,6 +36,12 @@ cp_ring *cp_agg_ring(void);
 struct cp_period_stats;
 cp_generation *cp_agg_swap(uint64_t *drops, struct cp_period_stats *stats);
 
+/* The same for the last period, as the profiler stops: no new generation
+ * is made (nothing would be exported from it; a process that exits, a
+ * child of fork serving one connection, made one at every exit). Samples
+ * that come after stay in the ring. Never NULL when there is a generation. */
+cp_generation *cp_agg_swap_last(uint64_t *drops, struct cp_period_stats *stats);
+
 /* Inserts one sample directly (bindings). Thread-safe, not signal-safe. */
 int cp_agg_record(const uint64_t *frames, size_t nframes,
                   const cp_sample_key *key, contprof_sample_kind kind,
