@@ -58,6 +58,11 @@ static struct {
   int stopped_for_exec; /* cp_profiler_before_exec stopped it */
   _Atomic pid_t pid;    /* the process that started it (a vfork child: not) */
   _Atomic int follow_exec;
+  /* The process has forked since it started (or, in a child, since its
+   * fork); what the children would otherwise each resolve is resolved
+   * here once (tick). */
+  _Atomic int forked;
+  int hooks_resolved;
 } prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .follow_exec = 1};
 
 /* The generation being exported while the runtime's before_export runs on
@@ -96,6 +101,10 @@ static void stop_at_exit(void) {
 }
 
 static void tick(void) {
+  if (atomic_load(&prof.forked) && !prof.hooks_resolved) {
+    prof.hooks_resolved = 1;
+    cp_interpose_resolve_all();
+  }
   cp_threads_rescan();
   cp_unwind_tick(); /* objects loaded or unloaded since */
   cp_governor_tick();
@@ -151,8 +160,10 @@ static void after_fork_prepare(void) {
 }
 static void after_fork_parent(void) {
   cp_fork_guard_parent();
-  if (atomic_load(&prof.running))
+  if (atomic_load(&prof.running)) {
     cp_symbols_after_fork_parent();
+    atomic_store(&prof.forked, 1);
+  }
   pthread_mutex_unlock(&prof.lock);
 }
 
@@ -168,6 +179,7 @@ static void after_fork_child(void) {
   cp_own_stacks_after_fork_child();
   cp_fork_guard_child();
   cp_fpwalk_after_fork_child();
+  atomic_store(&prof.forked, 0);
   if (!atomic_load(&prof.running))
     return;
   atomic_store(&prof.running, 0);

@@ -3,7 +3,9 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <unistd.h>
 
+#include "common.h"
 #include "thread_state.h"
 
 /* _dl_find_object (glibc 2.35) answers from the loader's sorted table of
@@ -48,4 +50,26 @@ void *cp_real_lookup(void *handle, const char *name, void *self,
 
 void *cp_real_symbol(const char *name, void *self) {
   return cp_real_lookup(RTLD_NEXT, name, self, 0);
+}
+
+/* The linker's bounds of the section CP_REAL_OR fills; weak: the command
+ * without hooks (none.c) has none. */
+extern const cp_real_slot __start_cp_real_slots[] __attribute__((weak));
+extern const cp_real_slot __stop_cp_real_slots[] __attribute__((weak));
+
+void cp_interpose_resolve_all(void) {
+  int resolved = 0;
+  for (const cp_real_slot *s = __start_cp_real_slots;
+       s && s < __stop_cp_real_slots; s++) {
+    if (__atomic_load_n(s->fn, __ATOMIC_ACQUIRE))
+      continue;
+    void *fn = cp_real_symbol(s->name, s->self);
+    if (fn) {
+      __atomic_store_n(s->fn, fn, __ATOMIC_RELEASE);
+      resolved++;
+    }
+  }
+  cp_debug("interpose: pid %d resolved %d more real functions for its "
+           "children",
+           (int)getpid(), resolved);
 }

@@ -31,11 +31,22 @@ int cp_same_object(void *fn, void *other);
 /* cp_real_lookup(RTLD_NEXT, name, self, 0). */
 void *cp_real_symbol(const char *name, void *self);
 
+/* Where each hook keeps its real function, listed in the section
+ * cp_real_slots (CP_REAL_OR puts one there), for cp_interpose_resolve_all. */
+typedef struct cp_real_slot {
+  const char *name;
+  void **fn;  /* the hook's real_NAME */
+  void *self; /* the hook */
+} cp_real_slot;
+
 /* In an interposed function: fn_NAME becomes the real NAME (resolved once,
  * then one acquire load), or the function returns `fail` (an expression:
  * (errno = ENOSYS, -1) for most). */
 #define CP_REAL_OR(type, name, fail)                                           \
   static type real_##name;                                                     \
+  static const cp_real_slot real_slot_##name                                   \
+      __attribute__((used, section("cp_real_slots"), aligned(8))) = {          \
+          #name, (void **)&real_##name, (void *)name};                         \
   type fn_##name = __atomic_load_n(&real_##name, __ATOMIC_ACQUIRE);            \
   if (!fn_##name) {                                                            \
     fn_##name = (type)cp_real_symbol(#name, (void *)name);                     \
@@ -75,6 +86,14 @@ void cp_interpose_locks_resolve(void);
  * any signal handler: a handler that meets dl_iterate_phdr unresolved lists
  * no objects). */
 void cp_interpose_loader_resolve(void);
+
+/* Resolves every hook's real function that no call has resolved yet. A
+ * process that forks calls it (on the profiler's thread, once it has
+ * forked): a hook resolved lazily is resolved again by dlsym in every child
+ * that calls it first (PostgreSQL's backends call signalfd, the postmaster
+ * does not), where the parent's answer would be inherited. Not
+ * signal-safe (dlsym). */
+void cp_interpose_resolve_all(void);
 
 /* In the child of fork (only the forking thread exists): forget state the
  * parent's other threads held (pthread_create's start slots). */

@@ -92,6 +92,23 @@ static void test_prefork_server(void) {
   remove_dir(dir);
 }
 
+/* `workload fork-late ARGS` under the profiler (CPU at 250 Hz, debug
+ * lines), its output and the profiler's lines in one (heap-allocated)
+ * result. */
+static run_result *run_fork_late(const char *dir, const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "exec %s run --hz 250 --output %s --period 3600 --profiles cpu -- "
+           "%s fork-late %s 2>&1",
+           CONTPROF, dir, WORKLOAD, args);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  const char *env[] = {"CONTPROF_LOG_LEVEL=debug", NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  return r;
+}
+
 /* Children forked after the parent read its symbol tables keep them (the
  * address space is the parent's copied) rather than read each file again,
  * and their profiles are symbolized as well. A child forked while a drain
@@ -99,16 +116,7 @@ static void test_prefork_server(void) {
  * every 100 ms) reads them anew: 2 of 3 children must keep them. */
 static void test_children_keep_symbol_tables(void) {
   char *dir = make_temp_dir("forklate");
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd,
-           "exec %s run --hz 250 --output %s --period 3600 --profiles cpu -- "
-           "%s fork-late 3 2>&1",
-           CONTPROF, dir, WORKLOAD);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  const char *env[] = {"CONTPROF_LOG_LEVEL=debug", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, env, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_fork_late(dir, "3");
   CHECK(strstr(r->out, "children_ok=3") != NULL);
   int kept = 0, kept_dwarf = 0;
   char line[PATH_MAX + 128];
@@ -164,16 +172,7 @@ static void test_children_keep_symbol_tables(void) {
  * theirs (they sample the same few instructions of work_gamma). */
 static void test_children_teach_their_parent(void) {
   char *dir = make_temp_dir("forklearn");
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd,
-           "exec %s run --hz 250 --output %s --period 3600 --profiles cpu -- "
-           "%s fork-late 4 2500 2>&1",
-           CONTPROF, dir, WORKLOAD);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  const char *env[] = {"CONTPROF_LOG_LEVEL=debug", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, env, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_fork_late(dir, "4 2500");
   CHECK(strstr(r->out, "children_ok=4") != NULL);
   CHECK(strstr(r->out, "addresses its children read themselves") != NULL);
   int child = 0, first_read = -1, later_read = 0, later_had = 0;
@@ -202,6 +201,65 @@ static void test_children_teach_their_parent(void) {
   CHECK(later_had > later_read);
   if (later_had <= later_read)
     printf("%s\n", r->out);
+  free(r);
+  remove_dir(dir);
+}
+
+/* A hook's real function is looked up (dlsym) at its first call. A
+ * process that has forked looks up every one its hooks have not, on the
+ * profiler's thread, so that its later children inherit them: a PostgreSQL
+ * backend called signalfd, which the postmaster never does, and each
+ * backend's dlsym searched every loaded object. The loader's debug output
+ * (LD_DEBUG=bindings) shows who looked signalfd up: the parent, not the
+ * child that called it. */
+static void test_children_inherit_resolved_hooks(void) {
+  char *dir = make_temp_dir("forkhooks");
+  char ld[PATH_MAX];
+  snprintf(ld, sizeof ld, "%s/ld", dir);
+  char debug_output[PATH_MAX + 32];
+  snprintf(debug_output, sizeof debug_output, "LD_DEBUG_OUTPUT=%s", ld);
+  char *argv[] = {CONTPROF, "run", "--output", dir,          "--period",
+                  "3600",   "--",  WORKLOAD,   "fork-hooks", NULL};
+  const char *env[] = {"LD_DEBUG=bindings", debug_output, NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  int child = 0, ok = 0;
+  const char *at = strstr(r->out, "hook_child_pid=");
+  CHECK(at && sscanf(at, "hook_child_pid=%d ok=%d", &child, &ok) == 2);
+  CHECK_EQ_INT(ok, 1);
+  /* Every file the loader wrote (one per exec'd process; a child writes
+   * into its parent's), lines "PID: binding file A to B: ... `signalfd'". */
+  int by_child = 0, by_others = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "ld.", 3) != 0)
+      continue;
+    char path[PATH_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+      /* Our lookup finds the C library's (the program's own call binds
+       * its PLT entry to our hook: not counted). */
+      if (!strstr(line, "`signalfd'") || !strstr(line, "to /") ||
+          !strstr(strstr(line, "to /"), "libc.so"))
+        continue;
+      if (atoi(line) == child)
+        by_child++;
+      else
+        by_others++;
+    }
+    if (f)
+      fclose(f);
+  }
+  if (d)
+    closedir(d);
+  printf("  signalfd looked up %d times by the child, %d by others\n", by_child,
+         by_others);
+  CHECK_EQ_INT(by_child, 0);
+  CHECK(by_others > 0);
   free(r);
   remove_dir(dir);
 }
@@ -252,4 +310,5 @@ static void test_fork_while_listing_objects(void) {
 
 TEST_MAIN(T(test_prefork_server), T(test_children_keep_symbol_tables),
           T(test_children_teach_their_parent),
+          T(test_children_inherit_resolved_hooks),
           T(test_fork_while_listing_objects), T(test_follow_fork_off))

@@ -12,6 +12,9 @@
  *                           another, each working 0.15 s in work_gamma;
  *                           prints each child's pid; sleeps PAUSE_MS after
  *                           the first child
+ *   fork-hooks              forks a child, then 1.5 s later one that calls
+ *                           signalfd (never called by the parent); prints
+ *                           its pid
  *   prefork                 a pre-fork server: while a thread computes and
  *                           allocates under labels, forks 2 workers that
  *                           work and fork a child that works too
@@ -51,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -290,6 +294,36 @@ static int forking(void) {
          WIFEXITED(status) ? WEXITSTATUS(status) : -1,
          (int)(intptr_t)from_thread);
   work_alpha(200000000);
+  return 0;
+}
+
+/* fork-hooks: a child that calls a hooked function (signalfd) its parent
+ * never called, forked 1.5 s after a first child (the parent's profiler has
+ * had its tick since it forked). */
+static int fork_hooks(void) {
+  work_alpha(100000000);
+  pid_t first = fork();
+  if (first == 0)
+    _exit(0);
+  waitpid(first, NULL, 0);
+  struct timespec ts = {1, 500000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGUSR2);
+    int fd = signalfd(-1, &mask, SFD_CLOEXEC);
+    if (fd >= 0)
+      close(fd);
+    _exit(fd >= 0 ? 0 : 1);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  printf("hook_child_pid=%d ok=%d\n", (int)pid,
+         WIFEXITED(status) && WEXITSTATUS(status) == 0);
   return 0;
 }
 
@@ -743,6 +777,8 @@ int main(int argc, char **argv) {
     return forking();
   if (strcmp(argv[1], "prefork") == 0)
     return preforking();
+  if (strcmp(argv[1], "fork-hooks") == 0)
+    return fork_hooks();
   if (strcmp(argv[1], "fork-late") == 0 && (argc == 3 || argc == 4))
     return fork_late(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : 0);
   if (strcmp(argv[1], "exec-chain") == 0 && argc == 3)
