@@ -113,9 +113,11 @@ typedef struct internal_start {
 } internal_start;
 
 static void (*_Atomic internal_thread_init)(void);
+static void (*_Atomic internal_thread_fini)(void);
 
-void cp_set_internal_thread_init(void (*init)(void)) {
+void cp_set_internal_thread_init(void (*init)(void), void (*fini)(void)) {
   atomic_store(&internal_thread_init, init);
+  atomic_store(&internal_thread_fini, fini);
 }
 
 static void *internal_thread_main(void *p) {
@@ -129,6 +131,9 @@ static void *internal_thread_main(void *p) {
   if (init)
     init();
   void *result = start.fn(start.arg);
+  void (*fini)(void) = atomic_load(&internal_thread_fini);
+  if (fini)
+    fini();
   cp_stats_thread_end();
   return result;
 }

@@ -41,11 +41,12 @@ void cp_gettid_reset(void);
 /* Sleeps ns nanoseconds (restarting after signals). */
 void cp_sleep_ns(uint64_t ns);
 
-/* What every thread cp_start_internal_thread starts runs first: the core
- * registers the samplers' mark of a profiler's own thread (never sampled,
- * never announced), so that the layers that start threads (aggregator,
- * scheduler, HTTP sinks) need not include a samplers header. NULL: none. */
-void cp_set_internal_thread_init(void (*init)(void));
+/* What every thread cp_start_internal_thread starts runs first (init) and
+ * last (fini): the core registers the samplers' mark of a profiler's own
+ * thread (never sampled, never announced) and its removal, so that the
+ * layers that start threads (aggregator, scheduler, HTTP sinks) need not
+ * include a samplers header. NULL: none. */
+void cp_set_internal_thread_init(void (*init)(void), void (*fini)(void));
 
 /* Starts one of the profiler's own threads, named `name` (at most 15 chars),
  * with every signal blocked so that no sampling signal lands on it. Returns

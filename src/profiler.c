@@ -238,6 +238,9 @@ static void internal_thread_begins(void) {
   cp_creds_thread_begin();
 }
 
+/* And as it ends: its thread id may be an application thread's next. */
+static void internal_thread_ends(void) { cp_threads_forget_excluded_self(); }
+
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
@@ -255,7 +258,7 @@ static int start_configured(void) {
    * excluded from sampling before it runs, and follows the application's
    * capability changes (samplers/creds.h). */
   cp_creds_start();
-  cp_set_internal_thread_init(internal_thread_begins);
+  cp_set_internal_thread_init(internal_thread_begins, internal_thread_ends);
   if ((rc = cp_agg_start(&prof.cfg, tick, cp_unwind_poll, cp_thread_name_of))) {
     cp_labels_set_profiling(0);
     return rc;

@@ -647,19 +647,26 @@ static void cpu_tick(void) {
   pthread_mutex_unlock(&cpu.lock);
 }
 
-/* On the uploader thread, before each profile is encoded: how many threads
- * each clock samples (the profile's cpu_clock_threads), also in a process
- * that ends before its first tick. */
-static void cpu_before_export(cp_generation *g) {
-  (void)g;
+/* How many threads each clock samples (the profile's cpu_clock_threads).
+ * Caller holds cpu.lock. */
+static void publish_clocks_locked(void) {
   unsigned perf = 0, posix = 0;
-  pthread_mutex_lock(&cpu.lock);
   for (size_t i = 0; i < cpu.ntimers; i++) {
     perf += cpu.timers[i].fd >= 0;
     posix += cpu.timers[i].timer_id >= 0;
   }
-  pthread_mutex_unlock(&cpu.lock);
   cp_stats_set_cpu_clocks(perf, posix);
+}
+
+/* On the uploader thread, before each profile is encoded, also in a process
+ * that ends before its first tick; the last profile, made after cpu_stop,
+ * keeps what cpu_stop published. */
+static void cpu_before_export(cp_generation *g) {
+  (void)g;
+  pthread_mutex_lock(&cpu.lock);
+  if (atomic_load(&cpu.active))
+    publish_clocks_locked();
+  pthread_mutex_unlock(&cpu.lock);
 }
 
 static void cpu_after_fork_child(void) {
@@ -723,6 +730,7 @@ static void cpu_stop(void) {
     setitimer(ITIMER_PROF, &off, NULL);
   }
   pthread_mutex_lock(&cpu.lock);
+  publish_clocks_locked(); /* what served the last period */
   for (size_t i = 0; i < cpu.ntimers; i++)
     clock_delete(&cpu.timers[i]);
   cpu.ntimers = 0;

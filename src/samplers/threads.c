@@ -195,6 +195,17 @@ void cp_threads_exclude_self(void) {
   pthread_mutex_unlock(&reg.lock);
 }
 
+void cp_threads_forget_excluded_self(void) {
+  pid_t tid = cp_gettid();
+  pthread_mutex_lock(&reg.lock);
+  for (size_t i = 0; i < reg.nexcluded; i++)
+    if (reg.excluded[i] == tid) {
+      reg.excluded[i] = reg.excluded[--reg.nexcluded];
+      break;
+    }
+  pthread_mutex_unlock(&reg.lock);
+}
+
 void cp_threads_set_sampling_signal(int sig) {
   if (sig > 0 && sig <= 64)
     atomic_fetch_or(&reg.sampling_signals, 1ull << (sig - 1));

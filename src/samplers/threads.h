@@ -29,6 +29,13 @@ void cp_threads_after_fork_child(void);
 /* Marks the calling thread as the profiler's own: never sampled. */
 void cp_threads_exclude_self(void);
 
+/* The calling thread, one of the profiler's own, ends: its thread id is no
+ * longer excluded (the kernel may give it to an application thread; the
+ * list holds MAX_EXCLUDED ids, and with every start's threads kept it
+ * filled after a few restarts, after which the profiler's new threads were
+ * announced as the application's). */
+void cp_threads_forget_excluded_self(void);
+
 /* Adds a signal that a sampling handler uses (each sampler adds its own);
  * the pthread_create hook blocks them while the new thread is made (an
  * unwinder interrupting the loader there could deadlock) and the new thread

@@ -254,6 +254,44 @@ static void test_span_ids_on_allocation_samples(void) {
   remove_dir(dir);
 }
 
+/* Each start makes the profiler's own threads, which are never sampled nor
+ * given a CPU clock. Their thread ids used to stay on a list of 16 after
+ * they ended: after a few restarts it was full, and a rescan announced the
+ * next start's threads as the application's (each got a CPU clock). After
+ * 12 restarts and a rescan (the tick, once a second), the profile still
+ * counts one thread with a CPU clock: the program's. */
+static void test_restarts_sample_only_the_application(void) {
+  char *dir = make_temp_dir("restarts");
+  contprof_options o = {.output_dir = dir,
+                        .upload_period_s = 3600,
+                        .cpu_hz = 100,
+                        .profiles = "cpu,wall"};
+  for (int i = 0; i < 12; i++) {
+    CHECK_EQ_INT(contprof_start(&o), 0);
+    CHECK_EQ_INT(contprof_stop(), 0);
+  }
+  remove_dir(dir);
+  dir = make_temp_dir("restarts");
+  o.output_dir = dir;
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  burn(1300000000); /* past the first tick's rescan */
+  CHECK_EQ_INT(contprof_stop(), 0);
+  pprof_profile *p[2];
+  size_t n = read_profiles(dir, p, 2, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    const char *clocks = profile_comment(p[0], "cpu_clock_threads");
+    unsigned perf = 0, posix = 0;
+    CHECK(clocks && sscanf(clocks, "perf:%u,posix:%u", &perf, &posix) == 2);
+    printf("  cpu_clock_threads=%s\n", clocks ? clocks : "(none)");
+    CHECK_EQ_INT(perf + posix, 1);
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_lifecycle_errors), T(test_concurrent_lifecycle),
+          T(test_restarts_sample_only_the_application),
           T(test_labels_on_the_right_samples), T(test_unwritable_directory),
           T(test_span_ids_on_allocation_samples))
