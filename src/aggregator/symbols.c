@@ -1346,8 +1346,6 @@ static void free_all_locked(void) {
   }
 }
 
-/* In the child of a fork, call it before other threads use the module: it
- * tells a lock held by a thread lost in the fork by the lock's process. */
 void cp_symbols_before_fork(void) {
   if (!__atomic_load_n(&names_off, __ATOMIC_RELAXED))
     cp_fork_hints_before_fork();
@@ -1355,6 +1353,8 @@ void cp_symbols_before_fork(void) {
 
 void cp_symbols_after_fork_parent(void) { cp_fork_hints_after_fork_parent(); }
 
+/* In the child of a fork, call it before other threads use the module: it
+ * tells a lock held by a thread lost in the fork by the lock's process. */
 void cp_symbols_after_fork_child(void) {
   cp_fork_hints_after_fork_child();
   lines_read = lines_had = 0; /* the child's own from now on */
