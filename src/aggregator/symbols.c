@@ -150,6 +150,11 @@ static struct {
   uint64_t oldest_live_gen; /* from cp_symbols_collect */
   uint64_t tick;
   uint64_t last_budget_warn_ns;
+  /* A mapping may have become one cp_symbols_prepare_lines opens (first
+   * used by a generation, or its file read) since its last scan found
+   * none: without, each of its calls after every drain scanned every
+   * mapping. */
+  int prepare_pending;
 } symbols = {.budget = CP_SYMBOLS_DEFAULT_BUDGET};
 
 /* CONTPROF_SYMBOLIZE=none: files are read for their build id and segments
@@ -1071,6 +1076,7 @@ static void map_read_file(map_rec *m) {
   if (m->file_read)
     return;
   m->file_read = 1;
+  symbols.prepare_pending = 1;
   m->file = map_load_file(m);
   m->pub.build_id = m->file ? m->file->build_id : "";
   if (m->file)
@@ -1311,6 +1317,8 @@ void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen) {
     return;
   symbols_lock_acquire();
   map_rec *rec = (map_rec *)((char *)m - offsetof(map_rec, pub));
+  if (gen && !rec->pub.last_used_generation)
+    symbols.prepare_pending = 1;
   if (gen > rec->pub.last_used_generation)
     rec->pub.last_used_generation = gen;
   if (rec->file && gen > rec->file->last_used_gen)
@@ -1539,16 +1547,20 @@ int cp_symbols_prepare_lines(void) {
   char path[PATH_MAX], build_id[sizeof((map_rec *)0)->build_id];
   cp_dwarf_object obj;
   for (;;) {
-    int found = 0;
+    int found = 0, candidate = 0;
     symbols_lock_acquire();
-    for (size_t i = 0; i < symbols.nmaps && !found; i++) {
+    for (size_t i = 0; symbols.prepare_pending && i < symbols.nmaps && !found;
+         i++) {
       map_rec *m = symbols.maps[i];
       if (m->lines_prepared || !m->pub.last_used_generation || !m->file_read)
         continue;
       m->lines_prepared = 1;
+      candidate = 1;
       found = dwarf_object_locked(m, &obj, path, sizeof path, build_id,
                                   sizeof build_id);
     }
+    if (!candidate)
+      symbols.prepare_pending = 0; /* until a mapping may become one */
     pthread_mutex_unlock(&symbols_lock);
     if (!found)
       return 0;
