@@ -35,8 +35,7 @@ static struct {
 } st = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Atomic uint64_t hook_ns[CONTPROF_KIND_COUNT];
-static uint64_t threads_cpu_locked(void);
-static uint64_t kind_threads_cpu_locked(int kind);
+static uint64_t threads_cpu_locked(uint64_t kind_ns[CONTPROF_KIND_COUNT]);
 static _Atomic uint64_t fixed_memory[CP_STATS_MEM_COUNT];
 static _Atomic uint64_t extra_samples[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t drained_samples[CONTPROF_KIND_COUNT];
@@ -85,9 +84,7 @@ void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
 
 void cp_stats_totals_read(cp_stats_totals *out) {
   pthread_mutex_lock(&st.lock);
-  out->threads_cpu_ns = threads_cpu_locked();
-  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
-    out->kind_threads_cpu_ns[k] = kind_threads_cpu_locked(k);
+  out->threads_cpu_ns = threads_cpu_locked(out->kind_threads_cpu_ns);
   pthread_mutex_unlock(&st.lock);
   out->process_cpu_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   out->drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
@@ -151,14 +148,6 @@ void cp_stats_thread_works_for(contprof_sample_kind kind) {
 }
 
 /* Caller holds st.lock. The CPU of the threads that work for kind alone. */
-static uint64_t kind_threads_cpu_locked(int kind) {
-  uint64_t sum = st.retired_kind_ns[kind];
-  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
-    if (st.threads[i].used && st.threads[i].kind == kind)
-      sum += cp_clock_ns(st.threads[i].clock);
-  return sum;
-}
-
 /* Async-signal-safe: one relaxed atomic add. */
 void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns) {
   if ((unsigned)kind < CONTPROF_KIND_COUNT)
@@ -209,12 +198,19 @@ uint64_t cp_stats_fixed_memory(void) {
   return sum;
 }
 
-/* Caller holds st.lock. */
-static uint64_t threads_cpu_locked(void) {
+/* The CPU time of our threads, and in kind_ns the part of each kind, with
+ * one read of each thread's clock (a system call). Caller holds st.lock. */
+static uint64_t threads_cpu_locked(uint64_t kind_ns[CONTPROF_KIND_COUNT]) {
   uint64_t sum = st.retired_ns;
-  for (size_t i = 0; i < MAX_OWN_THREADS; i++)
-    if (st.threads[i].used)
-      sum += cp_clock_ns(st.threads[i].clock);
+  memcpy(kind_ns, st.retired_kind_ns, sizeof st.retired_kind_ns);
+  for (size_t i = 0; i < MAX_OWN_THREADS; i++) {
+    if (!st.threads[i].used)
+      continue;
+    uint64_t cpu = cp_clock_ns(st.threads[i].clock);
+    sum += cpu;
+    if (st.threads[i].kind >= 0)
+      kind_ns[st.threads[i].kind] += cpu;
+  }
   return sum;
 }
 
@@ -226,7 +222,9 @@ static uint64_t delta(uint64_t now, uint64_t *last) {
 
 void cp_stats_take(cp_period_stats *out) {
   pthread_mutex_lock(&st.lock);
-  out->threads_cpu_ns += delta(threads_cpu_locked(), &st.last_threads_ns);
+  uint64_t kind_ns[CONTPROF_KIND_COUNT];
+  out->threads_cpu_ns +=
+      delta(threads_cpu_locked(kind_ns), &st.last_threads_ns);
   out->process_cpu_ns +=
       delta(cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID), &st.last_process_ns);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
@@ -236,7 +234,7 @@ void cp_stats_take(cp_period_stats *out) {
     out->hook_ns[k] += hook;
     out->hooks_ns += hook;
     out->kind_threads_cpu_ns[k] +=
-        delta(kind_threads_cpu_locked(k), &st.last_kind_threads_ns[k]);
+        delta(kind_ns[k], &st.last_kind_threads_ns[k]);
     out->samples[k] +=
         atomic_exchange_explicit(&extra_samples[k], 0, memory_order_relaxed);
     /* The slowdown now, and the most since the last period's end (at least
@@ -260,13 +258,11 @@ void cp_stats_take(cp_period_stats *out) {
 
 void cp_stats_reset(void) {
   pthread_mutex_lock(&st.lock);
-  st.last_threads_ns = threads_cpu_locked();
+  st.last_threads_ns = threads_cpu_locked(st.last_kind_threads_ns);
   st.last_process_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
     st.last_hook_ns[k] =
         atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
-    st.last_kind_threads_ns[k] = kind_threads_cpu_locked(k);
-  }
   st.last_drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
   memset(&st.last, 0, sizeof st.last);
   memset(&st.total, 0, sizeof st.total);
