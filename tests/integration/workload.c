@@ -12,7 +12,7 @@
  *                           another, each working 0.15 s in work_gamma;
  *                           prints each child's pid; sleeps PAUSE_MS after
  *                           the first child
- *   fork-hooks              forks a child, then 1.5 s later one that calls
+ *   fork-hooks              forks a child, then 2.5 s later one that calls
  *                           signalfd (never called by the parent); prints
  *                           its pid
  *   prefork                 a pre-fork server: while a thread computes and
@@ -298,7 +298,7 @@ static int forking(void) {
 }
 
 /* fork-hooks: a child that calls a hooked function (signalfd) its parent
- * never called, forked 1.5 s after a first child (the parent's profiler has
+ * never called, forked 2.5 s after a first child (the parent's profiler has
  * had its tick since it forked). */
 static int fork_hooks(void) {
   work_alpha(100000000);
@@ -306,7 +306,7 @@ static int fork_hooks(void) {
   if (first == 0)
     _exit(0);
   waitpid(first, NULL, 0);
-  struct timespec ts = {1, 500000000};
+  struct timespec ts = {2, 500000000};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
   fflush(stdout);
