@@ -202,7 +202,7 @@ static void *drain_thread(void *arg) {
              cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began < PREPARE_NS) {
       }
     }
-    if (agg.tick && cp_monotonic_ns() >= next_tick) {
+    if (tick_due) {
       free_inherited();
       agg.tick();
       next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;

@@ -11,7 +11,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <string.h>
 #include <sys/mman.h>
 
 #define PROBES 32 /* entries an insert looks at before it gives up */
@@ -131,18 +130,4 @@ size_t cp_fork_hints_take(cp_fork_hint *out, size_t max) {
 done:
   pthread_mutex_unlock(&hints.lock);
   return n;
-}
-
-void cp_fork_hints_reset(void) {
-  hint_table *t = atomic_exchange(&hints.table, NULL);
-  if (t)
-    munmap(t, sizeof *t);
-  pthread_mutex_lock(&hints.lock);
-  atomic_store(&hints.writer, 0);
-  hints.reader = 0;
-  hints.scanned_added = hints.scan_added = 0;
-  hints.scanning = 0;
-  hints.cursor = 0;
-  memset(hints.taken, 0, sizeof hints.taken);
-  pthread_mutex_unlock(&hints.lock);
 }

@@ -52,7 +52,4 @@ size_t cp_fork_hints_take(cp_fork_hint *out, size_t max);
 /* FNV-1a of a path. */
 uint64_t cp_fork_hints_path_hash(const char *path);
 
-/* Tests: forget the table (unmapped), as a process that never forked. */
-void cp_fork_hints_reset(void);
-
 #endif

@@ -1491,14 +1491,14 @@ size_t cp_symbols_lines(const cp_mapping *pub, uint64_t pc,
   uint64_t elf_address = pc + m->elf_delta;
   int readable = dwarf_object_locked(m, &obj, path, sizeof path, build_id,
                                      sizeof build_id);
-  uint64_t path_hash = cp_fork_hints_path_hash(m->path);
   pthread_mutex_unlock(&symbols_lock);
   if (!readable)
     return 0;
   size_t n = cp_dwarf_lookup(&obj, elf_address, out);
   if (out->resolved) {
     __atomic_add_fetch(&lines_read, 1, __ATOMIC_RELAXED);
-    cp_fork_hints_put(pc, path_hash); /* as in cp_symbols_lookup */
+    /* As in cp_symbols_lookup; path is m->path, copied. */
+    cp_fork_hints_put(pc, cp_fork_hints_path_hash(path));
   } else {
     __atomic_add_fetch(&lines_had, 1, __ATOMIC_RELAXED);
   }
