@@ -12,24 +12,41 @@
 #include "common.h"
 #include "thread_state.h"
 
-#define FORK_WAIT_NS 100000000ull /* the most a fork waits: 100 ms */
+/* The most a fork waits for sections the application entered itself (its
+ * own dl_iterate_phdr callbacks, which may wait for anything), and for the
+ * profiler's (bounded work that waits for nothing: the walker's table
+ * build took 16-34 ms with cold caches and six processes building at once,
+ * and more than 100 ms under load, when a PostgreSQL child forked by its
+ * postmaster hung). */
+#define FORK_WAIT_NS 100000000ull       /* 100 ms */
+#define FORK_WAIT_OWN_NS 10000000000ull /* 10 s */
 
 /* Threads inside a guarded section (each counted once, at its outermost
- * entry), and a fork in progress: the futex word waiters sleep on, and the
- * forking thread. */
-static _Atomic int inside;
+ * entry): the application's own calls, and the profiler's (its threads,
+ * and its handlers and hooks on the application's); and a fork in
+ * progress: the futex word waiters sleep on, and the forking thread. */
+static _Atomic int inside_app, inside_own;
 static _Atomic int fork_pending;
 static _Atomic pid_t fork_tid;
-static CP_TLS int depth; /* this thread's nesting */
+static CP_TLS int depth;            /* this thread's nesting */
+static CP_TLS _Atomic int *counter; /* where its outermost entry counts */
+
+/* Whether the calling thread runs the profiler's code: one of its threads,
+ * or one of its handlers or hooks (their sections are bounded). */
+static int profiler_code(void) {
+  return cp_thread.internal | cp_thread.in_handler | cp_thread.in_hook |
+         (int)cp_thread.work;
+}
 
 int cp_fork_guard_enter(void) {
   if (depth++)
     return 1;
+  counter = profiler_code() ? &inside_own : &inside_app;
   for (;;) {
-    atomic_fetch_add(&inside, 1);
+    atomic_fetch_add(counter, 1);
     if (!atomic_load(&fork_pending) || atomic_load(&fork_tid) == cp_gettid())
       return 1;
-    atomic_fetch_sub(&inside, 1);
+    atomic_fetch_sub(counter, 1);
     if (cp_thread.in_handler) {
       depth--;
       return 0;
@@ -42,19 +59,36 @@ int cp_fork_guard_enter(void) {
 
 void cp_fork_guard_exit(void) {
   if (--depth == 0)
-    atomic_fetch_sub(&inside, 1);
+    atomic_fetch_sub(counter, 1);
 }
 
 void cp_fork_guard_prepare(void) {
   atomic_store(&fork_tid, cp_gettid());
   atomic_store(&fork_pending, 1);
   /* The forking thread itself may be inside one (a fork from a callback of
-   * dl_iterate_phdr): that one stays held, as without us. */
-  int mine = depth ? 1 : 0;
-  uint64_t deadline = cp_monotonic_ns() + FORK_WAIT_NS;
+   * dl_iterate_phdr, or from an application's signal handler that
+   * interrupted one of our hooks): that one stays held, as without us. */
+  int mine_app = depth && counter == &inside_app;
+  int mine_own = depth && counter == &inside_own;
+  uint64_t start = cp_monotonic_ns(), now = start;
   struct timespec pause = {0, 50000};
-  while (atomic_load(&inside) > mine && cp_monotonic_ns() < deadline)
+  for (;;) {
+    int app = atomic_load(&inside_app) > mine_app;
+    int own = atomic_load(&inside_own) > mine_own;
+    if (app && now - start >= FORK_WAIT_NS)
+      app = 0; /* the application's own: as without us */
+    if (!app && !own)
+      return;
+    if (own && now - start >= FORK_WAIT_OWN_NS) {
+      cp_warn("a fork waited %llu s for the profiler to leave the loader's "
+              "code, and went ahead: the child may hang at its first "
+              "unwind",
+              (unsigned long long)(FORK_WAIT_OWN_NS / 1000000000ull));
+      return;
+    }
     syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, 0, &pause, NULL);
+    now = cp_monotonic_ns();
+  }
 }
 
 void cp_fork_guard_parent(void) {
@@ -64,7 +98,8 @@ void cp_fork_guard_parent(void) {
 }
 
 void cp_fork_guard_child(void) {
-  atomic_store(&inside, depth ? 1 : 0);
+  atomic_store(&inside_app, depth && counter == &inside_app);
+  atomic_store(&inside_own, depth && counter == &inside_own);
   atomic_store(&fork_pending, 0);
   atomic_store(&fork_tid, 0);
 }
