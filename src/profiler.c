@@ -110,6 +110,16 @@ static void tick(void) {
   cp_governor_tick();
 }
 
+/* On the scheduler's thread as a period closes: samplers record what they
+ * counted and did not record yet (the wall sampler's parked time). The
+ * active list only changes under prof.lock while the scheduler is
+ * stopped. */
+static void before_close(void) {
+  for (size_t i = 0; i < prof.nactive; i++)
+    if (prof.active[i]->before_close)
+      prof.active[i]->before_close();
+}
+
 /* On the uploader thread: samplers add snapshot samples (the live heap). The
  * active list only changes under prof.lock while the uploader is stopped. */
 static void before_export(cp_generation *g) {
@@ -285,7 +295,7 @@ static int start_configured(void) {
           prof.has_runtime ? prof.runtime_version : gnu_get_libc_version(),
       .cpu_period_ns = 1000000000 / prof.cfg.cpu_hz,
   };
-  if ((rc = cp_scheduler_start(&prof.cfg, sinks, nsinks, &meta,
+  if ((rc = cp_scheduler_start(&prof.cfg, sinks, nsinks, &meta, before_close,
                                before_export))) {
     cp_sinks_destroy(sinks, nsinks);
     cp_agg_stop();

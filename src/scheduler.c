@@ -23,6 +23,7 @@ static struct {
   int running;
   int stop;
   uint64_t flush_requested, flush_completed;
+  void (*before_close)(void);
   void (*before_export)(cp_generation *g);
   cp_export_meta meta;
   uint64_t period_ns;
@@ -40,6 +41,8 @@ static void close_period(int last) {
   uint64_t drops = 0;
   cp_period_stats stats = sched.unreported;
   memset(&sched.unreported, 0, sizeof sched.unreported);
+  if (sched.before_close)
+    sched.before_close();
   cp_period_stats swapped = {0};
   cp_generation *g =
       last ? cp_agg_swap_last(&drops, &swapped) : cp_agg_swap(&drops, &swapped);
@@ -144,7 +147,7 @@ static void *scheduler_thread(void *arg) {
 }
 
 int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
-                       const cp_export_meta *meta,
+                       const cp_export_meta *meta, void (*before_close)(void),
                        void (*before_export)(cp_generation *g)) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -153,6 +156,7 @@ int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   pthread_condattr_destroy(&attr);
   pthread_cond_init(&sched.done, NULL);
   cp_uploader_start(sinks, nsinks);
+  sched.before_close = before_close;
   sched.before_export = before_export;
   sched.meta = *meta;
   sched.period_ns = (uint64_t)cfg->upload_period_s * 1000000000ull;

@@ -16,10 +16,13 @@
 
 /* Takes ownership of the sinks (given to the uploader). meta carries the
  * fixed metadata (host, pid, runtime id...); the scheduler fills in the
- * period, sequence, drops, endpoint counts and costs. before_export (may be
- * NULL) sees each finished generation first, on the scheduler's thread. */
+ * period, sequence, drops, endpoint counts and costs. before_close (may be
+ * NULL) runs on the scheduler's thread as each period closes, before its
+ * samples are taken from the ring (a sampler records what it has counted
+ * and not yet recorded); before_export (may be NULL) sees each finished
+ * generation first, on the scheduler's thread. */
 int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
-                       const cp_export_meta *meta,
+                       const cp_export_meta *meta, void (*before_close)(void),
                        void (*before_export)(cp_generation *g));
 
 /* Ends the current period now and waits until its export was handed to the

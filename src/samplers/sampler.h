@@ -28,6 +28,11 @@ typedef struct cp_sampler {
   /* Once a second on the profiler's thread, with the thread registry
    * locked (after its rescan). May be NULL. */
   void (*tick)(void);
+  /* On the scheduler's thread as a period closes, before the ring is
+   * drained into the finished generation: records what the sampler counted
+   * and has not recorded yet (the wall sampler's parked time). May be
+   * NULL. */
+  void (*before_close)(void);
   /* On the uploader thread, with the finished generation before it is
    * encoded: a snapshot sampler (the live heap) adds its samples here. May
    * be NULL. */

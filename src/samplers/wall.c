@@ -1,12 +1,31 @@
 /* Wall-clock sampler: time is cut into windows of one wall interval, and a
  * timer thread wakes once in each, at a point drawn uniformly in it
- * (stratified sampling: work in step with the interval is not aliased, and
- * a tick stands for its whole window whatever the thread did in it). It
+ * (stratified sampling: work in step with the interval is not aliased). It
  * draws at most threads_per_tick of the application's threads uniformly at
  * random and has each drawn thread record its stack, whether it runs or
- * blocks. A drawn thread stands for n/k threads (n known, k drawn), so it is
- * credited n/k times the window: each thread's expected total is its wall
- * time.
+ * blocks, credited with the thread's wall time since it was last drawn
+ * (take_owed): each thread's total is its wall time, exactly, up to its
+ * last draw.
+ *
+ * Parked time, credited exactly. A thread in a wait hook whose parked
+ * stack (below) the hook found to be its stack is parked there until the
+ * hook returns: the hook reads the clock as it parks and as it leaves (a
+ * vDSO read each, no system call) and adds the park's length to that
+ * parked stack's credit (park_from, end_exact_park). A tick that finds a
+ * thread so parked records nothing for it and does not wake; the time it
+ * owes the thread is less its parks' time, and goes to where a later tick
+ * finds it elsewhere. The credits are recorded, one sample per parked
+ * stack, at least once a second (CREDIT_EVERY_NS), as a period closes and
+ * as the thread ends; a park that lasts is credited up to then. So a
+ * server thread that parks 80% of its time has that time exactly, per
+ * wait, and its windows can grow as an idle process's do (below): the
+ * ticks that find every thread parked count as idle. What a tick does
+ * (take a parked stack, record a credit) takes effect on the credit from
+ * the end of its window on (exact_from), so that which of a window's
+ * moments are credited exactly does not depend on where its tick fell. A
+ * park whose labels or span are not its parked stack's, when the stack
+ * owes a credit under the old ones, is sampled as before (rekey). Not with
+ * CONTPROF_TIMELINE: each of its samples stands for its moment.
  *
  * While every thread of the process sleeps where it slept (each tick found
  * all of them blocked, below; a parked thread may have run a little in
@@ -111,6 +130,11 @@
  * parked stack every change of place cost a signal that woke it (60 to 135
  * of its 100 to 200 wall signals in 12 s of pgbench). */
 #define PARKED_WAYS 4
+#define PARK_WAY_BITS 2 /* park_from's low bits: PARKED_WAYS ways */
+_Static_assert(PARKED_WAYS <= 1 << PARK_WAY_BITS, "park_from's way bits");
+/* Parked time credited exactly is recorded at least this often (and as a
+ * period closes, and as its thread ends). */
+#define CREDIT_EVERY_NS 1000000000ull
 /* One signal in this many has its wakeup timed (two clock reads, one on
  * each side); the time counts for that many. */
 #define WAKEUP_TIMED_EVERY 8
@@ -137,6 +161,18 @@ typedef struct parked_stack {
   uintptr_t cfa;
   uint64_t used;        /* the slot's parked_clock at its last use */
   _Atomic uint32_t seq; /* never 0 once a stack was taken */
+  /* Parked time credited exactly ("Parked time" above): the parks on this
+   * stack add their length to credit_ns, and whoever holds credit_lock
+   * records it (the timer, the handler before it takes another stack
+   * here) with the key: the labels and span the stack was taken or last
+   * keyed with (a park with others is sampled instead, unless nothing is
+   * owed and the hook keys the stack anew). Parks on it count from
+   * exact_from on: the end of the window in which it was taken or keyed. */
+  _Atomic uint64_t credit_ns;
+  _Atomic uint32_t credit_lock;
+  uint32_t key_labels;
+  uint64_t key_span_id, key_local_root_span_id;
+  _Atomic uint64_t exact_from;
 } parked_stack;
 
 typedef struct wall_slot {
@@ -188,6 +224,21 @@ typedef struct wall_slot {
    * than its first parked stack (ensure_parked_ways). */
   parked_stack parked[PARKED_WAYS];
   _Atomic uint32_t parked_ways;
+  /* The park in progress whose time is credited exactly: the time from
+   * which it is not credited yet, shifted left by PARK_WAY_BITS, or'd with
+   * its parked stack's way; 0: none. The thread sets it as it parks and
+   * takes it as it leaves; the timer moves it on as it credits a park that
+   * lasts. */
+  _Atomic uint64_t park_from;
+  /* All the time credited exactly so far (the parks that ended, and the
+   * part of one in progress the timer credited). Thread and timer add. */
+  _Atomic uint64_t parked_total_ns;
+  /* The timer's account: its wall time is accounted up to acct_ns, when
+   * parked_total_ns and the park in progress came to acct_parked_ns;
+   * owed_ns of it is not credited yet (found in a park credited exactly,
+   * it waits for a tick that finds the thread elsewhere). */
+  uint64_t acct_ns, acct_parked_ns;
+  int64_t owed_ns;
   uint64_t parked_clock; /* the thread's: stamps each way's last use */
 } wall_slot;
 
@@ -211,9 +262,20 @@ static struct {
   size_t per_tick;
   _Atomic size_t max_frames;
   _Atomic int active;
+  /* Parks are credited exactly (not with CONTPROF_TIMELINE, whose samples
+   * each stand for their moment; a credit stands for up to a second). */
+  _Atomic int exact_parks;
   int warned_full;
   int warned_claimed;
   uint64_t ticks, signals, reused, parked, idle_ticks; /* for the debug log */
+  /* Drawn threads found in a park credited exactly, and the credits
+   * recorded (the debug log). */
+  uint64_t exact;
+  _Atomic uint64_t credits;
+  uint64_t credited_at; /* monotonic: the last round of credits */
+  /* The end of the timer's current window: what a tick does takes effect
+   * on the exact credit from then on (parked_stack's exact_from). */
+  _Atomic uint64_t window_end_ns;
   /* Of the signals, those that found their thread blocked in a system
    * call, and of them in a wait hook (handlers count; the debug log). */
   _Atomic uint64_t signals_blocked, signals_parking;
@@ -329,6 +391,133 @@ static void publish_park(wall_slot *s, uintptr_t cfa, uint32_t way,
   atomic_store_explicit(&s->park_gen, gen + 2, memory_order_release);
 }
 
+/* --- parked time, credited exactly ----------------------------------- */
+
+#define PARK_WAY_MASK ((1u << PARK_WAY_BITS) - 1)
+
+/* Async-signal-safe: records what p owes (emit_stack) with its stack and
+ * key. Caller holds p->credit_lock, and p's stack stands still (the timer
+ * with no signal outstanding, or the slot's own handler). */
+static void record_credit(cp_ring *ring, parked_stack *p, pid_t tid) {
+  uint64_t ns =
+      atomic_exchange_explicit(&p->credit_ns, 0, memory_order_relaxed);
+  if (!ns || !ring || p->n < 2)
+    return;
+  /* The count in configured intervals, rounded at random: unbiased. */
+  uint64_t base = wall.base_interval_ns ? wall.base_interval_ns : 1;
+  int64_t count = (int64_t)(ns / base + (cp_random_below(base) < ns % base));
+  emit_stack(ring, p->frames, p->n, p->truncated, p->key_labels, p->key_span_id,
+             p->key_local_root_span_id, tid, (int64_t)ns, count);
+  atomic_fetch_add_explicit(&wall.credits, 1, memory_order_relaxed);
+}
+
+/* Async-signal-safe, no system call (a vDSO clock read). On the slot's
+ * thread as it leaves a wait hook, or enters another one nested in a signal
+ * handler: the park in progress, when credited exactly, adds its length to
+ * its parked stack's credit. */
+static void end_exact_park(wall_slot *s) {
+  uint64_t v = atomic_exchange_explicit(&s->park_from, 0, memory_order_acq_rel);
+  if (!v)
+    return;
+  uint64_t from = v >> PARK_WAY_BITS, now = cp_monotonic_ns();
+  if (now > from) {
+    atomic_fetch_add_explicit(&s->parked[v & PARK_WAY_MASK].credit_ns,
+                              now - from, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->parked_total_ns, now - from,
+                              memory_order_release);
+  }
+}
+
+/* Async-signal-safe, bounded. Keys parked stack p anew with a park's labels
+ * and span, when nothing is owed under its old key and no one records it
+ * now. Its parks count from the end of the current window: whether it
+ * could be keyed depends on when the last credit was recorded, a tick's
+ * doing, and a tick's own window must keep what the tick credited. Returns
+ * whether it did. */
+static int rekey(parked_stack *p, uint32_t labels, uint64_t span_id,
+                 uint64_t local_root_span_id) {
+  uint32_t unlocked = 0;
+  if (!atomic_compare_exchange_strong_explicit(&p->credit_lock, &unlocked, 1,
+                                               memory_order_acquire,
+                                               memory_order_relaxed))
+    return 0;
+  int ok = atomic_load_explicit(&p->credit_ns, memory_order_relaxed) == 0;
+  if (ok) {
+    p->key_labels = labels;
+    p->key_span_id = span_id;
+    p->key_local_root_span_id = local_root_span_id;
+    uint64_t end =
+        atomic_load_explicit(&wall.window_end_ns, memory_order_relaxed);
+    if (atomic_load_explicit(&p->exact_from, memory_order_relaxed) < end)
+      atomic_store_explicit(&p->exact_from, end, memory_order_relaxed);
+  }
+  atomic_store_explicit(&p->credit_lock, 0, memory_order_release);
+  return ok;
+}
+
+/* Async-signal-safe, bounded, no system call (a vDSO clock read). On the
+ * slot's thread, in a wait hook that found its parked stack at way: the
+ * park is credited exactly when the stack is keyed with the park's labels
+ * and span (or can be keyed with them now). */
+static void begin_exact_park(wall_slot *s, uint32_t way, uint32_t labels,
+                             uint64_t span_id, uint64_t local_root_span_id) {
+  parked_stack *p = &s->parked[way];
+  if ((p->key_labels != labels || p->key_span_id != span_id ||
+       p->key_local_root_span_id != local_root_span_id) &&
+      !rekey(p, labels, span_id, local_root_span_id))
+    return;
+  uint64_t from = cp_monotonic_ns();
+  uint64_t exact_from =
+      atomic_load_explicit(&p->exact_from, memory_order_relaxed);
+  if (from < exact_from)
+    from = exact_from;
+  atomic_store_explicit(&s->park_from, from << PARK_WAY_BITS | way,
+                        memory_order_release);
+}
+
+/* With wall.lock held, and the slot's stacks standing still (no signal
+ * outstanding, or its thread gone): credits the park in progress up to now
+ * and records what every parked stack owes. */
+static void credit_slot(cp_ring *ring, wall_slot *s, uint64_t now) {
+  pid_t tid = atomic_load(&s->tid);
+  uint64_t v = atomic_load_explicit(&s->park_from, memory_order_acquire);
+  uint64_t from = v >> PARK_WAY_BITS;
+  if (v && from < now &&
+      atomic_compare_exchange_strong(
+          &s->park_from, &v, now << PARK_WAY_BITS | (v & PARK_WAY_MASK))) {
+    atomic_fetch_add_explicit(&s->parked[v & PARK_WAY_MASK].credit_ns,
+                              now - from, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->parked_total_ns, now - from,
+                              memory_order_release);
+  }
+  uint32_t ways = atomic_load_explicit(&s->parked_ways, memory_order_acquire);
+  for (uint32_t w = 0; w < ways && w < PARKED_WAYS; w++) {
+    parked_stack *p = &s->parked[w];
+    uint32_t unlocked = 0;
+    if (!atomic_load_explicit(&p->credit_ns, memory_order_relaxed) ||
+        !atomic_compare_exchange_strong_explicit(&p->credit_lock, &unlocked, 1,
+                                                 memory_order_acquire,
+                                                 memory_order_relaxed))
+      continue; /* nothing owed, or its thread keys it: next time */
+    record_credit(ring, p, tid);
+    atomic_store_explicit(&p->credit_lock, 0, memory_order_release);
+  }
+}
+
+/* With wall.lock held: credit_slot for every thread with no signal
+ * outstanding (only the timer sends one, under the lock; a handler whose
+ * signal is outstanding may be taking a stack). */
+static void credit_all_locked(void) {
+  cp_ring *ring = cp_agg_ring();
+  uint64_t now = cp_monotonic_ns();
+  for (size_t i = 0; i < wall.nlive; i++) {
+    wall_slot *s = slot_at(wall.live[i]);
+    if (s && atomic_load(&s->pending_ns) == 0)
+      credit_slot(ring, s, now);
+  }
+  wall.credited_at = now;
+}
+
 /* Hot path, async-signal-safe, no system call: see wall.h. Only into the
  * slot that is still this thread's (a slot released at stop or after a fork
  * may belong to another thread by now). Labels, span and the parked stack's
@@ -337,6 +526,7 @@ int cp_wall_publish_park(uintptr_t cfa) {
   wall_slot *s = cp_thread.wall_slot;
   if (!s || atomic_load_explicit(&s->tid, memory_order_relaxed) != cp_gettid())
     return 0;
+  end_exact_park(s);
   uint32_t labels = 0, checked = 0, way = 0;
   uint64_t span_id = 0, local_root_span_id = 0;
   if (cfa) {
@@ -345,29 +535,15 @@ int cp_wall_publish_park(uintptr_t cfa) {
     checked = find_my_parked_stack(s, cfa, &way);
   }
   publish_park(s, cfa, way, checked, labels, span_id, local_root_span_id);
+  if (checked && atomic_load_explicit(&wall.exact_parks, memory_order_relaxed))
+    begin_exact_park(s, way, labels, span_id, local_root_span_id);
   return 1;
 }
 
-/* Async-signal-safe, in the handler on a thread found blocked in a system
- * call: when that is a wait hook's, takes the stack with the address of
- * each return address into the slot's parked stack, and copies it to the
- * sample's. Returns whether it did (else the caller unwinds as usual). */
-static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
-  uintptr_t cfa = atomic_load_explicit(&s->park_cfa, memory_order_relaxed);
-  uint32_t ways = atomic_load_explicit(&s->parked_ways, memory_order_acquire);
-  if (!cfa || cp_thread.wall_slot != s || !ways)
-    return 0;
-  /* Into an empty way, else the least recently used one. */
-  uint32_t way = 0;
-  for (uint32_t w = 0; w < ways && w < PARKED_WAYS; w++) {
-    if (!s->parked[w].n) {
-      way = w;
-      break;
-    }
-    if (s->parked[w].used < s->parked[way].used)
-      way = w;
-  }
-  parked_stack *p = &s->parked[way];
+/* Async-signal-safe, bounded: take_parked_stack's part, with
+ * p->credit_lock held. */
+static int take_into(wall_slot *s, parked_stack *p, uint32_t way, uintptr_t cfa,
+                     void *ucontext, size_t max) {
   /* Its buffers are written now: a wait hook's check running under this
    * handler (nested) sees seq move. */
   uint32_t seq = atomic_load_explicit(&p->seq, memory_order_relaxed);
@@ -390,6 +566,7 @@ static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
   memcpy(s->frames, p->frames, n * sizeof *s->frames);
   s->nframes = (uint32_t)n;
   s->truncated = (uint32_t)truncated;
+  int exact = atomic_load_explicit(&wall.exact_parks, memory_order_relaxed);
   if (complete && has_hook && n > 1) {
     p->cfa = cfa;
     p->truncated = (uint32_t)truncated;
@@ -397,13 +574,74 @@ static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
     p->used = ++s->parked_clock;
     /* Taken in this very wait: the next ticks of it reuse it. Published
      * with what the hook published (the thread is blocked under us). */
-    publish_park(s, cfa, way, seq,
-                 atomic_load_explicit(&s->park_labels, memory_order_relaxed),
-                 atomic_load_explicit(&s->park_span_id, memory_order_relaxed),
-                 atomic_load_explicit(&s->park_local_root_span_id,
-                                      memory_order_relaxed));
+    uint32_t labels =
+        atomic_load_explicit(&s->park_labels, memory_order_relaxed);
+    uint64_t span_id =
+        atomic_load_explicit(&s->park_span_id, memory_order_relaxed);
+    uint64_t local_root_span_id =
+        atomic_load_explicit(&s->park_local_root_span_id, memory_order_relaxed);
+    publish_park(s, cfa, way, seq, labels, span_id, local_root_span_id);
+    /* Keyed with this wait's labels and span; this wait and the next ones
+     * here are credited exactly from the end of the window (the signal was
+     * a tick's doing, and that tick credited its window). */
+    p->key_labels = labels;
+    p->key_span_id = span_id;
+    p->key_local_root_span_id = local_root_span_id;
+    uint64_t end =
+        atomic_load_explicit(&wall.window_end_ns, memory_order_relaxed);
+    uint64_t now = cp_monotonic_ns();
+    uint64_t from = end > now ? end : now;
+    atomic_store_explicit(&p->exact_from, from, memory_order_relaxed);
+    if (exact)
+      atomic_store_explicit(&s->park_from, from << PARK_WAY_BITS | way,
+                            memory_order_release);
   }
   return 1;
+}
+
+/* Async-signal-safe, in the handler on a thread found blocked in a system
+ * call: when that is a wait hook's, takes the stack with the address of
+ * each return address into the slot's parked stack, and copies it to the
+ * sample's. Returns whether it did (else the caller unwinds as usual). */
+static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
+  uintptr_t cfa = atomic_load_explicit(&s->park_cfa, memory_order_relaxed);
+  uint32_t ways = atomic_load_explicit(&s->parked_ways, memory_order_acquire);
+  if (!cfa || cp_thread.wall_slot != s || !ways)
+    return 0;
+  /* In a park credited exactly (the signal was sent before it began): its
+   * stack, which the hook checked. */
+  uint64_t v = atomic_load_explicit(&s->park_from, memory_order_acquire);
+  if (v) {
+    const parked_stack *in = &s->parked[v & PARK_WAY_MASK];
+    if (in->n < 2)
+      return 0;
+    memcpy(s->frames, in->frames, in->n * sizeof *s->frames);
+    s->nframes = in->n;
+    s->truncated = in->truncated;
+    return 1;
+  }
+  /* Into an empty way, else the least recently used one. */
+  uint32_t way = 0;
+  for (uint32_t w = 0; w < ways && w < PARKED_WAYS; w++) {
+    if (!s->parked[w].n) {
+      way = w;
+      break;
+    }
+    if (s->parked[w].used < s->parked[way].used)
+      way = w;
+  }
+  parked_stack *p = &s->parked[way];
+  /* What it owes is recorded with its old stack first; not while the hook
+   * this handler interrupted keys it. */
+  uint32_t unlocked = 0;
+  if (!atomic_compare_exchange_strong_explicit(&p->credit_lock, &unlocked, 1,
+                                               memory_order_acquire,
+                                               memory_order_relaxed))
+    return 0;
+  record_credit(cp_agg_ring(), p, cp_gettid());
+  int taken = take_into(s, p, way, cfa, ucontext, max);
+  atomic_store_explicit(&p->credit_lock, 0, memory_order_release);
+  return taken;
 }
 
 /* On the timer thread, with wall.lock held and no signal outstanding for
@@ -617,6 +855,31 @@ static void ensure_parked_ways(wall_slot *s) {
   atomic_store_explicit(&s->parked_ways, PARKED_WAYS, memory_order_release);
 }
 
+/* The time the slot's thread parked in parks credited exactly, up to now:
+ * those that ended, and the one in progress. (Read while the thread may
+ * end a park: the next reading makes up for a park counted twice or not
+ * at all.) */
+static uint64_t parked_until(wall_slot *s, uint64_t now) {
+  uint64_t total =
+      atomic_load_explicit(&s->parked_total_ns, memory_order_acquire);
+  uint64_t v = atomic_load_explicit(&s->park_from, memory_order_acquire);
+  uint64_t from = v >> PARK_WAY_BITS;
+  return total + (v && from < now ? now - from : 0);
+}
+
+/* With wall.lock held: the slot's thread's wall time since it was last
+ * drawn (or announced) that no park credited exactly accounts for, with
+ * what was owed to it before; resets the owed amount to 0. */
+static int64_t take_owed(wall_slot *s, uint64_t now) {
+  uint64_t parked = parked_until(s, now);
+  int64_t owed = s->owed_ns + (int64_t)(now - s->acct_ns) -
+                 (int64_t)(parked - s->acct_parked_ns);
+  s->acct_ns = now;
+  s->acct_parked_ns = parked;
+  s->owed_ns = 0;
+  return owed;
+}
+
 /* One tick for a window of window_ns: draw k of the n threads (a partial
  * Fisher-Yates shuffle of live[], so each thread is drawn with probability
  * k/n) and credit each drawn one n/k x the window.
@@ -636,12 +899,6 @@ static int wall_tick_locked(uint64_t window_ns) {
     wall.live[i] = wall.live[j];
     wall.live[j] = t;
   }
-  int64_t weight_ns = (int64_t)(window_ns * n / k);
-  /* The window in intervals in force (rounded, at least one). */
-  int64_t intervals =
-      (int64_t)((window_ns + wall.interval_ns / 2) / wall.interval_ns);
-  if (intervals < 1)
-    intervals = 1;
   int idle = k == n;
   uint64_t idle_ns = idle_cpu_ns();
   /* A parked thread may have run a little since the last tick and still
@@ -650,14 +907,30 @@ static int wall_tick_locked(uint64_t window_ns) {
   uint64_t parked_idle_ns = window_ns / PARKED_IDLE_SHARE;
   if (parked_idle_ns < idle_ns)
     parked_idle_ns = idle_ns;
+  uint64_t now = cp_monotonic_ns();
   wall.ticks++;
   for (size_t i = 0; i < k; i++) {
     uint32_t index = wall.live[i];
     wall_slot *s = slot_at(index);
-    /* In configured intervals: a slowed-down or idle tick stands for
-     * several. */
-    int64_t count = ((int64_t)(n / k) + (cp_random_below(k) < n % k)) *
-                    wall.slowdown * intervals;
+    /* Its time since it was last drawn, less its parks credited exactly:
+     * owed to where it is now, unless it is in such a park now (then owed
+     * to where the next tick that finds it elsewhere finds it). */
+    uint64_t from = atomic_load_explicit(&s->park_from, memory_order_acquire);
+    int64_t weight_ns = take_owed(s, now);
+    if (from && from >> PARK_WAY_BITS <= now) {
+      wall.exact++;
+      s->owed_ns = weight_ns;
+      continue;
+    }
+    if (weight_ns <= 0) {
+      s->owed_ns = weight_ns; /* its parks' time ran ahead of the clock */
+      idle = 0;
+      continue;
+    }
+    /* In configured intervals, rounded at random. */
+    int64_t count = (int64_t)((uint64_t)weight_ns / wall.base_interval_ns +
+                              (cp_random_below(wall.base_interval_ns) <
+                               (uint64_t)weight_ns % wall.base_interval_ns));
     int64_t prev = atomic_fetch_add(&s->pending_ns, weight_ns);
     atomic_fetch_add(&s->pending_count, count);
     if (prev > 0) {
@@ -761,6 +1034,8 @@ static void *wall_timer_thread(void *arg) {
     uint64_t missed = now > start ? now - start : 0;
     uint64_t ahead = wall.interval_ns * windows;
     uint64_t tick_ns = start + missed + cp_random_below(ahead);
+    atomic_store_explicit(&wall.window_end_ns, start + missed + ahead,
+                          memory_order_relaxed);
     struct timespec deadline = {(time_t)(tick_ns / 1000000000ull),
                                 (long)(tick_ns % 1000000000ull)};
     while (!wall.stop && cp_monotonic_ns() < tick_ns)
@@ -771,6 +1046,8 @@ static void *wall_timer_thread(void *arg) {
     if (cp_signal_claimed(wall.signal) && !wall.warned_claimed)
       move_to_rt_signal();
     int idle = wall_tick_locked(window_ns);
+    if (cp_monotonic_ns() - wall.credited_at >= CREDIT_EVERY_NS)
+      credit_all_locked();
     wall.idle_ticks += windows > 1;
     start += window_ns;
     windows =
@@ -788,11 +1065,23 @@ static void forget_thread(wall_slot *s) {
   atomic_store(&s->pending_count, 0);
   s->have_stack = 0;
   s->nframes = 0;
-  for (int w = 0; w < PARKED_WAYS; w++)
-    s->parked[w].n = 0;
+  for (int w = 0; w < PARKED_WAYS; w++) {
+    parked_stack *p = &s->parked[w];
+    p->n = 0;
+    atomic_store(&p->credit_ns, 0);
+    atomic_store(&p->credit_lock, 0);
+    atomic_store(&p->exact_from, 0);
+    p->key_labels = 0;
+    p->key_span_id = p->key_local_root_span_id = 0;
+  }
   s->parked_tick_cpu_ns = 0;
   atomic_store(&s->park_cfa, 0);
   atomic_store(&s->park_checked, 0);
+  atomic_store(&s->park_from, 0);
+  atomic_store(&s->parked_total_ns, 0);
+  s->acct_ns = cp_monotonic_ns();
+  s->acct_parked_ns = 0;
+  s->owed_ns = 0;
 }
 
 static void wall_thread_started(pid_t tid) {
@@ -857,10 +1146,13 @@ static void release_live_locked(size_t i) {
   wall.live[i] = wall.live[--wall.nlive];
 }
 
+/* Called on the thread as it ends, or on the profiler's thread once it is
+ * gone: no handler runs on it, and what its parks owe is recorded. */
 static void wall_thread_exited(pid_t tid) {
   pthread_mutex_lock(&wall.lock);
   for (size_t i = 0; i < wall.nlive; i++)
     if (atomic_load(&slot_at(wall.live[i])->tid) == tid) {
+      credit_slot(cp_agg_ring(), slot_at(wall.live[i]), cp_monotonic_ns());
       release_live_locked(i);
       break;
     }
@@ -884,6 +1176,7 @@ static int wall_start(const cp_config *cfg) {
   wall.interval_ns = wall.base_interval_ns;
   wall.slowdown = 1;
   wall.per_tick = (size_t)cfg->wall_threads_per_tick;
+  atomic_store(&wall.exact_parks, !cfg->timeline);
   atomic_store(&wall.max_frames, (size_t)cfg->max_frames);
   atomic_store(&wall.pid, getpid());
   wall.uid = getuid();
@@ -891,6 +1184,10 @@ static int wall_start(const cp_config *cfg) {
   wall.warned_full = 0;
   wall.warned_claimed = 0;
   wall.ticks = wall.signals = wall.reused = wall.parked = wall.idle_ticks = 0;
+  wall.exact = 0;
+  atomic_store(&wall.credits, 0);
+  wall.credited_at = cp_monotonic_ns();
+  atomic_store(&wall.window_end_ns, 0);
   atomic_store(&wall.signals_blocked, 0);
   atomic_store(&wall.signals_parking, 0);
   pthread_mutex_unlock(&wall.lock);
@@ -931,15 +1228,19 @@ static void wall_stop(void) {
     wall.thread_running = 0;
   }
   pthread_mutex_lock(&wall.lock);
+  credit_all_locked();
   cp_debug("wall sampler: %llu ticks (%llu of them over idle windows), %llu "
            "signals (%llu found their thread blocked, %llu of them in a wait "
-           "hook), %llu stacks reused, %llu parked stacks reused; blocked "
-           "threads may use %llu us of CPU and stay still",
+           "hook), %llu stacks reused, %llu parked stacks reused, %llu "
+           "threads drawn in a park credited exactly, %llu credits of parked "
+           "time; blocked threads may use %llu us of CPU and stay still",
            (unsigned long long)wall.ticks, (unsigned long long)wall.idle_ticks,
            (unsigned long long)wall.signals,
            (unsigned long long)atomic_load(&wall.signals_blocked),
            (unsigned long long)atomic_load(&wall.signals_parking),
            (unsigned long long)wall.reused, (unsigned long long)wall.parked,
+           (unsigned long long)wall.exact,
+           (unsigned long long)atomic_load(&wall.credits),
            (unsigned long long)(idle_cpu_ns() / 1000));
   while (wall.nlive)
     release_live_locked(wall.nlive - 1);
@@ -964,6 +1265,15 @@ static void wall_after_fork_child(void) {
   }
 }
 
+/* On the scheduler's thread as a period closes: what the parks owe goes
+ * into the period. */
+static void wall_before_close(void) {
+  pthread_mutex_lock(&wall.lock);
+  if (atomic_load(&wall.active))
+    credit_all_locked();
+  pthread_mutex_unlock(&wall.lock);
+}
+
 /* On the profiler's thread: ticks factor x the configured interval apart;
  * each credits the time elapsed and factor x the samples. */
 static void wall_slow_down(unsigned factor) {
@@ -981,5 +1291,6 @@ const cp_sampler cp_wall_sampler = {
     .thread_started = wall_thread_started,
     .thread_exited = wall_thread_exited,
     .after_fork_child = wall_after_fork_child,
+    .before_close = wall_before_close,
     .slow_down = wall_slow_down,
 };
