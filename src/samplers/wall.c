@@ -416,6 +416,10 @@ static void record_credit(cp_ring *ring, parked_stack *p, pid_t tid) {
  * handler: the park in progress, when credited exactly, adds its length to
  * its parked stack's credit. */
 static void end_exact_park(wall_slot *s) {
+  /* Only this thread (and its handler) makes it nonzero: a zero read here
+   * stays zero, and most parks pay a load, not an exchange. */
+  if (!atomic_load_explicit(&s->park_from, memory_order_relaxed))
+    return;
   uint64_t v = atomic_exchange_explicit(&s->park_from, 0, memory_order_acq_rel);
   if (!v)
     return;
