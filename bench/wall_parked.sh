@@ -13,8 +13,9 @@
 # ("wall-base"), interleaved in rounds whose order rotates. Prints per case
 # and variant the median [p25, p75] over rounds of the process's CPU (user +
 # system) over the plain run's in the same round, and the wall sampler's
-# counts from its debug line (signals sent, stacks reused, parked stacks
-# reused: medians per run).
+# counts from its debug line (timer ticks, signals sent, stacks reused,
+# parked stacks reused, threads drawn in a park credited exactly: medians
+# per run).
 #
 #   BENCH_BASE_REF=HEAD~3 bench/wall_parked.sh
 # Environment: PARKED_ROUNDS (7), PARKED_REQUESTS (10000),
@@ -55,9 +56,10 @@ run() {
     CONTPROF_PROFILES=wall CONTPROF_WALL_INTERVAL_MS="$PARKED_INTERVAL_MS" \
     CONTPROF_MAX_OVERHEAD_PCT=0 CONTPROF_LOG_LEVEL=debug \
     CONTPROF_OUTPUT_DIR="$tmp/prof" "${cmd[@]}" >/dev/null 2>"$tmp/err"
-  # "N ticks (...), S signals, R stacks reused[, P parked stacks reused]"
-  sed -n 's/.*wall sampler: .*), \([0-9]*\) signals, \([0-9]*\) stacks reused\(, \([0-9]*\) parked stacks reused\)\{0,1\}.*/\1 \2 \4/p' \
-    "$tmp/err" | awk '{print $1, $2, ($3 == "" ? 0 : $3)}' >>"$tmp/$wait.$v.counts"
+  # "T ticks (...), S signals (...), R stacks reused, P parked stacks
+  # reused[, E threads drawn in a park credited exactly, ...]"
+  sed -n 's/.*wall sampler: \([0-9]*\) ticks ([^)]*), \([0-9]*\) signals ([^)]*), \([0-9]*\) stacks reused, \([0-9]*\) parked stacks reused\(, \([0-9]*\) threads drawn in a park credited exactly\)\{0,1\}.*/\1 \2 \3 \4 \6/p' \
+    "$tmp/err" | awk '{print $1, $2, $3, $4, ($5 == "" ? 0 : $5)}' >>"$tmp/$wait.$v.counts"
 }
 
 bench_machine
@@ -73,15 +75,15 @@ for wait in $PARKED_WAITS; do
     fi
   done
 done
-echo "| wait | variant | CPU / plain | signals | stacks reused | parked stacks reused |"
-echo "|---|---|---|---|---|---|"
+echo "| wait | variant | CPU / plain | ticks | signals | stacks reused | parked stacks reused | drawn in a park credited exactly |"
+echo "|---|---|---|---|---|---|---|---|"
 for wait in $PARKED_WAITS; do
   for v in "${variants[@]}"; do
     [[ $v == plain ]] && continue
     ratio=$(paste -d' ' "$tmp/$wait.plain" "$tmp/$wait.$v" |
       awk '{print ($6 + $7) / ($2 + $3)}' | bench_quantiles)
     counts=""
-    for col in 1 2 3; do
+    for col in 1 2 3 4 5; do
       counts+="$(awk -v c=$col '{print $c}' "$tmp/$wait.$v.counts" | bench_quantiles | awk '{printf "%d", $1}') | "
     done
     printf "| %s | %s | %.4f [%.4f, %.4f] | %s\n" "$wait" "$v" $ratio "$counts"

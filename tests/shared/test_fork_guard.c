@@ -58,23 +58,26 @@ static int count_object(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-/* Starts a thread inside dl_iterate_phdr, then runs the fork's prepare
- * handler: returns how long it waited. */
-static uint64_t prepare_while_inside(section *s, pthread_t *t) {
+/* Starts a thread (the profiler's when internal) inside dl_iterate_phdr,
+ * then runs the fork's prepare handler: returns how long it waited. */
+static uint64_t prepare_while_inside(section *s, int internal, pthread_t *t) {
+  s->internal = internal;
   CHECK_EQ_INT(pthread_create(t, NULL, in_the_loader, s), 0);
   while (!atomic_load(&s->inside))
     usleep(1000);
   uint64_t t0 = now_ms();
   cp_fork_guard_prepare();
-  return now_ms() - t0;
+  uint64_t waited = now_ms() - t0;
+  printf("the fork waited %llu ms for %s section of %d ms\n",
+         (unsigned long long)waited,
+         internal ? "the profiler's" : "the application's", SECTION_MS);
+  return waited;
 }
 
 static void test_fork_waits_for_the_profilers_section(void) {
-  section s = {.internal = 1};
+  section s = {0};
   pthread_t t;
-  uint64_t waited = prepare_while_inside(&s, &t);
-  printf("the fork waited %llu ms for a section of %d ms\n",
-         (unsigned long long)waited, SECTION_MS);
+  prepare_while_inside(&s, 1, &t);
   CHECK(atomic_load(&s.done));
   pid_t child = fork();
   if (child == 0) {
@@ -99,11 +102,9 @@ static void test_fork_waits_for_the_profilers_section(void) {
 }
 
 static void test_fork_waits_little_for_the_application(void) {
-  section s = {.internal = 0};
+  section s = {0};
   pthread_t t;
-  uint64_t waited = prepare_while_inside(&s, &t);
-  printf("the fork waited %llu ms for the application's section of %d ms\n",
-         (unsigned long long)waited, SECTION_MS);
+  uint64_t waited = prepare_while_inside(&s, 0, &t);
   CHECK(!atomic_load(&s.done));
   CHECK(waited >= 100 && waited < SECTION_MS);
   cp_fork_guard_parent();
