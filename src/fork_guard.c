@@ -13,12 +13,15 @@
 #include "thread_state.h"
 
 /* The most a fork waits for sections the application entered itself (its
- * own dl_iterate_phdr callbacks, which may wait for anything), and for the
- * profiler's (bounded work that waits for nothing: the walker's table
- * build took 16-34 ms with cold caches and six processes building at once,
- * and more than 100 ms under load, when a PostgreSQL child forked by its
- * postmaster hung). */
-#define FORK_WAIT_NS 100000000ull       /* 100 ms */
+ * own dl_iterate_phdr callbacks, which may wait for anything, even for the
+ * forking thread), and for the profiler's (bounded work that waits for
+ * nothing: the walker's table build took 16-34 ms with cold caches and six
+ * processes building at once, and more than 100 ms under load, when a
+ * PostgreSQL child forked by its postmaster hung). An application's section
+ * is waited for 1 s: with 100 ms, test_fork's fork-loader workload, whose
+ * thread lists the objects with a callback that sleeps 100 us per object,
+ * had a child hang under a loaded CI machine. */
+#define FORK_WAIT_NS 1000000000ull      /* 1 s */
 #define FORK_WAIT_OWN_NS 10000000000ull /* 10 s */
 
 /* Threads inside a guarded section (each counted once, at its outermost
@@ -38,19 +41,29 @@ static int profiler_code(void) {
          (int)cp_thread.work;
 }
 
+/* The thread counts as inside (depth > 0) only once it is counted: a
+ * handler that interrupts it while it waits for a fork to end must not take
+ * itself for nested in a section and enter the loader during the fork (a
+ * child of test_fork's fork-loader hung so, one fork in 200). depth is set
+ * before counter: a handler between the two is nested in a counted section
+ * and leaves counter alone. */
 int cp_fork_guard_enter(void) {
-  if (depth++)
+  if (depth) {
+    depth++;
     return 1;
-  counter = profiler_code() ? &inside_own : &inside_app;
+  }
+  _Atomic int *c = profiler_code() ? &inside_own : &inside_app;
   for (;;) {
-    atomic_fetch_add(counter, 1);
-    if (!atomic_load(&fork_pending) || atomic_load(&fork_tid) == cp_gettid())
+    atomic_fetch_add(c, 1);
+    if (!atomic_load(&fork_pending) || atomic_load(&fork_tid) == cp_gettid()) {
+      depth = 1;
+      atomic_signal_fence(memory_order_seq_cst);
+      counter = c;
       return 1;
-    atomic_fetch_sub(counter, 1);
-    if (cp_thread.in_handler) {
-      depth--;
-      return 0;
     }
+    atomic_fetch_sub(c, 1);
+    if (cp_thread.in_handler)
+      return 0;
     struct timespec ms = {0, 1000000};
     while (atomic_load(&fork_pending))
       syscall(SYS_futex, &fork_pending, FUTEX_WAIT_PRIVATE, 1, &ms, NULL, 0);

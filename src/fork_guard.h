@@ -9,7 +9,7 @@
  * glibc's fork takes neither lock. So every such section is entered through
  * cp_fork_guard_enter, and the fork's prepare handler waits until no thread
  * is inside one (the profiler's own sections for up to 10 s, the
- * application's own calls for 100 ms); until the fork is done a sampler's
+ * application's own calls for 1 s); until the fork is done a sampler's
  * handler or hook does without (a sample cut short) and any other caller
  * waits. The forking thread itself never waits: its atfork handlers, and
  * the application's, run in the middle. */
