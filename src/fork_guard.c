@@ -43,10 +43,9 @@ static int profiler_code(void) {
 
 /* The thread counts as inside (depth > 0) only once it is counted: a
  * handler that interrupts it while it waits for a fork to end must not take
- * itself for nested in a section and enter the loader during the fork (a
- * child of test_fork's fork-loader hung so, one fork in 200). depth is set
- * before counter: a handler between the two is nested in a counted section
- * and leaves counter alone. */
+ * itself for nested in a section and enter the loader during the fork.
+ * depth is set before counter: a handler between the two is nested in a
+ * counted section and leaves counter alone. */
 int cp_fork_guard_enter(void) {
   if (depth) {
     depth++;
@@ -70,9 +69,13 @@ int cp_fork_guard_enter(void) {
   }
 }
 
+/* counter is read before depth drops: a handler that runs once it is 0
+ * enters a section of its own, and may point counter elsewhere. */
 void cp_fork_guard_exit(void) {
+  _Atomic int *c = counter;
+  atomic_signal_fence(memory_order_seq_cst);
   if (--depth == 0)
-    atomic_fetch_sub(counter, 1);
+    atomic_fetch_sub(c, 1);
 }
 
 void cp_fork_guard_prepare(void) {
