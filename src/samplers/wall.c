@@ -256,9 +256,8 @@ static struct {
   int signal;
   _Atomic pid_t pid; /* this process, read at start (and after fork) */
   uid_t uid;
-  uint64_t interval_ns;      /* in force: base times slowdown */
+  uint64_t interval_ns;      /* in force: base times the governor's factor */
   uint64_t base_interval_ns; /* CONTPROF_WALL_INTERVAL_MS */
-  unsigned slowdown;         /* the governor's; under wall.lock */
   size_t per_tick;
   _Atomic size_t max_frames;
   _Atomic int active;
@@ -395,6 +394,34 @@ static void publish_park(wall_slot *s, uintptr_t cfa, uint32_t way,
 
 #define PARK_WAY_MASK ((1u << PARK_WAY_BITS) - 1)
 
+/* Async-signal-safe: ns of wall time as a count of configured intervals,
+ * rounded up or down at random so that it is unbiased. */
+static int64_t intervals_of(uint64_t ns) {
+  uint64_t base = wall.base_interval_ns ? wall.base_interval_ns : 1;
+  return (int64_t)(ns / base + (cp_random_below(base) < ns % base));
+}
+
+/* Async-signal-safe: takes p's credit_lock if no one holds it (the timer
+ * recording, the hook keying, the handler taking a stack). */
+static int lock_credit(parked_stack *p) {
+  uint32_t unlocked = 0;
+  return atomic_compare_exchange_strong_explicit(&p->credit_lock, &unlocked, 1,
+                                                 memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+
+static void unlock_credit(parked_stack *p) {
+  atomic_store_explicit(&p->credit_lock, 0, memory_order_release);
+}
+
+/* Async-signal-safe: ns of a park on way's stack, credited (the thread as
+ * it leaves, or the timer for a park that lasts). */
+static void credit_park(wall_slot *s, uint32_t way, uint64_t ns) {
+  atomic_fetch_add_explicit(&s->parked[way].credit_ns, ns,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&s->parked_total_ns, ns, memory_order_release);
+}
+
 /* Async-signal-safe: records what p owes (emit_stack) with its stack and
  * key. Caller holds p->credit_lock, and p's stack stands still (the timer
  * with no signal outstanding, or the slot's own handler). */
@@ -403,11 +430,8 @@ static void record_credit(cp_ring *ring, parked_stack *p, pid_t tid) {
       atomic_exchange_explicit(&p->credit_ns, 0, memory_order_relaxed);
   if (!ns || !ring || p->n < 2)
     return;
-  /* The count in configured intervals, rounded at random: unbiased. */
-  uint64_t base = wall.base_interval_ns ? wall.base_interval_ns : 1;
-  int64_t count = (int64_t)(ns / base + (cp_random_below(base) < ns % base));
   emit_stack(ring, p->frames, p->n, p->truncated, p->key_labels, p->key_span_id,
-             p->key_local_root_span_id, tid, (int64_t)ns, count);
+             p->key_local_root_span_id, tid, (int64_t)ns, intervals_of(ns));
   atomic_fetch_add_explicit(&wall.credits, 1, memory_order_relaxed);
 }
 
@@ -424,12 +448,8 @@ static void end_exact_park(wall_slot *s) {
   if (!v)
     return;
   uint64_t from = v >> PARK_WAY_BITS, now = cp_monotonic_ns();
-  if (now > from) {
-    atomic_fetch_add_explicit(&s->parked[v & PARK_WAY_MASK].credit_ns,
-                              now - from, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->parked_total_ns, now - from,
-                              memory_order_release);
-  }
+  if (now > from)
+    credit_park(s, v & PARK_WAY_MASK, now - from);
 }
 
 /* Async-signal-safe, bounded. Keys parked stack p anew with a park's labels
@@ -440,10 +460,7 @@ static void end_exact_park(wall_slot *s) {
  * whether it did. */
 static int rekey(parked_stack *p, uint32_t labels, uint64_t span_id,
                  uint64_t local_root_span_id) {
-  uint32_t unlocked = 0;
-  if (!atomic_compare_exchange_strong_explicit(&p->credit_lock, &unlocked, 1,
-                                               memory_order_acquire,
-                                               memory_order_relaxed))
+  if (!lock_credit(p))
     return 0;
   int ok = atomic_load_explicit(&p->credit_ns, memory_order_relaxed) == 0;
   if (ok) {
@@ -455,7 +472,7 @@ static int rekey(parked_stack *p, uint32_t labels, uint64_t span_id,
     if (atomic_load_explicit(&p->exact_from, memory_order_relaxed) < end)
       atomic_store_explicit(&p->exact_from, end, memory_order_relaxed);
   }
-  atomic_store_explicit(&p->credit_lock, 0, memory_order_release);
+  unlock_credit(p);
   return ok;
 }
 
@@ -488,23 +505,16 @@ static void credit_slot(cp_ring *ring, wall_slot *s, uint64_t now) {
   uint64_t from = v >> PARK_WAY_BITS;
   if (v && from < now &&
       atomic_compare_exchange_strong(
-          &s->park_from, &v, now << PARK_WAY_BITS | (v & PARK_WAY_MASK))) {
-    atomic_fetch_add_explicit(&s->parked[v & PARK_WAY_MASK].credit_ns,
-                              now - from, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->parked_total_ns, now - from,
-                              memory_order_release);
-  }
+          &s->park_from, &v, now << PARK_WAY_BITS | (v & PARK_WAY_MASK)))
+    credit_park(s, v & PARK_WAY_MASK, now - from);
   uint32_t ways = atomic_load_explicit(&s->parked_ways, memory_order_acquire);
   for (uint32_t w = 0; w < ways && w < PARKED_WAYS; w++) {
     parked_stack *p = &s->parked[w];
-    uint32_t unlocked = 0;
     if (!atomic_load_explicit(&p->credit_ns, memory_order_relaxed) ||
-        !atomic_compare_exchange_strong_explicit(&p->credit_lock, &unlocked, 1,
-                                                 memory_order_acquire,
-                                                 memory_order_relaxed))
+        !lock_credit(p))
       continue; /* nothing owed, or its thread keys it: next time */
     record_credit(ring, p, tid);
-    atomic_store_explicit(&p->credit_lock, 0, memory_order_release);
+    unlock_credit(p);
   }
 }
 
@@ -637,14 +647,11 @@ static int take_parked_stack(wall_slot *s, void *ucontext, size_t max) {
   parked_stack *p = &s->parked[way];
   /* What it owes is recorded with its old stack first; not while the hook
    * this handler interrupted keys it. */
-  uint32_t unlocked = 0;
-  if (!atomic_compare_exchange_strong_explicit(&p->credit_lock, &unlocked, 1,
-                                               memory_order_acquire,
-                                               memory_order_relaxed))
+  if (!lock_credit(p))
     return 0;
   record_credit(cp_agg_ring(), p, cp_gettid());
   int taken = take_into(s, p, way, cfa, ucontext, max);
-  atomic_store_explicit(&p->credit_lock, 0, memory_order_release);
+  unlock_credit(p);
   return taken;
 }
 
@@ -886,11 +893,11 @@ static int64_t take_owed(wall_slot *s, uint64_t now) {
 
 /* One tick for a window of window_ns: draw k of the n threads (a partial
  * Fisher-Yates shuffle of live[], so each thread is drawn with probability
- * k/n) and credit each drawn one n/k x the window.
- * The count is n/k rounded up or down at random so that it, too, is
- * unbiased. Returns whether every thread was drawn and found still blocked
- * where its last stack was taken (no signal sent or outstanding). Caller
- * holds wall.lock. */
+ * k/n) and credit each drawn one its time since it was last drawn, less its
+ * parks credited exactly (take_owed). Returns whether every thread was
+ * drawn and found still blocked where its last stack was taken or in a
+ * park credited exactly (no signal sent or outstanding). Caller holds
+ * wall.lock. */
 static int wall_tick_locked(uint64_t window_ns) {
   size_t n = wall.nlive;
   cp_ring *ring = cp_agg_ring();
@@ -931,10 +938,7 @@ static int wall_tick_locked(uint64_t window_ns) {
       idle = 0;
       continue;
     }
-    /* In configured intervals, rounded at random. */
-    int64_t count = (int64_t)((uint64_t)weight_ns / wall.base_interval_ns +
-                              (cp_random_below(wall.base_interval_ns) <
-                               (uint64_t)weight_ns % wall.base_interval_ns));
+    int64_t count = intervals_of((uint64_t)weight_ns);
     int64_t prev = atomic_fetch_add(&s->pending_ns, weight_ns);
     atomic_fetch_add(&s->pending_count, count);
     if (prev > 0) {
@@ -1178,7 +1182,6 @@ static int wall_start(const cp_config *cfg) {
   }
   wall.base_interval_ns = (uint64_t)cfg->wall_interval_ms * 1000000ull;
   wall.interval_ns = wall.base_interval_ns;
-  wall.slowdown = 1;
   wall.per_tick = (size_t)cfg->wall_threads_per_tick;
   atomic_store(&wall.exact_parks, !cfg->timeline);
   atomic_store(&wall.max_frames, (size_t)cfg->max_frames);
@@ -1278,11 +1281,11 @@ static void wall_before_close(void) {
   pthread_mutex_unlock(&wall.lock);
 }
 
-/* On the profiler's thread: ticks factor x the configured interval apart;
- * each credits the time elapsed and factor x the samples. */
+/* On the profiler's thread: ticks factor x the configured interval apart
+ * (each credits a drawn thread its time since it was last drawn, whatever
+ * the interval). */
 static void wall_slow_down(unsigned factor) {
   pthread_mutex_lock(&wall.lock);
-  wall.slowdown = factor;
   wall.interval_ns = wall.base_interval_ns * factor;
   pthread_mutex_unlock(&wall.lock);
 }
