@@ -136,4 +136,60 @@ static inline int64_t top_cum(const pprof_top *top, const char *name) {
   return 0;
 }
 
+/* The threads of this process whose name starts with prefix
+ * ("contprof-": all of ours): the ns each spent on the CPU (the sum,
+ * returned, from schedstat) and the times each went to sleep (*wakeups:
+ * voluntary_ctxt_switches from status; a preemption on a loaded machine
+ * is not one), and how many threads matched; -1 when one cannot be read. */
+static inline double threads_from_proc(const char *prefix, int *nthreads,
+                                       long long *wakeups) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return -1;
+  double sum = 0;
+  *nthreads = 0;
+  if (wakeups)
+    *wakeups = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], comm[64] = "", line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue;
+    if (!fgets(comm, sizeof comm, f))
+      comm[0] = 0;
+    fclose(f);
+    if (strncmp(comm, prefix, strlen(prefix)) != 0)
+      continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+    f = fopen(path, "r");
+    unsigned long long run_ns = 0, sleeps = 0;
+    int ok = f && fscanf(f, "%llu", &run_ns) == 1;
+    if (f)
+      fclose(f);
+    if (ok && wakeups) {
+      snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+      f = fopen(path, "r");
+      ok = 0;
+      while (f && !ok && fgets(line, sizeof line, f))
+        ok = sscanf(line, "voluntary_ctxt_switches: %llu", &sleeps) == 1;
+      if (f)
+        fclose(f);
+    }
+    if (!ok) {
+      closedir(d);
+      return -1;
+    }
+    sum += (double)run_ns;
+    if (wakeups)
+      *wakeups += (long long)sleeps;
+    ++*nthreads;
+  }
+  closedir(d);
+  return sum;
+}
+
 #endif

@@ -5,7 +5,6 @@
  * samples taken while set (also on threads that start and end while
  * profiling), endpoints are counted per request, and timeline mode stamps
  * every sample. */
-#include <dirent.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -1071,38 +1070,6 @@ static void test_parked_in_condition_and_semaphore_waits(void) {
   remove_dir(dir);
 }
 
-/* The voluntary context switches of this process's thread named name (0:
- * none found): a timer thread's wakeups. */
-static long switches_of(const char *name) {
-  DIR *d = opendir("/proc/self/task");
-  long found = 0;
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.')
-      continue;
-    char path[320], comm[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-      continue;
-    if (fgets(comm, sizeof comm, f))
-      comm[strcspn(comm, "\n")] = 0;
-    fclose(f);
-    if (strcmp(comm, name) != 0)
-      continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-    f = fopen(path, "r");
-    char line[128];
-    while (f && fgets(line, sizeof line, f))
-      sscanf(line, "voluntary_ctxt_switches: %ld", &found);
-    if (f)
-      fclose(f);
-  }
-  if (d)
-    closedir(d);
-  return found;
-}
-
 /* A server thread that parks in one wait 91% of its time (300 us of work,
  * 3 ms in poll) has its parks credited exactly by the hook, so the ticks
  * that find it there record nothing and the windows grow (samplers/wall.c,
@@ -1118,11 +1085,14 @@ static void test_parked_time_credited_exactly(void) {
   setenv("CONTPROF_WALL_INTERVAL_MS", "2", 1);
   setenv("CONTPROF_MAX_OVERHEAD_PCT", "0", 1);
   CHECK_EQ_INT(start_profiler(dir), 0);
-  long before = switches_of("contprof-wall");
+  int nthreads;
+  long long before = 0, after = 0;
+  threads_from_proc("contprof-wall", &nthreads, &before);
   pthread_t t;
   pthread_create(&t, NULL, one_site_thread, &run);
   pthread_join(t, NULL);
-  long ticks = switches_of("contprof-wall") - before;
+  threads_from_proc("contprof-wall", &nthreads, &after);
+  long ticks = (long)(after - before);
   pprof_profile *profiles[4];
   size_t n = stop_and_read(dir, profiles, 4);
   unsetenv("CONTPROF_WALL_INTERVAL_MS");
