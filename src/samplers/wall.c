@@ -1154,13 +1154,34 @@ static void release_live_locked(size_t i) {
   wall.live[i] = wall.live[--wall.nlive];
 }
 
+/* With wall.lock held, as the slot's thread ends or the sampler stops, and
+ * no handler runs on it: its time since it was last drawn, less its parks
+ * credited exactly, and what a signal that never came owed, go to the stack
+ * it was last drawn with. Without this the tail of every thread's life was
+ * lost: a thread that parks 91% of its time is drawn by the ticks that find
+ * it running, and under load those came seldom (a tenth of its running
+ * time lost at its end). A thread never drawn but in its parks has no
+ * stack for it: nothing is recorded. */
+static void credit_owed(cp_ring *ring, wall_slot *s, uint64_t now) {
+  int64_t owed = take_owed(s, now) + atomic_exchange(&s->pending_ns, 0);
+  atomic_store(&s->pending_count, 0);
+  if (owed > 0 && ring && s->have_stack && s->nframes > 0)
+    emit_sample(ring, s, atomic_load(&s->tid), owed,
+                intervals_of((uint64_t)owed));
+}
+
 /* Called on the thread as it ends, or on the profiler's thread once it is
  * gone: no handler runs on it, and what its parks owe is recorded. */
 static void wall_thread_exited(pid_t tid) {
   pthread_mutex_lock(&wall.lock);
   for (size_t i = 0; i < wall.nlive; i++)
     if (atomic_load(&slot_at(wall.live[i])->tid) == tid) {
-      credit_slot(cp_agg_ring(), slot_at(wall.live[i]), cp_monotonic_ns());
+      uint64_t now = cp_monotonic_ns();
+      credit_slot(cp_agg_ring(), slot_at(wall.live[i]), now);
+      /* Only on the thread itself: one found gone by a rescan ended at a
+       * time not known. */
+      if (atomic_load(&wall.active) && cp_gettid() == tid)
+        credit_owed(cp_agg_ring(), slot_at(wall.live[i]), now);
       release_live_locked(i);
       break;
     }
@@ -1236,6 +1257,14 @@ static void wall_stop(void) {
   }
   pthread_mutex_lock(&wall.lock);
   credit_all_locked();
+  /* And the time since each thread was last drawn, where no signal is
+   * outstanding (its handler may be taking a stack). */
+  uint64_t now = cp_monotonic_ns();
+  for (size_t i = 0; i < wall.nlive; i++) {
+    wall_slot *s = slot_at(wall.live[i]);
+    if (atomic_load(&s->pending_ns) == 0)
+      credit_owed(cp_agg_ring(), s, now);
+  }
   cp_debug("wall sampler: %llu ticks (%llu of them over idle windows), %llu "
            "signals (%llu found their thread blocked, %llu of them in a wait "
            "hook), %llu stacks reused, %llu parked stacks reused, %llu "

@@ -1076,9 +1076,10 @@ static void test_parked_in_condition_and_semaphore_waits(void) {
  * "Parked time, credited exactly"): at the 2 ms interval over 3 s, the
  * timer thread wakes well under a third of the 1,500 times one tick per
  * interval takes (206-222 here; 1,500 before), the thread's total is its
- * life within 3% (exact but for the time since its last tick), and the
- * wait's share is the truth within 4 points (exact for the parks; the
- * running time, 9%, is spread by where the ticks find it). */
+ * life within 1% (exact: the time since its last tick is credited as it
+ * ends; that tail was lost before, up to 3.5% under the load of other
+ * tests), and the wait's share is the truth within 4 points (exact for the
+ * parks; the running time, 9%, is spread by where the ticks find it). */
 static void test_parked_time_credited_exactly(void) {
   char *dir = make_temp_dir("wall-exact");
   park_run run = {0};
@@ -1109,7 +1110,7 @@ static void test_parked_time_credited_exactly(void) {
          (double)run.life_ns / 1e9, share, truth, run.woken,
          (unsigned long)run.waits);
   CHECK(ticks > 0 && ticks < (long)(run.life_ns / 2000000 / 3));
-  CHECK_NEAR((double)total / (double)run.life_ns, 1.0, 0.03);
+  CHECK_NEAR((double)total / (double)run.life_ns, 1.0, 0.01);
   CHECK_NEAR(share, truth, 4.0);
   for (size_t i = 0; i < n; i++)
     pprof_profile_free(profiles[i]);
