@@ -108,6 +108,7 @@ static void tick(void) {
   cp_threads_rescan();
   cp_unwind_tick(); /* objects loaded or unloaded since */
   cp_governor_tick();
+  cp_scheduler_tick(); /* the uploader's thread, after the first second */
 }
 
 /* On the scheduler's thread as a period closes: samplers record what they
@@ -219,6 +220,7 @@ static void after_fork_child(void) {
 
 /* Stops what start_configured started, in reverse order. */
 static void teardown_locked(int keep_config) {
+  cp_interpose_before_dlclose(NULL);
   cp_governor_stop();
   for (size_t i = prof.nactive; i-- > 0;)
     prof.active[i]->stop();
@@ -251,6 +253,13 @@ static void internal_thread_begins(void) {
 /* And as it ends: its thread id may be an application thread's next. */
 static void internal_thread_ends(void) { cp_threads_forget_excluded_self(); }
 
+/* Before the application's dlclose (interpose/loader.c). */
+static void symbols_before_dlclose(void) {
+  cp_thread_work_begin();
+  cp_symbols_before_unload();
+  cp_thread_work_end();
+}
+
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
 static int start_configured(void) {
   int rc;
@@ -258,7 +267,11 @@ static int start_configured(void) {
   cp_symbols_set_names(!prof.cfg.symbolize_none);
   cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_dwarf_set_budget(prof.cfg.dwarf_max_bytes);
-  cp_symbols_init();
+  /* The mappings are read at the first drain that has samples, not here
+   * (a short-lived process that records nothing never reads them), or
+   * before a dlclose, so that an unloaded object's samples keep its
+   * symbols. */
+  cp_interpose_before_dlclose(symbols_before_dlclose);
   /* Label sets take at most a quarter of CONTPROF_MAX_MEMORY_MB; from here
    * on a set no one holds waits for the samples naming it to be exported. */
   cp_labels_set_memory_limit(prof.cfg.max_memory_bytes / 4);

@@ -1,5 +1,14 @@
 /* The period scheduler (see scheduler.h). Its thread blocks every signal, so
- * sampling never lands on it; it is the only caller of the uploader. */
+ * sampling never lands on it; it and, before it starts, the thread that
+ * stops the profiler are the only callers of the uploader.
+ *
+ * The thread starts at the first tick a second after the start (or at a
+ * flush), not with the profiler: it only waits for the period's end, and a
+ * process that lives less than a second (a shell's child under LD_PRELOAD,
+ * a forking server's child that serves one connection) would create and
+ * join it for nothing. Such a process exports its one profile at stop, on
+ * the stopping thread, which would otherwise wait for the thread to do it
+ * (docs/overhead.md, "Short-lived processes"). */
 #include "scheduler.h"
 
 #include <inttypes.h>
@@ -20,8 +29,11 @@ static struct {
   pthread_cond_t wake; /* flush or stop requested */
   pthread_cond_t done; /* a flush completed */
   pthread_t thread;
-  int running;
+  int running;        /* started and not stopped: flush and stop act */
+  int thread_running; /* the thread was started (cp_scheduler_tick) */
   int stop;
+  uint64_t started_ns;  /* monotonic, at start */
+  uint64_t deadline_ns; /* monotonic: the current period's end */
   uint64_t flush_requested, flush_completed;
   void (*before_close)(void);
   void (*before_export)(cp_generation *g);
@@ -110,23 +122,19 @@ static void close_period(int last) {
 
 static void *scheduler_thread(void *arg) {
   (void)arg;
-  struct timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
   pthread_mutex_lock(&sched.lock);
   for (;;) {
-    deadline.tv_sec += (time_t)(sched.period_ns / 1000000000ull);
     int flushing = 0;
     while (!sched.stop && !flushing) {
       flushing = sched.flush_requested > sched.flush_completed;
       if (flushing)
         break;
-      if (pthread_cond_timedwait(&sched.wake, &sched.lock, &deadline) != 0) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > deadline.tv_sec ||
-            (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
-          break;
-      }
+      struct timespec deadline = {
+          .tv_sec = (time_t)(sched.deadline_ns / 1000000000ull),
+          .tv_nsec = (long)(sched.deadline_ns % 1000000000ull)};
+      if (pthread_cond_timedwait(&sched.wake, &sched.lock, &deadline) != 0 &&
+          cp_monotonic_ns() >= sched.deadline_ns)
+        break;
     }
     uint64_t requested = sched.flush_requested;
     int stopping = sched.stop;
@@ -137,13 +145,28 @@ static void *scheduler_thread(void *arg) {
       sched.flush_completed = requested;
       pthread_cond_broadcast(&sched.done);
       /* A flush starts a new full period. */
-      clock_gettime(CLOCK_MONOTONIC, &deadline);
+      sched.deadline_ns = cp_monotonic_ns() + sched.period_ns;
+    } else {
+      sched.deadline_ns += sched.period_ns;
     }
     if (stopping)
       break;
   }
   pthread_mutex_unlock(&sched.lock);
   return NULL;
+}
+
+/* Caller holds sched.lock. Starts the thread unless it runs; 0 or an
+ * error number. */
+static int start_thread_locked(void) {
+  if (sched.thread_running)
+    return 0;
+  int rc = cp_start_joined_thread(&sched.thread, scheduler_thread, NULL,
+                                  "contprof-upload");
+  if (rc != 0)
+    return rc;
+  sched.thread_running = 1;
+  return 0;
 }
 
 int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
@@ -162,19 +185,31 @@ int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   sched.period_ns = (uint64_t)cfg->upload_period_s * 1000000000ull;
   sched.exit_timeout_ns = (uint64_t)cfg->exit_timeout_ms * 1000000ull;
   sched.period_start_ns = cp_realtime_ns();
+  sched.started_ns = cp_monotonic_ns();
+  sched.deadline_ns = sched.started_ns + sched.period_ns;
   sched.stop = 0;
   memset(&sched.unreported, 0, sizeof sched.unreported);
   sched.seq = 0; /* a start makes a new runtime-id: its profiles count from 0 */
   sched.flush_requested = sched.flush_completed = 0;
-  int rc = cp_start_joined_thread(&sched.thread, scheduler_thread, NULL,
-                                  "contprof-upload");
-  if (rc != 0) {
-    cp_error("cannot start the uploader thread: %s", strerror(rc));
-    cp_uploader_forget();
-    return CONTPROF_ERR_SYSTEM;
-  }
+  sched.thread_running = 0;
   sched.running = 1;
   return 0;
+}
+
+void cp_scheduler_tick(void) {
+  pthread_mutex_lock(&sched.lock);
+  if (sched.running && !sched.stop && !sched.thread_running &&
+      cp_monotonic_ns() - sched.started_ns >= CP_SCHEDULER_THREAD_AFTER_NS) {
+    int rc = start_thread_locked();
+    if (rc != 0) {
+      /* Tried again at the next tick; meanwhile the samples wait in the
+       * generation, exported at the next period's end or at stop. */
+      static int warned;
+      if (!warned++)
+        cp_error("cannot start the uploader thread: %s", strerror(rc));
+    }
+  }
+  pthread_mutex_unlock(&sched.lock);
 }
 
 int cp_scheduler_flush(void) {
@@ -182,6 +217,12 @@ int cp_scheduler_flush(void) {
   if (!sched.running || sched.stop) {
     pthread_mutex_unlock(&sched.lock);
     return CONTPROF_ERR_NOT_STARTED;
+  }
+  int rc = start_thread_locked();
+  if (rc != 0) {
+    pthread_mutex_unlock(&sched.lock);
+    cp_error("cannot start the uploader thread: %s", strerror(rc));
+    return CONTPROF_ERR_SYSTEM;
   }
   uint64_t ticket = ++sched.flush_requested;
   pthread_cond_signal(&sched.wake);
@@ -196,6 +237,7 @@ void cp_scheduler_after_fork_child(void) {
   if (!sched.running)
     return;
   sched.running = 0;
+  sched.thread_running = 0;
   cp_uploader_after_fork_child();
 }
 
@@ -207,10 +249,15 @@ void cp_scheduler_stop(void) {
     return;
   }
   sched.stop = 1;
+  int thread_running = sched.thread_running;
   pthread_cond_signal(&sched.wake);
   pthread_mutex_unlock(&sched.lock);
-  cp_join_thread(sched.thread);
+  if (thread_running)
+    cp_join_thread(sched.thread);
+  else
+    close_period(1); /* the thread never started: the last period here */
   pthread_mutex_lock(&sched.lock);
+  sched.thread_running = 0;
   sched.running = 0;
   pthread_cond_broadcast(&sched.done);
   pthread_mutex_unlock(&sched.lock);

@@ -1,5 +1,6 @@
 /* The period scheduler, part of the core: its thread (named contprof-upload,
- * "the uploader thread" of the docs) keeps the period clock and closes each
+ * "the uploader thread" of the docs; started a second after the profiler,
+ * see cp_scheduler_tick) keeps the period clock and closes each
  * period, on time or at once for a flush or stop: it swaps the aggregator's
  * generation, takes the period's endpoint counts and costs, lets the
  * snapshot samplers add to the generation, makes the finished export and
@@ -24,6 +25,17 @@
 int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
                        const cp_export_meta *meta, void (*before_close)(void),
                        void (*before_export)(cp_generation *g));
+
+/* How long after the start the thread is started by cp_scheduler_tick:
+ * at the first tick (a second after the aggregator's start, which comes
+ * a moment before the scheduler's). */
+#define CP_SCHEDULER_THREAD_AFTER_NS 900000000ull
+
+/* On the aggregator's thread, at its tick: starts the scheduler's thread once
+ * the profiler has run CP_SCHEDULER_THREAD_AFTER_NS. Before that, nothing
+ * waits for the period's end: a flush starts the thread, and stop exports
+ * the last period on the stopping thread. */
+void cp_scheduler_tick(void);
 
 /* Ends the current period now and waits until its export was handed to the
  * sinks. Returns 0, or CONTPROF_ERR_NOT_STARTED. */

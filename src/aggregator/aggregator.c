@@ -31,13 +31,14 @@
 #define PREPARE_NS 50000000ull /* 50 ms */
 /* 2048 slots of (max_frames + 16) frames: 2.4 MiB at the defaults. The drain
  * thread is woken when the ring is half full. It faults the slots in ahead
- * of the producers so that no sample pays a page fault (tens of us on a
- * VM): an eighth of the ring when it starts, and after each drain up to
- * half a ring past the last sample, until all of it is. A process that lives
- * a moment (a child of fork serving one connection) faults in what it uses:
- * the whole ring was 600 of the 1,100 page faults of every child. */
+ * of the producers so that few samples pay a page fault (tens of us on a
+ * VM): 32 slots when it starts (what a process that lives a moment takes:
+ * a child of fork serving one connection, a shell's child), and after each
+ * drain up to half a ring past the last sample, until all of it is. The
+ * whole ring was 600 of the 1,100 page faults of every such child, and an
+ * eighth of it 75 (docs/overhead.md, "Short-lived processes"). */
 #define RING_SLOTS 2048
-#define POPULATE_FIRST (RING_SLOTS / 8)
+#define POPULATE_FIRST 32
 #define POPULATE_AHEAD (RING_SLOTS / 2)
 /* The parent's generations a child keeps until its first tick (a child of
  * a child of ... holds one per generation of forks); more are freed at the

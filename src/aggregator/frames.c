@@ -18,8 +18,19 @@ typedef struct entry {
   uint64_t hash;
 } entry;
 
-static entry *chunks[MAX_CHUNKS];
-static _Atomic uint32_t frame_count = 1; /* id 0 is never used */
+/* The profiler's own frames have fixed ids in a first chunk that needs no
+ * allocation: a native process, which interns no runtime frame, never
+ * allocates the table (its index alone is 8 MiB of address space, and
+ * mapping it cost every short-lived process about 30 us on a VM). */
+enum { ID_TRUNCATED = 1, ID_DROPPED, ID_OVERFLOW, FIRST_FREE_ID };
+static entry first_chunk[CHUNK_SIZE] = {
+    [ID_TRUNCATED] = {{"[truncated]", "", 0}, 0},
+    [ID_DROPPED] = {{"[dropped]", "", 0}, 0},
+    [ID_OVERFLOW] = {{"[overflow]", "", 0}, 0},
+};
+static entry *chunks[MAX_CHUNKS] = {first_chunk};
+/* id 0 is never used */
+static _Atomic uint32_t frame_count = FIRST_FREE_ID;
 static uint32_t *index_table;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -49,8 +60,19 @@ uint64_t contprof_frame_intern(const char *function, const char *file,
   uint32_t id = 0;
   pthread_mutex_lock(&lock);
   const size_t mask = (1u << INDEX_BITS) - 1;
-  if (!index_table && !(index_table = calloc(mask + 1, sizeof *index_table)))
-    goto out;
+  if (!index_table) {
+    if (!(index_table = calloc(mask + 1, sizeof *index_table)))
+      goto out;
+    /* The fixed ids are found like any other. */
+    for (uint32_t i = ID_TRUNCATED; i < FIRST_FREE_ID; i++) {
+      entry *f = entry_at(i);
+      f->hash = hash_frame(f->frame.function, f->frame.file, f->frame.line);
+      size_t at = f->hash & mask;
+      while (index_table[at])
+        at = (at + 1) & mask;
+      index_table[at] = i;
+    }
+  }
   size_t slot = h & mask;
   for (;; slot = (slot + 1) & mask) {
     uint32_t cand = index_table[slot];
@@ -99,27 +121,13 @@ const cp_runtime_frame *cp_frame_runtime_get(uint64_t word) {
 }
 
 uint64_t cp_frame_truncated(void) {
-  static _Atomic uint64_t word;
-  uint64_t w = atomic_load(&word);
-  if (!w)
-    atomic_store(&word, w = contprof_frame_intern("[truncated]", "", 0));
-  return w;
+  return CONTPROF_FRAME_RUNTIME | ID_TRUNCATED;
 }
 
-uint64_t cp_frame_dropped(void) {
-  static _Atomic uint64_t word;
-  uint64_t w = atomic_load(&word);
-  if (!w)
-    atomic_store(&word, w = contprof_frame_intern("[dropped]", "", 0));
-  return w;
-}
+uint64_t cp_frame_dropped(void) { return CONTPROF_FRAME_RUNTIME | ID_DROPPED; }
 
 uint64_t cp_frame_overflow(void) {
-  static _Atomic uint64_t word;
-  uint64_t w = atomic_load(&word);
-  if (!w)
-    atomic_store(&word, w = contprof_frame_intern("[overflow]", "", 0));
-  return w;
+  return CONTPROF_FRAME_RUNTIME | ID_OVERFLOW;
 }
 
 /* A thread that held the lock at fork is gone in the child: hold it across

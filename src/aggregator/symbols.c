@@ -1218,7 +1218,7 @@ static int init_locked(void) {
     return 0;
   if (refresh_locked(1) < 0)
     return -1;
-  symbols.initialized = 1;
+  __atomic_store_n(&symbols.initialized, 1, __ATOMIC_RELEASE);
   symbols.change_pending = 0; /* the first reading is no change */
   return 0;
 }
@@ -1249,6 +1249,20 @@ int cp_symbols_init(void) {
   int rc = init_locked();
   pthread_mutex_unlock(&symbols_lock);
   return rc;
+}
+
+void cp_symbols_before_unload(void) {
+  /* Never waits behind the drain thread (which may hold the lock for a
+   * DWARF read): the caller is the application's dlclose. */
+  if (pthread_mutex_trylock(&symbols_lock) != 0)
+    return;
+  if (!__atomic_load_n(&symbols_lock_pid, __ATOMIC_RELAXED))
+    __atomic_store_n(&symbols_lock_pid, getpid(), __ATOMIC_RELAXED);
+  if (symbols.initialized)
+    refresh_locked(0); /* change_pending stays for the drain */
+  else
+    init_locked();
+  pthread_mutex_unlock(&symbols_lock);
 }
 
 int cp_symbols_refresh(void) {

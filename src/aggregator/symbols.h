@@ -31,8 +31,18 @@ typedef struct cp_symbol {
   uint64_t elf_address;      /* pc translated to the ELF file's vaddr space */
 } cp_symbol;
 
-/* Reads the current mappings. Idempotent. Returns 0 or -1 (logged). */
+/* Reads the current mappings. Idempotent. Returns 0 or -1 (logged). Not
+ * needed before a lookup or refresh, which read them the first time: a
+ * process that never exports never reads them. */
 int cp_symbols_init(void);
+
+/* Before an object is unloaded (the application's dlclose): the mappings are
+ * read if they were not, or read again if objects came or went since, so
+ * that the object's mapping is known and, once it is gone, kept for the
+ * samples taken in it (an object loaded and unloaded between two drains
+ * was lost). Skipped, not waited for, while another thread holds the
+ * symbols. */
+void cp_symbols_before_unload(void);
 
 /* Re-reads the mappings if a library was loaded or unloaded since the last
  * call. Returns 1 if some mapping appeared or disappeared since the previous

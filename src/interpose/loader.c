@@ -6,6 +6,7 @@
  * held by a thread the child will not have (fork_guard.h). */
 #include <dlfcn.h>
 #include <link.h>
+#include <stdatomic.h>
 
 #include "fork_guard.h"
 #include "interpose/real.h"
@@ -58,6 +59,12 @@ int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
   return rc;
 }
 
+static void (*_Atomic before_dlclose)(void);
+
+void cp_interpose_before_dlclose(void (*fn)(void)) {
+  atomic_store_explicit(&before_dlclose, fn, memory_order_release);
+}
+
 /* Interposed: counted before and after (fpwalk.c compares the count with
  * the one its table was built at). */
 int dlclose(void *handle) {
@@ -68,6 +75,10 @@ int dlclose(void *handle) {
     if (!fn)
       return -1;
   }
+  void (*before)(void) =
+      atomic_load_explicit(&before_dlclose, memory_order_acquire);
+  if (before && cp_guard_open()) /* the application's call, not ours */
+    before();
   cp_fpwalk_on_dlclose();
   int rc = fn(handle);
   cp_fpwalk_on_dlclose();

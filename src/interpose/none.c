@@ -57,6 +57,8 @@ int cp_real_sigaction(int sig, const struct sigaction *act,
 int cp_interpose_malloc_resolve(void) { return 1; }
 void cp_interpose_locks_resolve(void) {}
 void cp_interpose_loader_resolve(void) {}
+void cp_interpose_before_dlclose(void (*fn)(void)) { (void)fn; }
 int cp_interpose_sees_dlclose(void) { return 0; }
 int cp_interpose_sees_sigaltstack(void) { return 0; }
+int cp_interpose_sees_sigaction(void) { return 0; }
 void cp_interpose_after_fork_child(void) {}

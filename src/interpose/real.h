@@ -71,6 +71,9 @@ int cp_real_sigaction(int sig, const struct sigaction *act,
  * Not signal-safe (dlsym); call at start. */
 int cp_interpose_sees_dlclose(void);
 int cp_interpose_sees_sigaltstack(void);
+/* Whether the application's sigaction calls come to this library's hook
+ * (it is first in the lookup order: preloaded or linked). */
+int cp_interpose_sees_sigaction(void);
 
 /* Finds the real allocator now (at the allocation sampler's start, outside
  * any hook). Returns 1 when another malloc comes before ours in the lookup
@@ -86,6 +89,11 @@ void cp_interpose_locks_resolve(void);
  * any signal handler: a handler that meets dl_iterate_phdr unresolved lists
  * no objects). */
 void cp_interpose_loader_resolve(void);
+
+/* Has fn (NULL: nothing) called before every dlclose, on the calling
+ * thread, before the object goes: the core reads the loaded objects there
+ * the first time (symbols read lazily, docs/symbols.md). */
+void cp_interpose_before_dlclose(void (*fn)(void));
 
 /* Resolves every hook's real function that no call has resolved yet. A
  * process that forks calls it (on the profiler's thread, once it has

@@ -37,6 +37,7 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
    * masks. */
   struct sigaction masked;
   if (act && sig > 0 && sig < _NSIG) {
+    cp_signals_on_app_handler(sig, act);
     masked = *act;
     if (cp_signals_mask_on_alt_stack(&masked))
       act = &masked;
@@ -138,6 +139,15 @@ int sigaltstack(const stack_t *ss, stack_t *old) {
  * `&sigaltstack` (in PIC code that is the first definition). */
 extern __typeof(sigaltstack) cp_own_sigaltstack __attribute__((
     alias("sigaltstack"), visibility("hidden"), copy(sigaltstack)));
+
+/* And its own sigaction. */
+extern __typeof(sigaction) cp_own_sigaction
+    __attribute__((alias("sigaction"), visibility("hidden"), copy(sigaction)));
+
+int cp_interpose_sees_sigaction(void) {
+  return cp_real_lookup(RTLD_DEFAULT, "sigaction", NULL, 0) ==
+         (void *)cp_own_sigaction;
+}
 
 int cp_interpose_sees_sigaltstack(void) {
   return cp_real_lookup(RTLD_DEFAULT, "sigaltstack", NULL, 0) ==

@@ -51,10 +51,14 @@ static void sampling_mask(sigset_t *mask) {
  * when even the frame does not fit. A sampling signal that comes meanwhile
  * stays pending and is handled when the handler returns (or siglongjmps
  * out, restoring the mask). Returns whether act was changed. */
+static int runs_on_alt_stack(const struct sigaction *act) {
+  return (act->sa_flags & SA_ONSTACK) &&
+         ((act->sa_flags & SA_SIGINFO) ||
+          (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN));
+}
+
 int cp_signals_mask_on_alt_stack(struct sigaction *act) {
-  if (!(act->sa_flags & SA_ONSTACK) ||
-      (!(act->sa_flags & SA_SIGINFO) &&
-       (act->sa_handler == SIG_DFL || act->sa_handler == SIG_IGN)))
+  if (!runs_on_alt_stack(act))
     return 0;
   int changed = 0;
   for (int s = 1; s < _NSIG; s++)
@@ -64,6 +68,42 @@ int cp_signals_mask_on_alt_stack(struct sigaction *act) {
       changed = 1;
     }
   return changed;
+}
+
+/* Bit s - 1: the application's handler of signal s runs on the alternate
+ * stack, as far as known: the first install reads every signal's
+ * disposition (64 system calls, each about 1 us on a VM), the sigaction
+ * hook reports those set later (cp_signals_on_app_handler), and each later
+ * install reads and masks those only, when every sigaction call comes to
+ * the hook (preloaded or linked; else every install reads them all). */
+static _Atomic uint64_t app_on_alt_stack;
+static int app_handlers_read;
+
+void cp_signals_on_app_handler(int sig, const struct sigaction *act) {
+  if (sig <= 0 || sig > 64 || !act)
+    return;
+  uint64_t bit = 1ull << (sig - 1);
+  if (runs_on_alt_stack(act))
+    atomic_fetch_or(&app_on_alt_stack, bit);
+  else
+    atomic_fetch_and(&app_on_alt_stack, ~bit);
+}
+
+/* Caller holds `lock`. The application's handlers on the alternate stack
+ * block every signal installed so far. */
+static void mask_app_handlers_locked(void) {
+  for (int s = 1; s < _NSIG && s <= 64; s++) {
+    struct sigaction app;
+    if (installed[s] || (app_handlers_read &&
+                         !(atomic_load(&app_on_alt_stack) & (1ull << (s - 1)))))
+      continue;
+    if (real_sigaction(s, NULL, &app) != 0)
+      continue;
+    cp_signals_on_app_handler(s, &app);
+    if (cp_signals_mask_on_alt_stack(&app))
+      real_sigaction(s, &app, NULL);
+  }
+  app_handlers_read = cp_interpose_sees_sigaction();
 }
 
 void cp_signal_sampling_set(sigset_t *set) {
@@ -95,13 +135,7 @@ static int install(int sig, cp_signal_handler handler) {
     real_sigaction(s, &sa, NULL);
   }
   /* Handlers the application set before we started. */
-  for (int s = 1; s < _NSIG; s++) {
-    struct sigaction app;
-    if (installed[s] || real_sigaction(s, NULL, &app) != 0)
-      continue;
-    if (cp_signals_mask_on_alt_stack(&app))
-      real_sigaction(s, &app, NULL);
-  }
+  mask_app_handlers_locked();
   return sig;
 }
 

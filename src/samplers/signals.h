@@ -86,6 +86,12 @@ int cp_signals_on_sigaction(int sig, const struct sigaction *act,
  * Returns whether act was changed. */
 int cp_signals_mask_on_alt_stack(struct sigaction *act);
 
+/* The sigaction hook's report of a disposition the application sets for a
+ * signal not ours: whether its handler runs on the alternate stack, so that
+ * a later install masks its signal there without reading every signal's
+ * disposition again. */
+void cp_signals_on_app_handler(int sig, const struct sigaction *act);
+
 /* In the child of fork: the lock is made anew (a lost thread may hold it). */
 void cp_signals_after_fork_child(void);
 

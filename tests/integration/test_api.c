@@ -291,7 +291,77 @@ static void test_restarts_sample_only_the_application(void) {
   remove_dir(dir);
 }
 
+static double total_seconds(const pprof_profile *p, const char *type) {
+  int idx = pprof_sample_type_index(p, type);
+  double sum = 0;
+  for (size_t i = 0; idx >= 0 && i < p->n_sample; i++)
+    sum += (double)p->sample[i]->value[idx];
+  return sum / 1e9;
+}
+
+static int uploader_threads(void) {
+  int n = 0;
+  threads_from_proc("contprof-upload", &n, NULL);
+  return n;
+}
+
+/* The uploader's thread only waits for the period's end: a process that
+ * lives less than a second never starts it, and its one profile is written
+ * by the thread that stops the profiler; one that lives on, or flushes,
+ * gets it. */
+static void test_uploader_thread_after_a_second(void) {
+  char *dir = make_temp_dir("uploader");
+  contprof_options o = {.output_dir = dir,
+                        .upload_period_s = 3600,
+                        .cpu_hz = 100,
+                        .profiles = "cpu"};
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  burn(300000000);
+  int early = uploader_threads();
+  CHECK_EQ_INT(contprof_stop(), 0);
+  pprof_profile *p[3];
+  size_t n = read_profiles(dir, p, 3, NULL);
+  CHECK_EQ_INT(n, 1);
+  double cpu_s = n == 1 ? total_seconds(p[0], "cpu-time") : 0;
+  printf("  lived 0.3 s: %d uploader threads, 1 profile of %.3f s of CPU\n",
+         early, cpu_s);
+  CHECK_EQ_INT(early, 0);
+  /* 30 samples expected: 10 are 5.5 standard deviations below. */
+  CHECK(cpu_s >= 0.10 && cpu_s <= 0.60);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  remove_dir(dir);
+
+  dir = make_temp_dir("uploader");
+  o.output_dir = dir;
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  burn(100000000);
+  CHECK_EQ_INT(contprof_flush(), 0); /* starts the thread, which exports */
+  int flushed = uploader_threads();
+  burn(100000000);
+  CHECK_EQ_INT(contprof_stop(), 0);
+  n = read_profiles(dir, p, 3, NULL);
+  printf("  flushed at 0.1 s: %d uploader threads, %zu profiles\n", flushed, n);
+  CHECK_EQ_INT(flushed, 1);
+  CHECK_EQ_INT(n, 2);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  remove_dir(dir);
+
+  dir = make_temp_dir("uploader");
+  o.output_dir = dir;
+  CHECK_EQ_INT(contprof_start(&o), 0);
+  struct timespec wait = {2, 500000000}; /* past the tick after 1 s */
+  nanosleep(&wait, NULL);
+  int later = uploader_threads();
+  CHECK_EQ_INT(contprof_stop(), 0);
+  printf("  lived 2.5 s: %d uploader threads\n", later);
+  CHECK_EQ_INT(later, 1);
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_lifecycle_errors), T(test_concurrent_lifecycle),
+          T(test_uploader_thread_after_a_second),
           T(test_restarts_sample_only_the_application),
           T(test_labels_on_the_right_samples), T(test_unwritable_directory),
           T(test_span_ids_on_allocation_samples))

@@ -539,6 +539,42 @@ static void test_dlopened_library_is_symbolized(void) {
   remove_dir(dir);
 }
 
+/* A plugin loaded after the start and unloaded before the profiler's first
+ * drain read the mappings: the dlclose hook has them read first, so its
+ * samples keep its name (before, its pcs were addresses in no mapping). */
+static void test_plugin_closed_before_the_first_drain(void) {
+  char *dir = make_temp_dir("dlopen-quick");
+  char *argv[] = {CONTPROF,
+                  "run",
+                  "--hz",
+                  "1000",
+                  "--output",
+                  dir,
+                  "--",
+                  WORKLOAD,
+                  "dlopen-quick",
+                  CP_BUILD_DIR "/tests/libcp_test_plugin.so",
+                  NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    double in_plugin = (double)top_cum(&top, "plugin_work") / 1e9;
+    double beta = (double)top_cum(&top, "work_beta") / 1e9;
+    printf("plugin_work %.3f s (0.060 s burnt), work_beta %.3f s (0.300)\n",
+           in_plugin, beta);
+    /* 60 samples expected at 1 kHz: 30 is 3.9 standard deviations below. */
+    CHECK(in_plugin >= 0.030 && in_plugin <= 0.120);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
 /* The profiler loaded with dlopen, as the Python and Ruby extensions load
  * it, sampling at 1 kHz threads that churn malloc and free: libunwind's
  * thread-local data is then allocated with malloc at a thread's first
@@ -660,5 +696,6 @@ TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_application_sigvtalrm_keeps_working),
           T(test_deep_stack_is_marked_truncated),
           T(test_dlopened_library_is_symbolized),
+          T(test_plugin_closed_before_the_first_drain),
           T(test_dlopened_profiler_never_allocates_in_handlers),
           T(test_setitimer_fallback))

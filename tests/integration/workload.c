@@ -27,6 +27,9 @@
  *   own-sigvtalrm           handles SIGVTALRM and sends it to itself
  *   deep                    works 300 frames deep
  *   dlopen LIB              dlopens LIB twice and works in it
+ *   dlopen-quick LIB        dlopens LIB as it starts, works 60 ms in it,
+ *                           closes it (before the profiler's first drain)
+ *                           and works 300 ms in work_beta
  *   dlopen-profiler LIB     dlopens LIB (libcontprof.so), starts it from
  *                           the environment and churns malloc and free on
  *                           the main thread and on 8 threads started after
@@ -603,6 +606,24 @@ static int dlopen_work(const char *path) {
   return 0;
 }
 
+/* A plugin used for a moment as the program starts, closed before the
+ * profiler's first drain (100 ms after its start): its samples keep its
+ * symbols only if the mappings were read before the close. */
+static int dlopen_quick(const char *path) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+    return 1;
+  }
+  void (*work)(uint64_t) = (void (*)(uint64_t))dlsym(h, "plugin_work");
+  if (!work)
+    return 1;
+  work(60000000);
+  dlclose(h);
+  work_beta(300000000);
+  return 0;
+}
+
 /* Allocates and frees blocks too large for malloc's per-thread cache for
  * ns of this thread's CPU time: most of it holds the arena's lock. The
  * small size class stays empty, so an allocation made by a handler there
@@ -771,6 +792,8 @@ int main(int argc, char **argv) {
     return deep(300) > 0 ? 0 : 1;
   if (strcmp(argv[1], "dlopen") == 0 && argc == 3)
     return dlopen_work(argv[2]);
+  if (strcmp(argv[1], "dlopen-quick") == 0 && argc == 3)
+    return dlopen_quick(argv[2]);
   if (strcmp(argv[1], "dlopen-profiler") == 0 && argc == 3)
     return dlopen_profiler(argv[2]);
   if (strcmp(argv[1], "fork") == 0)
