@@ -305,17 +305,28 @@ static int uploader_threads(void) {
   return n;
 }
 
+/* Starts the profiler with o into a new directory, returned. */
+static char *start_in_new_dir(contprof_options *o) {
+  char *dir = make_temp_dir("uploader");
+  o->output_dir = dir;
+  CHECK_EQ_INT(contprof_start(o), 0);
+  return dir;
+}
+
+static void free_profiles_and_dir(pprof_profile **p, size_t n, char *dir) {
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  remove_dir(dir);
+}
+
 /* The uploader's thread only waits for the period's end: a process that
  * lives less than a second never starts it, and its one profile is written
  * by the thread that stops the profiler; one that lives on, or flushes,
  * gets it. */
 static void test_uploader_thread_after_a_second(void) {
-  char *dir = make_temp_dir("uploader");
-  contprof_options o = {.output_dir = dir,
-                        .upload_period_s = 3600,
-                        .cpu_hz = 100,
-                        .profiles = "cpu"};
-  CHECK_EQ_INT(contprof_start(&o), 0);
+  contprof_options o = {
+      .upload_period_s = 3600, .cpu_hz = 100, .profiles = "cpu"};
+  char *dir = start_in_new_dir(&o);
   burn(300000000);
   int early = uploader_threads();
   CHECK_EQ_INT(contprof_stop(), 0);
@@ -328,13 +339,9 @@ static void test_uploader_thread_after_a_second(void) {
   CHECK_EQ_INT(early, 0);
   /* 30 samples expected: 10 are 5.5 standard deviations below. */
   CHECK(cpu_s >= 0.10 && cpu_s <= 0.60);
-  for (size_t i = 0; i < n; i++)
-    pprof_profile_free(p[i]);
-  remove_dir(dir);
+  free_profiles_and_dir(p, n, dir);
 
-  dir = make_temp_dir("uploader");
-  o.output_dir = dir;
-  CHECK_EQ_INT(contprof_start(&o), 0);
+  dir = start_in_new_dir(&o);
   burn(100000000);
   CHECK_EQ_INT(contprof_flush(), 0); /* starts the thread, which exports */
   int flushed = uploader_threads();
@@ -344,20 +351,16 @@ static void test_uploader_thread_after_a_second(void) {
   printf("  flushed at 0.1 s: %d uploader threads, %zu profiles\n", flushed, n);
   CHECK_EQ_INT(flushed, 1);
   CHECK_EQ_INT(n, 2);
-  for (size_t i = 0; i < n; i++)
-    pprof_profile_free(p[i]);
-  remove_dir(dir);
+  free_profiles_and_dir(p, n, dir);
 
-  dir = make_temp_dir("uploader");
-  o.output_dir = dir;
-  CHECK_EQ_INT(contprof_start(&o), 0);
+  dir = start_in_new_dir(&o);
   struct timespec wait = {2, 500000000}; /* past the tick after 1 s */
   nanosleep(&wait, NULL);
   int later = uploader_threads();
   CHECK_EQ_INT(contprof_stop(), 0);
   printf("  lived 2.5 s: %d uploader threads\n", later);
   CHECK_EQ_INT(later, 1);
-  remove_dir(dir);
+  free_profiles_and_dir(p, 0, dir);
 }
 
 TEST_MAIN(T(test_lifecycle_errors), T(test_concurrent_lifecycle),

@@ -509,21 +509,33 @@ static void test_deep_stack_is_marked_truncated(void) {
   remove_dir(dir);
 }
 
-static void test_dlopened_library_is_symbolized(void) {
-  char *dir = make_temp_dir("dlopen");
-  char *argv[] = {CONTPROF,   "run",
-                  "--hz",     "250",
-                  "--output", dir,
-                  "--",       WORKLOAD,
-                  "dlopen",   CP_BUILD_DIR "/tests/libcp_test_plugin.so",
+/* Runs the workload's MODE with the test plugin under `contprof run` at hz
+ * into dir; 0 and *top, *p (freed by the caller) once its profile is
+ * read. */
+static int run_plugin_workload(const char *mode, const char *hz,
+                               const char *dir, pprof_top *top,
+                               pprof_profile **p) {
+  char *argv[] = {CONTPROF,     "run",
+                  "--hz",       (char *)hz,
+                  "--output",   (char *)dir,
+                  "--",         WORKLOAD,
+                  (char *)mode, CP_BUILD_DIR "/tests/libcp_test_plugin.so",
                   NULL};
   run_result *r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, NULL, r), 0);
   CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  free(r);
+  *p = NULL;
+  int rc = profile_top(dir, top, p);
+  CHECK_EQ_INT(rc, 0);
+  return *p ? 0 : -1;
+}
+
+static void test_dlopened_library_is_symbolized(void) {
+  char *dir = make_temp_dir("dlopen");
   pprof_top top;
-  pprof_profile *p = NULL;
-  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
-  if (p) {
+  pprof_profile *p;
+  if (run_plugin_workload("dlopen", "250", dir, &top, &p) == 0) {
     /* Two loads of 0.3 s each, the static function included. */
     CHECK_NEAR((double)top_cum(&top, "plugin_work") / 1e9, 0.6, 0.1);
     CHECK_NEAR((double)top_cum(&top, "plugin_static_spin") / 1e9, 0.6, 0.1);
@@ -535,7 +547,6 @@ static void test_dlopened_library_is_symbolized(void) {
     pprof_top_free(&top);
     pprof_profile_free(p);
   }
-  free(r);
   remove_dir(dir);
 }
 
@@ -544,24 +555,9 @@ static void test_dlopened_library_is_symbolized(void) {
  * samples keep its name (before, its pcs were addresses in no mapping). */
 static void test_plugin_closed_before_the_first_drain(void) {
   char *dir = make_temp_dir("dlopen-quick");
-  char *argv[] = {CONTPROF,
-                  "run",
-                  "--hz",
-                  "1000",
-                  "--output",
-                  dir,
-                  "--",
-                  WORKLOAD,
-                  "dlopen-quick",
-                  CP_BUILD_DIR "/tests/libcp_test_plugin.so",
-                  NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
   pprof_top top;
-  pprof_profile *p = NULL;
-  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
-  if (p) {
+  pprof_profile *p;
+  if (run_plugin_workload("dlopen-quick", "1000", dir, &top, &p) == 0) {
     double in_plugin = (double)top_cum(&top, "plugin_work") / 1e9;
     double beta = (double)top_cum(&top, "work_beta") / 1e9;
     printf("plugin_work %.3f s (0.060 s burnt), work_beta %.3f s (0.300)\n",
@@ -571,7 +567,6 @@ static void test_plugin_closed_before_the_first_drain(void) {
     pprof_top_free(&top);
     pprof_profile_free(p);
   }
-  free(r);
   remove_dir(dir);
 }
 

@@ -587,29 +587,9 @@ __attribute__((noinline)) static uint64_t deep(int depth) {
   return r;
 }
 
-/* dlopens a library while profiled, works in it, closes it, and does it
- * again: its code is symbolized each time. */
-static int dlopen_work(const char *path) {
-  for (int round = 0; round < 2; round++) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-      return 1;
-    }
-    void (*work)(uint64_t) = (void (*)(uint64_t))dlsym(h, "plugin_work");
-    if (!work)
-      return 1;
-    work(300000000);
-    dlclose(h);
-    work_beta(50000000);
-  }
-  return 0;
-}
-
-/* A plugin used for a moment as the program starts, closed before the
- * profiler's first drain (100 ms after its start): its samples keep its
- * symbols only if the mappings were read before the close. */
-static int dlopen_quick(const char *path) {
+/* dlopens path, works in_ns in its plugin_work, closes it and works
+ * after_ns in work_beta. Returns 0, or 1 if it cannot. */
+static int plugin_round(const char *path, uint64_t in_ns, uint64_t after_ns) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
@@ -618,10 +598,26 @@ static int dlopen_quick(const char *path) {
   void (*work)(uint64_t) = (void (*)(uint64_t))dlsym(h, "plugin_work");
   if (!work)
     return 1;
-  work(60000000);
+  work(in_ns);
   dlclose(h);
-  work_beta(300000000);
+  work_beta(after_ns);
   return 0;
+}
+
+/* dlopens a library while profiled, works in it, closes it, and does it
+ * again: its code is symbolized each time. */
+static int dlopen_work(const char *path) {
+  for (int round = 0; round < 2; round++)
+    if (plugin_round(path, 300000000, 50000000))
+      return 1;
+  return 0;
+}
+
+/* A plugin used for a moment as the program starts, closed before the
+ * profiler's first drain (100 ms after its start): its samples keep its
+ * symbols only if the mappings were read before the close. */
+static int dlopen_quick(const char *path) {
+  return plugin_round(path, 60000000, 300000000);
 }
 
 /* Allocates and frees blocks too large for malloc's per-thread cache for
