@@ -267,10 +267,13 @@ static int start_configured(void) {
   cp_symbols_set_names(!prof.cfg.symbolize_none);
   cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_dwarf_set_budget(prof.cfg.dwarf_max_bytes);
-  /* The mappings are read at the first drain that has samples, not here
-   * (a short-lived process that records nothing never reads them), or
-   * before a dlclose, so that an unloaded object's samples keep its
-   * symbols. */
+  /* The mappings are read here, before the application's code runs: read
+   * later (at the first drain), the read's descriptor met an application
+   * closing and reusing descriptor numbers in the instant between our
+   * identity check and close (test_unwind_descriptors under ASan,
+   * docs/security.md). And again before each dlclose, so that an unloaded
+   * object's samples keep its symbols. */
+  cp_symbols_init();
   cp_interpose_before_dlclose(symbols_before_dlclose);
   /* Label sets take at most a quarter of CONTPROF_MAX_MEMORY_MB; from here
    * on a set no one holds waits for the samples naming it to be exported. */

@@ -31,9 +31,8 @@ typedef struct cp_symbol {
   uint64_t elf_address;      /* pc translated to the ELF file's vaddr space */
 } cp_symbol;
 
-/* Reads the current mappings. Idempotent. Returns 0 or -1 (logged). Not
- * needed before a lookup or refresh, which read them the first time: a
- * process that never exports never reads them. */
+/* Reads the current mappings. Idempotent. Returns 0 or -1 (logged). A
+ * lookup or refresh reads them the first time too. */
 int cp_symbols_init(void);
 
 /* Before an object is unloaded (the application's dlclose): the mappings are
