@@ -1238,10 +1238,15 @@ static map_rec *refresh_for_miss_locked(uint64_t pc) {
 
 /* ---- Public API ---------------------------------------------------------- */
 
-static void symbols_lock_acquire(void) {
-  pthread_mutex_lock(&symbols_lock);
+/* Caller holds symbols_lock: the process that does (cp_symbols_reset). */
+static void note_lock_owner(void) {
   if (!__atomic_load_n(&symbols_lock_pid, __ATOMIC_RELAXED))
     __atomic_store_n(&symbols_lock_pid, getpid(), __ATOMIC_RELAXED);
+}
+
+static void symbols_lock_acquire(void) {
+  pthread_mutex_lock(&symbols_lock);
+  note_lock_owner();
 }
 
 int cp_symbols_init(void) {
@@ -1256,8 +1261,7 @@ void cp_symbols_before_unload(void) {
    * DWARF read): the caller is the application's dlclose. */
   if (pthread_mutex_trylock(&symbols_lock) != 0)
     return;
-  if (!__atomic_load_n(&symbols_lock_pid, __ATOMIC_RELAXED))
-    __atomic_store_n(&symbols_lock_pid, getpid(), __ATOMIC_RELAXED);
+  note_lock_owner();
   if (symbols.initialized)
     refresh_locked(0); /* change_pending stays for the drain */
   else
