@@ -144,14 +144,14 @@ static unsigned self_sampled_profiles(void) {
   return bits;
 }
 
-static int start_configured(void);
+static int start_configured(int forked_child);
 
 /* Starts again from the configuration kept in prof.cfg (the child of fork, a
  * failed exec); if that fails, the configuration is forgotten. Not sampled
  * as the application's allocations. */
-static void restart_kept_config(void) {
+static void restart_kept_config(int forked_child) {
   cp_alloc_guard_begin();
-  int rc = start_configured();
+  int rc = start_configured(forked_child);
   cp_alloc_guard_end();
   if (rc == 0) {
     atomic_store(&prof.running, 1);
@@ -211,7 +211,7 @@ static void after_fork_child(void) {
   cp_dwarf_after_fork_child();
   cp_labels_set_profiling(0); /* the parent's samples are gone */
   if (prof.cfg.follow_fork) {
-    restart_kept_config();
+    restart_kept_config(1);
   } else {
     cp_config_free(&prof.cfg);
     prof.has_runtime = 0;
@@ -260,8 +260,12 @@ static void symbols_before_dlclose(void) {
   cp_thread_work_end();
 }
 
-/* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept. */
-static int start_configured(void) {
+/* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept.
+ * In a child of fork with the wall profile, the drain thread waits until
+ * the child has lived a second (the wall timer's thread starts it): a child
+ * that serves one connection and exits makes one thread, not two
+ * (docs/overhead.md, "Short-lived processes"). */
+static int start_configured(int forked_child) {
   int rc;
   cp_unwind_set_mode(prof.cfg.unwind_mode); /* before the samplers start */
   cp_symbols_set_names(!prof.cfg.symbolize_none);
@@ -285,7 +289,10 @@ static int start_configured(void) {
    * capability changes (samplers/creds.h). */
   cp_creds_start();
   cp_set_internal_thread_init(internal_thread_begins, internal_thread_ends);
-  if ((rc = cp_agg_start(&prof.cfg, tick, cp_unwind_poll, cp_thread_name_of))) {
+  unsigned native = prof.cfg.profiles & ~self_sampled_profiles();
+  int defer = forked_child && (native & CP_PROFILE_WALL);
+  if ((rc = cp_agg_start(&prof.cfg, tick, cp_unwind_poll, cp_thread_name_of,
+                         defer))) {
     cp_labels_set_profiling(0);
     return rc;
   }
@@ -321,7 +328,6 @@ static int start_configured(void) {
 
   prof.nactive = 0;
   atomic_store(&prof.follow_exec, prof.cfg.follow_exec);
-  unsigned native = prof.cfg.profiles & ~self_sampled_profiles();
   for (size_t i = 0; i < CP_ARRAY_SIZE(all_samplers); i++) {
     const cp_sampler *s = all_samplers[i];
     if (!(native & s->profile))
@@ -335,6 +341,12 @@ static int start_configured(void) {
   }
   cp_threads_start(prof.active, prof.nactive);
   cp_governor_start(&prof.cfg, prof.active, prof.nactive);
+  /* Deferred for a wall timer that did not start: no one else would. */
+  int wall_runs = 0;
+  for (size_t i = 0; i < prof.nactive; i++)
+    wall_runs |= prof.active[i] == &cp_wall_sampler;
+  if (defer && !wall_runs)
+    cp_agg_start_deferred(1);
 
   char profiles[64];
   if (cp_log_get_level() >= CP_LOG_INFO) /* not formatted for nothing */
@@ -362,7 +374,7 @@ static int start_locked(const contprof_options *opts,
       cp_info("profiling disabled by CONTPROF_ENABLED");
     cp_config_free(&prof.cfg);
     rc = CONTPROF_ERR_DISABLED;
-  } else if (rc == 0 && (rc = start_configured()) != 0) {
+  } else if (rc == 0 && (rc = start_configured(0)) != 0) {
     cp_config_free(&prof.cfg);
   }
   if (rc)
@@ -617,7 +629,7 @@ void cp_profiler_exec_failed(void) {
   pthread_mutex_lock(&prof.lock);
   if (prof.stopped_for_exec && !atomic_load(&prof.running)) {
     prof.stopped_for_exec = 0;
-    restart_kept_config();
+    restart_kept_config(0);
   }
   pthread_mutex_unlock(&prof.lock);
 }

@@ -44,6 +44,9 @@
  * a child of ... holds one per generation of forks); more are freed at the
  * fork. */
 #define INHERITED_GENS 4
+/* A deferred drain thread (cp_agg_start's defer) starts once the process
+ * has lived this long, or at once when the ring is a quarter full. */
+#define DEFER_NS 1000000000ull
 /* Timeline mode: samples merge only within one 10 ms bucket of their
  * timestamp (the default wall interval), so a timeline view sees when each
  * happened; the key holds the bucket's end, exported as end_timestamp_ns. */
@@ -53,6 +56,10 @@ static struct {
   pthread_mutex_t lock; /* guards gen and the consumer side of the ring */
   pthread_t thread;
   int thread_running;
+  /* The drain thread waits for cp_agg_start_deferred; deferred_from is when
+   * the aggregator started. */
+  _Atomic int deferred;
+  uint64_t deferred_from;
   _Atomic int stop;
   _Atomic(cp_ring *) ring;
   cp_ring *owned_ring;
@@ -167,8 +174,8 @@ static void free_inherited(void) {
 }
 
 static void *drain_thread(void *arg) {
-  (void)arg;
-  uint64_t next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
+  /* Started late (deferred): the tick it would have made is due now. */
+  uint64_t next_tick = cp_monotonic_ns() + (arg ? 0 : TICK_INTERVAL_NS);
   uint64_t wait_ns = DRAIN_INTERVAL_NS;
   int wake_on_sample = 0;
   uint64_t last_drain = cp_monotonic_ns();
@@ -232,7 +239,8 @@ static void *drain_thread(void *arg) {
 
 int cp_agg_start(const cp_config *cfg, void (*tick)(void),
                  void (*drained)(void),
-                 void (*thread_name)(pid_t tid, char *buf, size_t len)) {
+                 void (*thread_name)(pid_t tid, char *buf, size_t len),
+                 int defer) {
   pthread_mutex_lock(&agg.lock);
   agg.memory_limit = cfg->max_memory_bytes;
   agg.timeline = cfg->timeline;
@@ -262,27 +270,58 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void),
   agg.drained = drained;
   agg.thread_name = thread_name;
   atomic_store(&agg.stop, 0);
-  int rc =
-      cp_start_joined_thread(&agg.thread, drain_thread, NULL, "contprof-agg");
-  if (rc != 0) {
-    cp_error("cannot start the aggregator thread: %s", strerror(rc));
-    cp_gen_destroy(agg.gen);
-    agg.gen = NULL;
-    pthread_mutex_unlock(&agg.lock);
-    return CONTPROF_ERR_SYSTEM;
+  if (defer) {
+    agg.deferred_from = cp_monotonic_ns();
+    atomic_store(&agg.deferred, 1);
+  } else {
+    int rc =
+        cp_start_joined_thread(&agg.thread, drain_thread, NULL, "contprof-agg");
+    if (rc != 0) {
+      cp_error("cannot start the aggregator thread: %s", strerror(rc));
+      cp_gen_destroy(agg.gen);
+      agg.gen = NULL;
+      pthread_mutex_unlock(&agg.lock);
+      return CONTPROF_ERR_SYSTEM;
+    }
+    agg.thread_running = 1;
   }
-  agg.thread_running = 1;
   atomic_store_explicit(&agg.ring, agg.owned_ring, memory_order_release);
   pthread_mutex_unlock(&agg.lock);
   return 0;
 }
 
+int cp_agg_deferred(void) {
+  return atomic_load_explicit(&agg.deferred, memory_order_relaxed);
+}
+
+void cp_agg_start_deferred(int now) {
+  if (!cp_agg_deferred())
+    return;
+  pthread_mutex_lock(&agg.lock);
+  int due = now || cp_monotonic_ns() - agg.deferred_from >= DEFER_NS ||
+            cp_ring_used(agg.owned_ring) * 4 >= cp_ring_slots(agg.owned_ring);
+  if (due && atomic_load(&agg.deferred) && !atomic_load(&agg.stop)) {
+    /* A failure leaves the samples in the ring for the last export (a
+     * swap drains it on the exporting thread). */
+    int rc = cp_start_joined_thread(&agg.thread, drain_thread, (void *)1,
+                                    "contprof-agg");
+    if (rc != 0)
+      cp_error("cannot start the aggregator thread: %s", strerror(rc));
+    agg.thread_running = rc == 0;
+    atomic_store(&agg.deferred, 0);
+  }
+  pthread_mutex_unlock(&agg.lock);
+}
+
 void cp_agg_stop(void) {
-  if (!agg.thread_running)
+  int deferred = atomic_exchange(&agg.deferred, 0);
+  if (!agg.thread_running && !deferred && !agg.gen)
     return;
   atomic_store(&agg.stop, 1);
-  cp_ring_wake(agg.owned_ring); /* not a drain interval later */
-  cp_join_thread(agg.thread);
+  if (agg.thread_running) {
+    cp_ring_wake(agg.owned_ring); /* not a drain interval later */
+    cp_join_thread(agg.thread);
+  }
   agg.thread_running = 0;
   pthread_mutex_lock(&agg.lock);
   atomic_store_explicit(&agg.ring, NULL, memory_order_release);
@@ -382,6 +421,7 @@ void cp_agg_after_fork_child(void) {
   if (agg.owned_ring)
     cp_ring_discard_after_fork(agg.owned_ring);
   agg.thread_running = 0;
+  atomic_store(&agg.deferred, 0);
   /* The parent's samples are not the child's. Freeing them here would
    * write to every page of the parent's call tree on the thread that
    * forked, copying each (a copy-on-write fault), before the child does

@@ -16,10 +16,23 @@
  * be NULL) runs on that thread about once a second (the samplers' thread
  * rescan and governor), `drained` (may be NULL) after each drain, at least
  * every 100 ms; `thread_name` (may be NULL: no names) writes a thread's
- * name, "" when unknown, for the `thread name` label. */
+ * name, "" when unknown, for the `thread name` label. With `defer`, the
+ * drain thread is not started yet: samples wait in the ring until
+ * cp_agg_start_deferred starts it, or a swap drains them on the exporting
+ * thread (a child of fork that lives a moment, docs/overhead.md). */
 int cp_agg_start(const cp_config *cfg, void (*tick)(void),
                  void (*drained)(void),
-                 void (*thread_name)(pid_t tid, char *buf, size_t len));
+                 void (*thread_name)(pid_t tid, char *buf, size_t len),
+                 int defer);
+
+/* Whether the drain thread waits to be started. One atomic load. */
+int cp_agg_deferred(void);
+
+/* Not in a signal handler, nor a hook that may run in one (it starts a
+ * thread): starts the deferred drain thread when `now`, when the
+ * aggregator has run a second, or when the ring is a quarter full;
+ * otherwise, or when not deferred, nothing. */
+void cp_agg_start_deferred(int now);
 
 /* Drains what is left and stops the thread. The last generation is freed;
  * take it with cp_agg_swap first. */

@@ -222,6 +222,15 @@ int cp_ring_pending(const cp_ring *r) {
          atomic_load_explicit(&w->dequeue_pos, memory_order_relaxed);
 }
 
+size_t cp_ring_used(const cp_ring *r) {
+  cp_ring *w = (cp_ring *)r;
+  uint64_t end = atomic_load_explicit(&w->enqueue_pos, memory_order_relaxed);
+  uint64_t pos = atomic_load_explicit(&w->dequeue_pos, memory_order_relaxed);
+  return end > pos ? (size_t)(end - pos) : 0;
+}
+
+size_t cp_ring_slots(const cp_ring *r) { return r->mask + 1; }
+
 void cp_ring_release(cp_ring *r) {
   uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);
   store_seq(r, pos, pos + r->mask + 1);

@@ -58,6 +58,10 @@ void cp_ring_wait(cp_ring *ring, uint64_t timeout_ns, int wake_on_sample);
 const cp_raw_sample *cp_ring_peek(cp_ring *ring);
 /* Whether any sample is reserved and not yet released. */
 int cp_ring_pending(const cp_ring *ring);
+/* How many slots are reserved and not yet released, of cp_ring_slots.
+ * Async-signal-safe (two atomic loads). */
+size_t cp_ring_used(const cp_ring *ring);
+size_t cp_ring_slots(const cp_ring *ring);
 /* On the consumer's thread: faults in (one madvise) the slots producers
  * will fill next, up to ahead_slots past the last one reserved, so that they
  * take no page fault; once every slot has been, nothing. Producers use the

@@ -1050,6 +1050,17 @@ static void *wall_timer_thread(void *arg) {
       pthread_cond_timedwait(&wall.wake, &wall.lock, &deadline);
     if (wall.stop)
       break;
+    if (cp_agg_deferred()) {
+      /* A child of fork's drain thread: due after a second, or now when
+       * it has a second thread (named while it lives) or a quarter-full
+       * ring. Started unlocked: the new thread's ticks take wall.lock. */
+      int now = wall.nlive > 1;
+      pthread_mutex_unlock(&wall.lock);
+      cp_agg_start_deferred(now);
+      pthread_mutex_lock(&wall.lock);
+      if (wall.stop)
+        break;
+    }
     uint64_t window_ns = missed + ahead;
     if (cp_signal_claimed(wall.signal) && !wall.warned_claimed)
       move_to_rt_signal();

@@ -265,6 +265,92 @@ static void test_children_inherit_resolved_hooks(void) {
 }
 
 /* CONTPROF_FOLLOW_FORK=0: only the parent is profiled. */
+/* The sum of one value over every sample of p. */
+static int64_t total_of(const pprof_profile *p, const char *type) {
+  int idx = pprof_sample_type_index(p, type);
+  int64_t sum = 0;
+  for (size_t i = 0; idx >= 0 && i < p->n_sample; i++)
+    sum += p->sample[i]->value[idx];
+  return sum;
+}
+
+/* The cumulative value of function fn in p, in seconds. */
+static double cum_seconds(const pprof_profile *p, const char *type,
+                          const char *fn) {
+  pprof_top top;
+  char err[256];
+  if (pprof_top_compute(&p, 1, type, &top, err, sizeof err) != 0)
+    return -1;
+  double s = (double)top_cum(&top, fn) / 1e9;
+  pprof_top_free(&top);
+  return s;
+}
+
+/* A child of fork with the wall profile makes its drain thread only once
+ * it has lived a second (docs/overhead.md, "Short-lived processes"): one
+ * that exits before never has one, and its profile, exported on its
+ * exiting thread, still holds its CPU and its whole life's wall time; one
+ * that lives on has it after the second. */
+static void test_short_child_starts_no_drain_thread(void) {
+  char *dir = make_temp_dir("forkshort");
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "exec %s run --hz 250 --output %s --period 3600 --profiles "
+           "cpu,wall -- %s fork-short",
+           CONTPROF, dir, WORKLOAD);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  printf("%s", r->out);
+  CHECK(strstr(r->out, "children_ok=2") != NULL);
+  CHECK(strstr(r->out, "short_agg=0 ") != NULL);
+  CHECK(strstr(r->out, "long_agg_early=0 long_agg_late=1 ") != NULL);
+  int short_pid = 0, long_pid = 0;
+  long short_life = 0, long_life = 0;
+  const char *at = strstr(r->out, "short_pid=");
+  if (at)
+    sscanf(at, "short_pid=%d short_agg=%*d life_ms=%ld", &short_pid,
+           &short_life);
+  at = strstr(r->out, "long_pid=");
+  if (at)
+    sscanf(at, "long_pid=%d long_agg_early=%*d long_agg_late=%*d life_ms=%ld",
+           &long_pid, &long_life);
+  CHECK(short_pid > 0 && long_pid > 0 && short_life > 0 && long_life > 0);
+
+  pprof_profile *p[MAX_PROFILES];
+  static char names[MAX_PROFILES][512];
+  size_t n = read_profiles(dir, p, MAX_PROFILES, names);
+  CHECK_EQ_INT(n, 3);
+  int seen = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *pid = profile_comment(p[i], "process_id");
+    int is_short = pid && atoi(pid) == short_pid;
+    int is_long = pid && atoi(pid) == long_pid;
+    if (!is_short && !is_long)
+      continue;
+    seen++;
+    double life = (double)(is_short ? short_life : long_life) / 1e3;
+    double wall = (double)total_of(p[i], "wall-time") / 1e9;
+    double slept = cum_seconds(p[i], "wall-time", "sleep_ms");
+    double cpu =
+        cum_seconds(p[i], "cpu-time", is_short ? "work_beta" : "work_gamma");
+    printf("%s child: life %.3f s, wall %.3f s (%.3f s in sleep_ms), "
+           "cpu %.3f s in its work\n",
+           is_short ? "short" : "long", life, wall, slept, cpu);
+    /* Its whole life: from the profiler's restart after fork to its stop
+     * at exit, a few ms inside what the child measured. */
+    CHECK(wall > life * 0.95 && wall < life * 1.05 + 0.02);
+    CHECK(slept > (is_short ? 0.18 : 1.9));
+    CHECK(cpu > (is_short ? 0.1 : 0.2));
+  }
+  CHECK_EQ_INT(seen, 2);
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(p[i]);
+  free(r);
+  remove_dir(dir);
+}
+
 static void test_follow_fork_off(void) {
   const char *env[] = {"CONTPROF_FOLLOW_FORK=0", NULL};
   pprof_profile *p[MAX_PROFILES];
@@ -311,4 +397,5 @@ static void test_fork_while_listing_objects(void) {
 TEST_MAIN(T(test_prefork_server), T(test_children_keep_symbol_tables),
           T(test_children_teach_their_parent),
           T(test_children_inherit_resolved_hooks),
-          T(test_fork_while_listing_objects), T(test_follow_fork_off))
+          T(test_fork_while_listing_objects),
+          T(test_short_child_starts_no_drain_thread), T(test_follow_fork_off))

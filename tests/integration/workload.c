@@ -12,6 +12,13 @@
  *                           another, each working 0.15 s in work_gamma;
  *                           prints each child's pid; sleeps PAUSE_MS after
  *                           the first child
+ *   fork-short              works 0.2 s, then forks a child that works
+ *                           0.15 s in work_beta, sleeps 0.2 s and exits,
+ *                           then one that works 0.15 s in work_gamma,
+ *                           sleeps 0.2 s, then 1.8 s, and works 0.1 s in
+ *                           work_gamma; each child prints its pid and how
+ *                           many contprof-agg threads it had after its
+ *                           first sleep (and after its second)
  *   fork-hooks              forks a child, then 2.5 s later one that calls
  *                           signalfd (never called by the parent); prints
  *                           its pid
@@ -353,6 +360,74 @@ static int fork_late(int n, int pause_ms) {
       ok++;
     printf("child_pid=%d\n", (int)pid);
     work_alpha(50000000);
+  }
+  printf("children_ok=%d\n", ok);
+  return 0;
+}
+
+/* This process's threads named name (/proc/self/task/TID/comm). */
+static int threads_named(const char *name) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(comm, sizeof comm, f)) {
+      comm[strcspn(comm, "\n")] = 0;
+      n += strcmp(comm, name) == 0;
+    }
+    if (f)
+      fclose(f);
+  }
+  if (d)
+    closedir(d);
+  return n;
+}
+
+__attribute__((noinline)) static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* fork-short: a child that lives a moment, and one that lives on. */
+static int fork_short(void) {
+  work_alpha(200000000);
+  int ok = 0;
+  for (int i = 0; i < 2; i++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      struct timespec born, now;
+      clock_gettime(CLOCK_MONOTONIC, &born);
+      if (i == 0) {
+        work_beta(150000000);
+        sleep_ms(200);
+        printf("short_pid=%d short_agg=%d ", (int)getpid(),
+               threads_named("contprof-agg"));
+      } else {
+        work_gamma(150000000);
+        sleep_ms(200);
+        int early = threads_named("contprof-agg");
+        sleep_ms(1800);
+        int late = threads_named("contprof-agg");
+        work_gamma(100000000);
+        printf("long_pid=%d long_agg_early=%d long_agg_late=%d ", (int)getpid(),
+               early, late);
+      }
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      printf("life_ms=%ld\n", (long)(now.tv_sec - born.tv_sec) * 1000 +
+                                  (now.tv_nsec - born.tv_nsec) / 1000000);
+      exit(0);
+    }
+    int status = -1;
+    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+        WEXITSTATUS(status) == 0)
+      ok++;
   }
   printf("children_ok=%d\n", ok);
   return 0;
@@ -796,6 +871,8 @@ int main(int argc, char **argv) {
     return forking();
   if (strcmp(argv[1], "prefork") == 0)
     return preforking();
+  if (strcmp(argv[1], "fork-short") == 0)
+    return fork_short();
   if (strcmp(argv[1], "fork-hooks") == 0)
     return fork_hooks();
   if (strcmp(argv[1], "fork-late") == 0 && (argc == 3 || argc == 4))
