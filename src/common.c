@@ -184,6 +184,11 @@ static int own_stack_take(void) {
         munmap(m, OWN_STACK_BYTES);
         break;
       }
+      /* A child of fork gets it as fresh zero pages: its threads start
+       * anew, and fork leaves the parent's pages writable, where otherwise
+       * every fork made the next writes of this thread's stack copies
+       * (a forking server's drain and wall timer threads, at each fork). */
+      (void)madvise(m, OWN_STACK_BYTES, MADV_WIPEONFORK);
       own_stacks.slot[i].base = m;
     }
     own_stacks.slot[i].used = 1;
@@ -262,14 +267,42 @@ void cp_join_thread(pthread_t thread) {
   pthread_mutex_unlock(&own_stacks.lock);
 }
 
+/* The slot whose stack the calling thread runs on, -1 when none. */
+static int own_stack_of_caller(void) {
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  for (int i = 0; i < OWN_STACKS; i++) {
+    uintptr_t lo = (uintptr_t)own_stacks.slot[i].base;
+    if (lo && sp >= lo && sp - lo < OWN_STACK_BYTES)
+      return i;
+  }
+  return -1;
+}
+
+/* The stack fork is called on, when one of ours, is the child's too: it is
+ * copied like any other across that fork. */
+static int kept_on_fork = -1;
+
+void cp_own_stacks_before_fork(void) {
+  kept_on_fork = own_stack_of_caller();
+  if (kept_on_fork >= 0)
+    (void)madvise(own_stacks.slot[kept_on_fork].base, OWN_STACK_BYTES,
+                  MADV_KEEPONFORK);
+}
+
+void cp_own_stacks_after_fork_parent(void) {
+  if (kept_on_fork >= 0)
+    (void)madvise(own_stacks.slot[kept_on_fork].base, OWN_STACK_BYTES,
+                  MADV_WIPEONFORK);
+  kept_on_fork = -1;
+}
+
 void cp_own_stacks_after_fork_child(void) {
   /* The parent's threads are gone: their stacks are free, except the one
    * this thread runs on, if fork was called on one of ours. */
-  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  int mine = own_stack_of_caller();
   pthread_mutex_init(&own_stacks.lock, NULL);
-  for (int i = 0; i < OWN_STACKS; i++) {
-    uintptr_t lo = (uintptr_t)own_stacks.slot[i].base;
-    if (!lo || sp < lo || sp - lo >= OWN_STACK_BYTES)
+  for (int i = 0; i < OWN_STACKS; i++)
+    if (i != mine)
       own_stacks.slot[i].used = 0;
-  }
+  cp_own_stacks_after_fork_parent(); /* wiped again at the child's forks */
 }

@@ -66,7 +66,11 @@ void cp_join_thread(pthread_t thread);
  * not announce those to the samplers). */
 int cp_is_internal_thread_start(void *(*routine)(void *));
 
-/* In the child of fork: the parent's threads are gone, their stacks free. */
+/* Around fork (the atfork handlers): the profiler's stacks are not copied
+ * into the child (MADV_WIPEONFORK), but for the one fork is called on; in
+ * the child the parent's threads are gone, their stacks free. */
+void cp_own_stacks_before_fork(void);
+void cp_own_stacks_after_fork_parent(void);
 void cp_own_stacks_after_fork_child(void);
 
 /* strdup that treats NULL as "". Returns NULL only when out of memory. */

@@ -164,12 +164,14 @@ static void restart_kept_config(int forked_child) {
  * loaded objects or unwind; then no thread inside the loader's or
  * libunwind's code (fork_guard.h). */
 static void after_fork_prepare(void) {
+  cp_own_stacks_before_fork();
   pthread_mutex_lock(&prof.lock);
   if (atomic_load(&prof.running))
     cp_symbols_before_fork();
   cp_fork_guard_prepare();
 }
 static void after_fork_parent(void) {
+  cp_own_stacks_after_fork_parent();
   cp_fork_guard_parent();
   if (atomic_load(&prof.running)) {
     cp_symbols_after_fork_parent();

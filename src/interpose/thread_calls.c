@@ -46,10 +46,12 @@ static start_args *start_args_take(void) {
 }
 
 /* In the child of fork: slots the parent's other threads held are never
- * released here. */
+ * released here. Only those are written: the pool's pages are the
+ * parent's, and each first write would copy one (three faults a child). */
 void cp_interpose_after_fork_child(void) {
   for (size_t i = 0; i < START_SLOTS; i++)
-    atomic_store_explicit(&start_pool[i].busy, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&start_pool[i].busy, memory_order_relaxed))
+      atomic_store_explicit(&start_pool[i].busy, 0, memory_order_relaxed);
 }
 
 static void start_args_release(start_args *args) {
