@@ -1014,9 +1014,9 @@ load(const bounds *b, uintptr_t a, uintptr_t *v) {
 }
 
 /* The caller's registers from a rule: 1 stepped, 0 outermost frame, -1
- * out of bounds. */
+ * out of bounds. *ra_at: where the return address was read. */
 static int rule_step(const cfa_rule *c, const bounds *b, uintptr_t *pc,
-                     uintptr_t *sp, uintptr_t *bp) {
+                     uintptr_t *sp, uintptr_t *bp, uintptr_t *ra_at) {
   if (c->ra_how == 0)
     return 0;
   uintptr_t cfa = (c->cfa_reg == DW_RBP ? *bp : *sp) + (uintptr_t)c->cfa_off;
@@ -1030,27 +1030,30 @@ static int rule_step(const cfa_rule *c, const bounds *b, uintptr_t *pc,
   *pc = ra;
   *sp = cfa;
   *bp = nbp;
+  *ra_at = cfa - 8;
   return 1;
 }
 
 /* One rbp step: 1, or -1 when the frame pointer is not a frame in bounds. */
-static int fp_step(const bounds *b, uintptr_t *pc, uintptr_t *sp,
-                   uintptr_t *bp) {
+static int fp_step(const bounds *b, uintptr_t *pc, uintptr_t *sp, uintptr_t *bp,
+                   uintptr_t *ra_at) {
   uintptr_t fp = *bp, ra, nbp;
   if (fp < *sp || (fp & 15) || load(b, fp, &nbp) || load(b, fp + 8, &ra))
     return -1;
   *pc = ra;
   *sp = fp + 16;
   *bp = nbp;
+  *ra_at = fp + 8;
   return 1;
 }
 
 static CP_TLS int walking; /* a nested walk on this thread (see cp_fpwalk) */
 
+/* slots (may be NULL): where each frame's pc was read, 0 for the first. */
 static size_t walk(const fp_table *t, const cp_fp_regs *r, const bounds *b,
                    cp_unwind_mode mode, int exact, uint64_t *frames,
-                   size_t max_frames, int *truncated) {
-  uintptr_t pc = r->pc, sp = r->sp, bp = r->bp;
+                   uint64_t *slots, size_t max_frames, int *truncated) {
+  uintptr_t pc = r->pc, sp = r->sp, bp = r->bp, ra_at = 0;
   size_t n = 0;
   for (;;) {
     if (pc == 0)
@@ -1059,10 +1062,12 @@ static size_t walk(const fp_table *t, const cp_fp_regs *r, const bounds *b,
       *truncated = 1;
       return n;
     }
+    if (slots)
+      slots[n] = ra_at;
     frames[n++] = pc;
     int step;
     if (mode == CP_UNWIND_FP) {
-      step = fp_step(b, &pc, &sp, &bp);
+      step = fp_step(b, &pc, &sp, &bp, &ra_at);
       if (step < 0 || pc < 4096)
         return n; /* the chain ends or leaves the stack: the stack ends */
       continue;
@@ -1093,11 +1098,11 @@ static size_t walk(const fp_table *t, const cp_fp_regs *r, const bounds *b,
       cache_put(at, v);
     }
     if (v & RULE_FP_FRAME) {
-      step = fp_step(b, &pc, &sp, &bp);
+      step = fp_step(b, &pc, &sp, &bp, &ra_at);
     } else {
       cfa_rule c;
       unpack_rule(v, &c);
-      step = rule_step(&c, b, &pc, &sp, &bp);
+      step = rule_step(&c, b, &pc, &sp, &bp, &ra_at);
       if (step == 0)
         return n; /* the outermost frame, as its rules say */
     }
@@ -1107,9 +1112,9 @@ static size_t walk(const fp_table *t, const cp_fp_regs *r, const bounds *b,
   }
 }
 
-size_t cp_fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
-                 cp_unwind_mode mode, int first_is_exact, uint64_t *frames,
-                 size_t max_frames, int *truncated) {
+static size_t fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
+                     cp_unwind_mode mode, int first_is_exact, uint64_t *frames,
+                     uint64_t *slots, size_t max_frames, int *truncated) {
   *truncated = 0;
   bounds b;
   if (alt_lo < alt_hi && r->sp >= alt_lo && r->sp < alt_hi) {
@@ -1130,8 +1135,8 @@ size_t cp_fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
   if (max_frames == 0)
     goto fall_back;
   if (mode == CP_UNWIND_FP) {
-    size_t n =
-        walk(NULL, r, &b, mode, first_is_exact, frames, max_frames, truncated);
+    size_t n = walk(NULL, r, &b, mode, first_is_exact, frames, slots,
+                    max_frames, truncated);
     atomic_fetch_add_explicit(&n_walked, 1, memory_order_relaxed);
     return n;
   }
@@ -1144,7 +1149,8 @@ size_t cp_fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
   /* Not after a dlclose since the table was built: its objects' .eh_frame
    * may be gone. */
   if (t && atomic_load_explicit(&dl_closes, memory_order_acquire) == t->closes)
-    n = walk(t, r, &b, mode, first_is_exact, frames, max_frames, truncated);
+    n = walk(t, r, &b, mode, first_is_exact, frames, slots, max_frames,
+             truncated);
   atomic_fetch_sub_explicit(&readers, 1, memory_order_release);
   walking = 0;
   if (n == 0) {
@@ -1156,6 +1162,20 @@ size_t cp_fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
 fall_back:
   atomic_fetch_add_explicit(&n_fell_back, 1, memory_order_relaxed);
   return 0;
+}
+
+size_t cp_fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
+                 cp_unwind_mode mode, int first_is_exact, uint64_t *frames,
+                 size_t max_frames, int *truncated) {
+  return fpwalk(r, alt_lo, alt_hi, mode, first_is_exact, frames, NULL,
+                max_frames, truncated);
+}
+
+size_t cp_fpwalk_slots(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
+                       cp_unwind_mode mode, uint64_t *frames, uint64_t *slots,
+                       size_t max_frames, int *truncated) {
+  return fpwalk(r, alt_lo, alt_hi, mode, 1, frames, slots, max_frames,
+                truncated);
 }
 
 /* ---- setup and refresh (not signal-safe) ------------------------------- */

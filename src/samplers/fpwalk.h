@@ -78,6 +78,13 @@ size_t cp_fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
                  cp_unwind_mode mode, int first_is_exact, uint64_t *frames,
                  size_t max_frames, int *truncated);
 
+/* cp_fpwalk from an interrupted pc, also storing in slots[i] the address
+ * each frame's pc was read from (0 for the first): where a wait hook's
+ * parked stack is checked against the live stack (samplers/wall.c). */
+size_t cp_fpwalk_slots(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
+                       cp_unwind_mode mode, uint64_t *frames, uint64_t *slots,
+                       size_t max_frames, int *truncated);
+
 /* Counters, for the test and the benchmark: walks that succeeded, walks
  * handed to libunwind, and the objects judged built with frame pointers. */
 typedef struct cp_fpwalk_stats {

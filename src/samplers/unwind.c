@@ -415,6 +415,20 @@ static int loader_busy(void) {
          cp_thread.in_loader;
 }
 
+/* The interrupted registers, and the alternate signal stack as the kernel
+ * saved it in the ucontext ([0, 0) when none). Async-signal-safe. */
+static void interrupted_regs(const ucontext_t *uc, cp_fp_regs *r, uintptr_t *lo,
+                             uintptr_t *hi) {
+  r->pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+  r->sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+  r->bp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+  *lo = *hi = 0;
+  if (!(uc->uc_stack.ss_flags & SS_DISABLE) && uc->uc_stack.ss_size > 0) {
+    *lo = (uintptr_t)uc->uc_stack.ss_sp;
+    *hi = *lo + uc->uc_stack.ss_size;
+  }
+}
+
 /* cp_unwind_signal once unwinding may start. Async-signal-safe. */
 static size_t unwind_signal(ucontext_t *uc, uint64_t *frames, size_t max_frames,
                             int may_build_cache, int *truncated) {
@@ -464,16 +478,10 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
   }
   if (mode != CP_UNWIND_DWARF) {
     /* The frame-pointer walk from the interrupted registers, bounded by the
-     * stack they were on (the alternate signal stack, as the kernel saved
-     * it in the ucontext, or the thread's). 0: libunwind's turn. */
-    cp_fp_regs r = {(uintptr_t)uc->uc_mcontext.gregs[REG_RIP],
-                    (uintptr_t)uc->uc_mcontext.gregs[REG_RSP],
-                    (uintptr_t)uc->uc_mcontext.gregs[REG_RBP]};
-    uintptr_t lo = 0, hi = 0;
-    if (!(uc->uc_stack.ss_flags & SS_DISABLE) && uc->uc_stack.ss_size > 0) {
-      lo = (uintptr_t)uc->uc_stack.ss_sp;
-      hi = lo + uc->uc_stack.ss_size;
-    }
+     * stack they were on. 0: libunwind's turn. */
+    cp_fp_regs r;
+    uintptr_t lo, hi;
+    interrupted_regs(uc, &r, &lo, &hi);
     size_t n = cp_fpwalk(&r, lo, hi, (cp_unwind_mode)mode, 1, frames,
                          max_frames, truncated);
     if (n)
@@ -493,7 +501,22 @@ size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
                               size_t max_frames, int *truncated) {
   ucontext_t *uc = ucontext;
   *truncated = 0;
-  if (alt_stack_short(uc) || loader_busy() || !own_unwind_begin())
+  if (alt_stack_short(uc) || loader_busy())
+    return 0;
+  if (unwind_mode != CP_UNWIND_DWARF) {
+    /* The walker knows where it read each return address: a few hundred
+     * ns where libunwind with its save locations took tens of us, with
+     * two signal-mask changes per object it looked up (docs/signals.md,
+     * "Parked threads"). It stops at a signal frame: libunwind's turn. */
+    cp_fp_regs r;
+    uintptr_t lo, hi;
+    interrupted_regs(uc, &r, &lo, &hi);
+    size_t n = cp_fpwalk_slots(&r, lo, hi, (cp_unwind_mode)unwind_mode, frames,
+                               slots, max_frames, truncated);
+    if (n)
+      return n;
+  }
+  if (!own_unwind_begin())
     return 0;
   size_t n = unwind_from_context(uc, frames, slots, max_frames, truncated);
   own_unwind_end();
