@@ -7,7 +7,9 @@
  * pointers calling back here); SIGPROF (ITIMER_PROF) interrupts them and
  * the handler unwinds the interrupted stack both ways. The stacks the
  * walker returns must equal libunwind's (any difference is printed); `auto`
- * must find the objects' frame-pointer verdicts (this executable yes, the
+ * must find the objects' frame-pointer verdicts, and the walk with slots
+ * must give the same stacks and the stack word each return address was
+ * read from (this executable yes, the
  * -fomit-frame-pointer object and Debian's libc no); registers that point
  * off the stack end the walk instead of faulting. */
 #include <dlfcn.h>
@@ -33,6 +35,9 @@ uint64_t fpwalk_nofp_recurse(int depth, void (*cb)(void), uint64_t seed);
 static atomic_long n_signals, n_walked, n_agree, n_fell_back;
 static atomic_int stop_flag;
 static atomic_long n_through_nofp;
+/* cp_fpwalk_slots at the same signals: walks whose slots each hold their
+ * frame's pc (strictly upwards), and walks that did not. */
+static atomic_long n_slots_ok, n_slots_bad;
 static volatile uint64_t sink;
 
 /* Stacks that differ, kept for printing outside the handler. */
@@ -63,6 +68,15 @@ static void on_prof(int sig, siginfo_t *si, void *ctx) {
     return;
   }
   atomic_fetch_add(&n_walked, 1);
+  uint64_t f[MAXF], slots[MAXF];
+  int tf = 0;
+  size_t nf = cp_fpwalk_slots(&r, 0, 0, CP_UNWIND_AUTO, f, slots, MAXF, &tf);
+  int ok = nf == na && tf == ta && memcmp(f, a, na * sizeof *a) == 0 &&
+           slots[0] == 0;
+  for (size_t i = 1; ok && i < nf; i++)
+    ok = slots[i] % 8 == 0 && slots[i] > slots[i - 1] &&
+         *(const uint64_t *)(uintptr_t)slots[i] == f[i];
+  atomic_fetch_add(ok ? &n_slots_ok : &n_slots_bad, 1);
   for (size_t i = 0; i < na; i++)
     if (a[i] - (uintptr_t)fpwalk_nofp_recurse < 256) {
       atomic_fetch_add(&n_through_nofp, 1);
@@ -211,6 +225,13 @@ static void test_agrees_with_libunwind(void) {
   CHECK(nofp > 0);
   CHECK(agree == walked);
   CHECK(walked * 100 >= sigs * 98);
+  /* With slots (parked stacks, samplers/wall.c): the same stacks, each
+   * return address found where the walker says it read it. */
+  long slots_ok = atomic_load(&n_slots_ok),
+       slots_bad = atomic_load(&n_slots_bad);
+  printf("with slots: %ld right, %ld wrong\n", slots_ok, slots_bad);
+  CHECK(slots_bad == 0);
+  CHECK(slots_ok == walked);
 }
 
 /* Registers pointing off the stack or into unreadable memory: the walker
