@@ -6,12 +6,11 @@
  * snprintf, malloc and free, a recursion through the object without frame
  * pointers calling back here); SIGPROF (ITIMER_PROF) interrupts them and
  * the handler unwinds the interrupted stack both ways. The stacks the
- * walker returns must equal libunwind's (any difference is printed); `auto`
- * must find the objects' frame-pointer verdicts, and the walk with slots
- * must give the same stacks and the stack word each return address was
- * read from (this executable yes, the
- * -fomit-frame-pointer object and Debian's libc no); registers that point
- * off the stack end the walk instead of faulting. */
+ * walker returns must equal libunwind's (any difference is printed), and
+ * with slots, the same stacks and the stack word each return address was
+ * read from; `auto` must find the objects' frame-pointer verdicts (this
+ * executable yes, the -fomit-frame-pointer object and Debian's libc no);
+ * registers that point off the stack end the walk instead of faulting. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
