@@ -341,7 +341,10 @@ static int start_configured(int forked_child) {
     }
     prof.active[prof.nactive++] = s;
   }
-  cp_threads_start(prof.active, prof.nactive);
+  if (forked_child)
+    cp_threads_start_forked(prof.active, prof.nactive);
+  else
+    cp_threads_start(prof.active, prof.nactive);
   cp_governor_start(&prof.cfg, prof.active, prof.nactive);
   /* Deferred for a wall timer that did not start: no one else would. */
   int wall_runs = 0;

@@ -153,15 +153,29 @@ static void rescan(int ticks) {
 
 void cp_threads_rescan(void) { rescan(1); }
 
-int cp_threads_start(const cp_sampler *const *samplers, size_t nsamplers) {
+/* The hook is live before the scan (or the caller's announce), so no
+ * thread falls between them. */
+static void activate(const cp_sampler *const *samplers, size_t nsamplers) {
   pthread_mutex_lock(&reg.lock);
   reg.samplers = samplers;
   reg.nsamplers = nsamplers;
   reg.active = 1;
   reg.ntids = 0;
   pthread_mutex_unlock(&reg.lock);
-  /* The hook is live before the scan, so no thread falls between them. */
+}
+
+int cp_threads_start(const cp_sampler *const *samplers, size_t nsamplers) {
+  activate(samplers, nsamplers);
   rescan(0);
+  return 0;
+}
+
+int cp_threads_start_forked(const cp_sampler *const *samplers,
+                            size_t nsamplers) {
+  activate(samplers, nsamplers);
+  pthread_mutex_lock(&reg.lock);
+  announce_start(cp_gettid());
+  pthread_mutex_unlock(&reg.lock);
   return 0;
 }
 

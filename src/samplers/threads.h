@@ -16,6 +16,13 @@
  * until cp_threads_stop), beginning with every thread that exists now. */
 int cp_threads_start(const cp_sampler *const *samplers, size_t nsamplers);
 
+/* The same in the child of fork, from its atfork handler, where the calling
+ * thread is the only one: announces it without listing /proc/self/task (a
+ * directory read, a dozen system calls, in every child of a forking
+ * server). */
+int cp_threads_start_forked(const cp_sampler *const *samplers,
+                            size_t nsamplers);
+
 /* Rescans /proc/self/task: announces new threads and the end of vanished
  * ones. Runs on the profiler's thread about once a second. */
 void cp_threads_rescan(void);
