@@ -95,18 +95,24 @@ static void test_prefork_server(void) {
 /* `workload fork-late ARGS` under the profiler (CPU at 250 Hz, debug
  * lines), its output and the profiler's lines in one (heap-allocated)
  * result. */
+/* `sh -c cmd` with env (may be NULL), checked to exit 0; its result on
+ * the heap. */
+static run_result *run_shell(const char *cmd, const char *const *env) {
+  char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  return r;
+}
+
 static run_result *run_fork_late(const char *dir, const char *args) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
            "exec %s run --hz 250 --output %s --period 3600 --profiles cpu -- "
            "%s fork-late %s 2>&1",
            CONTPROF, dir, WORKLOAD, args);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
   const char *env[] = {"CONTPROF_LOG_LEVEL=debug", NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, env, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
-  return r;
+  return run_shell(cmd, env);
 }
 
 /* Children forked after the parent read its symbol tables keep them (the
@@ -298,10 +304,7 @@ static void test_short_child_starts_no_drain_thread(void) {
            "exec %s run --hz 250 --output %s --period 3600 --profiles "
            "cpu,wall -- %s fork-short",
            CONTPROF, dir, WORKLOAD);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_shell(cmd, NULL);
   printf("%s", r->out);
   CHECK(strstr(r->out, "children_ok=2") != NULL);
   CHECK(strstr(r->out, "short_agg=0 ") != NULL);
