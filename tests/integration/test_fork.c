@@ -296,7 +296,7 @@ static double cum_seconds(const pprof_profile *p, const char *type,
  * it has lived a second (docs/overhead.md, "Short-lived processes"): one
  * that exits before never has one, and its profile, exported on its
  * exiting thread, still holds its CPU and its whole life's wall time; one
- * that lives on has it after the second. */
+ * that lives on has it after the second, one that makes a thread at once. */
 static void test_short_child_starts_no_drain_thread(void) {
   char *dir = make_temp_dir("forkshort");
   char cmd[1024];
@@ -306,9 +306,11 @@ static void test_short_child_starts_no_drain_thread(void) {
            CONTPROF, dir, WORKLOAD);
   run_result *r = run_shell(cmd, NULL);
   printf("%s", r->out);
-  CHECK(strstr(r->out, "children_ok=2") != NULL);
+  CHECK(strstr(r->out, "children_ok=3") != NULL);
   CHECK(strstr(r->out, "short_agg=0 ") != NULL);
   CHECK(strstr(r->out, "long_agg_early=0 long_agg_late=1 ") != NULL);
+  /* A second thread starts it at once: its name is read while it lives. */
+  CHECK(strstr(r->out, "threaded_agg=1 ") != NULL);
   int short_pid = 0, long_pid = 0;
   long short_life = 0, long_life = 0;
   const char *at = strstr(r->out, "short_pid=");
@@ -320,14 +322,26 @@ static void test_short_child_starts_no_drain_thread(void) {
     sscanf(at, "long_pid=%d long_agg_early=%*d long_agg_late=%*d life_ms=%ld",
            &long_pid, &long_life);
   CHECK(short_pid > 0 && long_pid > 0 && short_life > 0 && long_life > 0);
+  int threaded_pid = 0;
+  at = strstr(r->out, "threaded_pid=");
+  if (at)
+    sscanf(at, "threaded_pid=%d", &threaded_pid);
+  CHECK(threaded_pid > 0);
 
   pprof_profile *p[MAX_PROFILES];
   static char names[MAX_PROFILES][512];
   size_t n = read_profiles(dir, p, MAX_PROFILES, names);
-  CHECK_EQ_INT(n, 3);
-  int seen = 0;
+  CHECK_EQ_INT(n, 4);
+  int seen = 0, napper_named = 0;
   for (size_t i = 0; i < n; i++) {
     const char *pid = profile_comment(p[i], "process_id");
+    /* The thread's name, read while it lived, on its samples. */
+    for (size_t j = 0; pid && atoi(pid) == threaded_pid && j < p[i]->n_sample;
+         j++) {
+      const Perftools__Profiles__Label *l =
+          pprof_sample_label(p[i], p[i]->sample[j], "thread name");
+      napper_named |= l && strcmp(pprof_label_str(p[i], l), "napper") == 0;
+    }
     int is_short = pid && atoi(pid) == short_pid;
     int is_long = pid && atoi(pid) == long_pid;
     if (!is_short && !is_long)
@@ -348,6 +362,7 @@ static void test_short_child_starts_no_drain_thread(void) {
     CHECK(cpu > (is_short ? 0.1 : 0.2));
   }
   CHECK_EQ_INT(seen, 2);
+  CHECK(napper_named);
   for (size_t i = 0; i < n; i++)
     pprof_profile_free(p[i]);
   free(r);

@@ -16,9 +16,10 @@
  *                           0.15 s in work_beta, sleeps 0.2 s and exits,
  *                           then one that works 0.15 s in work_gamma,
  *                           sleeps 0.2 s, then 1.8 s, and works 0.1 s in
- *                           work_gamma; each child prints its pid and how
- *                           many contprof-agg threads it had after its
- *                           first sleep (and after its second)
+ *                           work_gamma, then one that makes a thread that
+ *                           sleeps 0.3 s; each child prints how many
+ *                           contprof-agg threads it had after its first
+ *                           sleep (and after its second)
  *   fork-hooks              forks a child, then 2.5 s later one that calls
  *                           signalfd (never called by the parent); prints
  *                           its pid
@@ -394,11 +395,19 @@ __attribute__((noinline)) static void sleep_ms(long ms) {
   }
 }
 
-/* fork-short: a child that lives a moment, and one that lives on. */
+static void *nap(void *arg) {
+  (void)arg;
+  pthread_setname_np(pthread_self(), "napper");
+  sleep_ms(300);
+  return NULL;
+}
+
+/* fork-short: a child that lives a moment, one that lives on, and one that
+ * makes a thread. */
 static int fork_short(void) {
   work_alpha(200000000);
   int ok = 0;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -409,6 +418,14 @@ static int fork_short(void) {
         sleep_ms(200);
         printf("short_pid=%d short_agg=%d ", (int)getpid(),
                threads_named("contprof-agg"));
+      } else if (i == 2) {
+        pthread_t t;
+        int made = pthread_create(&t, NULL, nap, NULL) == 0;
+        sleep_ms(100);
+        printf("threaded_pid=%d threaded_agg=%d ", (int)getpid(),
+               threads_named("contprof-agg"));
+        if (made)
+          pthread_join(t, NULL);
       } else {
         work_gamma(150000000);
         sleep_ms(200);
