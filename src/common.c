@@ -53,6 +53,29 @@ uint64_t cp_realtime_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void cp_utc_of(int64_t secs, cp_utc *out) {
+  int64_t days = secs / 86400, rem = secs % 86400;
+  if (rem < 0) {
+    rem += 86400;
+    days--;
+  }
+  out->hour = (int)(rem / 3600);
+  out->minute = (int)(rem % 3600 / 60);
+  out->second = (int)(rem % 60);
+  /* The proleptic Gregorian calendar in 400-year eras of 146,097 days, each
+   * year counted from March so that the leap day ends it (H. Hinnant's
+   * civil_from_days). */
+  days += 719468;
+  int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+  int64_t doe = days - era * 146097;
+  int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  int64_t mp = (5 * doy + 2) / 153;
+  out->day = (int)(doy - (153 * mp + 2) / 5 + 1);
+  out->month = (int)(mp < 10 ? mp + 3 : mp - 9);
+  out->year = (int)(yoe + era * 400 + (out->month <= 2));
+}
+
 uint64_t cp_monotonic_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

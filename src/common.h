@@ -33,6 +33,14 @@ uint64_t cp_monotonic_ns(void);
 /* Any clock (a thread's or the process's CPU clock); 0 if it cannot be read.
  * Async-signal-safe. */
 uint64_t cp_clock_ns(clockid_t clock);
+/* Seconds since the epoch as a UTC calendar date and time, without the C
+ * library's time-zone state (gmtime_r reads /etc/localtime at its first call
+ * in a process: in every child of a forking server that writes a profile).
+ * Async-signal-safe. */
+typedef struct cp_utc {
+  int year, month, day, hour, minute, second; /* month and day from 1 */
+} cp_utc;
+void cp_utc_of(int64_t secs, cp_utc *out);
 /* The calling thread's kernel id. Async-signal-safe (cached per thread). */
 pid_t cp_gettid(void);
 /* Forget the cached tid (the child of fork calls it). */

@@ -100,12 +100,10 @@ static void sb_tag(sbuf *b, const char *key, const char *value) {
 }
 
 static void rfc3339(uint64_t ns, char *out, size_t len) {
-  time_t secs = (time_t)(ns / 1000000000u);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char day[32];
-  strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(out, len, "%s.%09" PRIu64 "Z", day, ns % 1000000000u);
+  cp_utc t;
+  cp_utc_of((int64_t)(ns / 1000000000u), &t);
+  snprintf(out, len, "%04d-%02d-%02dT%02d:%02d:%02d.%09" PRIu64 "Z", t.year,
+           t.month, t.day, t.hour, t.minute, t.second, ns % 1000000000u);
 }
 
 static const char *language_of(const char *runtime) {

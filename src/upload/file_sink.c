@@ -74,10 +74,10 @@ static int file_send(cp_sink *self, cp_export *e) {
   int rc = -1;
   char service[128], stamp[32], final_name[320], tmp_name[256], why[1024];
   safe_name(meta->cfg->service, service, sizeof service);
-  time_t secs = (time_t)(meta->end_ns / 1000000000ull);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  cp_utc t;
+  cp_utc_of((int64_t)(meta->end_ns / 1000000000ull), &t);
+  snprintf(stamp, sizeof stamp, "%04d%02d%02dT%02d%02d%02dZ", t.year, t.month,
+           t.day, t.hour, t.minute, t.second);
   snprintf(tmp_name, sizeof tmp_name, ".%s.%d.%" PRIu64 ".tmp", service,
            (int)meta->pid, meta->seq);
   int dfd = cp_safe_dir_get(&fs->dir, why, sizeof why);
