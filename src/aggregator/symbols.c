@@ -93,6 +93,14 @@ typedef struct elf_file {
   size_t nloads;
   sym_entry *syms; /* sorted by start, starts unique */
   size_t nsyms;
+  /* page_first[k]: the first symbol starting at or after page_lo + k pages
+   * (PAGE_INDEX_SHIFT), k < npages; NULL when not built. A lookup searches
+   * between two entries instead of the whole table: a child of fork that
+   * names its samples at exit missed the cache at each step of a search of
+   * PostgreSQL's 30,000 symbols. */
+  uint32_t *page_first;
+  uint64_t page_lo;
+  size_t npages;
   char *arena;  /* every name of syms, NUL-terminated */
   size_t bytes; /* what this table takes, counted in symbols.table_bytes */
   /* The newest generation that may hold pointers into the table (evictable
@@ -703,11 +711,43 @@ static void collect_separate_debug(const elf_reader *r, const char *path,
 
 /* ---- Symbol tables ------------------------------------------------------- */
 
+#define PAGE_INDEX_SHIFT 12
+#define PAGE_INDEX_MAX ((size_t)1 << 16) /* pages: a 256 MiB span */
+
+/* f->page_first over the span of f's symbols; left NULL when it would be
+ * larger than PAGE_INDEX_MAX entries or memory runs out (lookups then
+ * search the whole table). */
+static void build_page_index(elf_file *f) {
+  f->page_first = NULL;
+  f->npages = 0;
+  if (f->nsyms == 0 || f->nsyms > UINT32_MAX)
+    return;
+  uint64_t lo = f->syms[0].start >> PAGE_INDEX_SHIFT << PAGE_INDEX_SHIFT;
+  uint64_t span = f->syms[f->nsyms - 1].start - lo;
+  size_t npages = (size_t)(span >> PAGE_INDEX_SHIFT) + 1;
+  if ((span >> PAGE_INDEX_SHIFT) >= PAGE_INDEX_MAX)
+    return;
+  uint32_t *first = malloc(npages * sizeof *first);
+  if (!first)
+    return;
+  size_t i = 0;
+  for (size_t k = 0; k < npages; k++) {
+    uint64_t page = lo + ((uint64_t)k << PAGE_INDEX_SHIFT);
+    while (i < f->nsyms && f->syms[i].start < page)
+      i++;
+    first[k] = (uint32_t)i;
+  }
+  f->page_first = first;
+  f->page_lo = lo;
+  f->npages = npages;
+}
+
 static void file_free(elf_file *f) {
   symbols.table_bytes -= f->bytes;
   for (size_t i = 0; i < f->nsyms; i++)
     if (f->syms[i].flags & SYM_OWNED)
       free((char *)f->syms[i].name);
+  free(f->page_first);
   free(f->syms);
   free(f->arena);
   free(f->loads);
@@ -856,7 +896,9 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
     goto fail;
   builder_free(&b);
   reader_close(r);
-  f->bytes = fixed + f->nsyms * sizeof *f->syms;
+  build_page_index(f);
+  f->bytes =
+      fixed + f->nsyms * sizeof *f->syms + f->npages * sizeof *f->page_first;
   for (size_t i = 0; i < f->nsyms; i++)
     f->bytes += strlen(f->syms[i].name) + 1;
   symbols.table_bytes += f->bytes;
@@ -924,6 +966,16 @@ static elf_file *file_get(const char *open_path, const char *path) {
 /* The symbol covering elf_address, or NULL. */
 static sym_entry *file_find(const elf_file *f, uint64_t elf_address) {
   size_t lo = 0, hi = f->nsyms; /* first symbol starting after the address */
+  if (f->page_first && elf_address >= f->page_lo) {
+    uint64_t k = (elf_address - f->page_lo) >> PAGE_INDEX_SHIFT;
+    if (k < f->npages) {
+      lo = f->page_first[k];
+      if (k + 1 < f->npages)
+        hi = f->page_first[k + 1];
+    } else {
+      lo = f->page_first[f->npages - 1];
+    }
+  }
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (f->syms[mid].start <= elf_address)

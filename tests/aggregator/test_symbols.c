@@ -111,6 +111,58 @@ static void test_libc_function(void) {
   CHECK_EQ_INT(s.elf_address, expected_elf_address(pc));
 }
 
+/* Every sized function libc exports, looked up at its start, middle and
+ * last byte: the same name each time (the search between two entries of
+ * the table's page index must find what a search of the whole table
+ * finds). Its list from `nm -D`, independent of our reader. */
+static void test_every_libc_export_whole(void) {
+  Dl_info info;
+  struct link_map *map = NULL;
+  void *getpid_fn = dlsym(RTLD_DEFAULT, "getpid");
+  CHECK(getpid_fn &&
+        dladdr1(getpid_fn, &info, (void **)&map, RTLD_DL_LINKMAP) && map);
+  if (!map)
+    return;
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "nm -D --defined-only -S '%s' 2>/dev/null",
+           info.dli_fname);
+  FILE *nm = popen(cmd, "r");
+  CHECK(nm != NULL);
+  if (!nm)
+    return;
+  char line[512];
+  int checked = 0, differ = 0;
+  while (fgets(line, sizeof line, nm)) {
+    unsigned long long addr, size;
+    char type, name[400];
+    if (sscanf(line, "%llx %llx %c %399s", &addr, &size, &type, name) != 4 ||
+        (type != 'T' && type != 'W') || size < 2)
+      continue;
+    uint64_t pc = (uint64_t)map->l_addr + addr;
+    uint64_t at[3] = {pc, pc + size / 2, pc + size - 1};
+    char first[512] = "";
+    int same = 1;
+    for (int i = 0; i < 3; i++) {
+      cp_symbol s;
+      if (cp_symbols_lookup(at[i], &s) != 0 || !s.function) {
+        same = 0;
+        break;
+      }
+      if (i == 0)
+        snprintf(first, sizeof first, "%s", s.function);
+      else if (strcmp(first, s.function) != 0)
+        same = 0;
+    }
+    checked++;
+    if (!same && differ++ < 5)
+      printf("  %s (%llu bytes): not one name over its bytes\n", name, size);
+  }
+  pclose(nm);
+  printf("  %d libc functions looked up, %d differ\n", checked, differ);
+  CHECK(checked > 1000);
+  CHECK_EQ_INT(differ, 0);
+}
+
 static void test_pc_in_no_mapping(void) {
   cp_symbol s;
   CHECK_EQ_INT(cp_symbols_lookup(16, &s), -1);
@@ -603,8 +655,9 @@ static void test_reset_frees_everything(void) { cp_symbols_reset(); }
 
 TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
           T(test_cxx_names_are_demangled), T(test_libc_function),
-          T(test_pc_in_no_mapping), T(test_build_id_matches_readelf),
-          T(test_vdso), T(test_dlopen_and_dlclose),
+          T(test_every_libc_export_whole), T(test_pc_in_no_mapping),
+          T(test_build_id_matches_readelf), T(test_vdso),
+          T(test_dlopen_and_dlclose),
           T(test_lookups_after_reset_and_in_forked_child),
           T(test_concurrent_lookups), T(test_corrupt_elf_files),
           T(test_debuglink), T(test_tables_stay_within_budget),
