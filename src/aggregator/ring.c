@@ -216,12 +216,6 @@ const cp_raw_sample *cp_ring_peek(cp_ring *r) {
   return seq == pos + 1 ? sample_at(r, pos) : NULL;
 }
 
-int cp_ring_pending(const cp_ring *r) {
-  cp_ring *w = (cp_ring *)r;
-  return atomic_load_explicit(&w->enqueue_pos, memory_order_relaxed) !=
-         atomic_load_explicit(&w->dequeue_pos, memory_order_relaxed);
-}
-
 size_t cp_ring_used(const cp_ring *r) {
   cp_ring *w = (cp_ring *)r;
   uint64_t end = atomic_load_explicit(&w->enqueue_pos, memory_order_relaxed);
@@ -230,6 +224,8 @@ size_t cp_ring_used(const cp_ring *r) {
 }
 
 size_t cp_ring_slots(const cp_ring *r) { return r->mask + 1; }
+
+int cp_ring_pending(const cp_ring *r) { return cp_ring_used(r) != 0; }
 
 void cp_ring_release(cp_ring *r) {
   uint64_t pos = atomic_load_explicit(&r->dequeue_pos, memory_order_relaxed);

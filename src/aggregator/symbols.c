@@ -723,10 +723,10 @@ static void build_page_index(elf_file *f) {
   if (f->nsyms == 0 || f->nsyms > UINT32_MAX)
     return;
   uint64_t lo = f->syms[0].start >> PAGE_INDEX_SHIFT << PAGE_INDEX_SHIFT;
-  uint64_t span = f->syms[f->nsyms - 1].start - lo;
-  size_t npages = (size_t)(span >> PAGE_INDEX_SHIFT) + 1;
-  if ((span >> PAGE_INDEX_SHIFT) >= PAGE_INDEX_MAX)
+  uint64_t last = (f->syms[f->nsyms - 1].start - lo) >> PAGE_INDEX_SHIFT;
+  if (last >= PAGE_INDEX_MAX)
     return;
+  size_t npages = (size_t)last + 1;
   uint32_t *first = malloc(npages * sizeof *first);
   if (!first)
     return;

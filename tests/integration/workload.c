@@ -308,6 +308,13 @@ static int forking(void) {
   return 0;
 }
 
+/* Sleeps ms whatever signals come meanwhile. */
+__attribute__((noinline)) static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 /* fork-hooks: a child that calls a hooked function (signalfd) its parent
  * never called, forked 2.5 s after a first child (the parent's profiler has
  * had its tick since it forked). */
@@ -317,9 +324,7 @@ static int fork_hooks(void) {
   if (first == 0)
     _exit(0);
   waitpid(first, NULL, 0);
-  struct timespec ts = {2, 500000000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
+  sleep_ms(2500);
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
@@ -344,11 +349,8 @@ static int fork_late(int n, int pause_ms) {
   work_alpha(400000000);
   int ok = 0;
   for (int i = 0; i < n; i++) {
-    if (i == 1 && pause_ms > 0) {
-      struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000};
-      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-      }
-    }
+    if (i == 1 && pause_ms > 0)
+      sleep_ms(pause_ms);
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -387,12 +389,6 @@ static int threads_named(const char *name) {
   if (d)
     closedir(d);
   return n;
-}
-
-__attribute__((noinline)) static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
 }
 
 static void *nap(void *arg) {
