@@ -29,6 +29,9 @@
 /* The most CPU a drain spends opening the debug information of what its
  * samples ran before it waits again (cp_symbols_prepare_lines). */
 #define PREPARE_NS 50000000ull /* 50 ms */
+/* The longest one object's preparation is taken to last, in wall time on a
+ * busy machine. */
+#define PREPARE_STEP_NS 250000000ull /* 250 ms */
 /* 2048 slots of (max_frames + 16) frames: 2.4 MiB at the defaults. The drain
  * thread is woken when the ring is half full. It faults the slots in ahead
  * of the producers so that few samples pay a page fault (tens of us on a
@@ -173,6 +176,22 @@ static void free_inherited(void) {
     cp_gen_destroy(gens[i]);
 }
 
+/* The generation the drain fills: it reads no symbol table (see
+ * cp_gen_set_defer_reads); the drain thread names its locations when
+ * samples leave it time, and the swap names the rest. */
+static cp_generation *new_generation(uint64_t id) {
+  cp_generation *g = cp_gen_create(id, agg.memory_limit);
+  if (g)
+    cp_gen_set_defer_reads(g, 1);
+  return g;
+}
+
+/* The ring holds a quarter of its slots or more: drain before anything
+ * else. */
+static int ring_filling(void) {
+  return cp_ring_used(agg.owned_ring) * 4 >= cp_ring_slots(agg.owned_ring);
+}
+
 static void *drain_thread(void *arg) {
   /* Started late (deferred): the tick it would have made is due now. */
   uint64_t next_tick = cp_monotonic_ns() + (arg ? 0 : TICK_INTERVAL_NS);
@@ -194,19 +213,36 @@ static void *drain_thread(void *arg) {
       cp_ring_populate(agg.owned_ring, POPULATE_AHEAD);
     if (agg.drained)
       agg.drained();
-    /* The debug information of what the samples ran, read now rather than
-     * at the first export: a process that forks hands it to its children,
+    /* Reading, between drains: the symbol tables of the objects new
+     * locations ran in (the drain reads none: new_generation), then the
+     * debug information of what the samples ran, read now rather than at
+     * the first export: a process that forks hands it to its children,
      * which would otherwise each read it again at their first export (a
      * PostgreSQL backend: libc's, 20-30 ms at its exit). Objects one after
-     * the other, for at most PREPARE_NS of this thread's CPU per drain, so
-     * that the ring is not left to fill meanwhile: a server's first seconds
-     * open every object its samples ran, before it forks its workers. And
-     * what its children had to read themselves (fork_hints.h), also at
-     * the tick of an idle parent, which takes no samples. */
-    int tick_due = agg.tick && cp_monotonic_ns() >= next_tick;
-    if (taken || pending || tick_due) {
+     * the other, for at most PREPARE_NS of this thread's CPU per drain: a
+     * server's first seconds open every object its samples ran, before it
+     * forks its workers. And what its children had to read themselves
+     * (fork_hints.h), also at the tick of an idle parent, which takes no
+     * samples. Samples come first: one object can take a tenth of a
+     * second (libc's debug file, its sections decompressed whole), in
+     * which samples coming as fast as they do in a program that allocates
+     * as fast as it can (30,000 a second) overflowed the ring. So only
+     * while they come slower than a quarter of the ring per
+     * PREPARE_STEP_NS, and until the ring is a quarter full; else the swap
+     * reads what the period's samples need, on the exporting thread. */
+    uint64_t now = cp_monotonic_ns();
+    uint64_t since = now > last_drain ? now - last_drain : 1;
+    last_drain = now;
+    int tick_due = agg.tick && now >= next_tick;
+    int room = (uint64_t)taken * PREPARE_STEP_NS <
+               since * (cp_ring_slots(agg.owned_ring) / 4);
+    if ((taken || pending || tick_due) && room) {
       uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-      while (cp_symbols_prepare_lines() &&
+      pthread_mutex_lock(&agg.lock);
+      if (agg.gen)
+        cp_gen_resolve_pending(agg.gen, ring_filling);
+      pthread_mutex_unlock(&agg.lock);
+      while (!ring_filling() && cp_symbols_prepare_lines() &&
              cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began < PREPARE_NS) {
       }
     }
@@ -215,9 +251,7 @@ static void *drain_thread(void *arg) {
       agg.tick();
       next_tick = cp_monotonic_ns() + TICK_INTERVAL_NS;
     }
-    uint64_t now = cp_monotonic_ns();
-    uint64_t since = now > last_drain ? now - last_drain : 1;
-    last_drain = now;
+    now = cp_monotonic_ns();
     /* Nothing came since the last drain: sleep until the next tick, or
      * until the first sample (its producer wakes this thread). Samples
      * that come slowly (a server's single thread, an idle process with the
@@ -253,7 +287,7 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void),
     agg.owned_ring = cp_ring_create(RING_SLOTS, frames);
   while (agg.owned_ring && cp_ring_peek(agg.owned_ring))
     cp_ring_release(agg.owned_ring);
-  agg.gen = cp_gen_create(++agg.next_gen_id, agg.memory_limit);
+  agg.gen = new_generation(++agg.next_gen_id);
   if (!agg.owned_ring || !agg.gen) {
     cp_gen_destroy(agg.gen);
     agg.gen = NULL;
@@ -299,7 +333,7 @@ void cp_agg_start_deferred(int now) {
     return;
   pthread_mutex_lock(&agg.lock);
   int due = now || cp_monotonic_ns() - agg.deferred_from >= DEFER_NS ||
-            cp_ring_used(agg.owned_ring) * 4 >= cp_ring_slots(agg.owned_ring);
+            ring_filling();
   if (due && atomic_load(&agg.deferred) && !atomic_load(&agg.stop)) {
     /* A failure leaves the samples in the ring for the last export (a
      * swap drains it on the exporting thread). */
@@ -357,8 +391,7 @@ static cp_generation *swap(uint64_t *drops, cp_period_stats *stats, int last) {
   pthread_mutex_lock(&agg.lock);
   drain_locked(NULL);
   add_dropped_locked();
-  cp_generation *fresh =
-      last ? NULL : cp_gen_create(agg.next_gen_id + 1, agg.memory_limit);
+  cp_generation *fresh = last ? NULL : new_generation(agg.next_gen_id + 1);
   cp_generation *old = NULL;
   if ((fresh || last) && agg.gen) {
     agg.next_gen_id++;
@@ -386,6 +419,12 @@ static cp_generation *swap(uint64_t *drops, cp_period_stats *stats, int last) {
     }
   }
   pthread_mutex_unlock(&agg.lock);
+  /* Named here, on the exporting thread, not under the lock: what the
+   * exporter adds from now on (the in-use snapshot) is named at once. */
+  if (old) {
+    cp_gen_set_defer_reads(old, 0);
+    cp_gen_resolve_pending(old, NULL);
+  }
   return old;
 }
 

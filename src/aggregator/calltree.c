@@ -122,6 +122,11 @@ struct cp_generation {
   uint64_t *loc_words; /* the frame word each location was made from */
   size_t nlocs, locs_cap;
   index_t loc_index;
+  /* Locations whose object's symbol table was not read when they were made
+   * (cp_gen_resolve_pending names them). */
+  uint32_t *pending;
+  size_t npending, pending_cap;
+  int defer_reads; /* cp_gen_set_defer_reads */
 
   chunked nodes; /* cp_node */
   size_t nnodes;
@@ -318,7 +323,29 @@ static int index_reserve(cp_generation *g, index_t *ix, size_t first,
   return 0;
 }
 
-static void resolve_location(cp_generation *g, uint64_t word, cp_location *l) {
+/* Notes location `index` as pending; -1 (then resolve it now) past the
+ * memory bound. */
+static int pending_add(cp_generation *g, uint32_t index) {
+  if (g->npending == g->pending_cap) {
+    size_t cap = g->pending_cap ? g->pending_cap * 2 : 64;
+    size_t extra = (cap - g->pending_cap) * sizeof *g->pending;
+    if (g->memory_used + extra > g->memory_limit)
+      return -1;
+    uint32_t *grown = realloc(g->pending, cap * sizeof *grown);
+    if (!grown)
+      return -1;
+    g->pending = grown;
+    g->pending_cap = cap;
+    charge(g, &g->mem.locations, extra);
+  }
+  g->pending[g->npending++] = index;
+  return 0;
+}
+
+/* Location `index` (*l) of frame word `word`: its mapping, and its function
+ * when the object's symbol table is read; else the location is pending. */
+static void resolve_location(cp_generation *g, uint32_t index, uint64_t word,
+                             cp_location *l) {
   memset(l, 0, sizeof *l);
   if (cp_frame_is_runtime(word)) {
     const cp_runtime_frame *f = cp_frame_runtime_get(word);
@@ -330,12 +357,28 @@ static void resolve_location(cp_generation *g, uint64_t word, cp_location *l) {
     return;
   }
   cp_symbol sym;
-  cp_symbols_lookup(word, &sym);
+  if (!g->defer_reads)
+    cp_symbols_lookup(word, &sym);
+  else if (cp_symbols_lookup_cached(word, &sym) == 1 &&
+           pending_add(g, index) != 0)
+    cp_symbols_lookup_in(sym.mapping, word, &sym);
   l->address = word;
   l->mapping = sym.mapping;
   l->function = sym.function;
   if (sym.mapping)
     cp_symbols_mark_used(sym.mapping, g->id);
+}
+
+void cp_gen_set_defer_reads(cp_generation *g, int on) { g->defer_reads = on; }
+
+size_t cp_gen_resolve_pending(cp_generation *g, int (*stop)(void)) {
+  while (g->npending && !(stop && stop())) {
+    cp_location *l = &g->locs[g->pending[--g->npending]];
+    cp_symbol sym;
+    cp_symbols_lookup_in(l->mapping, l->address, &sym);
+    l->function = sym.function;
+  }
+  return g->npending;
 }
 
 /* Room for one more location (and its frame word), within the bound. */
@@ -372,7 +415,7 @@ static int64_t location_of(cp_generation *g, uint64_t word) {
     return -1;
   uint32_t i = (uint32_t)g->nlocs++;
   g->loc_words[i] = word;
-  resolve_location(g, word, &g->locs[i]);
+  resolve_location(g, i, word, &g->locs[i]);
   index_insert(&g->loc_index, h, i);
   return i;
 }
@@ -477,6 +520,7 @@ void cp_gen_destroy(cp_generation *g) {
     return;
   free(g->locs);
   free(g->loc_words);
+  free(g->pending);
   index_free(&g->loc_index);
   chunk_free(&g->nodes);
   index_free(&g->node_index);

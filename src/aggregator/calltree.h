@@ -65,6 +65,18 @@ int cp_gen_add(cp_generation *g, const uint64_t *frames, size_t nframes,
 /* Forgets pc -> location resolutions (after a library was unloaded). */
 void cp_gen_forget_addresses(cp_generation *g);
 
+/* With on, a new location whose object's symbol table is not read yet gets
+ * its mapping only, and is pending until cp_gen_resolve_pending names it:
+ * reading a large object's table takes tens of milliseconds, which the
+ * thread that drains the sample ring must not spend while samples pile up.
+ * Off (the default), each new location is named at once. */
+void cp_gen_set_defer_reads(cp_generation *g, int on);
+
+/* Names the pending locations, reading their objects' symbol tables, until
+ * stop (NULL: never) returns true between two. Returns how many are left.
+ * A generation is exported with none left. */
+size_t cp_gen_resolve_pending(cp_generation *g, int (*stop)(void));
+
 size_t cp_gen_location_count(const cp_generation *g);
 const cp_location *cp_gen_location(const cp_generation *g, size_t i);
 size_t cp_gen_node_count(const cp_generation *g); /* includes the root */

@@ -1333,52 +1333,89 @@ int cp_symbols_refresh(void) {
   return changed;
 }
 
-int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
+/* The mapping of pc, under the lock: a current one, or an unloaded one not
+ * yet collected (a sample taken just before dlclose), most recently retired
+ * first; NULL in none. */
+static map_rec *map_of_locked(uint64_t pc) {
+  init_locked();
+  map_rec *m = find_map(pc);
+  if (!m)
+    m = refresh_for_miss_locked(pc);
+  for (map_rec *r = symbols.retired; !m && r; r = r->next_retired)
+    if (pc >= r->pub.start && pc < r->pub.limit)
+      m = r;
+  return m;
+}
+
+/* Resolves pc in m, under the lock, reading m's file unless may_read is 0
+ * (then returns 1 when it is not read yet). Returns 2 when the lock was
+ * let go to resolve the demangler: the caller starts again. */
+static int lookup_in_locked(map_rec *m, uint64_t pc, cp_symbol *out,
+                            int may_read) {
+  out->mapping = &m->pub;
+  if (!m->file_read) {
+    if (!may_read)
+      return 1;
+    map_read_file(m);
+    /* A child of fork that reads a file its parent had not: the parent
+     * reads it too, for the next child (fork_hints.h). */
+    if (m->file)
+      cp_fork_hints_put(pc, cp_fork_hints_path_hash(m->path));
+  }
+  if (m->file) {
+    /* Not evicted before the caller marks its generation: at least as
+     * recent as every live one. */
+    m->file->last_used_tick = ++symbols.tick;
+    if (m->file->last_used_gen < symbols.oldest_live_gen)
+      m->file->last_used_gen = symbols.oldest_live_gen;
+  }
+  out->elf_address = pc + m->elf_delta;
+  sym_entry *s = m->file ? file_find(m->file, out->elf_address) : NULL;
+  if (s && sym_needs_demangling(s) && !demangler_is_resolved()) {
+    pthread_mutex_unlock(&symbols_lock);
+    demangler_resolve();
+    return 2; /* the tables may have changed meanwhile */
+  }
+  if (s) {
+    sym_demangle(m->file, s);
+    out->function = s->name;
+  }
+  return s ? 0 : -1;
+}
+
+/* cp_symbols_lookup (may_read) and cp_symbols_lookup_cached (not). */
+static int lookup(uint64_t pc, cp_symbol *out, int may_read) {
   for (;;) {
     *out = (cp_symbol){.mapping = NULL, .function = NULL, .elf_address = pc};
     symbols_lock_acquire();
-    init_locked();
-    map_rec *m = find_map(pc);
-    if (!m)
-      m = refresh_for_miss_locked(pc);
-    /* A sample taken just before its library was unloaded: the retired
-     * record (our own copy of the symbols) still names it. Most recently
-     * retired first. */
-    for (map_rec *r = symbols.retired; !m && r; r = r->next_retired)
-      if (pc >= r->pub.start && pc < r->pub.limit)
-        m = r;
-    if (!m) {
-      pthread_mutex_unlock(&symbols_lock);
-      return -1;
-    }
-    if (!m->file_read) {
-      map_read_file(m);
-      /* A child of fork that reads a file its parent had not: the parent
-       * reads it too, for the next child (fork_hints.h). */
-      if (m->file)
-        cp_fork_hints_put(pc, cp_fork_hints_path_hash(m->path));
-    }
-    if (m->file) {
-      /* Not evicted before the caller marks its generation: at least as
-       * recent as every live one. */
-      m->file->last_used_tick = ++symbols.tick;
-      if (m->file->last_used_gen < symbols.oldest_live_gen)
-        m->file->last_used_gen = symbols.oldest_live_gen;
-    }
-    out->mapping = &m->pub;
-    out->elf_address = pc + m->elf_delta;
-    sym_entry *s = m->file ? file_find(m->file, out->elf_address) : NULL;
-    if (s && sym_needs_demangling(s) && !demangler_is_resolved()) {
-      pthread_mutex_unlock(&symbols_lock);
-      demangler_resolve();
-      continue; /* the tables may have changed meanwhile */
-    }
-    if (s) {
-      sym_demangle(m->file, s);
-      out->function = s->name;
-    }
+    map_rec *m = map_of_locked(pc);
+    int rc = m ? lookup_in_locked(m, pc, out, may_read) : -1;
+    if (rc == 2)
+      continue;
     pthread_mutex_unlock(&symbols_lock);
-    return s ? 0 : -1;
+    return rc;
+  }
+}
+
+int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
+  return lookup(pc, out, 1);
+}
+
+int cp_symbols_lookup_cached(uint64_t pc, cp_symbol *out) {
+  return lookup(pc, out, 0);
+}
+
+int cp_symbols_lookup_in(const cp_mapping *mapping, uint64_t pc,
+                         cp_symbol *out) {
+  map_rec *m = (map_rec *)((char *)mapping - offsetof(map_rec, pub));
+  for (;;) {
+    *out = (cp_symbol){.mapping = NULL, .function = NULL, .elf_address = pc};
+    symbols_lock_acquire();
+    int rc = lookup_in_locked(m, pc, out, 1);
+    if (rc == 2)
+      continue;
+    pthread_mutex_unlock(&symbols_lock);
+    return rc;
   }
 }
 

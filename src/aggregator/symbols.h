@@ -55,6 +55,19 @@ int cp_symbols_refresh(void);
  * to that one (a sample taken just before dlclose). */
 int cp_symbols_lookup(uint64_t pc, cp_symbol *out);
 
+/* As cp_symbols_lookup, but reads no file: returns 1 when pc's mapping is
+ * known and its file not read yet (out->mapping is set, out->function
+ * NULL; resolve it later with cp_symbols_lookup_in). Reading a large
+ * object's symbol table takes tens of milliseconds, which the drain thread
+ * must not spend while samples pile up in the ring. */
+int cp_symbols_lookup_cached(uint64_t pc, cp_symbol *out);
+
+/* Resolves pc in mapping (one that cp_symbols_lookup_cached returned and
+ * that a generation marked used since, so it is not collected), reading
+ * its file if needed. Returns as cp_symbols_lookup. */
+int cp_symbols_lookup_in(const cp_mapping *mapping, uint64_t pc,
+                         cp_symbol *out);
+
 /* Records that generation `gen` references mapping m. */
 void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen);
 

@@ -1,7 +1,7 @@
 /* The call tree merges identical stack-plus-label samples, shares prefixes,
  * keeps runtime frames, marks truncated stacks, folds what exceeds its memory
- * bound into [overflow] without losing values; the ring hands every sample
- * over or counts it as dropped. */
+ * bound into [overflow] without losing values, names native frames when
+ * told to later; the ring hands every sample over or counts it as dropped. */
 #include <pthread.h>
 
 #include "aggregator/calltree.h"
@@ -265,6 +265,41 @@ static void test_forget_addresses(void) {
   cp_gen_destroy(g);
 }
 
+static __attribute__((noinline)) int deferred_leaf(int x) {
+  __asm__ volatile("" ::: "memory");
+  return x + 1;
+}
+
+static int stop_now(void) { return 1; }
+
+/* With reads deferred (the aggregator's drain), a native frame in an object
+ * whose symbol table is not read yet gets its mapping at once and its name
+ * when cp_gen_resolve_pending reads the table; the drain thread's stop
+ * callback ends the reading between two locations. */
+static void test_names_deferred(void) {
+  cp_generation *g = cp_gen_create(1, 1 << 20);
+  cp_gen_set_defer_reads(g, 1);
+  cp_sample_key key = {.tid = 1};
+  uint64_t pc = (uint64_t)(uintptr_t)deferred_leaf + 1;
+  CHECK_EQ_INT(cp_gen_add(g, &pc, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1), 0);
+  CHECK_EQ_INT(cp_gen_sample_count(g) > 0, 1);
+  const cp_location *l = cp_gen_location(g, cp_gen_location_count(g) - 1);
+  CHECK(l->mapping != NULL);
+  CHECK(l->function == NULL); /* this executable's table is not read yet */
+  CHECK_EQ_INT(cp_gen_resolve_pending(g, stop_now), 1);
+  CHECK(l->function == NULL);
+  CHECK_EQ_INT(cp_gen_resolve_pending(g, NULL), 0);
+  CHECK_EQ_STR(l->function, "deferred_leaf");
+  /* The table is read now: a new location is named at once. */
+  uint64_t other = (uint64_t)(uintptr_t)stop_now + 1;
+  cp_gen_add(g, &other, 1, 0, &key, CONTPROF_KIND_CPU, 1, 1);
+  CHECK_EQ_STR(cp_gen_location(g, cp_gen_location_count(g) - 1)->function,
+               "stop_now");
+  CHECK_EQ_INT(cp_gen_resolve_pending(g, NULL), 0);
+  cp_gen_destroy(g);
+  CHECK_EQ_INT(deferred_leaf(1), 2);
+}
+
 static void test_thread_names(void) {
   cp_generation *g = cp_gen_create(1, 1 << 20);
   for (int t = 1; t <= 500; t++) {
@@ -369,8 +404,9 @@ static void test_ring_concurrent(void) {
   cp_ring_destroy(stress_ring);
 }
 
-TEST_MAIN(T(test_merge_identical), T(test_labels_split_samples),
-          T(test_shared_prefixes), T(test_runtime_frame_location),
-          T(test_truncated_marker), T(test_memory_bound_overflow),
-          T(test_values_exact), T(test_forget_addresses), T(test_thread_names),
+TEST_MAIN(T(test_names_deferred), T(test_merge_identical),
+          T(test_labels_split_samples), T(test_shared_prefixes),
+          T(test_runtime_frame_location), T(test_truncated_marker),
+          T(test_memory_bound_overflow), T(test_values_exact),
+          T(test_forget_addresses), T(test_thread_names),
           T(test_ring_order_and_drops), T(test_ring_concurrent))
