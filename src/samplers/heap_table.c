@@ -33,7 +33,6 @@ static struct {
   _Atomic uint32_t high_water; /* entries ever handed out */
   char pad3[60];
   _Atomic uint64_t overflows;
-  _Atomic long live; /* addresses in the slots */
   int wiped_on_fork; /* MADV_WIPEONFORK took on the pool and the slots */
   /* A child of fork got the slots as zero pages, not faulted in yet
    * (cp_heap_settle). */
@@ -235,7 +234,6 @@ void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr) {
       if (atomic_compare_exchange_weak_explicit(&heap.slots[s], &cur, word,
                                                 memory_order_release,
                                                 memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&heap.live, 1, memory_order_relaxed);
         return;
       }
     }
@@ -263,7 +261,6 @@ int cp_heap_untrack(uintptr_t addr) {
             &heap.slots[s], &cur, SLOT_TOMB, memory_order_acq_rel,
             memory_order_relaxed))
       return 0; /* another free of the same pointer won: a double free */
-    atomic_fetch_sub_explicit(&heap.live, 1, memory_order_relaxed);
     filter_remove(f);
     cp_heap_entry *e = entry_at((uint32_t)(cur & INDEX_MASK));
     begin_write(e);
@@ -306,11 +303,20 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
   }
 }
 
+/* Not a counter that publish and untrack update: every thread's samples
+ * and frees would write its cache line, a transfer between cores each (a
+ * quarter of what a tracked sample cost, docs/benchmarks.md). Reads each
+ * handed-out entry's header instead, at export. */
 long cp_heap_count_live(void) {
   if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
     return 0;
-  long n = atomic_load_explicit(&heap.live, memory_order_relaxed);
-  return n > 0 ? n : 0;
+  uint32_t n = atomic_load_explicit(&heap.high_water, memory_order_acquire);
+  if (n > heap.capacity)
+    n = (uint32_t)heap.capacity;
+  long live = 0;
+  for (uint32_t i = 0; i < n; i++)
+    live += atomic_load_explicit(&entry_at(i)->addr, memory_order_relaxed) != 0;
+  return live;
 }
 
 void cp_heap_after_fork_child(void) {
@@ -323,7 +329,6 @@ void cp_heap_after_fork_child(void) {
   /* Zero pool and slots: no entry handed out, none free, no slot used. */
   atomic_store_explicit(&heap.free_head, 0, memory_order_relaxed);
   atomic_store_explicit(&heap.high_water, 0, memory_order_relaxed);
-  atomic_store_explicit(&heap.live, 0, memory_order_relaxed);
   for (size_t i = 0; i < sizeof cp_heap_filter; i++)
     atomic_store_explicit(&cp_heap_filter[i], 0, memory_order_relaxed);
   /* Not faulted in here, on the thread that forked (1 MiB at the default
