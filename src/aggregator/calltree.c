@@ -323,20 +323,32 @@ static int index_reserve(cp_generation *g, index_t *ix, size_t first,
   return 0;
 }
 
+/* Doubles the array *items of *cap elements of elem bytes (first_cap for
+ * an empty one), charging `part`; -1 past the bound or without memory. */
+static int grow_charged(cp_generation *g, void **items, size_t *cap,
+                        size_t first_cap, size_t elem, size_t *part) {
+  size_t grown_cap = *cap ? *cap * 2 : first_cap;
+  size_t extra = (grown_cap - *cap) * elem;
+  if (g->memory_used + extra > g->memory_limit)
+    return -1;
+  void *grown = realloc(*items, grown_cap * elem);
+  if (!grown)
+    return -1;
+  *items = grown;
+  *cap = grown_cap;
+  charge(g, part, extra);
+  return 0;
+}
+
 /* Notes location `index` as pending; -1 (then resolve it now) past the
  * memory bound. */
 static int pending_add(cp_generation *g, uint32_t index) {
   if (g->npending == g->pending_cap) {
-    size_t cap = g->pending_cap ? g->pending_cap * 2 : 64;
-    size_t extra = (cap - g->pending_cap) * sizeof *g->pending;
-    if (g->memory_used + extra > g->memory_limit)
+    void *items = g->pending;
+    if (grow_charged(g, &items, &g->pending_cap, 64, sizeof *g->pending,
+                     &g->mem.locations))
       return -1;
-    uint32_t *grown = realloc(g->pending, cap * sizeof *grown);
-    if (!grown)
-      return -1;
-    g->pending = grown;
-    g->pending_cap = cap;
-    charge(g, &g->mem.locations, extra);
+    g->pending = items;
   }
   g->pending[g->npending++] = index;
   return 0;
@@ -682,16 +694,11 @@ static int64_t thread_find(const cp_generation *g, pid_t tid) {
 static int threads_reserve(cp_generation *g) {
   if (g->nthreads < g->threads_cap)
     return 0;
-  size_t cap = g->threads_cap ? g->threads_cap * 2 : 16;
-  size_t extra = (cap - g->threads_cap) * sizeof *g->threads;
-  if (g->memory_used + extra > g->memory_limit)
+  void *items = g->threads;
+  if (grow_charged(g, &items, &g->threads_cap, 16, sizeof *g->threads,
+                   &g->mem.threads))
     return -1;
-  thread_name *grown = realloc(g->threads, cap * sizeof *grown);
-  if (!grown)
-    return -1;
-  g->threads = grown;
-  g->threads_cap = cap;
-  charge(g, &g->mem.threads, extra);
+  g->threads = items;
   return 0;
 }
 
