@@ -1383,12 +1383,13 @@ static int lookup_in_locked(map_rec *m, uint64_t pc, cp_symbol *out,
   return s ? 0 : -1;
 }
 
-/* cp_symbols_lookup (may_read) and cp_symbols_lookup_cached (not). */
-static int lookup(uint64_t pc, cp_symbol *out, int may_read) {
+/* pc resolved in `given`, or in its own mapping when given is NULL,
+ * reading the mapping's file unless may_read is 0. */
+static int lookup(map_rec *given, uint64_t pc, cp_symbol *out, int may_read) {
   for (;;) {
     *out = (cp_symbol){.mapping = NULL, .function = NULL, .elf_address = pc};
     symbols_lock_acquire();
-    map_rec *m = map_of_locked(pc);
+    map_rec *m = given ? given : map_of_locked(pc);
     int rc = m ? lookup_in_locked(m, pc, out, may_read) : -1;
     if (rc == 2)
       continue;
@@ -1398,25 +1399,17 @@ static int lookup(uint64_t pc, cp_symbol *out, int may_read) {
 }
 
 int cp_symbols_lookup(uint64_t pc, cp_symbol *out) {
-  return lookup(pc, out, 1);
+  return lookup(NULL, pc, out, 1);
 }
 
 int cp_symbols_lookup_cached(uint64_t pc, cp_symbol *out) {
-  return lookup(pc, out, 0);
+  return lookup(NULL, pc, out, 0);
 }
 
 int cp_symbols_lookup_in(const cp_mapping *mapping, uint64_t pc,
                          cp_symbol *out) {
-  map_rec *m = (map_rec *)((char *)mapping - offsetof(map_rec, pub));
-  for (;;) {
-    *out = (cp_symbol){.mapping = NULL, .function = NULL, .elf_address = pc};
-    symbols_lock_acquire();
-    int rc = lookup_in_locked(m, pc, out, 1);
-    if (rc == 2)
-      continue;
-    pthread_mutex_unlock(&symbols_lock);
-    return rc;
-  }
+  return lookup((map_rec *)((char *)mapping - offsetof(map_rec, pub)), pc, out,
+                1);
 }
 
 void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen) {

@@ -304,8 +304,8 @@ void cp_heap_foreach_live(void (*fn)(const cp_heap_entry *e, void *ctx),
 }
 
 /* Not a counter that publish and untrack update: every thread's samples
- * and frees would write its cache line, a transfer between cores each (a
- * quarter of what a tracked sample cost, docs/benchmarks.md). Reads each
+ * and frees would write its cache line, a transfer between cores each
+ * (about 6% of what tracking a sample cost, docs/benchmarks.md). Reads each
  * handed-out entry's header instead, at export. */
 long cp_heap_count_live(void) {
   if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))

@@ -78,7 +78,7 @@ static void check_shares(const char *threads, const char *mib,
     CHECK_NEAR((double)total / truth, 1.0, 0.05);
     /* Samples are kept, not only counted: the drain thread reads no debug
      * information while they come this fast (docs/symbols.md). Before,
-     * 2-12% of a run like this one were dropped at start. */
+     * 18-21% of this run's samples were dropped at start. */
     double kept = 0, dropped = 0;
     for (size_t i = 0; i < rp->n; i++) {
       const char *k = profile_comment(rp->p[i], "samples");
