@@ -51,6 +51,14 @@ void cp_heap_entry_publish(cp_heap_entry *e, uintptr_t addr);
 /* Gives back a taken entry that will not be published. */
 void cp_heap_entry_abandon(cp_heap_entry *e);
 
+/* On a thread whose end cp_heap_thread_end will hear of (the pthread_create
+ * hook's threads): entries its frees give back may stay with it, for its
+ * next samples. Not signal-safe (the thread's start). */
+void cp_heap_thread_begin(void);
+/* On that thread, as it ends: its kept entries go back to the shared list,
+ * and it keeps none from then on. Async-signal-safe. */
+void cp_heap_thread_end(void);
+
 /* Whether the heap profile ever ran in this process (set once with the
  * table, never cleared: what it tracked stays tracked after a stop), alone
  * on its cache line; and per filter bucket, the live addresses that hash

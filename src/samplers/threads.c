@@ -19,6 +19,7 @@
 
 #include "common.h"
 #include "fpwalk.h"
+#include "heap_table.h"
 #include "own_fd.h"
 #include "thread_state.h"
 
@@ -245,6 +246,7 @@ void cp_threads_on_exit(void) {
   }
   announce_exit(tid);
   pthread_mutex_unlock(&reg.lock);
+  cp_heap_thread_end();
   cp_thread_work_end();
 }
 
@@ -253,6 +255,7 @@ void cp_threads_on_start(void) {
   pid_t tid = cp_gettid();
   cp_thread_work_begin();   /* the samplers' tables are not the thread's */
   cp_fpwalk_thread_start(); /* the walker's stack bounds */
+  cp_heap_thread_begin();   /* its own free live-heap entries */
   pthread_mutex_lock(&reg.lock);
   int gone = ended_index(tid); /* the tid of an ended thread, reused */
   if (gone >= 0)

@@ -309,6 +309,86 @@ static void test_fork_child_starts_empty(void) {
   contprof_stop();
 }
 
+/* Fills the table: how many of n blocks it tracks; -1 when the rest are
+ * not each counted as an overflow (an entry handed out twice tracks two
+ * blocks). */
+static long fill_table(void **blocks, size_t n) {
+  long before = cp_heap_count_live();
+  uint64_t overflows = cp_heap_overflows();
+  for (size_t i = 0; i < n; i++)
+    blocks[i] = hold_block(40);
+  long tracked = cp_heap_count_live() - before;
+  return (uint64_t)tracked + cp_heap_overflows() - overflows == n ? tracked
+                                                                  : -1;
+}
+
+/* A thread keeps a few free entries of its own (the ones its tracked frees
+ * gave back); they come back to everyone when it ends, however it ends. */
+static void *sample_and_free(void *arg) {
+  void *blocks[16];
+  for (int i = 0; i < 16; i++)
+    blocks[i] = hold_block(24);
+  for (int i = 0; i < 16; i++)
+    free(blocks[i]);
+  if (arg)
+    pthread_exit(NULL);
+  return NULL;
+}
+
+static void test_entries_kept_by_a_thread_come_back(void) {
+  CHECK_EQ_INT(start_sampling_everything(), 0);
+  pthread_t t[64];
+  for (uintptr_t i = 0; i < 64; i++)
+    CHECK_EQ_INT(pthread_create(&t[i], NULL, sample_and_free, (void *)(i & 1)),
+                 0);
+  for (int i = 0; i < 64; i++)
+    pthread_join(t[i], NULL);
+  /* Every entry the table has is there to be taken: none stayed with the 64
+   * ended threads (up to 4 each). */
+  long live = cp_heap_count_live();
+  static void *blocks[1100];
+  long tracked = fill_table(blocks, 1100);
+  CHECK_EQ_INT(live + tracked, 1024);
+  for (size_t i = 0; i < 1100; i++)
+    free(blocks[i]);
+  CHECK_EQ_INT(cp_heap_count_live(), live);
+  contprof_stop();
+}
+
+/* A thread that kept entries forks: its child's table is empty, and each of
+ * its entries is handed out once (the kept ones named the parent's). */
+static void *fork_with_kept_entries(void *arg) {
+  (void)arg;
+  void *blocks[16];
+  for (int i = 0; i < 16; i++)
+    blocks[i] = hold_block(24);
+  for (int i = 0; i < 16; i++)
+    free(blocks[i]);
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    static void *mine[1100];
+    long tracked = fill_table(mine, 1100);
+    for (size_t i = 0; i < 1100; i++)
+      free(mine[i]);
+    _exit(tracked == 1024 && cp_heap_count_live() == 0 ? 0 : 1);
+  }
+  int status = -1;
+  if (child < 0 || waitpid(child, &status, 0) != child)
+    return (void *)1;
+  return (void *)(uintptr_t) !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void test_fork_child_hands_each_entry_out_once(void) {
+  CHECK_EQ_INT(start_sampling_everything(), 0);
+  pthread_t t;
+  void *failed = (void *)1;
+  CHECK_EQ_INT(pthread_create(&t, NULL, fork_with_kept_entries, NULL), 0);
+  pthread_join(t, &failed);
+  CHECK(failed == NULL);
+  contprof_stop();
+}
+
 /* Threads allocating, growing and freeing at random while every allocation
  * is sampled: nothing tracked is left once everything is freed, and the
  * blocks' contents survive. */
@@ -375,6 +455,8 @@ int main(void) {
       T(test_free_and_realloc_untrack),
       T(test_table_full_is_counted),
       T(test_fork_child_starts_empty),
+      T(test_entries_kept_by_a_thread_come_back),
+      T(test_fork_child_hands_each_entry_out_once),
       T(test_threads_stress),
   };
   int failed = 0;
