@@ -287,6 +287,8 @@ int cp_agg_start(const cp_config *cfg, void (*tick)(void),
     agg.owned_ring = cp_ring_create(RING_SLOTS, frames);
   while (agg.owned_ring && cp_ring_peek(agg.owned_ring))
     cp_ring_release(agg.owned_ring);
+  if (agg.owned_ring)
+    cp_ring_set_timestamps(agg.owned_ring, agg.timeline);
   agg.gen = new_generation(++agg.next_gen_id);
   if (!agg.owned_ring || !agg.gen) {
     cp_gen_destroy(agg.gen);

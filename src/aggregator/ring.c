@@ -33,6 +33,7 @@ struct cp_ring {
   _Atomic int64_t dropped_values[CP_NVALUES]; /* per kind: count, quantity */
   size_t mask;
   size_t max_frames;
+  _Atomic int timestamps; /* producers read the clock for each sample */
   size_t slot_bytes;
   size_t map_bytes;
   unsigned char *slots;
@@ -126,6 +127,16 @@ void cp_ring_destroy(cp_ring *r) {
 }
 
 size_t cp_ring_max_frames(const cp_ring *r) { return r->max_frames; }
+
+void cp_ring_set_timestamps(cp_ring *r, int on) {
+  atomic_store_explicit(&r->timestamps, on != 0, memory_order_relaxed);
+}
+
+/* Async-signal-safe. */
+int cp_ring_timestamps(const cp_ring *r) {
+  return atomic_load_explicit(&((cp_ring *)r)->timestamps,
+                              memory_order_relaxed);
+}
 
 /* Async-signal-safe, lock-free. */
 void cp_ring_drop(cp_ring *r, uint32_t kind, int64_t count, int64_t quantity) {

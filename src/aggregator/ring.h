@@ -32,6 +32,14 @@ cp_ring *cp_ring_create(size_t slots, size_t max_frames);
 void cp_ring_destroy(cp_ring *ring);
 size_t cp_ring_max_frames(const cp_ring *ring);
 
+/* Whether producers stamp each sample with its time (timestamp_ns; 0
+ * otherwise). Only the timeline (CONTPROF_TIMELINE) reads it, and a clock
+ * read was about 4% of a sampled allocation's cost (docs/benchmarks.md).
+ * Set by the consumer before producers run; read by them, async-signal-
+ * safe. */
+void cp_ring_set_timestamps(cp_ring *ring, int on);
+int cp_ring_timestamps(const cp_ring *ring);
+
 /* Producer side. Async-signal-safe and lock-free. reserve returns a slot to
  * fill and a ticket, or NULL when the ring is full: then the sample's values
  * (kind, count, quantity) are added to the ring's dropped totals, so totals

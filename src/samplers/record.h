@@ -41,7 +41,7 @@ cp_record_begin_as(cp_record *rec, cp_ring *ring, contprof_sample_kind kind,
   s->kind = kind;
   s->tid = tid;
   s->labels = labels;
-  s->timestamp_ns = cp_realtime_ns();
+  s->timestamp_ns = cp_ring_timestamps(ring) ? cp_realtime_ns() : 0;
   s->span_id = span_id;
   s->local_root_span_id = local_root_span_id;
   s->count = count;
