@@ -150,9 +150,11 @@ static void end_write(cp_heap_entry *e) {
  * entry another core last wrote, were two cache transfers per sample and
  * one per tracked free (docs/benchmarks.md, "Fewer cache transfers per
  * tracked sample"). At most STASH entries per live thread are out of the
- * shared list; an ending thread gives them back (cp_heap_thread_end). busy
- * keeps a signal handler that frees a tracked block, on this thread in the
- * middle of a stash operation, on the shared list. */
+ * shared list; an ending thread gives them back (cp_heap_thread_end). A
+ * child of fork whose table was not wiped loses the other threads' kept
+ * entries (at most STASH per thread the parent had). busy keeps a signal
+ * handler that frees a tracked block, on this thread in the middle of a
+ * stash operation, on the shared list. */
 #define STASH 4
 enum { STASH_OFF, STASH_ON, STASH_CLOSED };
 static CP_TLS struct {
