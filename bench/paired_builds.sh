@@ -10,6 +10,10 @@
 #          alloc,heap at means of 8 KiB, 64 KiB and 512 KiB (default):
 #          the workers' CPU seconds (hooks and sampling on the application's
 #          threads)
+#   live   bench/live_heap_work 4096 10 under each preload (4 GiB of live
+#          heap held, then 2 threads x 10 M malloc/free pairs),
+#          CONTPROF_PROFILES=alloc,heap at the default mean: the workers'
+#          CPU seconds (the frees' filter with 8,192 tracked samples)
 #   lock   bench/lock_work contended 4 2 300000 under each preload,
 #          CONTPROF_PROFILES=lock, CONTPROF_LOCK_SAMPLE_NS=20000: wall seconds
 # Then per figure the medians of each side and the median [p25, p75] of the
@@ -34,6 +38,7 @@ trap 'rm -rf "$tmp"' EXIT
 src=$bench_root/bench cc=${CC:-gcc}
 $cc -O2 -g -pthread -o "$tmp/alloc_work" "$src/alloc_work.c"
 $cc -O2 -g -Wall -pthread -o "$tmp/lock_work" "$src/lock_work.c"
+$cc -O2 -g -Wall -pthread -o "$tmp/live_heap_work" "$src/live_heap_work.c"
 for s in base new; do
   $cc -O2 -g -Wall -pthread -I"$bench_root/include" \
     -o "$tmp/sample_cost_$s" "$src/sample_cost.c" \
@@ -58,6 +63,11 @@ run_side() { # ROUND SIDE
       "$tmp/alloc_work" 2 10 2>/dev/null | sed 's/.*workers_cpu_s=//')
     row "$r" "alloc_${mean}B_workers_cpu_s" "$s" "$v"
   done
+  v=$(CONTPROF_OUTPUT_DIR=$out CONTPROF_MAX_OVERHEAD_PCT=0 \
+    CONTPROF_PROFILES=alloc,heap \
+    LD_PRELOAD=${dir[$s]}/libcontprof_preload.so \
+    "$tmp/live_heap_work" 4096 10 2>/dev/null | sed 's/.*workers_cpu_s=//')
+  row "$r" "live_heap_4GiB_workers_cpu_s" "$s" "$v"
   v=$(CONTPROF_OUTPUT_DIR=$out CONTPROF_MAX_OVERHEAD_PCT=0 \
     CONTPROF_PROFILES=lock CONTPROF_LOCK_SAMPLE_NS=20000 \
     LD_PRELOAD=${dir[$s]}/libcontprof_preload.so \

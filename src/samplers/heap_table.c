@@ -389,8 +389,11 @@ void cp_heap_after_fork_child(void) {
   stash.n = 0;
   atomic_store_explicit(&heap.free_head, 0, memory_order_relaxed);
   atomic_store_explicit(&heap.high_water, 0, memory_order_relaxed);
+  /* Only the buckets in use are written: each first write to a page of the
+   * filter copies it from the parent. */
   for (size_t i = 0; i < sizeof cp_heap_filter; i++)
-    atomic_store_explicit(&cp_heap_filter[i], 0, memory_order_relaxed);
+    if (atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed))
+      atomic_store_explicit(&cp_heap_filter[i], 0, memory_order_relaxed);
   /* Not faulted in here, on the thread that forked (1 MiB at the default
    * capacity, 256 faults: 2 ms of the child's CPU on this VM, before it
    * could go on): a child that lives a moment faults in the few it uses,

@@ -62,17 +62,23 @@ void cp_heap_thread_end(void);
 /* Whether the heap profile ever ran in this process (set once with the
  * table, never cleared: what it tracked stays tracked after a stop), alone
  * on its cache line; and per filter bucket, the live addresses that hash
- * there (255: saturated, always look). A 4 KiB filter stays in the cache of
- * a thread that frees a lot. There is no count of live entries to test
- * instead: every sample and every removal would write it and every free on
- * every thread read it, so each sample cost a cache miss on every other core
- * (2 points of CPU on the worst-case benchmark, docs/benchmarks.md). */
+ * there (255: saturated, always look). 65,536 buckets: a free whose
+ * bucket is not empty looks the address up in the slots (a cache miss), and
+ * with 4,096 buckets a process holding 4 GiB of live heap (8,192 tracked
+ * samples at the default mean) sent 86% of its frees there, its
+ * malloc/free pairs at twice plain's cost; with 65,536, 12%, and the
+ * benchmark with no live heap pays nothing measurable for the larger
+ * filter (docs/benchmarks.md, "A large live heap"). There is no count of live
+ * entries to test instead: every sample and every removal would write it and
+ * every free on every thread read it, so each sample cost a cache miss on every
+ * other core (2 points of CPU on the worst-case benchmark, docs/benchmarks.md).
+ */
 typedef struct cp_heap_gate {
   _Alignas(64) _Atomic int on;
   char pad[60];
 } cp_heap_gate;
 extern cp_heap_gate cp_heap_tracking __attribute__((visibility("hidden")));
-#define CP_HEAP_FILTER_BITS 12
+#define CP_HEAP_FILTER_BITS 16
 extern _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS]
     __attribute__((visibility("hidden")));
 
