@@ -8,7 +8,7 @@
  * samples. With sampling off, an allocation adds one predictable branch on a
  * read-mostly flag; with sampling on, a thread-local subtraction
  * (cp_alloc_count). A free adds a range check (the bootstrap arena) and, once
- * the heap profile has run, a hash and one load from the live table's 4 KiB
+ * the heap profile has run, a hash and one load from the live table's 64 KiB
  * filter (before, one predictable branch).
  *
  * Recursion: the real allocator is found with the one lookup (real.h),

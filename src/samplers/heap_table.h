@@ -6,9 +6,9 @@
  *
  * Layout: an entry pool (index-linked free list with an ABA tag, bump
  * allocated so only the peak of live entries is touched), an open-addressing
- * table of 2 x capacity address slots pointing into the pool, and a small
+ * table of 2 x capacity address slots pointing into the pool, and a
  * counting filter so that the free of an untracked pointer usually costs one
- * load from a 4 KiB array. The table is created once and kept for the life
+ * load from a 64 KiB array. The table is created once and kept for the life
  * of the process: a hook that loaded it may still be using it. */
 #ifndef CP_HEAP_TABLE_H
 #define CP_HEAP_TABLE_H
