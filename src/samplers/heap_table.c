@@ -169,6 +169,21 @@ void cp_heap_thread_begin(void) {
     stash.state = STASH_ON;
 }
 
+/* Async-signal-safe: 1 when this thread may change its stash now (0: a
+ * stash operation this call interrupted is under way). */
+static int stash_enter(void) {
+  if (stash.busy)
+    return 0;
+  stash.busy = 1;
+  atomic_signal_fence(memory_order_seq_cst);
+  return 1;
+}
+
+static void stash_leave(void) {
+  atomic_signal_fence(memory_order_seq_cst);
+  stash.busy = 0;
+}
+
 /* Async-signal-safe, lock-free. */
 static void push_free(cp_heap_entry *e) {
   uint32_t index = index_of(e);
@@ -186,12 +201,9 @@ static void push_free(cp_heap_entry *e) {
 cp_heap_entry *cp_heap_entry_take(void) {
   if (!atomic_load_explicit(&cp_heap_tracking.on, memory_order_acquire))
     return NULL;
-  if (stash.n && !stash.busy) {
-    stash.busy = 1;
-    atomic_signal_fence(memory_order_seq_cst);
+  if (stash.n && stash_enter()) {
     cp_heap_entry *e = entry_at(stash.index[--stash.n]);
-    atomic_signal_fence(memory_order_seq_cst);
-    stash.busy = 0;
+    stash_leave();
     begin_write(e);
     return e;
   }
@@ -230,12 +242,9 @@ void cp_heap_entry_abandon(cp_heap_entry *e) {
   e->labels = 0;
   atomic_store_explicit(&e->addr, 0, memory_order_relaxed);
   end_write(e);
-  if (stash.state == STASH_ON && stash.n < STASH && !stash.busy) {
-    stash.busy = 1;
-    atomic_signal_fence(memory_order_seq_cst);
+  if (stash.state == STASH_ON && stash.n < STASH && stash_enter()) {
     stash.index[stash.n++] = index_of(e);
-    atomic_signal_fence(memory_order_seq_cst);
-    stash.busy = 0;
+    stash_leave();
     return;
   }
   push_free(e);
@@ -247,8 +256,7 @@ void cp_heap_thread_end(void) {
   stash.state = STASH_CLOSED;
   while (stash.n)
     push_free(entry_at(stash.index[--stash.n]));
-  atomic_signal_fence(memory_order_seq_cst);
-  stash.busy = 0;
+  stash_leave();
 }
 
 /* Async-signal-safe: saturating increment (255 stays: always look up). */

@@ -322,14 +322,20 @@ static long fill_table(void **blocks, size_t n) {
                                                                   : -1;
 }
 
-/* A thread keeps a few free entries of its own (the ones its tracked frees
- * gave back); they come back to everyone when it ends, however it ends. */
-static void *sample_and_free(void *arg) {
+/* Tracks 16 blocks and frees them: the calling thread, if the
+ * pthread_create hook started it, keeps the last entries they free. */
+static void keep_entries(void) {
   void *blocks[16];
   for (int i = 0; i < 16; i++)
     blocks[i] = hold_block(24);
   for (int i = 0; i < 16; i++)
     free(blocks[i]);
+}
+
+/* A thread keeps a few free entries of its own (the ones its tracked frees
+ * gave back); they come back to everyone when it ends, however it ends. */
+static void *sample_and_free(void *arg) {
+  keep_entries();
   if (arg)
     pthread_exit(NULL);
   return NULL;
@@ -359,11 +365,7 @@ static void test_entries_kept_by_a_thread_come_back(void) {
  * its entries is handed out once (the kept ones named the parent's). */
 static void *fork_with_kept_entries(void *arg) {
   (void)arg;
-  void *blocks[16];
-  for (int i = 0; i < 16; i++)
-    blocks[i] = hold_block(24);
-  for (int i = 0; i < 16; i++)
-    free(blocks[i]);
+  keep_entries();
   fflush(NULL);
   pid_t child = fork();
   if (child == 0) {
