@@ -3,9 +3,12 @@
  *
  * - perf task clock (the default where the kernel allows it): a software
  *   perf event per thread (PERF_COUNT_SW_TASK_CLOCK) whose overflow sends the
- *   sampling signal to the thread (F_SETOWN_EX, F_SETSIG); the handler
- *   re-arms it (PERF_EVENT_IOC_REFRESH). Its hrtimer fires after exactly one
- *   period of the thread's CPU time.
+ *   sampling signal to the thread (F_SETOWN_EX, F_SETSIG). The event may
+ *   overflow PERF_AHEAD times before its handlers re-arm it, so that it is
+ *   still running when they do (re-enabling a stopped one costs the kernel
+ *   a reschedule of the thread's events and a timer reprogramming); its
+ *   interval is drawn again every PERF_REDRAW_EVERY samples (perf_rearm).
+ *   Its hrtimer fires after exactly one interval of the thread's CPU time.
  * - POSIX timer (CONTPROF_CPU_CLOCK=posix, and wherever perf_event_open is
  *   refused: perf_event_paranoid 3, seccomp, no descriptors): a timer on the
  *   thread's CPU clock delivered to that thread (SIGEV_THREAD_ID). Each
@@ -87,6 +90,12 @@ typedef struct thread_timer {
  * open. */
 #define PERF_FD_LIMIT 65536
 #define PERF_MIN_PERIOD_NS 10000 /* the kernel's floor for a task clock */
+/* Overflows a perf task clock may make before a handler re-arms it (its
+ * refresh limit, PERF_EVENT_IOC_REFRESH): at most this many of its signals
+ * are queued at once. */
+#define PERF_AHEAD 2
+/* Samples between two draws of a perf task clock's interval. */
+#define PERF_REDRAW_EVERY 8
 #define PERF_FD_LINK "anon_inode:[perf_event]" /* /proc/self/fd/N of one */
 static _Atomic uint64_t perf_fds[PERF_FD_LIMIT / 64];
 
@@ -132,6 +141,11 @@ static CP_TLS struct {
   uint64_t cpu_ns;
   uint64_t window_cpu_ns, window_switches;
   int moving; /* asked to leave perf in this run */
+  /* The event whose interval was last drawn (perf_rearm), and the samples
+   * left until the next draw. */
+  int drawn_fd;
+  unsigned drawn_gen;
+  unsigned draw_in;
 } perf_last;
 
 /* Threads whose handlers found them blocking more than SWITCH_LIMIT times
@@ -228,19 +242,44 @@ static void judge_switches(uint64_t cpu_now) {
   /* Every slot taken until the next tick: judged again a window later. */
 }
 
-/* Async-signal-safe: two ioctls on our own descriptor. The overflow disabled
- * the event (its refresh limit of 1); this enables it for one more
- * interval, drawn uniformly in [period/2, 3 period/2). A fixed interval
- * locks onto work that is periodic in CPU time: 2 ms of one function then
- * 2 ms of another, sampled every exact 4 ms, puts every sample in the same
- * one. The weights are CPU time, so the mean interval does not matter. */
-static void perf_rearm(int fd) {
-  uint64_t period = atomic_load_explicit(&cpu.period_ns, memory_order_relaxed);
-  uint64_t interval = period / 2 + cp_random_below(period);
-  if (interval < PERF_MIN_PERIOD_NS)
-    interval = PERF_MIN_PERIOD_NS;
-  ioctl(fd, PERF_EVENT_IOC_PERIOD, &interval);
-  ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+/* Async-signal-safe: one ioctl on our own descriptor, and a second one
+ * sample in PERF_REDRAW_EVERY (docs/signals.md, "Perf task clocks").
+ *
+ * The signal handled took one overflow of the event's refresh limit; one
+ * is given back (PERF_EVENT_IOC_REFRESH), so that PERF_AHEAD overflows stay
+ * allowed and the event is still running: a REFRESH of a running event is
+ * an atomic add, of a stopped one a reschedule of the thread's events. A
+ * signal that ends the limit (POLL_HUP: the event stopped) when sig is a
+ * standard signal may have had others merged into it, each an overflow
+ * never given back: the whole limit is given again. Real-time signals
+ * queue (none merge), so giving one back per signal keeps at most
+ * PERF_AHEAD of them queued.
+ *
+ * Every PERF_REDRAW_EVERY samples, and at the first sample of an event, its
+ * interval is drawn again, uniformly in [period/2, 3 period/2)
+ * (PERF_EVENT_IOC_PERIOD, which restarts the event's timer: the costly
+ * call). A fixed interval locks onto work that is periodic in CPU time: 2 ms
+ * of one function then 2 ms of another, sampled every exact 4 ms, puts
+ * every sample in the same one. Between two draws the samples are one
+ * interval apart, and each run of them starts at the phase where the
+ * previous run, at another random interval, left off. The weights are CPU time,
+ * so the mean interval does not matter; a new period from the governor is taken
+ * at the next draw. */
+static void perf_rearm(int fd, int sig, int hup) {
+  unsigned gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
+  if (perf_last.drawn_fd != fd || perf_last.drawn_gen != gen ||
+      --perf_last.draw_in == 0) {
+    uint64_t period =
+        atomic_load_explicit(&cpu.period_ns, memory_order_relaxed);
+    uint64_t interval = period / 2 + cp_random_below(period);
+    if (interval < PERF_MIN_PERIOD_NS)
+      interval = PERF_MIN_PERIOD_NS;
+    ioctl(fd, PERF_EVENT_IOC_PERIOD, &interval);
+    perf_last.drawn_fd = fd;
+    perf_last.drawn_gen = gen;
+    perf_last.draw_in = PERF_REDRAW_EVERY;
+  }
+  ioctl(fd, PERF_EVENT_IOC_REFRESH, hup && sig < SIGRTMIN ? PERF_AHEAD : 1);
 }
 
 /* Async-signal-safe: runs in the sampling signal handler. Reads the label
@@ -259,7 +298,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   } else if ((info->si_code == POLL_HUP || info->si_code == POLL_IN) &&
              perf_fd_ours(info->si_fd)) {
     if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
-      perf_rearm(info->si_fd);
+      perf_rearm(info->si_fd, sig, info->si_code == POLL_HUP);
     uint64_t cpu_now;
     quantity = perf_cpu_since_last(&cpu_now);
     judge_switches(cpu_now);
@@ -381,7 +420,7 @@ static int perf_create_for(pid_t tid, thread_timer *t) {
   t->fd = fd;
   t->dev = st.st_dev;
   t->ino = st.st_ino;
-  if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
+  if (ioctl(fd, PERF_EVENT_IOC_REFRESH, PERF_AHEAD) != 0) {
     int err = errno;
     atomic_fetch_and(&perf_fds[fd / 64], ~bit);
     close(fd);
@@ -744,7 +783,8 @@ static struct timespec period_timespec(uint64_t ns) {
 }
 
 /* On the profiler's thread: samples every factor base periods from now on.
- * Perf task clocks take the new period at their next sample (perf_rearm);
+ * Perf task clocks take the new period at their next draw of an interval,
+ * within PERF_REDRAW_EVERY samples (perf_rearm);
  * POSIX timers and the setitimer fallback are re-armed here. */
 static void cpu_slow_down(unsigned factor) {
   uint64_t period = cpu.base_period_ns * factor;

@@ -43,7 +43,15 @@
  *                           the main thread and on 8 threads started after
  *                           its first tick; prints how many of those
  *                           threads got libunwind's thread-local block
- * *   switchy SECONDS         two threads hand a token back and forth, each
+ * *   masked SECONDS [rt]     works 0.2 s in work_gamma, then SECONDS of
+ *                           CPU: chunks of 100 ms in work_alpha with every
+ *                           signal blocked (masked_chunk), each followed by
+ *                           100 ms in work_beta; with rt, first installs a
+ *                           SIGPROF handler of its own and works 1.5 s in
+ *                           work_gamma (the profiler moves to a real-time
+ *                           signal); prints the true CPU ns of masked_chunk
+ *                           and work_beta
+ *   switchy SECONDS         two threads hand a token back and forth, each
  *                           working 50 us in work_alpha per turn (a server
  *                           thread that blocks at every request), while a
  *                           third works SECONDS of CPU in work_beta; prints
@@ -665,6 +673,34 @@ static int own_sigvtalrm(void) {
   return 0;
 }
 
+/* ns of CPU with every signal blocked, as in an application's critical
+ * section: the profiler's clock keeps running, and its signals wait. */
+__attribute__((noinline)) static uint64_t masked_chunk(uint64_t ns) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  uint64_t used = work_alpha(ns);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return used;
+}
+
+static int masked(double seconds, int rt) {
+  if (rt)
+    install_own_handler(SIGPROF);
+  /* Sampled before the first blocked stretch: a thread's first sample
+   * weighs at most one period (the CPU it used before is not the
+   * profile's). */
+  work_gamma(rt ? 1500000000 : 200000000);
+  uint64_t in_masked = 0, in_beta = 0, start = thread_cpu_ns();
+  while (thread_cpu_ns() - start < (uint64_t)(seconds * 1e9)) {
+    in_masked += masked_chunk(100000000);
+    in_beta += work_beta(100000000);
+  }
+  printf("masked_chunk=%" PRIu64 " work_beta=%" PRIu64 "\n", in_masked,
+         in_beta);
+  return 0;
+}
+
 /* Recurses `depth` frames, then works: a stack deeper than
  * CONTPROF_MAX_FRAMES. */
 __attribute__((noinline)) static uint64_t deep(int depth) {
@@ -905,6 +941,8 @@ int main(int argc, char **argv) {
     return own_sigprof();
   if (strcmp(argv[1], "own-sigvtalrm") == 0)
     return own_sigvtalrm();
+  if (strcmp(argv[1], "masked") == 0 && (argc == 3 || argc == 4))
+    return masked(atof(argv[2]), argc == 4 && strcmp(argv[3], "rt") == 0);
   if (strcmp(argv[1], "switchy") == 0 && argc == 3)
     return switchy(atof(argv[2]));
   return 2;
