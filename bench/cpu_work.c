@@ -10,7 +10,11 @@
  * (FNV-1a) and a floating-point kernel (libm). Prints a checksum so that
  * nothing is optimised away, the CPU time its threads used (each measures
  * its own clock, so a profiler's signal handling on them is included) and,
- * when a profiler runs threads of its own named "contprof-*", theirs. */
+ * when a profiler runs threads of its own named "contprof-*", theirs; then
+ * the same two for the second half of the requests (from the moment each
+ * worker, and for the profiler's threads the first worker, was half way):
+ * the steady state, after what a profiler does once per process at its
+ * start (its first symbol and debug-information reads). */
 #include <dirent.h>
 #include <math.h>
 #include <pthread.h>
@@ -24,7 +28,9 @@
 
 typedef struct worker {
   uint64_t requests;
-  double cpu_s; /* the thread's own CPU time at its end */
+  double cpu_s;            /* the thread's own CPU time at its end */
+  double half_cpu_s;       /* and half way through its requests */
+  double *half_profiler_s; /* set: read the profiler's threads half way */
   uint64_t seed;
   uint64_t checksum;
   int32_t keys[512];
@@ -108,10 +114,18 @@ static double clock_s(clockid_t clock) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double profiler_threads_cpu(void);
+
 static void *serve(void *arg) {
   worker *w = arg;
-  for (uint64_t i = 0; i < w->requests; i++)
+  for (uint64_t i = 0; i < w->requests; i++) {
+    if (i == w->requests / 2) {
+      if (w->half_profiler_s)
+        *w->half_profiler_s = profiler_threads_cpu();
+      w->half_cpu_s = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    }
     w->checksum += dispatch(w);
+  }
   w->cpu_s = clock_s(CLOCK_THREAD_CPUTIME_ID);
   return NULL;
 }
@@ -158,6 +172,8 @@ int main(int argc, char **argv) {
   worker *w = calloc((size_t)threads, sizeof *w);
   if (!w)
     return 1;
+  double half_profiler = 0;
+  w[0].half_profiler_s = &half_profiler;
   for (int i = 0; i < threads; i++) {
     w[i].requests = requests;
     w[i].seed = 0x2545f4914f6cdd1dull * (uint64_t)(i + 1);
@@ -166,14 +182,19 @@ int main(int argc, char **argv) {
       return 1;
   }
   uint64_t sum = 0;
-  double workers_cpu = 0;
+  double workers_cpu = 0, second_half = 0;
   for (int i = 0; i < threads; i++) {
     pthread_join(t[i], NULL);
     sum += w[i].checksum;
     workers_cpu += w[i].cpu_s;
+    second_half += w[i].cpu_s - w[i].half_cpu_s;
   }
-  printf("checksum %llu workers_cpu_s %.6f profiler_threads_cpu_s %.6f\n",
-         (unsigned long long)sum, workers_cpu, profiler_threads_cpu());
+  double profiler = profiler_threads_cpu();
+  printf("checksum %llu workers_cpu_s %.6f profiler_threads_cpu_s %.6f "
+         "second_half_workers_cpu_s %.6f second_half_profiler_threads_cpu_s "
+         "%.6f\n",
+         (unsigned long long)sum, workers_cpu, profiler, second_half,
+         profiler - half_profiler);
   free(w);
   return 0;
 }

@@ -20,6 +20,12 @@
 #   workers     the CPU time of cpu_work's threads as they measure it
 #               themselves: the cost the sampling puts on the profiled
 #               threads (signal delivery, handler, cache effects).
+# Then the steady state: over the second half of each run's requests (after
+# what a profiler does once per process as it starts, such as contprof's
+# first reads of symbols and debug information), the workers' CPU plus
+# contprof's own threads' (contprof-*: drain, export) over the plain run's
+# workers' CPU in the same half, per variant. Runs of 30000 requests are
+# too short for it: use OVERHEAD_REQUESTS=300000 or more.
 #
 #   bench/overhead.sh
 # Environment: OVERHEAD_ROUNDS (31), OVERHEAD_REQUESTS (30000: ~2.3 s of
@@ -60,8 +66,9 @@ run() {
       "${cmd[@]}" >"$tmp/out" 2>"$tmp/err" ;;
   esac
   ((n > 0)) || return 0
-  # "workers_cpu_s profiler_threads_cpu_s", as cpu_work printed them.
-  awk '/^checksum/ {print $4, $6}' "$tmp/out" >>"$log.threads"
+  # "workers_cpu_s profiler_threads_cpu_s", then the same for the second
+  # half of the requests, as cpu_work printed them.
+  awk '/^checksum/ {print $4, $6, $8, $10}' "$tmp/out" >>"$log.threads"
   # A profiler that silently did nothing would look free: check its output.
   local samples=0
   case $v in
@@ -77,13 +84,21 @@ run() {
 bench_machine
 echo "overhead: cpu_work $OVERHEAD_THREADS threads x $OVERHEAD_REQUESTS requests, $OVERHEAD_HZ Hz, $OVERHEAD_ROUNDS rounds (+1 warm-up)"
 bench_rounds "$OVERHEAD_ROUNDS" "$OVERHEAD_REQUESTS" "${variants[@]}"
-bench_overhead_table "workers CPU" '$1 / $3' "${variants[@]}"
+bench_overhead_table "workers CPU" '$1 / $5' "${variants[@]}"
 echo "Ratios: median [interquartile range] over $OVERHEAD_ROUNDS rounds. Samples per run (median): contprof $(bench_quantiles <"$tmp/contprof.samples" | awk '{printf "%.0f", $1}'), contprof-posix $(bench_quantiles <"$tmp/contprof-posix.samples" | awk '{printf "%.0f", $1}'), gperftools $(bench_quantiles <"$tmp/gperftools.samples" | awk '{printf "%.0f", $1}')."
 paste -d' ' "$tmp/contprof.threads" "$tmp/contprof" | awk '{print $2, $2 / $3}' |
   sort -g | awk '{ms[NR] = $1 * 1000; ps[NR] = $2} END {
     k = int((NR + 1) / 2)
     printf "contprof'"'"'s own threads (contprof-*), by the end of the work: median %.1f ms per run, %.2f ms per wall second.\n", ms[k], ps[k] * 1000 }'
 echo "workers CPU: the CPU time cpu_work's threads measured for themselves (signal delivery and handlers on them included; start-up, exit and the profiler's threads not)."
+printf 'Steady state, the second half of the requests: (workers CPU + contprof'"'"'s threads) / plain'"'"'s workers CPU, per round:'
+for v in "${variants[@]}"; do
+  [[ $v == plain ]] && continue
+  printf ' %s %s;' "$v" "$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
+    awk '{ print ($3 + $4) / $7 }' | bench_quantiles |
+    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')"
+done
+echo
 if [[ -n $BASE_PRELOAD_LIB ]]; then
   echo "This tree against $BENCH_BASE_REF, per round: contprof / contprof-base CPU $(bench_ratio contprof '($2 + $3) / ($6 + $7)' contprof-base), CPU steady $(bench_ratio contprof '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)' contprof-base)."
 fi
