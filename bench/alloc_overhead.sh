@@ -109,7 +109,7 @@ BENCH_SHORT_WORK=1 bench_rounds "$ALLOC_ROUNDS" "$ALLOC_MILLIONS" "${variants[@]
 # threads_ratio VARIANT BASE: median [p25, p75] of the workers' CPU ratio.
 threads_ratio() {
   paste -d' ' "$tmp/$1.threads" "$tmp/$2.threads" | awk '{ print $1 / $2 }' |
-    bench_quantiles | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
+    bench_median_iqr
 }
 
 printf '\n| variant | baseline | median CPU s | short twin CPU s | CPU / baseline | CPU steady / baseline | workers CPU / baseline |\n'

@@ -118,6 +118,12 @@ bench_quantiles() {
           printf "%.6f %.6f %.6f\n", q(0.5), q(0.25), q(0.75) }'
 }
 
+# Reads numbers, one a line, on stdin; prints "median [p25, p75]" (the
+# form the tables show).
+bench_median_iqr() {
+  bench_quantiles | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
+}
+
 # bench_rotate ROUNDS DIR VARIANT...: runs the caller's `run VARIANT LOG`
 # once per variant as a warm-up, then ROUNDS rounds of every variant in an
 # order that rotates from round to round, each appending to DIR/VARIANT.
@@ -184,8 +190,7 @@ bench_rounds() {
 bench_ratio() {
   local base=${3:-plain}
   paste -d' ' "$tmp/$1" "$tmp/$base" "$tmp/$1.empty" "$tmp/$base.empty" |
-    awk "{ print $2 }" | bench_quantiles |
-    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'
+    awk "{ print $2 }" | bench_median_iqr
 }
 
 # bench_overhead_table THREADS-LABEL THREADS-EXPR VARIANT...: the markdown
@@ -207,8 +212,7 @@ bench_overhead_table() {
       cr=$(bench_ratio "$v" '($2 + $3) / ($6 + $7)')
       sr=$(bench_ratio "$v" '($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)')
       tr=$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
-        awk "{ print $texpr }" | bench_quantiles |
-        awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
+        awk "{ print $texpr }" | bench_median_iqr)
     fi
     printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$v" "$wall" "$cpu" "$fixed" "$wr" "$cr" "$sr" "$tr"
   done

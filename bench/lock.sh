@@ -130,7 +130,7 @@ for v in "${cont_variants[@]}"; do
     d="1 (baseline)"
   else
     paste -d' ' "$tmp/cont.$v" "$tmp/cont.plain" | awk '{print $1 / $2}' >"$tmp/ratio"
-    d=$(bench_quantiles <"$tmp/ratio" | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
+    d=$(bench_median_iqr <"$tmp/ratio")
   fi
   echo "| $v | $(stats "$tmp/cont.$v") | $d |"
 done
@@ -139,7 +139,7 @@ echo "Contended acquisitions the lock-on profile estimates (lock-acquire total, 
 if [[ -n $BASE_PRELOAD_LIB ]]; then
   paste -d' ' "$tmp/cont.lock-on" "$tmp/cont.lock-on-base" | awk '{print $1 / $2}' >"$tmp/ratio"
   paste -d' ' "$tmp/pair.lock-on" "$tmp/pair.lock-on-base" | awk '{print $1 - $2}' >"$tmp/diff"
-  echo "This tree against $BENCH_BASE_REF, per round: contended wall lock-on / lock-on-base $(bench_quantiles <"$tmp/ratio" | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}'); uncontended pair lock-on minus lock-on-base $(stats "$tmp/diff") ns."
+  echo "This tree against $BENCH_BASE_REF, per round: contended wall lock-on / lock-on-base $(bench_median_iqr <"$tmp/ratio"); uncontended pair lock-on minus lock-on-base $(stats "$tmp/diff") ns."
 fi
 if [[ -n ${BENCH_RAW:-} ]]; then
   for f in "$tmp"/pair.* "$tmp"/cont.*; do

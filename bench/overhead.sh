@@ -95,8 +95,7 @@ printf 'Steady state, the second half of the requests: (workers CPU + contprof'"
 for v in "${variants[@]}"; do
   [[ $v == plain ]] && continue
   printf ' %s %s;' "$v" "$(paste -d' ' "$tmp/$v.threads" "$tmp/plain.threads" |
-    awk '{ print ($3 + $4) / $7 }' | bench_quantiles |
-    awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')"
+    awk '{ print ($3 + $4) / $7 }' | bench_median_iqr)"
 done
 echo
 if [[ -n $BASE_PRELOAD_LIB ]]; then

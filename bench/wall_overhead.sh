@@ -85,12 +85,12 @@ for idle in $WALL_IDLE; do
   echo >&2
   base=$(awk '{print $1}' "$tmp/plain.$idle" | bench_quantiles | awk '{printf "%.3f", $1}')
   wr=$(paste -d' ' "$tmp/wall.$idle" "$tmp/plain.$idle" | awk '{print $1 / $5}' |
-    bench_quantiles | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
+    bench_median_iqr)
   cr=$(paste -d' ' "$tmp/wall.$idle" "$tmp/plain.$idle" | awk '{print ($2 + $3) / ($6 + $7)}' |
-    bench_quantiles | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
+    bench_median_iqr)
   sr=$(paste -d' ' "$tmp/wall.$idle" "$tmp/plain.$idle" "$tmp/wall.$idle.empty" "$tmp/plain.$idle.empty" |
     awk '{print ($2 + $3 - $10 - $11) / ($6 + $7 - $14 - $15)}' |
-    bench_quantiles | awk '{printf "%.4f [%.4f, %.4f]", $1, $2, $3}')
+    bench_median_iqr)
   counts=""
   for col in 1 2 3; do
     counts+=$(awk -v c=$col '{print $c}' "$tmp/wall.$idle.counts" | bench_quantiles | awk '{printf "%.0f", $1}')" | "
