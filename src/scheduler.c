@@ -35,6 +35,7 @@ static struct {
   uint64_t started_ns;  /* monotonic, at start */
   uint64_t deadline_ns; /* monotonic: the current period's end */
   uint64_t flush_requested, flush_completed;
+  void (*job)(void); /* cp_scheduler_run_soon's, not yet run */
   void (*before_close)(void);
   void (*before_export)(cp_generation *g);
   cp_export_meta meta;
@@ -126,6 +127,14 @@ static void *scheduler_thread(void *arg) {
   for (;;) {
     int flushing = 0;
     while (!sched.stop && !flushing) {
+      if (sched.job) {
+        void (*job)(void) = sched.job;
+        sched.job = NULL;
+        pthread_mutex_unlock(&sched.lock);
+        job();
+        pthread_mutex_lock(&sched.lock);
+        continue;
+      }
       flushing = sched.flush_requested > sched.flush_completed;
       if (flushing)
         break;
@@ -191,6 +200,7 @@ int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   memset(&sched.unreported, 0, sizeof sched.unreported);
   sched.seq = 0; /* a start makes a new runtime-id: its profiles count from 0 */
   sched.flush_requested = sched.flush_completed = 0;
+  sched.job = NULL;
   sched.thread_running = 0;
   sched.running = 1;
   return 0;
@@ -210,6 +220,18 @@ void cp_scheduler_tick(void) {
     }
   }
   pthread_mutex_unlock(&sched.lock);
+}
+
+int cp_scheduler_run_soon(void (*job)(void)) {
+  pthread_mutex_lock(&sched.lock);
+  int rc = -1;
+  if (sched.running && !sched.stop && start_thread_locked() == 0) {
+    sched.job = job;
+    pthread_cond_signal(&sched.wake);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&sched.lock);
+  return rc;
 }
 
 int cp_scheduler_flush(void) {
@@ -238,6 +260,7 @@ void cp_scheduler_after_fork_child(void) {
     return;
   sched.running = 0;
   sched.thread_running = 0;
+  sched.job = NULL;
   cp_uploader_after_fork_child();
 }
 

@@ -37,6 +37,15 @@ int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
  * the last period on the stopping thread. */
 void cp_scheduler_tick(void);
 
+/* Work too long for the aggregator's thread, whose samples would wait in
+ * the ring meanwhile (building the unwinder's table: 7 ms of CPU, in which
+ * a program that allocates as fast as it can filled the ring): runs `job`
+ * on the scheduler's thread, starting the thread now if it does not run
+ * yet. One job waits at a time; asking again before it ran replaces it.
+ * 0, or -1 when no thread can run it (not started, stopping, the thread
+ * could not start): the caller runs it itself. */
+int cp_scheduler_run_soon(void (*job)(void));
+
 /* Ends the current period now and waits until its export was handed to the
  * sinks. Returns 0, or CONTPROF_ERR_NOT_STARTED. */
 int cp_scheduler_flush(void);

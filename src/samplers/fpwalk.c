@@ -54,8 +54,11 @@
 #define DW_RA 16
 #define MAX_OBJECTS 2048
 #define MAX_CFI_BYTES 65536 /* a CIE or FDE longer than this is refused */
-#define STATE_STACK 8       /* DW_CFA_remember_state depth */
-#define RED_ZONE 128        /* below rsp, the x86-64 psABI's */
+/* An object whose search table and .eh_frame are larger is not classified
+ * (the copy build_table reads them from; libstdc++'s are 0.25 MB). */
+#define MAX_COPY_BYTES (256u << 20)
+#define STATE_STACK 8 /* DW_CFA_remember_state depth */
+#define RED_ZONE 128  /* below rsp, the x86-64 psABI's */
 
 /* ---- the thread's stack ------------------------------------------------ */
 
@@ -167,6 +170,7 @@ void cp_fpwalk_on_dlclose(void) { atomic_fetch_add(&dl_closes, 1); }
 typedef struct rd {
   const uint8_t *p, *end;
   int bad;
+  uintptr_t bias; /* where the bytes are loaded, less where they are read */
 } rd;
 
 static uint8_t rd_u8(rd *r) {
@@ -257,7 +261,7 @@ static int rd_enc(rd *r, uint8_t enc, uintptr_t data, uintptr_t *out) {
   case 0x00:
     break;
   case 0x10:
-    v += at;
+    v += at + r->bias;
     break;
   case 0x30:
     v += data;
@@ -325,7 +329,7 @@ static int parse_cie(const uint8_t *cie, const uint8_t *limit, cie_info *ci) {
   const uint8_t *body, *end;
   if (record_at(cie, limit, &body, &end) != 0)
     return -1;
-  rd r = {body, end, 0};
+  rd r = {body, end, 0, 0};
   if (rd_fixed(&r, 4) != 0) /* CIE id */
     return -1;
   uint8_t version = rd_u8(&r);
@@ -399,7 +403,7 @@ typedef struct cfa_state {
  * instruction it does not know. */
 static int run_cfa(cfa_state *st, const cie_info *ci, const uint8_t *p,
                    const uint8_t *end, uintptr_t loc, uintptr_t target) {
-  rd r = {p, end, 0};
+  rd r = {p, end, 0, 0};
   while (r.p < r.end && !r.bad) {
     uint8_t op = rd_u8(&r);
     uint64_t reg = 0, delta = 0;
@@ -565,10 +569,12 @@ static int run_cfa(cfa_state *st, const cie_info *ci, const uint8_t *p,
 
 /* The rule at `target` from the FDE at fde (target UINTPTR_MAX: the whole
  * function, for sets_rbp_cfa; start and len get its range). [base, limit)
- * bounds the .eh_frame reads. Returns 0 or -1. */
+ * bounds the .eh_frame reads; `bias` is 0, or where a copy's bytes are
+ * loaded less where the copy is (pc-relative addresses). Returns 0 or
+ * -1. */
 static int fde_rule(const uint8_t *fde, const uint8_t *base,
-                    const uint8_t *limit, uintptr_t target, cfa_state *st,
-                    uintptr_t *start, uintptr_t *len) {
+                    const uint8_t *limit, uintptr_t bias, uintptr_t target,
+                    cfa_state *st, uintptr_t *start, uintptr_t *len) {
   const uint8_t *body, *end;
   if (record_at(fde, limit, &body, &end) != 0)
     return -1;
@@ -580,7 +586,7 @@ static int fde_rule(const uint8_t *fde, const uint8_t *base,
   cie_info ci;
   if (parse_cie(cie, limit, &ci) != 0 || ci.signal_frame)
     return -1;
-  rd r = {body + 4, end, 0};
+  rd r = {body + 4, end, 0, bias};
   uintptr_t pc_begin, pc_range;
   if (rd_enc(&r, ci.fde_enc, 0, &pc_begin) != 0 ||
       rd_enc(&r, ci.fde_enc & 0x0f, 0, &pc_range) != 0)
@@ -652,17 +658,21 @@ static atomic_ullong n_walked, n_fell_back;
  * nexcept) or writes the exceptions to o->fp, sorted: for an object with
  * frame pointers, the functions without, and the starts of those with that
  * are longer than a plain prologue; for one without, the rbp parts of the
- * functions with. May be long; not for handlers. */
-static size_t classify(fp_object *o, uint32_t *out) {
+ * functions with. Reads a copy of the object's tables (see build_table):
+ * `index`, its search table, and `eh`, the bytes of [o->eh_lo, o->eh_hi).
+ * May be long; not for handlers. */
+static size_t classify(fp_object *o, const int32_t *index, const uint8_t *eh,
+                       uint32_t *out) {
   size_t nexcept = 0, nlong = 0;
+  uintptr_t eh_lo = (uintptr_t)o->eh_lo, eh_len = (uintptr_t)o->eh_hi - eh_lo;
   for (size_t i = 0; i < o->nindex; i++) {
-    const uint8_t *fde = o->hdr + o->index[2 * i + 1];
-    if (fde < o->eh_lo || fde >= o->eh_hi)
+    uintptr_t at = (uintptr_t)o->hdr + (uintptr_t)(intptr_t)index[2 * i + 1];
+    if (at < eh_lo || at - eh_lo >= eh_len)
       continue;
     cfa_state st;
     uintptr_t start, len;
-    if (fde_rule(fde, o->eh_lo, o->eh_hi, UINTPTR_MAX, &st, &start, &len) !=
-            0 ||
+    if (fde_rule(eh + (at - eh_lo), eh, eh + eh_len, eh_lo - (uintptr_t)eh,
+                 UINTPTR_MAX, &st, &start, &len) != 0 ||
         start < o->lo || start + len > o->hi || len == 0)
       continue;
     int fp = st.sets_rbp_cfa;
@@ -704,16 +714,26 @@ typedef struct build_ctx {
   fp_object *objs;
   size_t n, cap;
   unsigned long long adds, subs;
+  /* Built in passes (see build_table): objects the loader lists before
+   * `next` were collected by an earlier pass; `seen` counts this pass's;
+   * `changed` says objects came or went since the first pass; `copied`,
+   * that the last object collected waits in `copy` to be classified. */
+  size_t next, seen;
+  int one_pass, changed, copied;
+  uint8_t *copy; /* its search table, then its .eh_frame bytes */
+  size_t copy_bytes;
   uint32_t *ex;         /* exception words, grown with mremap */
   size_t nex, ex_bytes; /* words used; bytes mapped */
   size_t *ex_at;        /* per object: its first word in ex */
 } build_ctx;
 
-/* Classifies o (its .eh_frame mapped: see collect_object): the verdict, and
- * its exceptions appended to b->ex. Not classified (hdr NULL) when the
- * list cannot grow. */
+/* Classifies o from its tables' copy in b->copy (see collect_object): the
+ * verdict, and its exceptions appended to b->ex. Not classified (hdr NULL)
+ * when the list cannot grow. */
 static void classify_object(build_ctx *b, fp_object *o) {
-  classify(o, NULL);
+  const int32_t *index = (const int32_t *)b->copy;
+  const uint8_t *eh = b->copy + o->nindex * 2 * sizeof(int32_t);
+  classify(o, index, eh, NULL);
   /* The verdict: half or more of the functions with rules make an rbp
    * frame. Built with -fno-omit-frame-pointer, all but a few (leaves
    * without -mno-omit-leaf-frame-pointer, start-up code) do; built
@@ -735,23 +755,57 @@ static void classify_object(build_ctx *b, fp_object *o) {
     b->ex = m;
     b->ex_bytes = bytes;
   }
-  o->nexcept = classify(o, b->ex + b->nex); /* same walk, same count */
+  o->nexcept = classify(o, index, eh, b->ex + b->nex); /* same count */
   b->nex += 2 * o->nexcept;
+}
+
+/* Copies o's search table and .eh_frame bytes into b->copy, grown as
+ * needed. 0 when it cannot grow. */
+static int copy_tables(build_ctx *b, const fp_object *o) {
+  size_t index_bytes = o->nindex * 2 * sizeof(int32_t);
+  size_t eh_bytes = (size_t)(o->eh_hi - o->eh_lo);
+  size_t need = index_bytes + eh_bytes;
+  if (need > MAX_COPY_BYTES)
+    return 0;
+  if (need > b->copy_bytes) {
+    size_t bytes = b->copy_bytes ? b->copy_bytes : 256 * 1024;
+    while (bytes < need)
+      bytes *= 2;
+    void *m = b->copy ? mremap(b->copy, b->copy_bytes, bytes, MREMAP_MAYMOVE)
+                      : mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+      return 0;
+    b->copy = m;
+    b->copy_bytes = bytes;
+  }
+  memcpy(b->copy, o->index, index_bytes);
+  memcpy(b->copy + index_bytes, o->eh_lo, eh_bytes);
+  return 1;
 }
 
 static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
   build_ctx *b = arg;
   if (size >=
           offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs &&
-      b->n == 0) {
-    b->adds = info->dlpi_adds;
-    b->subs = info->dlpi_subs;
+      b->seen == 0) {
+    if (b->next == 0) {
+      b->adds = info->dlpi_adds;
+      b->subs = info->dlpi_subs;
+    } else if (b->adds != info->dlpi_adds || b->subs != info->dlpi_subs) {
+      b->changed = 1;
+      return 1;
+    }
   }
+  if (b->seen++ < b->next)
+    return 0; /* collected by an earlier pass */
+  b->next = b->seen;
   if (b->n == b->cap)
     return 0;
   fp_object o;
   memset(&o, 0, sizeof o);
   o.lo = UINTPTR_MAX;
+  size_t hdr_bytes = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
@@ -762,6 +816,7 @@ static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
         o.hi = lo + ph->p_memsz;
     } else if (ph->p_type == PT_GNU_EH_FRAME) {
       o.hdr = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+      hdr_bytes = ph->p_memsz;
     }
   }
   if (o.lo >= o.hi)
@@ -770,7 +825,8 @@ static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
     /* version 1; eh_frame_ptr pcrel|sdata4; count udata4; table
      * datarel|sdata4: what binutils' and lld's linkers write. */
     const uint8_t *h = o.hdr;
-    if (h[0] == 1 && h[1] == 0x1b && h[2] == 0x03 && h[3] == 0x3b) {
+    if (hdr_bytes >= 12 && h[0] == 1 && h[1] == 0x1b && h[2] == 0x03 &&
+        h[3] == 0x3b) {
       int32_t eh_rel;
       uint32_t count;
       memcpy(&eh_rel, h + 4, 4);
@@ -789,24 +845,33 @@ static int collect_object(struct dl_phdr_info *info, size_t size, void *arg) {
             (uintptr_t)o.eh_lo < lo + ph->p_memsz)
           o.eh_hi = (const uint8_t *)(lo + ph->p_filesz);
       }
-      if (!o.eh_hi || count == 0)
+      if (!o.eh_hi || o.eh_hi <= o.eh_lo || count == 0 ||
+          count > (hdr_bytes - 12) / (2 * sizeof(int32_t)))
         o.hdr = NULL;
     } else {
       o.hdr = NULL;
     }
   }
-  /* Classified here, while dl_iterate_phdr holds the loader's lock, so
-   * that no dlclose can unmap the object under the reader (seen when the
+  /* Copied here, while dl_iterate_phdr holds the loader's lock, so that
+   * no dlclose can unmap the object under the reader (seen when the
    * reading came after dl_iterate_phdr returned: SIGSEGV in classify,
-   * test_hardening's dlopen/dlclose loop). Holding each object with
+   * test_hardening's dlopen/dlclose loop), and classified from the copy
+   * once the lock is let go (build_table). Holding each object with
    * dlopen(RTLD_NOLOAD) instead ran the initialisers again of objects that
    * exit had begun to finalise: a deadlock at exit, once the table was
    * built on the profiler's thread after start. */
   b->ex_at[b->n] = b->nex;
-  if (o.hdr)
-    classify_object(b, &o);
+  if (o.hdr && !copy_tables(b, &o))
+    o.hdr = NULL;
   b->objs[b->n++] = o;
-  return 0;
+  if (!o.hdr)
+    return 0;
+  if (b->one_pass) {
+    classify_object(b, &b->objs[b->n - 1]);
+    return 0;
+  }
+  b->copied = 1;
+  return 1; /* ends the pass */
 }
 
 static int compare_lo(const void *a, const void *b) {
@@ -824,7 +889,18 @@ static int counters_of(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
-/* Builds a table from the objects loaded now. NULL if memory is short. */
+/* A build whose objects came or went between its passes starts again, at
+ * most this many times; then it makes one pass. */
+#define BUILD_RESTARTS 3
+
+/* Builds a table from the objects loaded now. NULL if memory is short.
+ * One object per pass of dl_iterate_phdr: its tables are copied under the
+ * loader's lock (libc's 0.2 MB) and classified after the pass, so that the
+ * lock is held for a copy, not for every function of every object (7 ms
+ * of CPU for the 15 objects of a program with jemalloc and libstdc++, more
+ * when the thread is preempted): meanwhile every dlopen, and every unwind
+ * libunwind makes, waits, among them those of samples, each holding a slot
+ * of the ring that the drain thread cannot pass (docs/signals.md). */
 static fp_table *build_table(void) {
   size_t tmp_bytes = MAX_OBJECTS * (sizeof(fp_object) + sizeof(size_t));
   void *tmp = mmap(NULL, tmp_bytes, PROT_READ | PROT_WRITE,
@@ -844,7 +920,22 @@ static fp_table *build_table(void) {
                  .ex = ex,
                  .ex_bytes = ex_bytes,
                  .ex_at = (size_t *)((fp_object *)tmp + MAX_OBJECTS)};
-  dl_iterate_phdr(collect_object, &b);
+  for (int restarts = 0;;) {
+    b.seen = 0;
+    b.changed = b.copied = 0;
+    int more = dl_iterate_phdr(collect_object, &b);
+    if (b.changed) {
+      b.n = b.nex = b.next = 0;
+      b.one_pass = ++restarts == BUILD_RESTARTS;
+      continue;
+    }
+    if (b.copied)
+      classify_object(&b, &b.objs[b.n - 1]);
+    if (!more)
+      break;
+  }
+  if (b.copy)
+    munmap(b.copy, b.copy_bytes);
   size_t nfp = 0;
   for (size_t i = 0; i < b.n; i++)
     nfp += (size_t)(b.objs[i].hdr && b.objs[i].fp);
@@ -989,7 +1080,7 @@ static int rule_from_cfi(const fp_object *o, uintptr_t pc, cfa_rule *out) {
     return -1;
   cfa_state st;
   uintptr_t start, len;
-  if (fde_rule(fde, o->eh_lo, o->eh_hi, pc, &st, &start, &len) != 0 ||
+  if (fde_rule(fde, o->eh_lo, o->eh_hi, 0, pc, &st, &start, &len) != 0 ||
       !rule_walkable(&st.cur))
     return -1;
   *out = st.cur;
@@ -1233,18 +1324,23 @@ void cp_fpwalk_after_fork_child(void) {
 
 void cp_fpwalk_init_later(void) { atomic_store(&table_wanted, 1); }
 
-void cp_fpwalk_refresh(void) {
+int cp_fpwalk_refresh_due(void) {
   fp_table *cur = atomic_load(&table);
-  if (!cur) {
-    if (atomic_load(&table_wanted))
-      cp_fpwalk_init();
-    return;
-  }
+  if (!cur)
+    return atomic_load(&table_wanted);
   unsigned long long c[2] = {0, 0};
   dl_iterate_phdr(counters_of, c);
-  if (c[0] == cur->adds && c[1] == cur->subs &&
-      atomic_load(&dl_closes) == cur->closes)
+  return c[0] != cur->adds || c[1] != cur->subs ||
+         atomic_load(&dl_closes) != cur->closes;
+}
+
+void cp_fpwalk_refresh(void) {
+  if (!cp_fpwalk_refresh_due())
     return;
+  if (!atomic_load(&table)) {
+    cp_fpwalk_init();
+    return;
+  }
   pthread_mutex_lock(&build_lock);
   fp_table *t = build_table();
   if (t)

@@ -28,7 +28,7 @@ void cp_fpwalk_init(void);
 /* Asks the next cp_fpwalk_refresh to build the table, so that a process
  * pays for it (3 ms of CPU for a small program here: every function of every
  * loaded object classified) only once it has lived to the profiler's first
- * tick, and on the profiler's thread. Until then `auto` hands every sample
+ * tick, and on the scheduler's thread. Until then `auto` hands every sample
  * to libunwind (docs/signals.md, "Frame pointers"). */
 void cp_fpwalk_init_later(void);
 
@@ -36,6 +36,11 @@ void cp_fpwalk_init_later(void);
  * yet; rebuilds it if objects were loaded or unloaded since it was built.
  * The profiler's thread, about once a second. Not signal-safe. */
 void cp_fpwalk_refresh(void);
+
+/* Whether cp_fpwalk_refresh has a table to build: one is wanted and not
+ * built, or objects were loaded or unloaded since. One step of
+ * dl_iterate_phdr. Not signal-safe. */
+int cp_fpwalk_refresh_due(void);
 
 /* While the table is wanted (cp_fpwalk_init_later) but not built: how many
  * walks fell back to libunwind so far. 0 otherwise. */

@@ -304,9 +304,13 @@ void cp_unwind_init(void) {
  * allocation samples in its 0.7 s, all before the first tick). */
 #define EARLY_TABLE_FALLBACKS 1000
 
-void cp_unwind_poll(void) {
-  if (cp_fpwalk_fallbacks_before_table() >= EARLY_TABLE_FALLBACKS)
-    cp_unwind_tick();
+int cp_unwind_early_due(void) {
+  return cp_fpwalk_fallbacks_before_table() >= EARLY_TABLE_FALLBACKS;
+}
+
+int cp_unwind_tick_due(void) {
+  return cp_fpwalk_refresh_due() ||
+         !__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE);
 }
 
 void cp_unwind_tick(void) {

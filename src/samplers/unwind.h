@@ -16,16 +16,21 @@
  * them now. */
 void cp_unwind_init(void);
 
-/* The profiler's tick, about once a second, on its own thread: builds or
- * rebuilds the walker's table (cp_fpwalk_refresh) and, the first time,
- * makes the process's first backtrace. Not signal-safe. */
+/* At the profiler's tick, about once a second, when cp_unwind_tick_due:
+ * builds or rebuilds the walker's table (cp_fpwalk_refresh) and, the first
+ * time, makes the process's first backtrace. Milliseconds: the profiler
+ * runs it on a thread that does not drain samples. Not signal-safe. */
 void cp_unwind_tick(void);
 
-/* After each drain of the samples (every 100 ms at most), on the same
- * thread: before the first tick, a process that has already sent many
- * samples to libunwind gets the walker's table and its first backtrace now
- * (cp_unwind_tick). Not signal-safe. */
-void cp_unwind_poll(void);
+/* Whether cp_unwind_tick has work (a table to build, objects loaded or
+ * unloaded since it was built, the first backtrace to make). One step of
+ * dl_iterate_phdr. Not signal-safe. */
+int cp_unwind_tick_due(void);
+
+/* Before the first tick: whether the process has already sent so many
+ * samples to libunwind (1,000) that cp_unwind_tick is worth making now.
+ * Two atomic loads; the profiler asks after each drain. */
+int cp_unwind_early_due(void);
 
 /* The segment of libunwind's code, [*lo, *hi): 1, or 0 when libunwind is
  * linked into the executable (no range then). Not signal-safe. */

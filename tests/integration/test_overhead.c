@@ -180,8 +180,11 @@ static void test_idle_drain_wakes_rarely(void) {
   contprof_options o = {
       .output_dir = dir, .profiles = "cpu,wall", .upload_period_s = 3600};
   CHECK_EQ_INT(contprof_start(&o), 0);
-  struct timespec settle = {1, 0}, idle = {4, 0};
-  nanosleep(&settle, NULL); /* the first drains name the threads */
+  /* The first drains name the threads. Half a second past the first tick:
+   * the thread it starts (contprof-upload) bears its maker's name,
+   * contprof-agg, until it names itself. */
+  struct timespec settle = {1, 500000000}, idle = {4, 0};
+  nanosleep(&settle, NULL);
   long long before = -1, after = -1;
   int n1 = 0, n2 = 0;
   threads_from_proc("contprof-agg", &n1, &before);

@@ -239,14 +239,19 @@ static void test_here_before_the_walker_table(void) {
   free(many);
 
   /* A process whose walks fell back 1,000 times before the first tick gets
-   * the walker's table at the next drain (cp_unwind_poll). */
-  cp_unwind_poll();
+   * the walker's table soon after (cp_unwind_early_due, asked after each
+   * drain). */
+  CHECK(!cp_unwind_early_due());
+  CHECK(cp_unwind_tick_due());
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) == -1); /* not yet */
   uint64_t frames[64];
   for (int i = 0; i < 1000; i++)
     chain_b(frames, 64);
-  cp_unwind_poll();
+  CHECK(cp_unwind_early_due());
+  cp_unwind_tick();
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) != -1);
+  CHECK(!cp_unwind_early_due());
+  CHECK(!cp_unwind_tick_due());
   cp_unwind_tick(); /* the profiler's first tick */
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) != -1);
   run_here(&after);
