@@ -97,7 +97,11 @@ static void test_preload_under_valgrind(void) {
     CHECK(alloc > 0);
     CHECK(inuse >= 0); /* everything is freed before exit */
     CHECK(lock >= 0);  /* present; contention depends on scheduling */
-    CHECK(cum_of(p[i], "cpu-time", "mixed_cpu") > 0);
+    /* The CPU samples' stacks reach the program's code. Not mixed_cpu
+     * itself: valgrind's emulation of pthread_sigmask takes most of the
+     * CPU, and mixed_cpu gets 2-6% of some 40 samples, none in 1 run of 6
+     * on a loaded machine; worker holds 60-210 ms of them. */
+    CHECK(cum_of(p[i], "cpu-time", "worker") > 0);
     CHECK(cum_of(p[i], "alloc-space", "mixed_alloc") > 0);
     pprof_profile_free(p[i]);
   }

@@ -317,6 +317,14 @@ static int forking(void) {
 }
 
 /* Sleeps ms whatever signals come meanwhile. */
+/* Milliseconds since *t (CLOCK_MONOTONIC). */
+static long ms_since(const struct timespec *t) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long)(now.tv_sec - t->tv_sec) * 1000 +
+         (now.tv_nsec - t->tv_nsec) / 1000000;
+}
+
 __attribute__((noinline)) static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -415,13 +423,14 @@ static int fork_short(void) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-      struct timespec born, now;
+      struct timespec born;
       clock_gettime(CLOCK_MONOTONIC, &born);
       if (i == 0) {
         work_beta(150000000);
         sleep_ms(200);
-        printf("short_pid=%d short_agg=%d ", (int)getpid(),
-               threads_named("contprof-agg"));
+        int agg = threads_named("contprof-agg");
+        printf("short_pid=%d short_agg=%d short_at_ms=%ld ", (int)getpid(), agg,
+               ms_since(&born));
       } else if (i == 2) {
         pthread_t t;
         int made = pthread_create(&t, NULL, nap, NULL) == 0;
@@ -434,15 +443,15 @@ static int fork_short(void) {
         work_gamma(150000000);
         sleep_ms(200);
         int early = threads_named("contprof-agg");
+        long early_ms = ms_since(&born);
         sleep_ms(1800);
         int late = threads_named("contprof-agg");
         work_gamma(100000000);
-        printf("long_pid=%d long_agg_early=%d long_agg_late=%d ", (int)getpid(),
-               early, late);
+        printf("long_pid=%d long_agg_early=%d long_early_ms=%ld "
+               "long_agg_late=%d ",
+               (int)getpid(), early, early_ms, late);
       }
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      printf("life_ms=%ld\n", (long)(now.tv_sec - born.tv_sec) * 1000 +
-                                  (now.tv_nsec - born.tv_nsec) / 1000000);
+      printf("life_ms=%ld\n", ms_since(&born));
       exit(0);
     }
     int status = -1;
