@@ -42,7 +42,9 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     if (cp_signals_mask_on_alt_stack(&masked))
       act = &masked;
   }
-  int rc = cp_real_sigaction(sig, act, old);
+  /* SIGIO, while guarded: the default is our handler (signals.h). */
+  int guarded = cp_signals_on_sigio(sig, act, old);
+  int rc = guarded ? (guarded > 0 ? 0 : -1) : cp_real_sigaction(sig, act, old);
   if (rc == 0 && old)
     cp_signal_remove_sampling(&old->sa_mask);
   return rc;

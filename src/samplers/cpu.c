@@ -98,6 +98,9 @@ typedef struct thread_timer {
 #define PERF_REDRAW_EVERY 8
 #define PERF_FD_LINK "anon_inode:[perf_event]" /* /proc/self/fd/N of one */
 static _Atomic uint64_t perf_fds[PERF_FD_LIMIT / 64];
+/* The thread each of them samples, written before its bit is set: for
+ * cpu_on_lost_signal, which knows only its thread. */
+static _Atomic pid_t perf_fd_tid[PERF_FD_LIMIT];
 
 static struct {
   pthread_mutex_t lock; /* guards the timer table */
@@ -117,6 +120,7 @@ static struct {
   int perf_exclude_kernel; /* 1 when only user-mode sampling is allowed */
   int perf_failed_logged;
   int perf_lost_logged;
+  int sigio_logged;     /* the SIGIO guard's first catch was said */
   _Atomic unsigned gen; /* runs started: tells a thread's perf_last stale */
   size_t nperf;         /* perf descriptors open */
   size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
@@ -265,6 +269,32 @@ static void judge_switches(uint64_t cpu_now) {
  * previous run, at another random interval, left off. The weights are CPU time,
  * so the mean interval does not matter; a new period from the governor is taken
  * at the next draw. */
+/* Async-signal-safe, bounded (one pass over the descriptor bitmap when
+ * the thread has had no sample yet): on a thread whose perf event's
+ * real-time signal the kernel could not queue, and sent SIGIO instead
+ * (cp_signal_guard_sigio). The event gets back the overflow that signal
+ * would have given back (perf_rearm), so that it does not stop for want of
+ * handlers. The time is not lost: the next sample weighs all the CPU time
+ * since the last one; only a stack is. */
+static void cpu_on_lost_signal(void) {
+  pid_t tid = cp_gettid();
+  int fd = perf_last.drawn_fd;
+  if (!perf_fd_ours(fd) ||
+      atomic_load_explicit(&perf_fd_tid[fd], memory_order_relaxed) != tid) {
+    fd = -1;
+    for (int w = 0; w < PERF_FD_LIMIT / 64 && fd < 0; w++) {
+      uint64_t bits = atomic_load_explicit(&perf_fds[w], memory_order_acquire);
+      for (; bits && fd < 0; bits &= bits - 1) {
+        int at = w * 64 + __builtin_ctzll(bits);
+        if (atomic_load_explicit(&perf_fd_tid[at], memory_order_relaxed) == tid)
+          fd = at;
+      }
+    }
+  }
+  if (fd >= 0)
+    ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+}
+
 static void perf_rearm(int fd, int sig, int hup) {
   unsigned gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
   if (perf_last.drawn_fd != fd || perf_last.drawn_gen != gen ||
@@ -416,6 +446,7 @@ static int perf_create_for(pid_t tid, thread_timer *t) {
     return -1;
   }
   uint64_t bit = 1ull << (fd % 64);
+  atomic_store_explicit(&perf_fd_tid[fd], tid, memory_order_relaxed);
   atomic_fetch_or_explicit(&perf_fds[fd / 64], bit, memory_order_release);
   t->fd = fd;
   t->dev = st.st_dev;
@@ -644,6 +675,7 @@ static void move_to_rt_signal(void) {
                                  &cpu.rt_failed);
   if (sig < 0)
     return;
+  cp_signal_guard_sigio(cpu_on_lost_signal);
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
   for (size_t i = 0; i < cpu.ntimers; i++) {
@@ -683,6 +715,14 @@ static void cpu_tick(void) {
   move_switching_threads();
   if (cp_signal_claimed(cpu.signal) && !cpu.rt_failed)
     move_to_rt_signal();
+  unsigned long long absorbed = cp_signal_sigio_absorbed();
+  if (absorbed && !cpu.sigio_logged++)
+    cp_warn("the kernel could not queue %llu CPU sampling signals (the "
+            "user's RLIMIT_SIGPENDING, shared by all of its processes, is "
+            "spent) and sent SIGIO instead; contprof took it in the "
+            "application's stead (its SIGIO is at the default), and the "
+            "samples' CPU time is counted, their stacks lost",
+            absorbed);
   pthread_mutex_unlock(&cpu.lock);
 }
 
@@ -748,6 +788,8 @@ static int cpu_start(const cp_config *cfg) {
   int sig = cp_signal_install(SIGPROF, cpu_signal_handler);
   if (sig < 0)
     return CONTPROF_ERR_SYSTEM;
+  if (sig >= SIGRTMIN)
+    cp_signal_guard_sigio(cpu_on_lost_signal);
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
   choose_clock(cfg);

@@ -249,6 +249,94 @@ int cp_signals_on_sigaction(int sig, const struct sigaction *act,
   return 1;
 }
 
+/* The SIGIO guard (cp_signal_guard_sigio): wanted once a perf event
+ * signals with a real-time signal; while the application's SIGIO
+ * disposition is the default, ours absorbs it instead. */
+static _Atomic int sigio_guarded;
+static void (*_Atomic sigio_lost)(void);
+static atomic_ullong sigio_absorbed;
+
+/* Async-signal-safe: the kernel's SIGIO in place of a real-time signal it
+ * could not queue (or a stray one: the default would have ended the
+ * process). */
+static void absorb_sigio(int sig, siginfo_t *info, void *ucontext) {
+  (void)sig;
+  (void)info;
+  (void)ucontext;
+  int saved_errno = errno;
+  atomic_fetch_add_explicit(&sigio_absorbed, 1, memory_order_relaxed);
+  void (*lost)(void) = atomic_load_explicit(&sigio_lost, memory_order_acquire);
+  if (lost)
+    lost();
+  errno = saved_errno;
+}
+
+static int is_absorber(const struct sigaction *sa) {
+  return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == absorb_sigio;
+}
+
+static int is_default(const struct sigaction *sa) {
+  return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == SIG_DFL;
+}
+
+/* What the application reads back for SIGIO: the default, where our
+ * absorber stands in for it. */
+static void as_application_sees(struct sigaction *sa) {
+  if (is_absorber(sa)) {
+    memset(sa, 0, sizeof *sa);
+    sa->sa_handler = SIG_DFL;
+  }
+}
+
+static void install_absorber_locked(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = absorb_sigio;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  real_sigaction(SIGIO, &sa, NULL);
+}
+
+void cp_signal_guard_sigio(void (*lost)(void)) {
+  atomic_store_explicit(&sigio_lost, lost, memory_order_release);
+  pthread_mutex_lock(&lock);
+  if (!atomic_load(&sigio_guarded)) {
+    struct sigaction now;
+    if (real_sigaction(SIGIO, NULL, &now) == 0 && is_default(&now))
+      install_absorber_locked();
+    atomic_store(&sigio_guarded, 1);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+unsigned long long cp_signal_sigio_absorbed(void) {
+  return atomic_load_explicit(&sigio_absorbed, memory_order_relaxed);
+}
+
+int cp_signals_on_sigio(int sig, const struct sigaction *act,
+                        struct sigaction *old) {
+  if (sig != SIGIO || !atomic_load(&sigio_guarded))
+    return 0;
+  pthread_mutex_lock(&lock);
+  struct sigaction prev;
+  int rc;
+  if (act && is_default(act)) {
+    rc = real_sigaction(SIGIO, NULL, &prev);
+    if (rc == 0)
+      install_absorber_locked();
+  } else {
+    rc = real_sigaction(SIGIO, act, &prev);
+  }
+  pthread_mutex_unlock(&lock);
+  if (rc != 0)
+    return -1;
+  if (old) {
+    *old = prev;
+    as_application_sees(old);
+  }
+  return 1;
+}
+
 int cp_signal_in_syscall(const void *ucontext) {
 #if defined(__x86_64__)
   const ucontext_t *uc = ucontext;

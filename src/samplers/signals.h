@@ -43,6 +43,27 @@ int cp_signal_claimed(int sig);
 int cp_signal_move_to_rt(int old, cp_signal_handler handler,
                          const char *samples, int *failed);
 
+/* The kernel's fallback for a perf event's real-time signal it cannot
+ * queue (the user's RLIMIT_SIGPENDING spent) is a plain SIGIO to the same
+ * thread, whose default action ends the process. Once called (by a sampler
+ * whose perf events signal with a real-time signal), SIGIO at its default
+ * disposition gets our handler instead, which counts it and calls `lost`
+ * (async-signal-safe, on the thread the signal came to); an application
+ * that sets SIGIO to the default later gets it too, and reads back the
+ * default. Its own SIGIO handler (or SIG_IGN) is set as it asks. Not
+ * async-signal-safe. */
+void cp_signal_guard_sigio(void (*lost)(void));
+
+/* SIGIOs the guard took since the process started. One atomic load. */
+unsigned long long cp_signal_sigio_absorbed(void);
+
+/* The sigaction hook's observer for SIGIO while guarded: sets act (the
+ * default as our handler), *old gets what the application would read back;
+ * 1, or -1 with errno when sigaction failed. 0 for any other signal or when
+ * not guarded. */
+int cp_signals_on_sigio(int sig, const struct sigaction *act,
+                        struct sigaction *old);
+
 /* Every sampling handler whose signal found its thread at a system call
  * (cp_signal_in_syscall) increments cp_thread.own_signals (thread_state.h)
  * first: interpose/waits.c reads it to tell an EINTR caused by sampling from

@@ -43,14 +43,18 @@
  *                           the main thread and on 8 threads started after
  *                           its first tick; prints how many of those
  *                           threads got libunwind's thread-local block
- * *   masked SECONDS [rt]     works 0.2 s in work_gamma, then SECONDS of
+ * *   masked SECONDS [rt|rt-full]
+ *                           works 0.2 s in work_gamma, then SECONDS of
  *                           CPU: chunks of 100 ms in work_alpha with every
  *                           signal blocked (masked_chunk), each followed by
  *                           100 ms in work_beta; with rt, first installs a
  *                           SIGPROF handler of its own and works 1.5 s in
  *                           work_gamma (the profiler moves to a real-time
- *                           signal); prints the true CPU ns of masked_chunk
- *                           and work_beta
+ *                           signal); rt-full also sets RLIMIT_SIGPENDING to
+ *                           1 (the kernel cannot queue a second real-time
+ *                           signal: it sends SIGIO) and SIGIO to its
+ *                           default, printing what it read back; prints the
+ *                           true CPU ns of masked_chunk and work_beta
  *   switchy SECONDS         two threads hand a token back and forth, each
  *                           working 50 us in work_alpha per turn (a server
  *                           thread that blocks at every request), while a
@@ -693,9 +697,21 @@ __attribute__((noinline)) static uint64_t masked_chunk(uint64_t ns) {
   return used;
 }
 
-static int masked(double seconds, int rt) {
+static int masked(double seconds, int rt, int full) {
   if (rt)
     install_own_handler(SIGPROF);
+  if (full) {
+    struct rlimit one = {1, 1};
+    if (setrlimit(RLIMIT_SIGPENDING, &one) != 0)
+      perror("setrlimit RLIMIT_SIGPENDING");
+    struct sigaction dfl, old;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGIO, &dfl, &old);
+    printf("sigio_read_back=%s ",
+           !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL ? "default"
+                                                                     : "other");
+  }
   /* Sampled before the first blocked stretch: a thread's first sample
    * weighs at most one period (the CPU it used before is not the
    * profile's). */
@@ -951,7 +967,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "own-sigvtalrm") == 0)
     return own_sigvtalrm();
   if (strcmp(argv[1], "masked") == 0 && (argc == 3 || argc == 4))
-    return masked(atof(argv[2]), argc == 4 && strcmp(argv[3], "rt") == 0);
+    return masked(atof(argv[2]), argc == 4 && strncmp(argv[3], "rt", 2) == 0,
+                  argc == 4 && strcmp(argv[3], "rt-full") == 0);
   if (strcmp(argv[1], "switchy") == 0 && argc == 3)
     return switchy(atof(argv[2]));
   return 2;
