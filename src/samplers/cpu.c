@@ -246,29 +246,6 @@ static void judge_switches(uint64_t cpu_now) {
   /* Every slot taken until the next tick: judged again a window later. */
 }
 
-/* Async-signal-safe: one ioctl on our own descriptor, and a second one
- * sample in PERF_REDRAW_EVERY (docs/signals.md, "Perf task clocks").
- *
- * The signal handled took one overflow of the event's refresh limit; one
- * is given back (PERF_EVENT_IOC_REFRESH), so that PERF_AHEAD overflows stay
- * allowed and the event is still running: a REFRESH of a running event is
- * an atomic add, of a stopped one a reschedule of the thread's events. A
- * signal that ends the limit (POLL_HUP: the event stopped) when sig is a
- * standard signal may have had others merged into it, each an overflow
- * never given back: the whole limit is given again. Real-time signals
- * queue (none merge), so giving one back per signal keeps at most
- * PERF_AHEAD of them queued.
- *
- * Every PERF_REDRAW_EVERY samples, and at the first sample of an event, its
- * interval is drawn again, uniformly in [period/2, 3 period/2)
- * (PERF_EVENT_IOC_PERIOD, which restarts the event's timer: the costly
- * call). A fixed interval locks onto work that is periodic in CPU time: 2 ms
- * of one function then 2 ms of another, sampled every exact 4 ms, puts
- * every sample in the same one. Between two draws the samples are one
- * interval apart, and each run of them starts at the phase where the
- * previous run, at another random interval, left off. The weights are CPU time,
- * so the mean interval does not matter; a new period from the governor is taken
- * at the next draw. */
 /* Async-signal-safe, bounded (one pass over the descriptor bitmap when
  * the thread has had no sample yet): on a thread whose perf event's
  * real-time signal the kernel could not queue, and sent SIGIO instead
@@ -295,6 +272,29 @@ static void cpu_on_lost_signal(void) {
     ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
 }
 
+/* Async-signal-safe: one ioctl on our own descriptor, and a second one
+ * sample in PERF_REDRAW_EVERY (docs/signals.md, "Perf task clocks").
+ *
+ * The signal handled took one overflow of the event's refresh limit; one
+ * is given back (PERF_EVENT_IOC_REFRESH), so that PERF_AHEAD overflows stay
+ * allowed and the event is still running: a REFRESH of a running event is
+ * an atomic add, of a stopped one a reschedule of the thread's events. A
+ * signal that ends the limit (POLL_HUP: the event stopped) when sig is a
+ * standard signal may have had others merged into it, each an overflow
+ * never given back: the whole limit is given again. Real-time signals
+ * queue (none merge), so giving one back per signal keeps at most
+ * PERF_AHEAD of them queued.
+ *
+ * Every PERF_REDRAW_EVERY samples, and at the first sample of an event, its
+ * interval is drawn again, uniformly in [period/2, 3 period/2)
+ * (PERF_EVENT_IOC_PERIOD, which restarts the event's timer: the costly
+ * call). A fixed interval locks onto work that is periodic in CPU time: 2 ms
+ * of one function then 2 ms of another, sampled every exact 4 ms, puts
+ * every sample in the same one. Between two draws the samples are one
+ * interval apart, and each run of them starts at the phase where the
+ * previous run, at another random interval, left off. The weights are CPU time,
+ * so the mean interval does not matter; a new period from the governor is taken
+ * at the next draw. */
 static void perf_rearm(int fd, int sig, int hup) {
   unsigned gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
   if (perf_last.drawn_fd != fd || perf_last.drawn_gen != gen ||
