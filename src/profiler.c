@@ -105,11 +105,9 @@ static void stop_at_exit(void) {
  * every function of every object (7 ms of CPU with jemalloc and
  * libstdc++, preempted midway on a busy machine) let a program that
  * allocates as fast as it can fill the sample ring (docs/signals.md). */
-static void unwind_job(void) { cp_unwind_tick(); }
-
 static void unwind_soon(void) {
-  if (cp_scheduler_run_soon(unwind_job) != 0)
-    unwind_job();
+  if (cp_scheduler_run_soon(cp_unwind_tick) != 0)
+    cp_unwind_tick();
 }
 
 static void drained(void) {

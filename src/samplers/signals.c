@@ -26,11 +26,13 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define real_sigaction cp_real_sigaction
 
+static int is_default(const struct sigaction *sa) {
+  return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == SIG_DFL;
+}
+
 static int is_free(int sig) {
   struct sigaction sa;
-  if (real_sigaction(sig, NULL, &sa) != 0)
-    return 0;
-  return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL;
+  return real_sigaction(sig, NULL, &sa) == 0 && is_default(&sa);
 }
 
 /* Our handlers block each other's signals: two sampling signals pending at
@@ -273,10 +275,6 @@ static void absorb_sigio(int sig, siginfo_t *info, void *ucontext) {
 
 static int is_absorber(const struct sigaction *sa) {
   return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == absorb_sigio;
-}
-
-static int is_default(const struct sigaction *sa) {
-  return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == SIG_DFL;
 }
 
 /* What the application reads back for SIGIO: the default, where our

@@ -320,7 +320,6 @@ static int forking(void) {
   return 0;
 }
 
-/* Sleeps ms whatever signals come meanwhile. */
 /* Milliseconds since *t (CLOCK_MONOTONIC). */
 static long ms_since(const struct timespec *t) {
   struct timespec now;
@@ -329,6 +328,7 @@ static long ms_since(const struct timespec *t) {
          (now.tv_nsec - t->tv_nsec) / 1000000;
 }
 
+/* Sleeps ms whatever signals come meanwhile. */
 __attribute__((noinline)) static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
