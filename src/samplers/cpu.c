@@ -246,32 +246,6 @@ static void judge_switches(uint64_t cpu_now) {
   /* Every slot taken until the next tick: judged again a window later. */
 }
 
-/* Async-signal-safe, bounded (one pass over the descriptor bitmap when
- * the thread has had no sample yet): on a thread whose perf event's
- * real-time signal the kernel could not queue, and sent SIGIO instead
- * (cp_signal_guard_sigio). The event gets back the overflow that signal
- * would have given back (perf_rearm), so that it does not stop for want of
- * handlers. The time is not lost: the next sample weighs all the CPU time
- * since the last one; only a stack is. */
-static void cpu_on_lost_signal(void) {
-  pid_t tid = cp_gettid();
-  int fd = perf_last.drawn_fd;
-  if (!perf_fd_ours(fd) ||
-      atomic_load_explicit(&perf_fd_tid[fd], memory_order_relaxed) != tid) {
-    fd = -1;
-    for (int w = 0; w < PERF_FD_LIMIT / 64 && fd < 0; w++) {
-      uint64_t bits = atomic_load_explicit(&perf_fds[w], memory_order_acquire);
-      for (; bits && fd < 0; bits &= bits - 1) {
-        int at = w * 64 + __builtin_ctzll(bits);
-        if (atomic_load_explicit(&perf_fd_tid[at], memory_order_relaxed) == tid)
-          fd = at;
-      }
-    }
-  }
-  if (fd >= 0)
-    ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
-}
-
 /* Async-signal-safe: one ioctl on our own descriptor, and a second one
  * sample in PERF_REDRAW_EVERY (docs/signals.md, "Perf task clocks").
  *
@@ -312,6 +286,84 @@ static void perf_rearm(int fd, int sig, int hup) {
   ioctl(fd, PERF_EVENT_IOC_REFRESH, hup && sig < SIGRTMIN ? PERF_AHEAD : 1);
 }
 
+/* Async-signal-safe (clock_gettime, at times one getrusage): a perf
+ * sample's CPU time since the thread's last one, and its weight in base
+ * periods. */
+static int64_t perf_quantity(int64_t *weight) {
+  uint64_t cpu_now;
+  int64_t quantity = perf_cpu_since_last(&cpu_now);
+  judge_switches(cpu_now);
+  int64_t base = (int64_t)cpu.base_period_ns;
+  *weight = (quantity + base / 2) / base;
+  if (*weight < 1)
+    *weight = 1;
+  return quantity;
+}
+
+/* Async-signal-safe: unwinds the interrupted context into a preallocated
+ * ring slot and publishes it (a drop when the thread is already in one of
+ * our handlers). began: cp_stats_hook_begin's. */
+static void cpu_record(void *ucontext, int64_t weight, int64_t quantity,
+                       uint64_t began) {
+  if (cp_signal_in_syscall(ucontext))
+    cp_thread.own_signals++;
+  cp_ring *ring = cp_agg_ring();
+  if (!atomic_load_explicit(&cpu.active, memory_order_relaxed) || !ring)
+    return;
+  if (cp_thread.in_handler) {
+    cp_record_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
+    return;
+  }
+  cp_thread.in_handler = 1;
+  cp_record rec;
+  cp_raw_sample *s =
+      cp_record_begin(&rec, ring, CONTPROF_KIND_CPU, weight, quantity);
+  if (s) {
+    int truncated = 0;
+    size_t n =
+        cp_unwind_signal(ucontext, s->frames, cpu.max_frames, 1, &truncated);
+    cp_record_commit(&rec, n, truncated);
+  }
+  cp_thread.in_handler = 0;
+  cp_stats_hook_end(CONTPROF_KIND_CPU, began);
+}
+
+/* Async-signal-safe, bounded (one pass over the descriptor bitmap when
+ * the thread has had no sample yet): on a thread whose perf event's
+ * real-time signal the kernel could not queue, and sent SIGIO instead
+ * (cp_signal_guard_sigio; SIGIO comes to the event's thread, with no
+ * siginfo of the event). It stands in for the lost signal: the event gets
+ * back the overflow that signal would have given back (perf_rearm), so
+ * that it does not stop, and the interrupted context is sampled, weighing
+ * the CPU time since the thread's last sample. SIGIOs merge, but the
+ * weights are CPU time: a merged one loses no time, only a stack; and
+ * while the user's queue stays full (another process's signals hold it)
+ * the profile is all SIGIO samples. */
+static void cpu_on_lost_signal(void *ucontext) {
+  uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_CPU);
+  pid_t tid = cp_gettid();
+  int fd = perf_last.drawn_fd;
+  if (!perf_fd_ours(fd) ||
+      atomic_load_explicit(&perf_fd_tid[fd], memory_order_relaxed) != tid) {
+    fd = -1;
+    for (int w = 0; w < PERF_FD_LIMIT / 64 && fd < 0; w++) {
+      uint64_t bits = atomic_load_explicit(&perf_fds[w], memory_order_acquire);
+      for (; bits && fd < 0; bits &= bits - 1) {
+        int at = w * 64 + __builtin_ctzll(bits);
+        if (atomic_load_explicit(&perf_fd_tid[at], memory_order_relaxed) == tid)
+          fd = at;
+      }
+    }
+  }
+  if (fd < 0)
+    return; /* a stray SIGIO: not one of our events' */
+  if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
+    ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+  int64_t weight;
+  int64_t quantity = perf_quantity(&weight);
+  cpu_record(ucontext, weight, quantity, began);
+}
+
 /* Async-signal-safe: runs in the sampling signal handler. Reads the label
  * set and the clock, unwinds into a preallocated ring slot, publishes it. */
 static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
@@ -329,13 +381,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
              perf_fd_ours(info->si_fd)) {
     if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
       perf_rearm(info->si_fd, sig, info->si_code == POLL_HUP);
-    uint64_t cpu_now;
-    quantity = perf_cpu_since_last(&cpu_now);
-    judge_switches(cpu_now);
-    int64_t base = (int64_t)cpu.base_period_ns;
-    weight = (quantity + base / 2) / base;
-    if (weight < 1)
-      weight = 1;
+    quantity = perf_quantity(&weight);
   } else if (info->si_code == SI_KERNEL && sig == SIGPROF &&
              atomic_load_explicit(&cpu.itimer_fallback, memory_order_relaxed)) {
     weight = slowdown;
@@ -345,30 +391,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     errno = saved_errno;
     return;
   }
-  if (cp_signal_in_syscall(ucontext))
-    cp_thread.own_signals++;
-  cp_ring *ring = cp_agg_ring();
-  if (!atomic_load_explicit(&cpu.active, memory_order_relaxed) || !ring) {
-    errno = saved_errno;
-    return;
-  }
-  if (cp_thread.in_handler) {
-    cp_record_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
-    errno = saved_errno;
-    return;
-  }
-  cp_thread.in_handler = 1;
-  cp_record rec;
-  cp_raw_sample *s =
-      cp_record_begin(&rec, ring, CONTPROF_KIND_CPU, weight, quantity);
-  if (s) {
-    int truncated = 0;
-    size_t n =
-        cp_unwind_signal(ucontext, s->frames, cpu.max_frames, 1, &truncated);
-    cp_record_commit(&rec, n, truncated);
-  }
-  cp_thread.in_handler = 0;
-  cp_stats_hook_end(CONTPROF_KIND_CPU, began);
+  cpu_record(ucontext, weight, quantity, began);
   errno = saved_errno;
 }
 

@@ -255,7 +255,7 @@ int cp_signals_on_sigaction(int sig, const struct sigaction *act,
  * signals with a real-time signal; while the application's SIGIO
  * disposition is the default, ours absorbs it instead. */
 static _Atomic int sigio_guarded;
-static void (*_Atomic sigio_lost)(void);
+static void (*_Atomic sigio_lost)(void *ucontext);
 static atomic_ullong sigio_absorbed;
 
 /* Async-signal-safe: the kernel's SIGIO in place of a real-time signal it
@@ -264,12 +264,12 @@ static atomic_ullong sigio_absorbed;
 static void absorb_sigio(int sig, siginfo_t *info, void *ucontext) {
   (void)sig;
   (void)info;
-  (void)ucontext;
   int saved_errno = errno;
   atomic_fetch_add_explicit(&sigio_absorbed, 1, memory_order_relaxed);
-  void (*lost)(void) = atomic_load_explicit(&sigio_lost, memory_order_acquire);
+  void (*lost)(void *) =
+      atomic_load_explicit(&sigio_lost, memory_order_acquire);
   if (lost)
-    lost();
+    lost(ucontext);
   errno = saved_errno;
 }
 
@@ -295,7 +295,7 @@ static void install_absorber_locked(void) {
   real_sigaction(SIGIO, &sa, NULL);
 }
 
-void cp_signal_guard_sigio(void (*lost)(void)) {
+void cp_signal_guard_sigio(void (*lost)(void *ucontext)) {
   atomic_store_explicit(&sigio_lost, lost, memory_order_release);
   pthread_mutex_lock(&lock);
   if (!atomic_load(&sigio_guarded)) {

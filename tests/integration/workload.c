@@ -50,11 +50,13 @@
  *                           100 ms in work_beta; with rt, first installs a
  *                           SIGPROF handler of its own and works 1.5 s in
  *                           work_gamma (the profiler moves to a real-time
- *                           signal); rt-full also sets RLIMIT_SIGPENDING to
- *                           1 (the kernel cannot queue a second real-time
- *                           signal: it sends SIGIO) and SIGIO to its
- *                           default, printing what it read back; prints the
- *                           true CPU ns of masked_chunk and work_beta
+ *                           signal); rt-full also has a child keep a
+ *                           signal pending and sets RLIMIT_SIGPENDING to 1
+ *                           (the kernel can queue none of the profiler's
+ *                           real-time signals: it sends SIGIO), and SIGIO
+ *                           to its default, printing what it read back;
+ *                           prints the true CPU ns of masked_chunk and
+ *                           work_beta
  *   switchy SECONDS         two threads hand a token back and forth, each
  *                           working 50 us in work_alpha per turn (a server
  *                           thread that blocks at every request), while a
@@ -697,10 +699,53 @@ __attribute__((noinline)) static uint64_t masked_chunk(uint64_t ns) {
   return used;
 }
 
+/* Forks a child that keeps a SIGUSR1 pending, counted against the user's
+ * RLIMIT_SIGPENDING (all the user's processes share it), until *release is
+ * closed or we exit. Returns its pid, or -1. */
+static pid_t hold_a_pending_signal(int *release) {
+  int ready[2], hold[2];
+  if (pipe(ready) != 0 || pipe(hold) != 0)
+    return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    close(hold[1]);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    kill(getpid(), SIGUSR1);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1)
+      _exit(1);
+    while (read(hold[0], &c, 1) < 0 && errno == EINTR)
+      ;
+    _exit(0);
+  }
+  close(ready[1]);
+  close(hold[0]);
+  char c;
+  if (pid < 0 || read(ready[0], &c, 1) != 1) {
+    close(ready[0]);
+    close(hold[1]);
+    return -1;
+  }
+  close(ready[0]);
+  *release = hold[1];
+  return pid;
+}
+
 static int masked(double seconds, int rt, int full) {
   if (rt)
     install_own_handler(SIGPROF);
+  int release = -1;
+  pid_t holder = -1;
   if (full) {
+    /* The user's queue full whatever the machine's other processes do:
+     * every real-time signal of the profiler is refused. */
+    holder = hold_a_pending_signal(&release);
+    if (holder < 0)
+      perror("holding a pending signal");
     struct rlimit one = {1, 1};
     if (setrlimit(RLIMIT_SIGPENDING, &one) != 0)
       perror("setrlimit RLIMIT_SIGPENDING");
@@ -723,6 +768,10 @@ static int masked(double seconds, int rt, int full) {
   }
   printf("masked_chunk=%" PRIu64 " work_beta=%" PRIu64 "\n", in_masked,
          in_beta);
+  if (holder > 0) {
+    close(release);
+    waitpid(holder, NULL, 0);
+  }
   return 0;
 }
 
