@@ -305,27 +305,29 @@ static int64_t perf_quantity(int64_t *weight) {
  * our handlers). began: cp_stats_hook_begin's. */
 static void cpu_record(void *ucontext, int64_t weight, int64_t quantity,
                        uint64_t began) {
-  if (cp_signal_in_syscall(ucontext))
-    cp_thread.own_signals++;
   cp_ring *ring = cp_agg_ring();
-  if (!atomic_load_explicit(&cpu.active, memory_order_relaxed) || !ring)
-    return;
-  if (cp_thread.in_handler) {
+  if (!atomic_load_explicit(&cpu.active, memory_order_relaxed) || !ring) {
+    /* nothing recorded */
+  } else if (cp_thread.in_handler) {
     cp_record_drop(ring, CONTPROF_KIND_CPU, weight, quantity);
-    return;
+  } else {
+    cp_thread.in_handler = 1;
+    cp_record rec;
+    cp_raw_sample *s =
+        cp_record_begin(&rec, ring, CONTPROF_KIND_CPU, weight, quantity);
+    if (s) {
+      int truncated = 0;
+      size_t n =
+          cp_unwind_signal(ucontext, s->frames, cpu.max_frames, 1, &truncated);
+      cp_record_commit(&rec, n, truncated);
+    }
+    cp_thread.in_handler = 0;
+    cp_stats_hook_end(CONTPROF_KIND_CPU, began);
   }
-  cp_thread.in_handler = 1;
-  cp_record rec;
-  cp_raw_sample *s =
-      cp_record_begin(&rec, ring, CONTPROF_KIND_CPU, weight, quantity);
-  if (s) {
-    int truncated = 0;
-    size_t n =
-        cp_unwind_signal(ucontext, s->frames, cpu.max_frames, 1, &truncated);
-    cp_record_commit(&rec, n, truncated);
-  }
-  cp_thread.in_handler = 0;
-  cp_stats_hook_end(CONTPROF_KIND_CPU, began);
+  /* Last: an application signal sent while this handler ran is pending by
+   * now (signals.h). */
+  if (cp_signal_in_syscall(ucontext))
+    cp_signal_interrupted_call(ucontext);
 }
 
 /* Async-signal-safe, bounded (one pass over the descriptor bitmap when

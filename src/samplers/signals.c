@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "thread_state.h"
 
 /* previous[sig]: the application's disposition of one of our signals, which
  * cp_signal_chain calls. Written under `lock`, read by handlers. */
@@ -35,14 +36,20 @@ static int is_free(int sig) {
   return real_sigaction(sig, NULL, &sa) == 0 && is_default(&sa);
 }
 
-/* Our handlers block each other's signals: two sampling signals pending at
- * once are then handled one after the other, instead of the second landing
- * on the first instruction of the first handler (and being sampled there). */
+/* Our handlers block every signal but the synchronous ones (a fault is
+ * delivered whatever the mask). Two sampling signals pending at once are
+ * then handled one after the other, instead of the second landing on the
+ * first instruction of the first handler (and being sampled there); and an
+ * application signal that comes with ours at a blocking call waits until
+ * ours returns, where cp_signal_interrupted_call sees it pending and leaves
+ * the call's EINTR to it. The application's handlers chained from ours get
+ * their own mask back (cp_signal_chain). */
 static void sampling_mask(sigset_t *mask) {
-  sigemptyset(mask);
-  for (int s = 1; s < _NSIG; s++)
-    if (installed[s])
-      sigaddset(mask, s);
+  sigfillset(mask);
+  static const int synchronous[] = {SIGSEGV, SIGBUS,  SIGILL,
+                                    SIGFPE,  SIGTRAP, SIGSYS};
+  for (size_t i = 0; i < sizeof synchronous / sizeof *synchronous; i++)
+    sigdelset(mask, synchronous[i]);
 }
 
 /* The application's handlers that run on its alternate stack (SA_ONSTACK)
@@ -218,6 +225,23 @@ void cp_signals_discard_pending(void) {
 /* Async-signal-safe. */
 void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
   const struct sigaction *old = &previous[sig];
+  int runs = (old->sa_flags & SA_SIGINFO)
+                 ? old->sa_sigaction != NULL
+                 : old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
+                       old->sa_handler != NULL;
+  if (runs && ucontext) {
+    /* The mask the kernel would have set for the application's handler:
+     * the interrupted one, its sa_mask, the signal itself unless
+     * SA_NODEFER, and our signals (install). Ours blocks more. */
+    sigset_t mask = ((const ucontext_t *)ucontext)->uc_sigmask;
+    for (int s = 1; s < _NSIG; s++)
+      if (sigismember(&old->sa_mask, s) == 1 ||
+          __atomic_load_n(&installed[s], __ATOMIC_ACQUIRE))
+        sigaddset(&mask, s);
+    if (!(old->sa_flags & SA_NODEFER))
+      sigaddset(&mask, sig);
+    pthread_sigmask(SIG_SETMASK, &mask, NULL);
+  }
   if (old->sa_flags & SA_SIGINFO) {
     if (old->sa_sigaction)
       old->sa_sigaction(sig, info, ucontext);
@@ -291,7 +315,7 @@ static void install_absorber_locked(void) {
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = absorb_sigio;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
+  sampling_mask(&sa.sa_mask); /* it stands in for a sampling signal */
   real_sigaction(SIGIO, &sa, NULL);
 }
 
@@ -333,6 +357,32 @@ int cp_signals_on_sigio(int sig, const struct sigaction *act,
     as_application_sees(old);
   }
   return 1;
+}
+
+/* Async-signal-safe: whether a signal other than ours, with a handler and
+ * not blocked where the handler returns to, is pending: it will be
+ * delivered at the same point when ours returns (sampling_mask held it). */
+static int application_signal_follows(const ucontext_t *uc) {
+  sigset_t pending;
+  if (sigpending(&pending) != 0)
+    return 0;
+  for (int s = 1; s < _NSIG; s++) {
+    if (sigismember(&pending, s) != 1 || sigismember(&uc->uc_sigmask, s) == 1 ||
+        __atomic_load_n(&installed[s], __ATOMIC_ACQUIRE))
+      continue;
+    struct sigaction sa;
+    if (real_sigaction(s, NULL, &sa) != 0 || is_absorber(&sa))
+      continue;
+    if ((sa.sa_flags & SA_SIGINFO) ||
+        (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN))
+      return 1;
+  }
+  return 0;
+}
+
+void cp_signal_interrupted_call(const void *ucontext) {
+  if (!application_signal_follows(ucontext))
+    cp_thread.own_signals++;
 }
 
 int cp_signal_in_syscall(const void *ucontext) {

@@ -66,14 +66,23 @@ int cp_signals_on_sigio(int sig, const struct sigaction *act,
                         struct sigaction *old);
 
 /* Every sampling handler whose signal found its thread at a system call
- * (cp_signal_in_syscall) increments cp_thread.own_signals (thread_state.h)
- * first: interpose/waits.c reads it to tell an EINTR caused by sampling from
- * one caused by the application. A sampling signal that comes after an
- * application's signal interrupted the call finds the thread elsewhere: in
- * the application's handler (delivered on top of it), or past the call, so
- * the application still gets its EINTR. Only one sent while the
- * application's handler returns (its sigreturn) lands at the call again and
- * is mistaken for the cause (docs/signals.md). */
+ * (cp_signal_in_syscall) calls cp_signal_interrupted_call last, which
+ * increments cp_thread.own_signals (thread_state.h): interpose/waits.c
+ * reads it to tell an EINTR caused by sampling from one caused by the
+ * application. Not when an application signal came at the same time: our
+ * handlers block it (their sa_mask), so it is pending, and it will be
+ * delivered at the call when ours returns; its EINTR is the application's
+ * (a thread-directed signal of ours is taken before a process-directed one
+ * of the application, and would otherwise be mistaken for the cause). A
+ * sampling signal that comes after an application's signal interrupted the
+ * call finds the thread elsewhere: in the application's handler (delivered
+ * on top of it), or past the call, so the application still gets its EINTR.
+ * What remains (docs/signals.md): one sent while the application's handler
+ * returns (its sigreturn lands at the call again), or an application
+ * signal sent between the pending check and our handler's return.
+ * Async-signal-safe: one sigpending, and a sigaction read per pending
+ * signal. */
+void cp_signal_interrupted_call(const void *ucontext);
 
 /* Whether the interrupted context is at a system call: the kernel leaves the
  * pc on the `syscall` instruction (a restarted call) or right after it (a

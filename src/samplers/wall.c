@@ -752,12 +752,12 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   int in_syscall = cp_signal_in_syscall(ucontext);
-  if (in_syscall)
-    cp_thread.own_signals++;
   wall_slot *s = slot_at((uint32_t)value);
   pid_t tid = cp_gettid();
   if (!s || atomic_load_explicit(&s->tid, memory_order_acquire) != tid ||
       atomic_load_explicit(&s->pending_ns, memory_order_acquire) <= 0) {
+    if (in_syscall)
+      cp_signal_interrupted_call(ucontext);
     errno = saved_errno; /* a thread that ended, or nothing owed */
     return;
   }
@@ -821,6 +821,10 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   }
   if (usable)
     cp_thread.in_handler = 0;
+  /* Last: an application signal sent while this handler ran is pending by
+   * now (signals.h). */
+  if (in_syscall)
+    cp_signal_interrupted_call(ucontext);
   cp_stats_hook_end(CONTPROF_KIND_WALL, began);
   errno = saved_errno;
 }
