@@ -242,12 +242,15 @@ static void test_wall_few_threads_per_tick_unbiased(void) {
 /* The same process under the default cap: it is idle but for the profiler
  * (the timer's 500 wakeups a second cost 15-50 ms of CPU a second on this
  * VM), so its share is near 100% and the governor slows the wall sampler
- * to its allowance of 2 ms a second (governor.c): x8 to x25 here. Not to a
- * share of nothing: a first version slowed it x215, each thread's wall
- * time a few windows of seconds. At most x50 (room for a slower VM), and
- * the waiters' wall time still adds up: of the 4 threads drawn per tick, 3
- * or 4 are waiters, so their sum has a 12.5% relative error per tick, under
- * 1.3% at 100 ticks (x25); within 8% with the windows at the ends. */
+ * to its allowance of 2 ms a second (governor.c), less what the drain and
+ * export threads use: x8 to x25 on one VM, x44 to x52 on another (the
+ * wall timer 36 ms a second at full rate, the other threads 1.3 ms of the
+ * 2). Not to a share of nothing: a first version slowed it x215, each
+ * thread's wall time a few windows of seconds. At most x100 (the floor,
+ * one tick a second, is x500), and the waiters' wall time still adds up:
+ * of the 4 threads drawn per tick, 3 or 4 are waiters, so their sum has a
+ * 12.5% relative error per tick, 2.5% at 25 ticks (x100); within 8%
+ * with the windows at the ends. */
 static void test_wall_idle_process_under_the_cap(void) {
   waiters_run *w = run_waiters("CONTPROF_MAX_OVERHEAD_PCT=2");
   double wall = 0, life = 0;
@@ -262,7 +265,7 @@ static void test_wall_idle_process_under_the_cap(void) {
   for (size_t i = 0; i < w->n; i++) {
     const char *f = profile_comment(w->profiles[i], "slowdown_max.wall");
     printf("profile %zu: slowdown_max.wall=%s\n", i, f ? f : "(none)");
-    CHECK(f != NULL && atoi(f) >= 1 && atoi(f) <= 50);
+    CHECK(f != NULL && atoi(f) >= 1 && atoi(f) <= 100);
   }
   free_waiters_run(w);
 }
