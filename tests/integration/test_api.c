@@ -326,17 +326,26 @@ static void free_profiles_and_dir(pprof_profile **p, size_t n, char *dir) {
 static void test_uploader_thread_after_a_second(void) {
   contprof_options o = {
       .upload_period_s = 3600, .cpu_hz = 100, .profiles = "cpu"};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   char *dir = start_in_new_dir(&o);
   burn(300000000);
   int early = uploader_threads();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double lived = (double)(t1.tv_sec - t0.tv_sec) +
+                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   CHECK_EQ_INT(contprof_stop(), 0);
   pprof_profile *p[3];
   size_t n = read_profiles(dir, p, 3, NULL);
   CHECK_EQ_INT(n, 1);
   double cpu_s = n == 1 ? total_seconds(p[0], "cpu-time") : 0;
-  printf("  lived 0.3 s: %d uploader threads, 1 profile of %.3f s of CPU\n",
-         early, cpu_s);
-  CHECK_EQ_INT(early, 0);
+  printf("  lived %.3f s for 0.3 s of CPU: %d uploader threads, 1 profile of "
+         "%.3f s of CPU\n",
+         lived, early, cpu_s);
+  /* Its first tick is at 1 s of the process's life: on a machine loaded
+   * enough to stretch 0.3 s of CPU past 0.9 s, the thread may be there. */
+  if (lived < 0.9)
+    CHECK_EQ_INT(early, 0);
   /* 30 samples expected: 10 are 5.5 standard deviations below. */
   CHECK(cpu_s >= 0.10 && cpu_s <= 0.60);
   free_profiles_and_dir(p, n, dir);

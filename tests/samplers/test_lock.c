@@ -526,7 +526,10 @@ static void *contender_main(void *p) {
 /* Four threads contend for one mutex and measure their own waits; a fifth,
  * marked as the profiler's, contends too and must not appear. With a 50 us
  * mean and waits of 100 us and more, most waits are kept (p > 0.86) and the
- * relative standard error of the total is well under 1%. */
+ * relative standard error of the total is well under 1%. A loaded machine
+ * preempts the holders: fewer waits, of milliseconds (315 of 15 ms under
+ * six ctest jobs on 2 CPUs), each kept (p near 1), so 200 waits are enough
+ * for the 10% bounds; an idle one makes thousands. */
 static void test_wait_totals_match_measured(void) {
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   contender c[5];
@@ -568,7 +571,7 @@ static void test_wait_totals_match_measured(void) {
   printf("measured %.3f s in %llu waits; profiled %.3f s in %lld\n",
          (double)measured_wait / 1e9, (unsigned long long)measured_count,
          (double)profiled.wait_ns / 1e9, (long long)profiled.count);
-  CHECK(measured_count > 500);
+  CHECK(measured_count > 200);
   CHECK_NEAR((double)profiled.wait_ns / (double)measured_wait, 1.0, 0.10);
   CHECK_NEAR((double)profiled.count / (double)measured_count, 1.0, 0.10);
 }
