@@ -332,8 +332,8 @@ static void test_uploader_thread_after_a_second(void) {
   burn(300000000);
   int early = uploader_threads();
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  double lived = (double)(t1.tv_sec - t0.tv_sec) +
-                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  double lived =
+      (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   CHECK_EQ_INT(contprof_stop(), 0);
   pprof_profile *p[3];
   size_t n = read_profiles(dir, p, 3, NULL);
