@@ -10,6 +10,7 @@
  *   total SECONDS    4 threads on one mutex, half the calls
  *                    pthread_mutex_timedlock; prints total_ns= count= */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -46,6 +47,24 @@ static pthread_mutex_t hot = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t cold = PTHREAD_MUTEX_INITIALIZER;
 static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
 static uint64_t tally[2], tally_count;
+/* The variances of the lock profile's two totals for the waits counted
+ * (total mode): a wait of w ns is kept with probability p = 1 - exp(-w /
+ * mean) and weighed 1/p, so it adds (1 - p) / p to the count's variance
+ * and w^2 (1 - p) / p to the wait's. */
+static double var_count, var_ns;
+static pthread_mutex_t variance_lock = PTHREAD_MUTEX_INITIALIZER;
+static double sample_mean_ns = 1e6; /* CONTPROF_LOCK_SAMPLE_NS */
+
+static void add_variance(uint64_t w) {
+  double p = -expm1(-(double)w / sample_mean_ns);
+  if (!(p > 0))
+    return;
+  double v = (1 - p) / p;
+  pthread_mutex_lock(&variance_lock);
+  var_count += v;
+  var_ns += (double)w * (double)w * v;
+  pthread_mutex_unlock(&variance_lock);
+}
 
 /* Atomics, not a lock: the only lock waits are the measured ones. */
 static void add_tally(int which, uint64_t ns, uint64_t count) {
@@ -164,8 +183,10 @@ static void *total_thread(void *arg) {
     uint64_t w = total_wait(&seed, (int)(count & 1));
     waited += w;
     count += w > 0;
-    if (w > 0)
+    if (w > 0) {
       atomic_fetch_add(&contended_waits, 1);
+      add_variance(w);
+    }
     spin_ns((uint64_t)(rand_r(&seed) % 20000));
   }
   add_tally(0, waited, count);
@@ -202,9 +223,13 @@ int main(int argc, char **argv) {
     printf("read_ns=%llu write_ns=%llu\n", (unsigned long long)tally[0],
            (unsigned long long)tally[1]);
   } else if (strcmp(argv[1], "total") == 0) {
+    const char *mean = getenv("CONTPROF_LOCK_SAMPLE_NS");
+    if (mean && atof(mean) > 0)
+      sample_mean_ns = atof(mean);
     run_threads(4, total_thread);
-    printf("total_ns=%llu count=%llu\n", (unsigned long long)tally[0],
-           (unsigned long long)tally_count);
+    printf("total_ns=%llu count=%llu var_count=%.6g var_ns=%.6g\n",
+           (unsigned long long)tally[0], (unsigned long long)tally_count,
+           var_count, var_ns);
   } else {
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;

@@ -5,6 +5,7 @@
  * of an rwlock are told apart, no profiler code appears in a lock stack, and
  * go tool pprof reads the result. */
 #include <inttypes.h>
+#include <math.h>
 
 #include "harness.h"
 #include "test.h"
@@ -137,22 +138,34 @@ static void test_hot_path_linked(void) { check_hotcold(1); }
 
 /* The profile's total wait within 10% of the program's own measurement
  * (half of the waits in pthread_mutex_timedlock), and the acquisition count
- * within 10% of the contended calls it counted. */
+ * within 10% of the contended calls it counted; or within 4 standard
+ * errors when those are wider (the program computes them from its waits).
+ * Idle, some 8,000 waits of about 300 us at the 1 ms mean: 3% for the
+ * count. A loaded machine makes fewer waits (3,091 under six ctest jobs on
+ * 2 CPUs), longer and so more often kept. */
 static void test_total_matches_measured(void) {
   char *dir = make_temp_dir("lock-total");
   lock_run *lr = calloc(1, sizeof *lr);
   run_lock_workload("total", "2.5", 0, dir, lr);
   unsigned long long total = 0, count = 0;
-  CHECK_EQ_INT(sscanf(lr->r.out, "total_ns=%llu count=%llu", &total, &count),
-               2);
+  double var_count = 0, var_ns = 0;
+  CHECK_EQ_INT(sscanf(lr->r.out,
+                      "total_ns=%llu count=%llu var_count=%lf "
+                      "var_ns=%lf",
+                      &total, &count, &var_count, &var_ns),
+               4);
   if (lr->ok && total > 0 && count > 0) {
+    double se_count = sqrt(var_count) / (double)count;
+    double se_wait = sqrt(var_ns) / (double)total;
     printf("total: measured %.3f s in %llu waits; profile %.3f s in %" PRId64
-           "\n",
+           " (standard errors %.1f%% and %.1f%%)\n",
            (double)total / 1e9, count, (double)lr->wait.total / 1e9,
-           lr->count.total);
-    CHECK(count > 5000);
-    CHECK_NEAR((double)lr->wait.total / (double)total, 1.0, 0.10);
-    CHECK_NEAR((double)lr->count.total / (double)count, 1.0, 0.10);
+           lr->count.total, 100 * se_wait, 100 * se_count);
+    CHECK(count > 500);
+    CHECK_NEAR((double)lr->wait.total / (double)total, 1.0,
+               fmax(0.10, 4 * se_wait));
+    CHECK_NEAR((double)lr->count.total / (double)count, 1.0,
+               fmax(0.10, 4 * se_count));
 
     /* go tool pprof (an independent reader) accepts the file. */
     char cmd[1200];

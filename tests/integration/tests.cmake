@@ -91,10 +91,10 @@ set_tests_properties(test_wall PROPERTIES TIMEOUT 180)
 # Lock sampler: a workload run under `contprof run` and the same one linked
 # with libcontprof.so (it starts the profiler itself).
 add_executable(lock_workload integration/lock_workload.c)
-target_link_libraries(lock_workload PRIVATE Threads::Threads)
+target_link_libraries(lock_workload PRIVATE Threads::Threads m)
 add_executable(lock_workload_linked integration/lock_workload.c)
 target_compile_definitions(lock_workload_linked PRIVATE LOCK_WORKLOAD_LINKED)
-target_link_libraries(lock_workload_linked PRIVATE contprof Threads::Threads)
+target_link_libraries(lock_workload_linked PRIVATE contprof Threads::Threads m)
 set_target_properties(lock_workload lock_workload_linked PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 cp_unit_test(test_lock_profile integration/test_lock_profile.c)
