@@ -302,7 +302,9 @@ static int64_t perf_quantity(int64_t *weight) {
 
 /* Async-signal-safe: unwinds the interrupted context into a preallocated
  * ring slot and publishes it (a drop when the thread is already in one of
- * our handlers). began: cp_stats_hook_begin's. */
+ * our handlers); then, when the context is at a system call, tells the
+ * wait hooks whether this signal may have cut it short
+ * (cp_signal_interrupted_call). began: cp_stats_hook_begin's. */
 static void cpu_record(void *ucontext, int64_t weight, int64_t quantity,
                        uint64_t began) {
   cp_ring *ring = cp_agg_ring();

@@ -49,10 +49,9 @@ int cp_signal_move_to_rt(int old, cp_signal_handler handler,
  * whose perf events signal with a real-time signal), SIGIO at its default
  * disposition gets our handler instead, which counts it and calls `lost`
  * (async-signal-safe, on the thread the signal came to, with the
- * interrupted context); an application
- * that sets SIGIO to the default later gets it too, and reads back the
- * default. Its own SIGIO handler (or SIG_IGN) is set as it asks. Not
- * async-signal-safe. */
+ * interrupted context); an application that sets SIGIO to the default
+ * later gets it too, and reads back the default. Its own SIGIO handler (or
+ * SIG_IGN) is set as it asks. Not async-signal-safe. */
 void cp_signal_guard_sigio(void (*lost)(void *ucontext));
 
 /* SIGIOs the guard took since the process started. One atomic load. */
