@@ -430,7 +430,12 @@ static void test_application_sigprof_keeps_working(void) {
   CHECK_EQ_INT(tkilled, 20);
   CHECK_EQ_INT(foreign, 0);
   CHECK_EQ_INT(kept, 1);
-  CHECK(timer >= 0 && timer <= allowed + 2);
+  /* The kernel checks ITIMER_PROF against the process's CPU time as
+   * sampled at its ticks (4 ms at 250 Hz), which a loaded machine's slices
+   * put ahead of the exact time by a few periods (44 ticks where 1.03 s of
+   * CPU allows 41, under six ctest jobs on 2 CPUs). Signals of ours taken
+   * for the timer's would be hundreds (250 Hz for a second). */
+  CHECK(timer >= 0 && timer <= allowed + allowed / 4 + 2);
   pprof_top top;
   pprof_profile *p = NULL;
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
