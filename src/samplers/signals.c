@@ -31,6 +31,15 @@ static int is_default(const struct sigaction *sa) {
   return !(sa->sa_flags & SA_SIGINFO) && sa->sa_handler == SIG_DFL;
 }
 
+/* Whether sa runs a function of the application's: with SA_SIGINFO a
+ * non-null sa_sigaction (null is the default: the two share a union),
+ * else an sa_handler that is neither SIG_DFL nor SIG_IGN. */
+static int has_handler(const struct sigaction *sa) {
+  return (sa->sa_flags & SA_SIGINFO)
+             ? sa->sa_sigaction != NULL
+             : sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN;
+}
+
 static int is_free(int sig) {
   struct sigaction sa;
   return real_sigaction(sig, NULL, &sa) == 0 && is_default(&sa);
@@ -61,9 +70,7 @@ static void sampling_mask(sigset_t *mask) {
  * stays pending and is handled when the handler returns (or siglongjmps
  * out, restoring the mask). Returns whether act was changed. */
 static int runs_on_alt_stack(const struct sigaction *act) {
-  return (act->sa_flags & SA_ONSTACK) &&
-         ((act->sa_flags & SA_SIGINFO) ||
-          (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN));
+  return (act->sa_flags & SA_ONSTACK) && has_handler(act);
 }
 
 int cp_signals_mask_on_alt_stack(struct sigaction *act) {
@@ -225,11 +232,9 @@ void cp_signals_discard_pending(void) {
 /* Async-signal-safe. */
 void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
   const struct sigaction *old = &previous[sig];
-  int runs = (old->sa_flags & SA_SIGINFO)
-                 ? old->sa_sigaction != NULL
-                 : old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
-                       old->sa_handler != NULL;
-  if (runs && ucontext) {
+  if (!has_handler(old))
+    return; /* SIG_DFL or SIG_IGN: a stray signal of ours is ignored */
+  if (ucontext) {
     /* The mask the kernel would have set for the application's handler:
      * the interrupted one, its sa_mask, the signal itself unless
      * SA_NODEFER, and our signals (install). Ours blocks more. */
@@ -242,14 +247,10 @@ void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
       sigaddset(&mask, sig);
     pthread_sigmask(SIG_SETMASK, &mask, NULL);
   }
-  if (old->sa_flags & SA_SIGINFO) {
-    if (old->sa_sigaction)
-      old->sa_sigaction(sig, info, ucontext);
-  } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
-             old->sa_handler) {
+  if (old->sa_flags & SA_SIGINFO)
+    old->sa_sigaction(sig, info, ucontext);
+  else
     old->sa_handler(sig);
-  }
-  /* SIG_DFL or SIG_IGN: a stray signal of ours is simply ignored. */
 }
 
 int cp_signals_on_sigaction(int sig, const struct sigaction *act,
@@ -265,10 +266,7 @@ int cp_signals_on_sigaction(int sig, const struct sigaction *act,
     previous[sig] = *act;
     /* A handler of its own on a standard signal: its thread-directed
      * signals would merge with ours (cp_signal_claimed). */
-    if (sig < SIGRTMIN &&
-        ((act->sa_flags & SA_SIGINFO)
-             ? act->sa_sigaction != NULL
-             : act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN))
+    if (sig < SIGRTMIN && has_handler(act))
       atomic_store_explicit(&claimed[sig], 1, memory_order_relaxed);
   }
   pthread_mutex_unlock(&lock);
@@ -371,10 +369,8 @@ static int application_signal_follows(const ucontext_t *uc) {
         __atomic_load_n(&installed[s], __ATOMIC_ACQUIRE))
       continue;
     struct sigaction sa;
-    if (real_sigaction(s, NULL, &sa) != 0 || is_absorber(&sa))
-      continue;
-    if ((sa.sa_flags & SA_SIGINFO) ||
-        (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN))
+    if (real_sigaction(s, NULL, &sa) == 0 && has_handler(&sa) &&
+        !is_absorber(&sa))
       return 1;
   }
   return 0;
