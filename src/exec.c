@@ -47,6 +47,7 @@
 
 #include "common.h"
 #include "profiler_internal.h"
+#include "samplers/signals.h"
 
 /* The file name of this library (for LD_PRELOAD), resolved once. */
 static const char *own_basename(void) {
@@ -176,10 +177,12 @@ char *const *cp_exec_begin(char *const *envp, cp_exec_env *m, int *stopped) {
   *m = (cp_exec_env){0};
   char *const *env = exec_environment(envp, m);
   *stopped = cp_profiler_before_exec();
+  cp_signals_before_exec();
   return env;
 }
 
 void cp_exec_came_back(cp_exec_env *m, int stopped) {
+  cp_signals_exec_failed();
   if (stopped)
     cp_profiler_exec_failed();
   release_env(m);

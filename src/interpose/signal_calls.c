@@ -42,9 +42,10 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
     if (cp_signals_mask_on_alt_stack(&masked))
       act = &masked;
   }
-  /* SIGIO, while guarded: the default is our handler (signals.h). */
-  int guarded = cp_signals_on_sigio(sig, act, old);
-  int rc = guarded ? (guarded > 0 ? 0 : -1) : cp_real_sigaction(sig, act, old);
+  /* SIGIO, while guarded: our handler stays, the application's is chained
+   * (signals.h). */
+  int rc =
+      cp_signals_on_sigio(sig, act, old) ? 0 : cp_real_sigaction(sig, act, old);
   if (rc == 0 && old)
     cp_signal_remove_sampling(&old->sa_mask);
   return rc;

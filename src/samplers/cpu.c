@@ -342,8 +342,17 @@ static void cpu_record(void *ucontext, int64_t weight, int64_t quantity,
  * the CPU time since the thread's last sample. SIGIOs merge, but the
  * weights are CPU time: a merged one loses no time, only a stack; and
  * while the user's queue stays full (another process's signals hold it)
- * the profile is all SIGIO samples. */
-static void cpu_on_lost_signal(void *ucontext) {
+ * the profile is all SIGIO samples.
+ *
+ * The application's own SIGIO from a descriptor with O_ASYNC looks the
+ * same (SI_KERNEL). An overflow comes at least half a period of the
+ * thread's CPU after the previous one, so a SIGIO sooner than a quarter
+ * period after the last sample is taken as the application's: the event
+ * is only enabled (a no-op when it runs, where giving back an overflow
+ * that was never taken would let them pile up), and the time stays for the
+ * next sample. That is also what a late sample followed at once by a real
+ * overflow gets, and the event runs on. Returns whether it sampled. */
+static int cpu_on_lost_signal(void *ucontext) {
   uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_CPU);
   pid_t tid = cp_gettid();
   int fd = perf_last.drawn_fd;
@@ -360,12 +369,24 @@ static void cpu_on_lost_signal(void *ucontext) {
     }
   }
   if (fd < 0)
-    return; /* a stray SIGIO: not one of our events' */
-  if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
+    return 0; /* a stray SIGIO: not one of our events' */
+  int active = atomic_load_explicit(&cpu.active, memory_order_relaxed);
+  struct timespec ts;
+  if (perf_last.gen == atomic_load_explicit(&cpu.gen, memory_order_relaxed) &&
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 &&
+      (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec <
+          perf_last.cpu_ns +
+              atomic_load_explicit(&cpu.period_ns, memory_order_relaxed) / 4) {
+    if (active)
+      ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+    return 0;
+  }
+  if (active)
     ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
   int64_t weight;
   int64_t quantity = perf_quantity(&weight);
   cpu_record(ucontext, weight, quantity, began);
+  return 1;
 }
 
 /* Async-signal-safe: runs in the sampling signal handler. Reads the label
@@ -746,9 +767,10 @@ static void cpu_tick(void) {
   if (absorbed && !cpu.sigio_logged++)
     cp_warn("the kernel could not queue %llu CPU sampling signals (the "
             "user's RLIMIT_SIGPENDING, shared by all of its processes, is "
-            "spent) and sent SIGIO instead; contprof took it in the "
-            "application's stead (its SIGIO is at the default), and the "
-            "samples' CPU time is counted, their stacks lost",
+            "spent) and sent SIGIO instead; contprof took each in its "
+            "signal's stead (the application's own SIGIO handler, if it "
+            "has one, sees them too), and the samples' CPU time is "
+            "counted, some of their stacks lost",
             absorbed);
   pthread_mutex_unlock(&cpu.lock);
 }

@@ -274,59 +274,115 @@ int cp_signals_on_sigaction(int sig, const struct sigaction *act,
 }
 
 /* The SIGIO guard (cp_signal_guard_sigio): wanted once a perf event
- * signals with a real-time signal; while the application's SIGIO
- * disposition is the default, ours absorbs it instead. */
+ * signals with a real-time signal. From then on our absorber is SIGIO's
+ * handler whatever the application sets; what it sets (the default, SIG_IGN
+ * or a handler of its own) is kept in previous[SIGIO] (SIGIO is never a
+ * sampling signal), read back as its own, and a handler of its own is
+ * chained. */
 static _Atomic int sigio_guarded;
-static void (*_Atomic sigio_lost)(void *ucontext);
+static int (*_Atomic sigio_lost)(void *ucontext);
 static atomic_ullong sigio_absorbed;
 
-/* Async-signal-safe: the kernel's SIGIO in place of a real-time signal it
- * could not queue (or a stray one: the default would have ended the
- * process). */
+/* Async-signal-safe, bounded: the kernel's SIGIO in place of a real-time
+ * signal it could not queue (SI_KERNEL), or the application's own (a
+ * descriptor with O_ASYNC: SI_KERNEL too; kill, a timer). Both may come as
+ * one: SIGIOs merge. So `lost` judges a SI_KERNEL one (see
+ * cpu_on_lost_signal), and the application's handler,
+ * if it has one, is called either way: a SIGIO it did not expect is what
+ * O_ASYNC code already handles (merged signals make it poll), a SIGIO of its
+ * own that it did not get would leave it waiting. Under SIG_IGN nothing
+ * more happens. Under the default, a SIGIO that a process sent (kill,
+ * sigqueue: si_code at most 0, never the kernel's) ends the process as the
+ * default would have; one the kernel sent does not, since it may be ours. */
 static void absorb_sigio(int sig, siginfo_t *info, void *ucontext) {
-  (void)sig;
-  (void)info;
   int saved_errno = errno;
-  atomic_fetch_add_explicit(&sigio_absorbed, 1, memory_order_relaxed);
-  void (*lost)(void *) =
-      atomic_load_explicit(&sigio_lost, memory_order_acquire);
-  if (lost)
-    lost(ucontext);
+  int (*lost)(void *) = atomic_load_explicit(&sigio_lost, memory_order_acquire);
+  if (lost && info && info->si_code == SI_KERNEL && lost(ucontext))
+    atomic_fetch_add_explicit(&sigio_absorbed, 1, memory_order_relaxed);
   errno = saved_errno;
+  if (info && info->si_code <= 0 && is_default(&previous[SIGIO])) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    real_sigaction(SIGIO, &dfl, NULL);
+    sigset_t io;
+    sigemptyset(&io);
+    sigaddset(&io, SIGIO);
+    raise(SIGIO);
+    pthread_sigmask(SIG_UNBLOCK, &io, NULL); /* the default action */
+    return;
+  }
+  cp_signal_chain(sig, info, ucontext);
 }
 
 static int is_absorber(const struct sigaction *sa) {
   return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == absorb_sigio;
 }
 
-/* What the application reads back for SIGIO: the default, where our
- * absorber stands in for it. */
-static void as_application_sees(struct sigaction *sa) {
-  if (is_absorber(sa)) {
-    memset(sa, 0, sizeof *sa);
-    sa->sa_handler = SIG_DFL;
-  }
-}
-
-static void install_absorber_locked(void) {
+/* Callers hold `lock` (or are a vfork child, cp_signals_exec_failed). A
+ * system call our SIGIO interrupts is restarted, as the default or SIG_IGN
+ * would have left it running; one the application's own handler
+ * interrupts, as its SA_RESTART says. */
+static void install_absorber(const struct sigaction *app) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = absorb_sigio;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sa.sa_flags =
+      SA_SIGINFO | (has_handler(app) ? app->sa_flags & SA_RESTART : SA_RESTART);
   sampling_mask(&sa.sa_mask); /* it stands in for a sampling signal */
   real_sigaction(SIGIO, &sa, NULL);
 }
 
-void cp_signal_guard_sigio(void (*lost)(void *ucontext)) {
+void cp_signal_guard_sigio(int (*lost)(void *ucontext)) {
   atomic_store_explicit(&sigio_lost, lost, memory_order_release);
   pthread_mutex_lock(&lock);
   if (!atomic_load(&sigio_guarded)) {
     struct sigaction now;
-    if (real_sigaction(SIGIO, NULL, &now) == 0 && is_default(&now))
-      install_absorber_locked();
-    atomic_store(&sigio_guarded, 1);
+    if (real_sigaction(SIGIO, NULL, &now) == 0) {
+      if (!is_absorber(&now)) /* not a restart */
+        previous[SIGIO] = now;
+      install_absorber(&previous[SIGIO]);
+      atomic_store(&sigio_guarded, 1);
+    }
   }
   pthread_mutex_unlock(&lock);
+}
+
+/* Whether exec should find sig ignored: the application ignores it, and
+ * a handler of ours stands in its place (exec resets handlers to the
+ * default and keeps ignored signals ignored). */
+static int ignored_under_ours(int sig) {
+  const struct sigaction *app = &previous[sig];
+  int ours = sig == SIGIO
+                 ? atomic_load(&sigio_guarded)
+                 : __atomic_load_n(&installed[sig], __ATOMIC_ACQUIRE) != NULL;
+  return ours && !(app->sa_flags & SA_SIGINFO) && app->sa_handler == SIG_IGN;
+}
+
+void cp_signals_before_exec(void) {
+  struct sigaction ign;
+  memset(&ign, 0, sizeof ign);
+  ign.sa_handler = SIG_IGN;
+  for (int s = 1; s < _NSIG; s++)
+    if (ignored_under_ours(s))
+      real_sigaction(s, &ign, NULL);
+}
+
+void cp_signals_exec_failed(void) {
+  for (int s = 1; s < _NSIG; s++) {
+    if (!ignored_under_ours(s))
+      continue;
+    if (s == SIGIO) {
+      install_absorber(&previous[SIGIO]);
+      continue;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = __atomic_load_n(&installed[s], __ATOMIC_ACQUIRE);
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sampling_mask(&sa.sa_mask);
+    real_sigaction(s, &sa, NULL);
+  }
 }
 
 unsigned long long cp_signal_sigio_absorbed(void) {
@@ -338,22 +394,13 @@ int cp_signals_on_sigio(int sig, const struct sigaction *act,
   if (sig != SIGIO || !atomic_load(&sigio_guarded))
     return 0;
   pthread_mutex_lock(&lock);
-  struct sigaction prev;
-  int rc;
-  if (act && is_default(act)) {
-    rc = real_sigaction(SIGIO, NULL, &prev);
-    if (rc == 0)
-      install_absorber_locked();
-  } else {
-    rc = real_sigaction(SIGIO, act, &prev);
+  if (old)
+    *old = previous[SIGIO];
+  if (act) {
+    previous[SIGIO] = *act;
+    install_absorber(act);
   }
   pthread_mutex_unlock(&lock);
-  if (rc != 0)
-    return -1;
-  if (old) {
-    *old = prev;
-    as_application_sees(old);
-  }
   return 1;
 }
 

@@ -45,25 +45,26 @@ int cp_signal_move_to_rt(int old, cp_signal_handler handler,
 
 /* The kernel's fallback for a perf event's real-time signal it cannot
  * queue (the user's RLIMIT_SIGPENDING spent) is a plain SIGIO to the same
- * thread, whose default action ends the process. Once called (by a sampler
- * whose perf events signal with a real-time signal), SIGIO at its default
- * disposition gets our handler instead, which counts it and calls `lost`
- * (async-signal-safe, on the thread the signal came to, with the
- * interrupted context); an application that sets SIGIO to the default
- * later gets it too, and reads back the default. Its own SIGIO handler (or
- * SIG_IGN) is set as it asks. Not async-signal-safe. */
-void cp_signal_guard_sigio(void (*lost)(void *ucontext));
+ * thread, whose default action ends the process, and which an application
+ * with a SIGIO handler of its own or SIG_IGN would take from us (the event
+ * would then stop). Once called (by a sampler whose perf events signal with
+ * a real-time signal), SIGIO gets our handler whatever the application
+ * sets: it calls `lost` (async-signal-safe, on the thread the signal came
+ * to, with the interrupted context; it returns whether the thread had an
+ * event, so the SIGIO was taken as ours), then the application's handler if
+ * it set one, with the mask the kernel would have given it. The
+ * application reads back what it set. Not async-signal-safe. */
+void cp_signal_guard_sigio(int (*lost)(void *ucontext));
 
-/* SIGIOs the guard took since the process started. One atomic load. */
+/* SIGIOs `lost` took as ours since the process started. One atomic load. */
 unsigned long long cp_signal_sigio_absorbed(void);
 
-/* The sigaction hook's observer for SIGIO while guarded: sets act (the
- * default as our handler), *old gets what the application would read back;
- * 1, or -1 with errno when sigaction failed. 0 for any other signal or when
- * not guarded. */
+/* The sigaction hook's observer for SIGIO while guarded: act becomes the
+ * application's disposition (our handler stays), *old gets the one before;
+ * returns 1 (the hook then returns 0). 0 for any other signal or when not
+ * guarded. */
 int cp_signals_on_sigio(int sig, const struct sigaction *act,
                         struct sigaction *old);
-
 /* Every sampling handler whose signal found its thread at a system call
  * (cp_signal_in_syscall) calls cp_signal_interrupted_call last, which
  * increments cp_thread.own_signals (thread_state.h): interpose/waits.c
@@ -121,6 +122,15 @@ int cp_signals_mask_on_alt_stack(struct sigaction *act);
  * a later install masks its signal there without reading every signal's
  * disposition again. */
 void cp_signals_on_app_handler(int sig, const struct sigaction *act);
+
+/* Around an exec (exec.c): a signal the application ignores and we
+ * handle (one of ours, or SIGIO while guarded) is set to SIG_IGN before, so
+ * that the new image inherits it ignored as it would without us, and gets
+ * our handler back if exec fails. No lock is taken: a vfork child calls
+ * them too (its dispositions are its own; its memory is its parent's).
+ * Not async-signal-safe. */
+void cp_signals_before_exec(void);
+void cp_signals_exec_failed(void);
 
 /* In the child of fork: the lock is made anew (a lost thread may hold it). */
 void cp_signals_after_fork_child(void);

@@ -3,6 +3,8 @@
  * pending; not following removes the library from LD_PRELOAD; a failed exec
  * goes on profiling; short-lived children write no empty profile; vfork +
  * exec works; a large environment needs no stack. */
+#include <signal.h>
+
 #include "harness.h"
 #include "test.h"
 
@@ -112,6 +114,23 @@ static void test_exec_not_followed(void) {
   r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, NULL, r), 0);
   CHECK(strstr(r->out, "libcontprof_preload") != NULL);
+  free(r);
+  remove_dir(dir);
+}
+
+/* A signal the application ignores and we handle (SIGIO, guarded once the
+ * CPU sampler moved to a real-time signal) reaches the new image ignored,
+ * as exec leaves an ignored signal without us; a failed exec gives our
+ * handler back, and the application reads SIG_IGN throughout. */
+static void test_exec_keeps_an_ignored_signal_ignored(void) {
+  char *dir = make_temp_dir("exec-ign");
+  run_result *r = run_workload(dir, NULL, "exec-ignoring", NULL);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "after_failed_exec=ignored sigio_caught=1") != NULL);
+  const char *line = strstr(r->out, "SigIgn:");
+  unsigned long long ign = 0;
+  CHECK(line && sscanf(line, "SigIgn: %llx", &ign) == 1);
+  CHECK(ign & (1ull << (SIGIO - 1)));
   free(r);
   remove_dir(dir);
 }
@@ -272,5 +291,6 @@ static void test_exec_big_environment_small_stack(void) {
 
 TEST_MAIN(T(test_exec_chain_is_followed), T(test_exec_not_followed),
           T(test_failed_exec_keeps_profiling),
+          T(test_exec_keeps_an_ignored_signal_ignored),
           T(test_short_lived_children_write_no_empty_profile),
           T(test_vfork_exec), T(test_exec_big_environment_small_stack))

@@ -29,6 +29,11 @@
  *   exec-chain N            works 30 ms on two threads and execs itself
  *                           with N-1, down to 0
  *   exec-fail               works, fails to exec, works again
+ *   exec-ignoring           handles SIGPROF itself (the profiler moves to
+ *                           a real-time signal and guards SIGIO), ignores
+ *                           SIGIO, works 1.5 s, fails an exec, prints
+ *                           what it reads back for SIGIO, then execs
+ *                           grep to print its SigIgn line
  *   vfork-exec N            vfork + exec /bin/true N times while working
  *   print-preload           prints LD_PRELOAD
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
@@ -43,7 +48,7 @@
  *                           the main thread and on 8 threads started after
  *                           its first tick; prints how many of those
  *                           threads got libunwind's thread-local block
- * *   masked SECONDS [rt|rt-full]
+ * *   masked SECONDS [rt|rt-full|rt-full-handler|rt-full-ignore]
  *                           works 0.2 s in work_gamma, then SECONDS of
  *                           CPU: chunks of 100 ms in work_alpha with every
  *                           signal blocked (masked_chunk), each followed by
@@ -54,7 +59,11 @@
  *                           signal pending and sets RLIMIT_SIGPENDING to 1
  *                           (the kernel can queue none of the profiler's
  *                           real-time signals: it sends SIGIO), and SIGIO
- *                           to its default, printing what it read back;
+ *                           to its default (rt-full-handler: to a handler
+ *                           of its own, counting; rt-full-ignore: to
+ *                           SIG_IGN), printing what it read back; those
+ *                           two raise SIGIO at the end and print how many
+ *                           the handler got (app_sigio=N);
  *                           prints the true CPU ns of masked_chunk and
  *                           work_beta
  *   switchy SECONDS         two threads hand a token back and forth, each
@@ -566,6 +575,36 @@ static int exec_fail(void) {
   return 0;
 }
 
+static void install_own_handler(int sig);
+
+static int exec_ignoring(void) {
+  install_own_handler(SIGPROF);
+  signal(SIGIO, SIG_IGN);
+  work_gamma(1500000000);
+  char *none[] = {"nowhere", NULL};
+  execv("/nonexistent/contprof-test", none);
+  struct sigaction now;
+  sigaction(SIGIO, NULL, &now);
+  /* What the kernel has: caught (the profiler's guard) if it moved. */
+  unsigned long long caught = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "SigCgt: %llx", &caught) == 1)
+      break;
+  if (f)
+    fclose(f);
+  printf("after_failed_exec=%s sigio_caught=%d\n",
+         now.sa_handler == SIG_IGN ? "ignored" : "other",
+         !!(caught & (1ull << (SIGIO - 1))));
+  fflush(stdout);
+  work_gamma(100000000);
+  char *argv[] = {"grep", "^SigIgn", "/proc/self/status", NULL};
+  execv("/bin/grep", argv);
+  perror("execv grep");
+  return 1;
+}
+
 static int vfork_exec(int n) {
   pthread_t t;
   pthread_create(&t, NULL, exec_helper, NULL);
@@ -735,7 +774,14 @@ static pid_t hold_a_pending_signal(int *release) {
   return pid;
 }
 
-static int masked(double seconds, int rt, int full) {
+static volatile sig_atomic_t app_sigio;
+static void count_sigio(int sig) {
+  (void)sig;
+  app_sigio++;
+}
+
+/* sigio: 0 the default, 1 a handler of its own, 2 SIG_IGN. */
+static int masked(double seconds, int rt, int full, int sigio) {
   if (rt)
     install_own_handler(SIGPROF);
   int release = -1;
@@ -749,13 +795,16 @@ static int masked(double seconds, int rt, int full) {
     struct rlimit one = {1, 1};
     if (setrlimit(RLIMIT_SIGPENDING, &one) != 0)
       perror("setrlimit RLIMIT_SIGPENDING");
-    struct sigaction dfl, old;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGIO, &dfl, &old);
+    struct sigaction want, old;
+    memset(&want, 0, sizeof want);
+    want.sa_handler = sigio == 1 ? count_sigio : sigio == 2 ? SIG_IGN : SIG_DFL;
+    want.sa_flags = SA_RESTART;
+    sigaction(SIGIO, &want, NULL);
+    sigaction(SIGIO, NULL, &old);
     printf("sigio_read_back=%s ",
-           !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL ? "default"
-                                                                     : "other");
+           !(old.sa_flags & SA_SIGINFO) && old.sa_handler == want.sa_handler
+               ? "as_set"
+               : "other");
   }
   /* Sampled before the first blocked stretch: a thread's first sample
    * weighs at most one period (the CPU it used before is not the
@@ -765,6 +814,12 @@ static int masked(double seconds, int rt, int full) {
   while (thread_cpu_ns() - start < (uint64_t)(seconds * 1e9)) {
     in_masked += masked_chunk(100000000);
     in_beta += work_beta(100000000);
+  }
+  if (sigio) {
+    int before = app_sigio;
+    raise(SIGIO); /* its own: reaches its handler, or is ignored */
+    printf("app_sigio=%d own_reached=%d ", (int)app_sigio,
+           (int)app_sigio > before);
   }
   printf("masked_chunk=%" PRIu64 " work_beta=%" PRIu64 "\n", in_masked,
          in_beta);
@@ -1004,6 +1059,8 @@ int main(int argc, char **argv) {
     return exec_chain(atoi(argv[2]));
   if (strcmp(argv[1], "exec-fail") == 0)
     return exec_fail();
+  if (strcmp(argv[1], "exec-ignoring") == 0)
+    return exec_ignoring();
   if (strcmp(argv[1], "vfork-exec") == 0 && argc == 3)
     return vfork_exec(atoi(argv[2]));
   if (strcmp(argv[1], "print-preload") == 0) {
@@ -1017,7 +1074,11 @@ int main(int argc, char **argv) {
     return own_sigvtalrm();
   if (strcmp(argv[1], "masked") == 0 && (argc == 3 || argc == 4))
     return masked(atof(argv[2]), argc == 4 && strncmp(argv[3], "rt", 2) == 0,
-                  argc == 4 && strcmp(argv[3], "rt-full") == 0);
+                  argc == 4 && strncmp(argv[3], "rt-full", 7) == 0,
+                  argc < 4                                  ? 0
+                  : strcmp(argv[3], "rt-full-handler") == 0 ? 1
+                  : strcmp(argv[3], "rt-full-ignore") == 0  ? 2
+                                                            : 0);
   if (strcmp(argv[1], "switchy") == 0 && argc == 3)
     return switchy(atof(argv[2]));
   return 2;
