@@ -40,6 +40,10 @@ typedef struct cp_thread_state {
    * system call: the sleep and wait hooks tell an EINTR of ours from one of
    * the application's by it (interpose/waits.c, samplers/signals.h). */
   unsigned own_signals;
+  /* How many of the application's handlers ran on this thread (those set
+   * through the sigaction hook; samplers/signals.h): a wait hook returns an
+   * EINTR when one ran during the call, whatever our signals did. */
+  unsigned app_signals;
   /* The wall sampler's slot of this thread, set by its signal handler: the
    * wait hooks publish there where the thread blocks (samplers/wall.h). */
   void *wall_slot;

@@ -44,8 +44,12 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   }
   /* SIGIO, while guarded: our handler stays, the application's is chained
    * (signals.h). */
-  int rc =
-      cp_signals_on_sigio(sig, act, old) ? 0 : cp_real_sigaction(sig, act, old);
+  int rc = 0;
+  if (!cp_signals_on_sigio(sig, act, old)) {
+    /* Any other: an application handler is counted when it runs. */
+    int wrapped = cp_signals_wrap_app(sig, act, old);
+    rc = wrapped ? (wrapped > 0 ? 0 : -1) : cp_real_sigaction(sig, act, old);
+  }
   if (rc == 0 && old)
     cp_signal_remove_sampling(&old->sa_mask);
   return rc;

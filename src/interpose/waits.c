@@ -88,9 +88,24 @@ static int ts_may_block(const struct timespec *t) {
   return !t || t->tv_sec || t->tv_nsec;
 }
 
+/* The thread's counts of our signals at a system call and of the
+ * application's handlers, taken before each call. */
+typedef struct {
+  unsigned own, app;
+} seen;
+
+static inline seen signals_seen(void) {
+  return (seen){cp_thread.own_signals, cp_thread.app_signals};
+}
+
 /* Whether the last EINTR came from one of the profiler's signals: the
- * sampling handlers count them in the thread's state. */
-static int ours(unsigned before) { return cp_thread.own_signals != before; }
+ * sampling handlers count them in the thread's state, and no handler of the
+ * application's ran since the call began (one did: the EINTR is its, even
+ * when ours came too). */
+static int ours(seen before) {
+  return cp_thread.own_signals != before.own &&
+         cp_thread.app_signals == before.app;
+}
 
 int nanosleep(const struct timespec *req, struct timespec *rem) {
   typedef int (*fn_t)(const struct timespec *, struct timespec *);
@@ -98,7 +113,7 @@ int nanosleep(const struct timespec *req, struct timespec *rem) {
   PARKED;
   struct timespec left = *req, r;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_nanosleep(&left, &r);
     if (rc == 0 || errno != EINTR || !ours(before)) {
       if (rc != 0 && rem)
@@ -117,7 +132,7 @@ int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
   PARKED;
   struct timespec left = *req, r;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_clock_nanosleep(clock, flags, &left, &r); /* the error */
     if (rc != EINTR || !ours(before)) {
       if (rc == EINTR && rem && !(flags & TIMER_ABSTIME))
@@ -148,7 +163,7 @@ int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_poll(fds, nfds, timeout);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -164,7 +179,7 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_epoll_wait(epfd, events, maxevents, timeout);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -201,7 +216,7 @@ int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   fd_sets sets;
   fd_sets_save(&sets, readfds, writefds, exceptfds);
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     /* Linux leaves the time not slept in *timeout: a retry waits for the
      * rest. */
     int rc = fn_select(nfds, readfds, writefds, exceptfds, timeout);
@@ -234,7 +249,7 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
   struct timespec left;
   const struct timespec *t = timeout;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_ppoll(fds, nfds, t, sigmask);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -259,7 +274,7 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   struct timespec left;
   const struct timespec *t = timeout;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_pselect(nfds, readfds, writefds, exceptfds, t, sigmask);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -288,7 +303,7 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_epoll_pwait(epfd, events, maxevents, timeout, sigmask);
     if (rc >= 0 || errno != EINTR || !ours(before))
       return rc;
@@ -303,7 +318,7 @@ int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
   CP_REAL(fn_t, sem_timedwait);
   PARKED;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_sem_timedwait(sem, abstime);
     if (rc == 0 || errno != EINTR || !ours(before))
       return rc;
@@ -315,7 +330,7 @@ int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
   CP_REAL(fn_t, sem_clockwait);
   PARKED;
   for (;;) {
-    unsigned before = cp_thread.own_signals;
+    seen before = signals_seen();
     int rc = fn_sem_clockwait(sem, clock, abstime);
     if (rc == 0 || errno != EINTR || !ours(before))
       return rc;

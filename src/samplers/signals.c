@@ -53,10 +53,11 @@ static int is_free(int sig) {
  * ours returns, where cp_signal_interrupted_call sees it pending and leaves
  * the call's EINTR to it. The application's handlers chained from ours get
  * their own mask back (cp_signal_chain). */
+static const int synchronous[] = {SIGSEGV, SIGBUS,  SIGILL,
+                                  SIGFPE,  SIGTRAP, SIGSYS};
+
 static void sampling_mask(sigset_t *mask) {
   sigfillset(mask);
-  static const int synchronous[] = {SIGSEGV, SIGBUS,  SIGILL,
-                                    SIGFPE,  SIGTRAP, SIGSYS};
   for (size_t i = 0; i < sizeof synchronous / sizeof *synchronous; i++)
     sigdelset(mask, synchronous[i]);
 }
@@ -247,6 +248,7 @@ void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
       sigaddset(&mask, sig);
     pthread_sigmask(SIG_SETMASK, &mask, NULL);
   }
+  cp_thread.app_signals++; /* its handler runs (interpose/waits.c) */
   if (old->sa_flags & SA_SIGINFO)
     old->sa_sigaction(sig, info, ucontext);
   else
@@ -402,6 +404,98 @@ int cp_signals_on_sigio(int sig, const struct sigaction *act,
   }
   pthread_mutex_unlock(&lock);
   return 1;
+}
+
+/* ---- The application's handlers, counted ---------------------------------
+ * A wait hook retries a call that one of our signals cut short, unless an
+ * application handler ran meanwhile (interpose/waits.c). To know that one
+ * ran, the handlers the application sets for asynchronous signals are
+ * installed through app_handler, which counts them (cp_thread.app_signals)
+ * and calls the application's. Synchronous signals are left alone: they come
+ * from the thread's own instruction, never at a blocking call, and fault
+ * handlers are the ones that inspect what runs them. */
+
+/* The application's handler of each wrapped signal, packed so that a
+ * handler reads it in one load: the function, bit 63 for SA_SIGINFO (user
+ * addresses are below 2^47). 0: not wrapped. Written under `lock`. */
+#define APP_SIGINFO (1ull << 63)
+static _Atomic uint64_t app_entry[_NSIG];
+/* What the application set, as it reads it back. Under `lock`. */
+static struct sigaction app_act[_NSIG];
+
+/* Async-signal-safe, bounded: one TLS increment, then the application's
+ * handler. */
+static void app_handler(int sig, siginfo_t *info, void *ucontext) {
+  cp_thread.app_signals++;
+  uint64_t e = atomic_load_explicit(&app_entry[sig], memory_order_acquire);
+  uintptr_t fn = (uintptr_t)(e & ~APP_SIGINFO);
+  if (!fn)
+    return; /* set to the default or ignored as this one came */
+  if (e & APP_SIGINFO)
+    ((void (*)(int, siginfo_t *, void *))fn)(sig, info, ucontext);
+  else
+    ((void (*)(int))fn)(sig);
+}
+
+static int is_app_handler(const struct sigaction *sa) {
+  return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == app_handler;
+}
+
+static int wrappable(int sig) {
+  if (sig <= 0 || sig >= _NSIG || sig == SIGKILL || sig == SIGSTOP)
+    return 0;
+  for (size_t i = 0; i < sizeof synchronous / sizeof *synchronous; i++)
+    if (sig == synchronous[i])
+      return 0;
+  return 1;
+}
+
+int cp_signals_wrap_app(int sig, const struct sigaction *act,
+                        struct sigaction *old) {
+  if (!wrappable(sig) || __atomic_load_n(&installed[sig], __ATOMIC_ACQUIRE))
+    return 0;
+  /* sigaction may be called from a handler: this thread must not take the
+   * lock again from one. */
+  sigset_t all, mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &mask);
+  pthread_mutex_lock(&lock);
+  struct sigaction cur;
+  int rc = real_sigaction(sig, NULL, &cur);
+  if (rc == 0 && old) {
+    *old = cur;
+    if (is_app_handler(&cur)) {
+      *old = app_act[sig];
+    } else if (atomic_load(&app_entry[sig]) &&
+               (app_act[sig].sa_flags & SA_RESETHAND) && !has_handler(&cur) &&
+               cur.sa_handler != SIG_IGN) {
+      /* SA_RESETHAND ran: the kernel set the handler to the default and
+       * kept the flags, the application's (ours add SA_SIGINFO). */
+      *old = app_act[sig];
+      old->sa_handler = SIG_DFL;
+    }
+  }
+  if (rc == 0 && act) {
+    if (has_handler(act)) {
+      app_act[sig] = *act;
+      uint64_t e = (uint64_t)(uintptr_t)((act->sa_flags & SA_SIGINFO)
+                                             ? (void *)act->sa_sigaction
+                                             : (void *)act->sa_handler) |
+                   ((act->sa_flags & SA_SIGINFO) ? APP_SIGINFO : 0);
+      atomic_store_explicit(&app_entry[sig], e, memory_order_release);
+      struct sigaction sa = *act;
+      sa.sa_sigaction = app_handler;
+      sa.sa_flags |= SA_SIGINFO;
+      rc = real_sigaction(sig, &sa, NULL);
+    } else {
+      rc = real_sigaction(sig, act, NULL);
+      if (rc == 0)
+        atomic_store_explicit(&app_entry[sig], 0, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  pthread_sigmask(SIG_SETMASK, &mask, NULL);
+  return rc == 0 ? 1 : -1;
 }
 
 /* Async-signal-safe: whether a signal other than ours, with a handler and

@@ -132,6 +132,18 @@ void cp_signals_on_app_handler(int sig, const struct sigaction *act);
 void cp_signals_before_exec(void);
 void cp_signals_exec_failed(void);
 
+/* The sigaction hook's observer for any other signal: a handler the
+ * application sets for an asynchronous signal is installed behind one of
+ * ours that counts it (cp_thread.app_signals, which the wait hooks read)
+ * and calls it; *old gets what the application set (or the kernel's
+ * disposition, when that is no longer ours: SA_RESETHAND). Returns 1, or -1
+ * with errno when sigaction failed; 0 for a signal it leaves to the caller
+ * (synchronous, SIGKILL, SIGSTOP, ours). Not async-signal-safe in the
+ * strict sense (a lock), but callable from a handler: signals are blocked
+ * while it holds the lock. */
+int cp_signals_wrap_app(int sig, const struct sigaction *act,
+                        struct sigaction *old);
+
 /* In the child of fork: the lock is made anew (a lost thread may hold it). */
 void cp_signals_after_fork_child(void);
 

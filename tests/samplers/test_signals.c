@@ -17,6 +17,7 @@
 #include "interpose/real.h"
 #include "samplers/signals.h"
 #include "test.h"
+#include "thread_state.h"
 
 static volatile sig_atomic_t ours_ran, app_ran, app_info_ran;
 static volatile int app_info_code;
@@ -75,7 +76,9 @@ static void test_install_picks_a_free_signal(void) {
 
   int other = cp_signal_install(SIGUSR2, app_info_handler);
   CHECK(other >= SIGRTMIN + 4 && other <= SIGRTMAX);
-  CHECK(real_of(SIGUSR2).sa_handler == app_handler); /* untouched */
+  struct sigaction rb;
+  CHECK_EQ_INT(sigaction(SIGUSR2, NULL, &rb), 0); /* left to it */
+  CHECK(!(rb.sa_flags & SA_SIGINFO) && rb.sa_handler == app_handler);
   CHECK_EQ_INT(cp_signal_install(SIGUSR2, app_info_handler), other);
   /* Our handlers block each other's signals. */
   CHECK(real_masks(other, ours));
@@ -219,7 +222,63 @@ static void test_waits_leave_our_signals_pending(void) {
   CHECK_EQ_INT(ours_ran, 1);
 }
 
+/* A handler the application sets for a signal not ours is counted when it
+ * runs (cp_thread.app_signals: the wait hooks return an EINTR it caused)
+ * and still gets its signal, its flags and what it set read back; the
+ * default and SIG_IGN are set as they are; a fault signal is left alone;
+ * SA_RESETHAND reads back the default once it ran. */
+static void test_application_handlers_are_counted(void) {
+  struct sigaction app, rb;
+  memset(&app, 0, sizeof app);
+  app.sa_sigaction = app_info_handler;
+  app.sa_flags = SA_SIGINFO; /* no SA_RESTART */
+  sigemptyset(&app.sa_mask);
+  sigaddset(&app.sa_mask, SIGHUP);
+  CHECK_EQ_INT(sigaction(SIGTERM, &app, NULL), 0);
+  struct sigaction k = real_of(SIGTERM);
+  CHECK(k.sa_sigaction != app_info_handler); /* behind ours */
+  CHECK(!(k.sa_flags & SA_RESTART) && sigismember(&k.sa_mask, SIGHUP));
+  memset(&rb, 0, sizeof rb);
+  CHECK_EQ_INT(sigaction(SIGTERM, NULL, &rb), 0);
+  CHECK((rb.sa_flags & SA_SIGINFO) && rb.sa_sigaction == app_info_handler);
+  CHECK(sigismember(&rb.sa_mask, SIGHUP));
+  unsigned before = cp_thread.app_signals;
+  app_info_ran = 0;
+  raise(SIGTERM);
+  CHECK_EQ_INT(app_info_ran, 1);
+  CHECK_EQ_INT(app_info_code, SI_TKILL);
+  CHECK_EQ_INT(cp_thread.app_signals - before, 1);
+
+  /* Ignored, then the default: set as asked, read back as set. */
+  CHECK(signal(SIGTERM, SIG_IGN) ==
+        (sighandler_t)(void (*)(void))app_info_handler);
+  CHECK(real_of(SIGTERM).sa_handler == SIG_IGN);
+  raise(SIGTERM); /* ignored */
+  CHECK(signal(SIGTERM, SIG_DFL) == SIG_IGN);
+  CHECK(real_of(SIGTERM).sa_handler == SIG_DFL);
+
+  /* A fault signal's handler is the application's own. */
+  struct sigaction fault = {0};
+  fault.sa_handler = app_handler;
+  CHECK_EQ_INT(sigaction(SIGBUS, &fault, NULL), 0);
+  CHECK(real_of(SIGBUS).sa_handler == app_handler);
+  fault.sa_handler = SIG_DFL;
+  sigaction(SIGBUS, &fault, NULL);
+
+  /* One shot: after it ran, the kernel's default is what reads back. */
+  struct sigaction once = {0};
+  once.sa_handler = app_handler;
+  once.sa_flags = SA_RESETHAND;
+  CHECK_EQ_INT(sigaction(SIGWINCH, &once, NULL), 0);
+  app_ran = 0;
+  raise(SIGWINCH);
+  CHECK_EQ_INT(app_ran, 1);
+  CHECK_EQ_INT(sigaction(SIGWINCH, NULL, &rb), 0);
+  CHECK(!(rb.sa_flags & SA_SIGINFO) && rb.sa_handler == SIG_DFL);
+}
+
 TEST_MAIN(T(test_install_picks_a_free_signal), T(test_reads_back_default),
           T(test_application_handler_is_chained), T(test_ignore_and_restore),
           T(test_other_signals_and_alt_stack_mask),
-          T(test_waits_leave_our_signals_pending))
+          T(test_waits_leave_our_signals_pending),
+          T(test_application_handlers_are_counted))
