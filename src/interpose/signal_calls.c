@@ -3,8 +3,10 @@
  * signalfd). What the profiler does with them is in samplers/signals.c
  * (docs/signals.md): an application that sets a handler for one of our
  * signals gets it called for its own signals (chained) while ours stays in
- * place; its handlers on an alternate stack block the sampling signals; the
- * waits neither return for nor consume a sampling signal. */
+ * place; its handlers on an alternate stack block the sampling signals; its
+ * handlers of other asynchronous signals run behind one that counts them
+ * (for the wait hooks' EINTR); the waits neither return for nor consume a
+ * sampling signal. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>

@@ -9,9 +9,9 @@
  * (the per-thread count of those that found the thread at a system call
  * moved: samplers/signals.h), go on waiting for the time that is left, so
  * the application sees exactly the call it made. An EINTR with no sampling
- * signal is returned as it is. If one of ours reaches the call in the same
- * instant as an application signal, the EINTR is absorbed (a narrow race,
- * docs/signals.md; the application's handler still runs).
+ * signal is returned as it is, and so is one during which a handler of the
+ * application's ran, even if ours came too (the handlers are counted:
+ * samplers/signals.h, cp_signals_wrap_app; docs/signals.md).
  *
  * Also wrapped: ppoll, pselect and epoll_pwait (like poll, select and
  * epoll_wait), and sem_timedwait and sem_clockwait (a futex wait with a
