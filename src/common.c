@@ -133,10 +133,22 @@ typedef struct internal_start {
   void *(*fn)(void *);
   void *arg;
   char name[16];
+  int counted; /* by internal_thread_starting */
 } internal_start;
 
 static void (*_Atomic internal_thread_init)(void);
 static void (*_Atomic internal_thread_fini)(void);
+static int (*_Atomic internal_thread_starting)(int delta);
+
+void cp_set_internal_thread_starting(int (*starting)(int delta)) {
+  atomic_store(&internal_thread_starting, starting);
+}
+
+static void thread_started(const internal_start *start) {
+  int (*starting)(int) = atomic_load(&internal_thread_starting);
+  if (start->counted && starting)
+    starting(-1);
+}
 
 void cp_set_internal_thread_init(void (*init)(void), void (*fini)(void)) {
   atomic_store(&internal_thread_init, init);
@@ -153,6 +165,7 @@ static void *internal_thread_main(void *p) {
   void (*init)(void) = atomic_load(&internal_thread_init);
   if (init)
     init();
+  thread_started(&start);
   void *result = start.fn(start.arg);
   void (*fini)(void) = atomic_load(&internal_thread_fini);
   if (fini)
@@ -254,6 +267,8 @@ static int start_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
     if (slot < 0)
       pthread_attr_destroy(&attr);
   }
+  int (*starting)(int) = atomic_load(&internal_thread_starting);
+  start->counted = starting ? starting(1) : 0;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -264,8 +279,10 @@ static int start_thread(pthread_t *thread, void *(*fn)(void *), void *arg,
     pthread_attr_destroy(&attr);
     own_stack_give_back(slot, rc == 0 ? thread : NULL);
   }
-  if (rc != 0)
+  if (rc != 0) {
+    thread_started(start);
     free(start);
+  }
   return rc;
 }
 

@@ -56,6 +56,13 @@ void cp_sleep_ns(uint64_t ns);
  * include a samplers header. NULL: none. */
 void cp_set_internal_thread_init(void (*init)(void), void (*fini)(void));
 
+/* Told of every such thread between its creation and the end of its init:
+ * starting(1) before pthread_create returns whether the thread is counted
+ * (then starting(-1) follows once, after its init ran, or at once if it was
+ * not created). The credential follower waits for counted threads to
+ * register (samplers/creds.h). NULL: none. */
+void cp_set_internal_thread_starting(int (*starting)(int delta));
+
 /* Starts one of the profiler's own threads, named `name` (at most 15 chars),
  * with every signal blocked so that no sampling signal lands on it. Returns
  * 0 or pthread_create's error. */

@@ -306,6 +306,7 @@ static int start_configured(int forked_child) {
    * excluded from sampling before it runs, and follows the application's
    * capability changes (samplers/creds.h). */
   cp_creds_start();
+  cp_set_internal_thread_starting(cp_creds_thread_starting);
   cp_set_internal_thread_init(internal_thread_begins, internal_thread_ends);
   unsigned native = prof.cfg.profiles & ~self_sampled_profiles();
   int defer = forked_child && (native & CP_PROFILE_WALL);

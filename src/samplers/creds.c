@@ -25,9 +25,11 @@
 enum { OP_PRCTL = 1, OP_CAPSET };
 
 static struct {
-  pthread_mutex_t lock; /* one change at a time; guards tids */
-  int signal;           /* 0: not taken */
-  _Atomic pid_t pid;    /* the process whose threads these are */
+  pthread_mutex_t lock;   /* one change at a time; guards tids, starting */
+  pthread_cond_t started; /* a counted thread registered */
+  unsigned starting;      /* threads made, not registered yet */
+  int signal;             /* 0: not taken */
+  _Atomic pid_t pid;      /* the process whose threads these are */
   pid_t tids[MAX_THREADS];
   size_t ntids;
   /* The change in flight, read by the handlers while `busy`. */
@@ -40,7 +42,8 @@ static struct {
   _Atomic unsigned acks;  /* futex word: handlers done */
   _Atomic unsigned fails; /* of them, refused by the kernel */
   int reported;
-} req = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} req = {.lock = PTHREAD_MUTEX_INITIALIZER,
+         .started = PTHREAD_COND_INITIALIZER};
 
 /* Async-signal-safe: one or two system calls and a futex wake. On one of
  * the profiler's threads, asked by cp_creds_on_*: makes the change on this
@@ -96,9 +99,34 @@ void cp_creds_thread_begin(void) {
   pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
-/* Caller holds req.lock and filled the change in. Sends it to every thread
- * registered (forgetting those that ended) and waits for them. */
+int cp_creds_thread_starting(int delta) {
+  if (req.signal <= 0)
+    return 0;
+  pthread_mutex_lock(&req.lock);
+  if (delta > 0) {
+    req.starting++;
+  } else if (req.starting > 0) {
+    req.starting--;
+    pthread_cond_broadcast(&req.started);
+  }
+  pthread_mutex_unlock(&req.lock);
+  return delta > 0;
+}
+
+/* Caller holds req.lock and filled the change in. Waits for the threads
+ * being made to register (bounded): one made before the application's
+ * change but not yet in the list would miss it, and a later setuid would
+ * take its capabilities (glibc then aborts the process at the next
+ * setgid). A thread made after the change inherits its creator's
+ * credentials. Then sends the change to every thread registered
+ * (forgetting those that ended) and waits for them. */
 static void follow(void) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += WAIT_NS / 1000000000ull;
+  while (req.starting > 0 &&
+         pthread_cond_timedwait(&req.started, &req.lock, &until) == 0)
+    ;
   atomic_store(&req.acks, 0);
   atomic_store(&req.fails, 0);
   atomic_store_explicit(&req.busy, 1, memory_order_release);
@@ -173,6 +201,8 @@ void cp_creds_on_capset(const struct __user_cap_header_struct *hdr,
 
 void cp_creds_after_fork_child(void) {
   pthread_mutex_init(&req.lock, NULL);
+  pthread_cond_init(&req.started, NULL);
+  req.starting = 0;
   atomic_store(&req.pid, getpid());
   req.ntids = 0; /* the parent's threads are not in the child */
   atomic_store(&req.busy, 0);

@@ -29,6 +29,12 @@ int cp_creds_start(void);
  * it will follow the application's changes. */
 void cp_creds_thread_begin(void);
 
+/* cp_set_internal_thread_starting's callback: +1 before one of the
+ * profiler's threads is made (returns whether it is counted: 0 when changes
+ * are not followed), -1 once it registered or was not made. A change waits
+ * for the counted threads to register. */
+int cp_creds_thread_starting(int delta);
+
 /* The application's thread made one of the changes that are per thread:
  * prctl(option, a2, a3) for PR_SET_KEEPCAPS, PR_SET_SECUREBITS,
  * PR_CAPBSET_DROP and PR_CAP_AMBIENT, or capset (hdr and data). Makes the

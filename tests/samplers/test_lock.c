@@ -537,9 +537,10 @@ static void *contender_main(void *p) {
  * marked as the profiler's, contends too and must not appear. With a 50 us
  * mean and waits of 100 us and more, most waits are kept (p > 0.86) and the
  * relative standard error of the total is well under 1%. A loaded machine
- * preempts the holders: fewer waits, of milliseconds (167 to 315 of 15 ms
- * under six ctest jobs on 2 CPUs), each kept (p near 1). The bounds are
- * 10%, or 4 standard errors where those are wider. */
+ * preempts the holders: fewer waits, of milliseconds (94 to 315 of 15 to
+ * 50 ms under six ctest jobs on 2 CPUs), each kept (p near 1). The bounds
+ * are 10%, or 4 standard errors where those are wider; at least 20 waits
+ * (a few hundred on a quiet machine), or the run measured nothing. */
 static void test_wait_totals_match_measured(void) {
   pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
   contender c[5];
@@ -590,7 +591,7 @@ static void test_wait_totals_match_measured(void) {
          (double)measured_wait / 1e9, (unsigned long long)measured_count,
          (double)profiled.wait_ns / 1e9, (long long)profiled.count,
          100 * se_wait, 100 * se_count);
-  CHECK(measured_count > 100);
+  CHECK(measured_count >= 20);
   CHECK_NEAR((double)profiled.wait_ns / (double)measured_wait, 1.0,
              fmax(0.10, 4 * se_wait));
   CHECK_NEAR((double)profiled.count / (double)measured_count, 1.0,
