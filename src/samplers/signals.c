@@ -410,10 +410,11 @@ int cp_signals_on_sigio(int sig, const struct sigaction *act,
  * A wait hook retries a call that one of our signals cut short, unless an
  * application handler ran meanwhile (interpose/waits.c). To know that one
  * ran, the handlers the application sets for asynchronous signals are
- * installed through app_handler, which counts them (cp_thread.app_signals)
- * and calls the application's. Synchronous signals are left alone: they come
- * from the thread's own instruction, never at a blocking call, and fault
- * handlers are the ones that inspect what runs them. */
+ * installed through cp_count_app_signal (the name a profile shows
+ * above a handler of the application's), which counts them
+ * (cp_thread.app_signals) and calls the application's. Synchronous signals are
+ * left alone: they come from the thread's own instruction, never at a blocking
+ * call, and fault handlers are the ones that inspect what runs them. */
 
 /* The application's handler of each wrapped signal, packed so that a
  * handler reads it in one load: the function, bit 63 for SA_SIGINFO (user
@@ -425,7 +426,7 @@ static struct sigaction app_act[_NSIG];
 
 /* Async-signal-safe, bounded: one TLS increment, then the application's
  * handler. */
-static void app_handler(int sig, siginfo_t *info, void *ucontext) {
+static void cp_count_app_signal(int sig, siginfo_t *info, void *ucontext) {
   cp_thread.app_signals++;
   uint64_t e = atomic_load_explicit(&app_entry[sig], memory_order_acquire);
   uintptr_t fn = (uintptr_t)(e & ~APP_SIGINFO);
@@ -438,7 +439,7 @@ static void app_handler(int sig, siginfo_t *info, void *ucontext) {
 }
 
 static int is_app_handler(const struct sigaction *sa) {
-  return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == app_handler;
+  return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == cp_count_app_signal;
 }
 
 static int wrappable(int sig) {
@@ -484,7 +485,7 @@ int cp_signals_wrap_app(int sig, const struct sigaction *act,
                    ((act->sa_flags & SA_SIGINFO) ? APP_SIGINFO : 0);
       atomic_store_explicit(&app_entry[sig], e, memory_order_release);
       struct sigaction sa = *act;
-      sa.sa_sigaction = app_handler;
+      sa.sa_sigaction = cp_count_app_signal;
       sa.sa_flags |= SA_SIGINFO;
       rc = real_sigaction(sig, &sa, NULL);
     } else {
