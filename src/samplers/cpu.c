@@ -371,10 +371,10 @@ static int cpu_on_lost_signal(void *ucontext) {
   if (fd < 0)
     return 0; /* a stray SIGIO: not one of our events' */
   int active = atomic_load_explicit(&cpu.active, memory_order_relaxed);
-  struct timespec ts;
+  uint64_t now = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID); /* 0: unread */
   if (perf_last.gen == atomic_load_explicit(&cpu.gen, memory_order_relaxed) &&
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 &&
-      (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec <
+      now &&
+      now <
           perf_last.cpu_ns +
               atomic_load_explicit(&cpu.period_ns, memory_order_relaxed) / 4) {
     if (active)

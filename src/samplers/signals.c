@@ -135,20 +135,26 @@ void cp_signal_remove_sampling(sigset_t *set) {
       sigdelset(set, s);
 }
 
-static int install(int sig, cp_signal_handler handler) {
+/* The disposition of one of our handlers: SA_RESTART, and every signal but
+ * the synchronous ones blocked while it runs (sampling_mask). */
+static struct sigaction ours_action(cp_signal_handler handler) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sampling_mask(&sa.sa_mask);
+  return sa;
+}
+
+static int install(int sig, cp_signal_handler handler) {
+  struct sigaction sa = ours_action(handler);
   if (real_sigaction(sig, &sa, &previous[sig]) != 0)
     return -1;
   installed[sig] = handler;
   for (int s = 1; s < _NSIG; s++) {
     if (!installed[s])
       continue;
-    sa.sa_sigaction = installed[s];
-    sampling_mask(&sa.sa_mask);
+    sa = ours_action(installed[s]);
     real_sigaction(s, &sa, NULL);
   }
   /* Handlers the application set before we started. */
@@ -326,12 +332,9 @@ static int is_absorber(const struct sigaction *sa) {
  * would have left it running; one the application's own handler
  * interrupts, as its SA_RESTART says. */
 static void install_absorber(const struct sigaction *app) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = absorb_sigio;
-  sa.sa_flags =
-      SA_SIGINFO | (has_handler(app) ? app->sa_flags & SA_RESTART : SA_RESTART);
-  sampling_mask(&sa.sa_mask); /* it stands in for a sampling signal */
+  struct sigaction sa = ours_action(absorb_sigio); /* for a sampling signal */
+  if (has_handler(app) && !(app->sa_flags & SA_RESTART))
+    sa.sa_flags &= ~SA_RESTART;
   real_sigaction(SIGIO, &sa, NULL);
 }
 
@@ -378,11 +381,8 @@ void cp_signals_exec_failed(void) {
       install_absorber(&previous[SIGIO]);
       continue;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = __atomic_load_n(&installed[s], __ATOMIC_ACQUIRE);
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sampling_mask(&sa.sa_mask);
+    struct sigaction sa =
+        ours_action(__atomic_load_n(&installed[s], __ATOMIC_ACQUIRE));
     real_sigaction(s, &sa, NULL);
   }
 }
