@@ -76,6 +76,26 @@
  * time: at the limit, that is 500 switches, enough to tell. */
 #define SWITCH_WINDOW_NS 100000000ull
 #define SWITCH_REQUESTS 64 /* threads waiting for the tick to move them */
+/* Which clock, the other end: a thread that blocked at most LONG_LIMIT
+ * times per second of its CPU time (none in a window: it runs in bursts of
+ * 100 ms of CPU or more) also leaves its perf task clock, when the sampling
+ * period is at least LONG_MIN_TICKS of the kernel's ticks. A POSIX timer,
+ * checked at the tick, then samples it as exactly (its samples fall where it
+ * runs, a period apart) and costs no timer interrupt of its own: a perf task
+ * clock's hrtimer costs 15-25 us of the thread's CPU per sample on this VM
+ * (two exits to the hypervisor), 0.4% of two CPUs at 100 Hz
+ * (docs/signals.md, "Which clock"). Such a thread comes back to a perf task
+ * clock when it blocks more than BACK_LIMIT times per CPU-second (bursts
+ * under 20 ms, which the tick would attribute poorly) and at most
+ * SWITCH_LIMIT. */
+#define LONG_LIMIT 5
+#define LONG_MIN_TICKS 2
+#define BACK_LIMIT 50
+/* What a move request asks (move_requests: tid | reason). */
+#define MOVE_SWITCHY (1 << 28) /* to a POSIX timer: switches too often */
+#define MOVE_LONG (2 << 28)    /* to a POSIX timer: long bursts */
+#define MOVE_BACK (3 << 28)    /* back to a perf task clock */
+#define MOVE_TID_MASK 0x0fffffff
 
 typedef struct thread_timer {
   pid_t tid;
@@ -126,8 +146,9 @@ static struct {
   size_t perf_budget;   /* at most this many: an eighth of RLIMIT_NOFILE */
   int perf_fd_floor;    /* descriptors are moved to this number or above */
   _Atomic int adapt;    /* auto: threads that switch often leave perf */
-  int moved_logged;
-  int rt_failed; /* no real-time signal to move to (move_to_rt_signal) */
+  int moved_logged, long_logged, back_logged;
+  int rt_failed;    /* no real-time signal to move to (move_to_rt_signal) */
+  uint64_t tick_ns; /* the kernel's tick (CLOCK_MONOTONIC_COARSE), or 0 */
 } cpu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static inline int perf_fd_ours(int fd) {
@@ -150,11 +171,16 @@ static CP_TLS struct {
   int drawn_fd;
   unsigned drawn_gen;
   unsigned draw_in;
+  /* Asked to leave perf for its long bursts in run long_gen: on its POSIX
+   * timer, its switches are judged over windows of window_left_ns of its
+   * sampled CPU time (judge_posix). */
+  unsigned long_gen;
+  int64_t window_left_ns;
 } perf_last;
 
-/* Threads whose handlers found them blocking more than SWITCH_LIMIT times
- * per CPU-second: tids the tick moves to POSIX timers (0: free), and the
- * first one's rate for the log line. */
+/* Threads whose handlers asked to change clocks (judge_switches,
+ * judge_posix): tid | MOVE_* for the tick to move (0: free), and the first
+ * switchy one's rate for the log line. */
 static _Atomic pid_t move_requests[SWITCH_REQUESTS];
 static _Atomic uint64_t move_rate;
 
@@ -202,18 +228,46 @@ static int64_t thread_switches(void) {
   return (int64_t)ru.ru_nvcsw;
 }
 
+/* Async-signal-safe, bounded: at most SWITCH_REQUESTS compare-and-swaps.
+ * Asks the tick to move the calling thread (reason: MOVE_*); returns whether
+ * a slot was free (else it is judged again a window later). */
+static int request_move(int reason, uint64_t rate) {
+  pid_t tid = cp_gettid();
+  for (int i = 0; i < SWITCH_REQUESTS; i++) {
+    pid_t free_slot = 0;
+    if (atomic_compare_exchange_strong(&move_requests[i], &free_slot,
+                                       (pid_t)(tid | reason))) {
+      if (reason == MOVE_SWITCHY) {
+        uint64_t none = 0;
+        atomic_compare_exchange_strong(&move_rate, &none, rate);
+      }
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Whether a thread that runs in long bursts samples as well on a POSIX
+ * timer: the period in force spans LONG_MIN_TICKS of the kernel's ticks. */
+static int period_spans_ticks(void) {
+  return cpu.tick_ns &&
+         atomic_load_explicit(&cpu.period_ns, memory_order_relaxed) >=
+             LONG_MIN_TICKS * cpu.tick_ns;
+}
+
 /* Async-signal-safe and bounded: one getrusage per SWITCH_WINDOW_NS of the
  * thread's CPU time, and at most SWITCH_REQUESTS compare-and-swaps. With
  * CONTPROF_CPU_CLOCK=auto, judges the thread on a perf task clock by how
  * often it switched in its last window of CPU time, and asks the tick to
  * move it to a POSIX timer when that was more than SWITCH_LIMIT times per
- * CPU-second. The thread measures itself so that the profiler opens no
- * file to learn it: a descriptor of ours open at the wrong moment is one an
- * application closing and reusing numbers would lose or have closed
- * (docs/security.md, "Descriptors shared with the application"). A thread
- * that rarely runs is judged rarely, and costs the kernel little either
- * way; a short-lived thread, which perf task clocks serve best, ends before
- * its first window does. */
+ * CPU-second, or at most LONG_LIMIT (long bursts, with a period of
+ * LONG_MIN_TICKS ticks or more). The thread measures itself so that the
+ * profiler opens no file to learn it: a descriptor of ours open at the wrong
+ * moment is one an application closing and reusing numbers would lose or
+ * have closed (docs/security.md, "Descriptors shared with the
+ * application"). A thread that rarely runs is judged rarely, and costs the
+ * kernel little either way; a short-lived thread, which perf task clocks
+ * serve best, ends before its first window does. */
 static void judge_switches(uint64_t cpu_now) {
   if (!cpu_now || perf_last.moving ||
       !atomic_load_explicit(&cpu.adapt, memory_order_relaxed))
@@ -230,20 +284,52 @@ static void judge_switches(uint64_t cpu_now) {
                (uint64_t)switches >= perf_last.window_switches;
   perf_last.window_cpu_ns = cpu_now;
   perf_last.window_switches = (uint64_t)switches;
-  if (!judged || d_switches * 1000000000ull <= SWITCH_LIMIT * d_ns)
+  if (!judged)
     return;
-  pid_t tid = cp_gettid();
-  for (int i = 0; i < SWITCH_REQUESTS; i++) {
-    pid_t free_slot = 0;
-    if (atomic_compare_exchange_strong(&move_requests[i], &free_slot, tid)) {
-      perf_last.moving = 1;
-      uint64_t none = 0;
-      atomic_compare_exchange_strong(&move_rate, &none,
-                                     d_switches * 1000000000ull / d_ns);
-      return;
-    }
+  if (d_switches * 1000000000ull > SWITCH_LIMIT * d_ns) {
+    perf_last.moving =
+        request_move(MOVE_SWITCHY, d_switches * 1000000000ull / d_ns);
+  } else if (d_switches * 1000000000ull <= LONG_LIMIT * d_ns &&
+             period_spans_ticks() && request_move(MOVE_LONG, 0)) {
+    perf_last.moving = 1;
+    perf_last.long_gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
+    perf_last.window_left_ns = 0;
   }
-  /* Every slot taken until the next tick: judged again a window later. */
+}
+
+/* Async-signal-safe and bounded: one getrusage per SWITCH_WINDOW_NS of the
+ * thread's sampled CPU time. On a POSIX timer sample (quantity: its CPU
+ * time) of a thread that left its perf task clock for its long bursts in
+ * this run: asks the tick to move it back when it blocked more than
+ * BACK_LIMIT and at most SWITCH_LIMIT times per CPU-second in the window,
+ * or when the period in force no longer spans LONG_MIN_TICKS ticks (the
+ * governor sped sampling up again).
+ * Its next perf sample, whenever that comes, starts a run of them afresh
+ * (perf_cpu_since_last: a first sample weighs at most a period). */
+static void judge_posix(int64_t quantity) {
+  unsigned gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
+  perf_last.gen = ~gen;
+  if (perf_last.long_gen != gen ||
+      !atomic_load_explicit(&cpu.adapt, memory_order_relaxed))
+    return;
+  int first = perf_last.window_left_ns == 0; /* the first window starts */
+  if (!first && (perf_last.window_left_ns -= quantity) > 0)
+    return;
+  int64_t switches = thread_switches();
+  if (switches < 0)
+    return;
+  uint64_t d_switches = (uint64_t)switches - perf_last.window_switches;
+  uint64_t d_ns =
+      (uint64_t)((int64_t)SWITCH_WINDOW_NS - perf_last.window_left_ns);
+  int judged = !first && (uint64_t)switches >= perf_last.window_switches;
+  perf_last.window_switches = (uint64_t)switches;
+  perf_last.window_left_ns = (int64_t)SWITCH_WINDOW_NS;
+  if (!judged)
+    return;
+  int often = d_switches * 1000000000ull > BACK_LIMIT * d_ns &&
+              d_switches * 1000000000ull <= SWITCH_LIMIT * d_ns;
+  if ((often || !period_spans_ticks()) && request_move(MOVE_BACK, 0))
+    perf_last.long_gen = ~gen;
 }
 
 /* Async-signal-safe: one ioctl on our own descriptor, and a second one
@@ -402,6 +488,7 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     int64_t expiries = 1 + (info->si_overrun > 0 ? info->si_overrun : 0);
     weight = expiries * slowdown;
     quantity = expiries * period;
+    judge_posix(quantity);
   } else if ((info->si_code == POLL_HUP || info->si_code == POLL_IN) &&
              perf_fd_ours(info->si_fd)) {
     if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
@@ -575,10 +662,18 @@ static void choose_clock(const cp_config *cfg) {
   cpu.perf = cpu.perf_budget > 0;
   int adapt =
       cpu.perf && cfg->cpu_clock == CP_CPU_CLOCK_AUTO && thread_switches() >= 0;
+  struct timespec tick;
+  cpu.tick_ns =
+      clock_getres(CLOCK_MONOTONIC_COARSE, &tick) == 0
+          ? (uint64_t)tick.tv_sec * 1000000000ull + (uint64_t)tick.tv_nsec
+          : 0;
+  if (cpu.tick_ns < 1000000)
+    cpu.tick_ns = 0; /* not a tick (HZ is at most 1000): long moves off */
   atomic_store(&cpu.adapt, adapt);
   cp_info("CPU samples from perf task clocks%s, up to %zu threads%s",
           cpu.perf_exclude_kernel ? " (user mode only)" : "", cpu.perf_budget,
-          adapt ? "; threads that switch often get POSIX CPU timers"
+          adapt ? "; threads that switch often, or run in long bursts, get "
+                  "POSIX CPU timers"
           : cfg->cpu_clock == CP_CPU_CLOCK_AUTO
               ? "; no per-thread switch counts: threads keep them however "
                 "often they switch"
@@ -675,10 +770,12 @@ static void cpu_thread_exited(pid_t tid) {
 }
 
 /* Caller holds cpu.lock. t's thread leaves its perf task clock for a POSIX
- * timer, if one can be made. The CPU time between its last perf sample and the
- * timer's first expiry is not weighed exactly: the first expiry weighs a whole
- * period after a random part of one, which is that time on average. */
-static void move_to_posix(thread_timer *t, uint64_t switches_per_cpu_s) {
+ * timer, if one can be made (reason: MOVE_SWITCHY, with its switches per
+ * CPU-second, or MOVE_LONG). The CPU time between its last perf sample and
+ * the timer's first expiry is not weighed exactly: the first expiry weighs a
+ * whole period after a random part of one, which is that time on average. */
+static void move_to_posix(thread_timer *t, int reason,
+                          uint64_t switches_per_cpu_s) {
   int id;
   if (timer_create_for(t->tid, &id) != 0)
     return; /* ended meanwhile, or no timers left (RLIMIT_SIGPENDING): the
@@ -686,26 +783,59 @@ static void move_to_posix(thread_timer *t, uint64_t switches_per_cpu_s) {
   perf_close(t);
   t->timer_id = id;
   cp_stats_count_cpu_clock_moved();
-  if (!cpu.moved_logged++)
+  if (reason == MOVE_SWITCHY && !cpu.moved_logged++)
     cp_info("thread %d switches %llu times per second of its CPU time: its "
             "CPU samples now come from a POSIX CPU timer (a perf task clock "
             "costs the kernel work at every switch); so will other such "
             "threads'",
             (int)t->tid, (unsigned long long)switches_per_cpu_s);
+  else if (reason == MOVE_LONG && !cpu.long_logged++)
+    cp_info("thread %d runs in bursts of 100 ms of CPU or more: its CPU "
+            "samples now come from a POSIX CPU timer, which the kernel checks "
+            "at its tick (a perf task clock's own timer costs more at every "
+            "sample); so will other such threads', and they come back to perf "
+            "task clocks if they start blocking often",
+            (int)t->tid);
+}
+
+/* Caller holds cpu.lock. t's thread, moved to a POSIX timer for its long
+ * bursts, blocks often again: back to a perf task clock, if one can be made
+ * (else it keeps its timer). Its first perf sample comes after a random part
+ * of a period and weighs a period, as a new thread's: what the timer's last
+ * period left unsampled, on average. */
+static void move_back_to_perf(thread_timer *t) {
+  if (!cpu.perf || t->timer_id < 0 || cpu.nperf >= cpu.perf_budget)
+    return;
+  thread_timer fresh = {.tid = t->tid, .timer_id = -1, .fd = -1};
+  if (perf_create_for(t->tid, &fresh) != 0)
+    return;
+  syscall(SYS_timer_delete, t->timer_id);
+  *t = fresh;
+  if (!cpu.back_logged++)
+    cp_info("thread %d blocks often again (or the sampling period is down to "
+            "a few ticks): its CPU samples come from a perf task clock again",
+            (int)t->tid);
 }
 
 /* Caller holds cpu.lock. Moves the threads the handlers asked to move
- * (judge_switches). A tid whose thread ended, or has no perf task clock, is
- * passed over. */
+ * (judge_switches, judge_posix). A tid whose thread ended, or that no
+ * longer has the clock it asked to leave, is passed over. */
 static void move_switching_threads(void) {
   uint64_t rate = atomic_exchange(&move_rate, 0);
   for (int i = 0; i < SWITCH_REQUESTS; i++) {
-    pid_t tid = atomic_exchange(&move_requests[i], 0);
-    for (size_t j = 0; tid && j < cpu.ntimers; j++)
-      if (cpu.timers[j].tid == tid && cpu.timers[j].fd >= 0) {
-        move_to_posix(&cpu.timers[j], rate);
-        break;
-      }
+    pid_t req = atomic_exchange(&move_requests[i], 0);
+    pid_t tid = req & MOVE_TID_MASK;
+    int reason = req & ~MOVE_TID_MASK;
+    for (size_t j = 0; tid && j < cpu.ntimers; j++) {
+      thread_timer *t = &cpu.timers[j];
+      if (t->tid != tid)
+        continue;
+      if (reason == MOVE_BACK)
+        move_back_to_perf(t);
+      else if (t->fd >= 0)
+        move_to_posix(t, reason, rate);
+      break;
+    }
   }
 }
 
@@ -843,6 +973,7 @@ static int cpu_start(const cp_config *cfg) {
   cp_threads_set_sampling_signal(sig);
   choose_clock(cfg);
   cpu.perf_failed_logged = cpu.perf_lost_logged = cpu.moved_logged = 0;
+  cpu.long_logged = cpu.back_logged = 0;
   cpu.rt_failed = 0;
   for (int i = 0; i < SWITCH_REQUESTS; i++)
     atomic_store(&move_requests[i], 0);

@@ -4,6 +4,7 @@
  * leak timers. */
 #include <inttypes.h>
 #include <signal.h>
+#include <time.h>
 
 #include "harness.h"
 #include "test.h"
@@ -347,6 +348,64 @@ static void check_switchy(const char *clock, int expect_moved) {
 static void test_switching_threads_leave_perf(void) {
   check_switchy("auto", 1);
 }
+
+/* A thread works 1.5 s of CPU without blocking, then 2 s in 2 ms bursts
+ * each followed by a 0.3 ms sleep, at 100 Hz: with CONTPROF_CPU_CLOCK=auto
+ * it leaves its perf task clock for a POSIX timer after its first 100 ms of
+ * CPU (its bursts are long; a perf task clock's own timer costs more at
+ * every sample), and comes back to a perf task clock once it blocks 500
+ * times a CPU-second (docs/signals.md, "Which clock"). Neither move loses
+ * CPU time: each phase's function gets its true CPU time within 8% (the
+ * weights are CPU time, off by at most a period or two at each move). Where
+ * a 10 ms period is less than two of the kernel's ticks (HZ 100 or less),
+ * the thread keeps its perf task clock: the moves are then not checked. */
+static void test_long_bursts_leave_perf_and_come_back(void) {
+  char *dir = make_temp_dir("phases");
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd,
+           "CONTPROF_LOG_LEVEL=info exec %s run --hz 100 --output %s "
+           "--period 3600 -- %s phases 1.5 2 2>&1",
+           CONTPROF, dir, WORKLOAD);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  unsigned long long alpha = 0, beta = 0;
+  const char *line = strstr(r->out, "work_alpha=");
+  CHECK(line &&
+        sscanf(line, "work_alpha=%llu work_beta=%llu", &alpha, &beta) == 2);
+  struct timespec tick = {0, 0};
+  clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
+  int ticks_fit =
+      tick.tv_sec == 0 && tick.tv_nsec >= 1000000 && tick.tv_nsec <= 5000000;
+  int perf = strstr(r->out, "from perf task clocks") != NULL;
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    const char *moved = profile_comment(p, "cpu_clock_moved");
+    double got_alpha = (double)top_cum(&top, "work_alpha");
+    double got_beta = (double)top_cum(&top, "work_beta");
+    printf("long bursts then short ones: moved %s (tick %ld us); work_alpha "
+           "%.3f s of %.3f s, work_beta %.3f s of %.3f s\n",
+           moved ? moved : "?", tick.tv_nsec / 1000, got_alpha / 1e9,
+           (double)alpha / 1e9, got_beta / 1e9, (double)beta / 1e9);
+    if (!perf || !ticks_fit) {
+      printf("perf task clocks refused here, or a tick over 5 ms: the moves "
+             "are not checked\n");
+    } else {
+      CHECK(moved && atoi(moved) >= 1);
+      CHECK(strstr(r->out, "runs in bursts of 100 ms") != NULL);
+      CHECK(strstr(r->out, "from a perf task clock again") != NULL);
+    }
+    CHECK_NEAR(got_alpha / (double)alpha, 1.0, 0.08);
+    CHECK_NEAR(got_beta / (double)beta, 1.0, 0.08);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
 static void test_perf_clock_is_kept_when_asked(void) {
   check_switchy("perf", 0);
 }
@@ -461,15 +520,18 @@ static void test_application_sigprof_keeps_working(void) {
  * it runs, keeps its share within 5 points (what the masked chunk owes at
  * its unblock includes work_beta's tail after its last sample, about 2 ms
  * of 100). Sampling that stopped at the first blocked stretch would leave
- * work_beta about nothing. */
+ * work_beta about nothing. The clock is pinned to perf (CONTPROF_CPU_CLOCK):
+ * the thread never blocks, and with auto on a kernel whose tick is half the
+ * period or less it would leave its perf task clock for a POSIX timer. */
 /* variant: NULL, "rt", "rt-full", "rt-full-handler" or "rt-full-ignore"
  * (workload.c). */
 static void check_masked(const char *variant) {
   char *dir = make_temp_dir("masked");
   char cmd[1200];
   snprintf(cmd, sizeof cmd,
-           "exec %s run --hz 250 --output %s -- %s masked 2 %s 2>&1", CONTPROF,
-           dir, WORKLOAD, variant ? variant : "");
+           "CONTPROF_CPU_CLOCK=perf exec %s run --hz 250 --output %s -- %s "
+           "masked 2 %s 2>&1",
+           CONTPROF, dir, WORKLOAD, variant ? variant : "");
   char *argv[] = {"/bin/sh", "-c", cmd, NULL};
   run_result *r = calloc(1, sizeof *r);
   CHECK_EQ_INT(run_command(argv, NULL, r), 0);
@@ -781,6 +843,7 @@ TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_application_sigvtalrm_keeps_working),
           T(test_blocked_signals_keep_their_time),
           T(test_blocked_rt_signals_keep_their_time),
+          T(test_long_bursts_leave_perf_and_come_back),
           T(test_full_signal_queue_keeps_the_process),
           T(test_full_signal_queue_with_an_application_sigio_handler),
           T(test_full_signal_queue_with_sigio_ignored),

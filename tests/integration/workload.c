@@ -72,6 +72,11 @@
  *                           third works SECONDS of CPU in work_beta; prints
  *                           the true CPU ns of each, and the two threads'
  *                           whole CPU time
+ *   phases LONG SHORT       one thread works LONG seconds of CPU in
+ *                           work_alpha without blocking, then SHORT seconds
+ *                           in work_beta in 2 ms bursts, each followed by a
+ *                           0.3 ms sleep (a thread that starts blocking
+ *                           often); prints the true CPU ns of each
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
@@ -252,6 +257,33 @@ static void *token_thread(void *arg) {
 static void *steady_thread(void *arg) {
   atomic_fetch_add(&steady_truth, work_beta((uint64_t)(uintptr_t)arg));
   return NULL;
+}
+
+/* phases: long bursts, then short ones. */
+static uint64_t phase_truth[2];
+static double phase_seconds[2];
+
+static void *phases_thread(void *arg) {
+  (void)arg;
+  phase_truth[0] = work_alpha((uint64_t)(phase_seconds[0] * 1e9));
+  uint64_t start = thread_cpu_ns();
+  while (thread_cpu_ns() - start < (uint64_t)(phase_seconds[1] * 1e9)) {
+    phase_truth[1] += work_beta(2000000);
+    struct timespec nap = {0, 300000};
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+
+static int phases(double long_s, double short_s) {
+  phase_seconds[0] = long_s;
+  phase_seconds[1] = short_s;
+  pthread_t t;
+  pthread_create(&t, NULL, phases_thread, NULL);
+  pthread_join(t, NULL);
+  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 "\n", phase_truth[0],
+         phase_truth[1]);
+  return 0;
 }
 
 static int switchy(double seconds) {
@@ -1081,5 +1113,7 @@ int main(int argc, char **argv) {
                                                             : 0);
   if (strcmp(argv[1], "switchy") == 0 && argc == 3)
     return switchy(atof(argv[2]));
+  if (strcmp(argv[1], "phases") == 0 && argc == 4)
+    return phases(atof(argv[2]), atof(argv[3]));
   return 2;
 }
