@@ -58,6 +58,7 @@ bench_build() {
     -L"$BENCH_BUILD_DIR" -lcontprof -Wl,-rpath,"$BENCH_BUILD_DIR"
   $cc -O2 -Wall -Wextra -pthread -o "$BENCH_BIN/switch_cost" "$src/switch_cost.c"
   $cc -O2 -Wall -Wextra -pthread -o "$BENCH_BIN/primitive_cost" "$src/primitive_cost.c"
+  $cc -O2 -Wall -Wextra -pthread -o "$BENCH_BIN/sample_clock_cost" "$src/sample_clock_cost.c"
   bench_build_base
   export BENCH_BUILT=$BENCH_BUILD_DIR
 }

@@ -27,7 +27,10 @@
  * exit in a guest). With CONTPROF_CPU_CLOCK=auto, a thread found blocking
  * more than SWITCH_LIMIT times per second of its CPU time (a server thread
  * that blocks at every request) is moved to a POSIX timer, where the
- * kernel's work is at its tick (docs/signals.md, "Which clock"). */
+ * kernel's work is at its tick. So is a thread that runs in long bursts
+ * (LONG_LIMIT), whose samples a POSIX timer places as well, without the
+ * perf task clock's own timer interrupt at each (docs/signals.md, "Which
+ * clock"); it comes back when it blocks often again. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
