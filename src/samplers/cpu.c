@@ -85,12 +85,13 @@
  * period is at least LONG_MIN_TICKS of the kernel's ticks. A POSIX timer,
  * checked at the tick, then samples it as exactly (its samples fall where it
  * runs, a period apart) and costs no timer interrupt of its own: a perf task
- * clock's hrtimer costs 15-25 us of the thread's CPU per sample on this VM
- * (two exits to the hypervisor), 0.4% of two CPUs at 100 Hz
- * (docs/signals.md, "Which clock"). Such a thread comes back to a perf task
- * clock when it blocks more than BACK_LIMIT times per CPU-second (bursts
- * under 20 ms, which the tick would attribute poorly) and at most
- * SWITCH_LIMIT. */
+ * clock's sample costs the thread 30 us of CPU on this VM, half of it its
+ * hrtimer's interrupt (exits to the hypervisor), against about 6 us for a
+ * POSIX timer's: 0.3% of a busy thread's CPU at 100 Hz against 0.06%
+ * (bench/sample_clock_cost; docs/signals.md, "Which clock"). Such a thread
+ * comes back to a perf task clock when it blocks more than BACK_LIMIT times per
+ * CPU-second (bursts under 20 ms, which the tick would attribute poorly) and at
+ * most SWITCH_LIMIT. */
 #define LONG_LIMIT 5
 #define LONG_MIN_TICKS 2
 #define BACK_LIMIT 50
