@@ -21,9 +21,6 @@
  *   the perf clocks at that period; the POSIX timer at 1 ms, which the
  *   tick rounds up to its own period anyway) */
 #define _GNU_SOURCE
-#include <fcntl.h>
-#include <linux/perf_event.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,8 +31,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sample_clocks.h"
+
 static volatile unsigned long signals;
-static int refresh_fd = -1;
+static volatile int refresh_fd = -1;
 static volatile double sink;
 
 static void on_signal(int sig, siginfo_t *info, void *uc) {
@@ -58,32 +57,6 @@ static uint64_t spin(long n) {
     x = x * 1.0000001 + 1e-9;
   sink = x;
   return thread_cpu_ns() - start;
-}
-
-static int perf_clock(uint64_t period_ns, int sig) {
-  struct perf_event_attr a;
-  memset(&a, 0, sizeof a);
-  a.size = sizeof a;
-  a.type = PERF_TYPE_SOFTWARE;
-  a.config = PERF_COUNT_SW_TASK_CLOCK;
-  a.sample_period = period_ns;
-  a.disabled = 1;
-  a.exclude_hv = 1;
-  int fd =
-      (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  if (sig) {
-    struct f_owner_ex owner = {F_OWNER_TID, (pid_t)syscall(SYS_gettid)};
-    fcntl(fd, F_SETOWN_EX, &owner);
-    fcntl(fd, F_SETSIG, sig);
-    fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK);
-    refresh_fd = fd; /* before the first overflow can come */
-    ioctl(fd, PERF_EVENT_IOC_REFRESH, 2);
-  } else {
-    ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
-  }
-  return fd;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -116,7 +89,8 @@ int main(int argc, char **argv) {
   for (int r = 0; r < rounds; r++) {
     uint64_t none = spin(n);
     /* perf-overflow */
-    int fd = perf_clock(period_ns, 0);
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    int fd = bench_perf_clock(tid, period_ns, 0, 0, NULL);
     if (fd < 0) {
       perror("perf_event_open");
       return 1;
@@ -126,7 +100,7 @@ int main(int argc, char **argv) {
     cost[0][r] = ((double)t - (double)none) / ((double)t / (double)period_ns);
     /* perf-signal */
     signals = 0;
-    fd = perf_clock(period_ns, sig);
+    fd = bench_perf_clock(tid, period_ns, sig, 2, &refresh_fd);
     t = spin(n);
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     refresh_fd = -1;
@@ -136,17 +110,11 @@ int main(int argc, char **argv) {
         perf_signals ? ((double)t - (double)none) / (double)perf_signals : 0;
     /* posix */
     signals = 0;
-    clockid_t clock;
-    pthread_getcpuclockid(pthread_self(), &clock);
-    struct sigevent ev;
-    memset(&ev, 0, sizeof ev);
-    ev.sigev_notify = SIGEV_THREAD_ID;
-    ev.sigev_signo = sig;
-    ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
     timer_t timer;
-    timer_create(clock, &ev, &timer);
-    struct itimerspec its = {{0, 1000000}, {0, 1000000}};
-    timer_settime(timer, 0, &its, NULL);
+    if (bench_posix_clock(tid, 1000000, sig, &timer) != 0) {
+      perror("timer_create");
+      return 1;
+    }
     t = spin(n);
     timer_delete(timer);
     uint64_t none2 = spin(n);

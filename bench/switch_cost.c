@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sample_clocks.h"
+
 enum { CLOCK_NONE, CLOCK_PERF, CLOCK_POSIX, NCLOCKS };
 static const char *const clock_names[NCLOCKS] = {"none", "perf", "posix"};
 #define PERIOD_NS 10000000
@@ -54,39 +56,18 @@ static timer_t timers[2];
 static int arm(int clock, int which) {
   pid_t tid = (pid_t)syscall(SYS_gettid);
   if (clock == CLOCK_PERF) {
-    struct perf_event_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.size = sizeof attr;
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = PERIOD_NS;
-    attr.disabled = 1;
-    attr.exclude_hv = 1;
-    int fd = (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
-                          PERF_FLAG_FD_CLOEXEC);
+    int fd = bench_perf_clock(tid, PERIOD_NS, SIGPROF, 1, NULL);
     if (fd < 0) {
       perror("switch_cost: perf_event_open");
       exit(1);
     }
-    struct f_owner_ex owner = {F_OWNER_TID, tid};
-    fcntl(fd, F_SETOWN_EX, &owner);
-    fcntl(fd, F_SETSIG, SIGPROF);
-    fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK);
-    ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
     return fd;
   }
   if (clock == CLOCK_POSIX) {
-    struct sigevent sev;
-    memset(&sev, 0, sizeof sev);
-    sev.sigev_notify = SIGEV_THREAD_ID;
-    sev.sigev_signo = SIGPROF;
-    sev._sigev_un._tid = tid;
-    if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &timers[which]) != 0) {
+    if (bench_posix_clock(tid, PERIOD_NS, SIGPROF, &timers[which]) != 0) {
       perror("switch_cost: timer_create");
       exit(1);
     }
-    struct itimerspec its = {{0, PERIOD_NS}, {0, PERIOD_NS}};
-    timer_settime(timers[which], 0, &its, NULL);
     return which;
   }
   return -1;

@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test.h"
+
 #include "exporter/pprof_read.h"
 
 typedef struct run_result {
@@ -47,6 +49,17 @@ static inline int run_command(char *const argv[], const char *const *env,
   r->out[used] = 0;
   close(pipefd[0]);
   return wait4(pid, &r->status, 0, &r->usage) == pid ? 0 : -1;
+}
+
+/* `bash -c cmd` with env (may be NULL), checked to exit 0; its result on
+ * the heap (free it). For a command line with redirections or limits
+ * (`2>&1`, `ulimit`). */
+static inline run_result *run_shell(const char *cmd, const char *const *env) {
+  char *argv[] = {"/bin/bash", "-c", (char *)cmd, NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  return r;
 }
 
 static inline double rusage_cpu_seconds(const struct rusage *u) {

@@ -366,10 +366,7 @@ static void test_long_bursts_leave_perf_and_come_back(void) {
            "CONTPROF_LOG_LEVEL=info exec %s run --hz 100 --output %s "
            "--period 3600 -- %s phases 1.5 2 2>&1",
            CONTPROF, dir, WORKLOAD);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_shell(cmd, NULL);
   unsigned long long alpha = 0, beta = 0;
   const char *line = strstr(r->out, "work_alpha=");
   CHECK(line &&
@@ -532,10 +529,7 @@ static void check_masked(const char *variant) {
            "CONTPROF_CPU_CLOCK=perf exec %s run --hz 250 --output %s -- %s "
            "masked 2 %s 2>&1",
            CONTPROF, dir, WORKLOAD, variant ? variant : "");
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_shell(cmd, NULL);
   int full = variant && strncmp(variant, "rt-full", 7) == 0;
   if (full) {
     /* Not ended by the SIGIO the kernel sends in place of a real-time
@@ -775,10 +769,7 @@ static void test_setitimer_fallback(void) {
            "ulimit -i 0; CONTPROF_CPU_CLOCK=posix exec %s run --output %s "
            "-- %s shares 1 1.5 2>&1",
            CONTPROF, dir, WORKLOAD);
-  char *argv[] = {"/bin/bash", "-c", cmd, NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  run_result *r = run_shell(cmd, NULL);
   const char *msg = strstr(r->out, "contprof: per-thread CPU timers "
                                    "unavailable");
   CHECK(msg != NULL);
@@ -815,9 +806,7 @@ static void test_setitimer_fallback(void) {
   snprintf(cmd, sizeof cmd,
            "ulimit -i 0; exec %s run --output %s -- %s shares 1 1.5 2>&1",
            CONTPROF, dir, WORKLOAD);
-  r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  r = run_shell(cmd, NULL);
   int perf = !strstr(r->out, "contprof: per-thread CPU timers unavailable");
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
   if (p) {

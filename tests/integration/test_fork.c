@@ -95,16 +95,6 @@ static void test_prefork_server(void) {
 /* `workload fork-late ARGS` under the profiler (CPU at 250 Hz, debug
  * lines), its output and the profiler's lines in one (heap-allocated)
  * result. */
-/* `sh -c cmd` with env (may be NULL), checked to exit 0; its result on
- * the heap. */
-static run_result *run_shell(const char *cmd, const char *const *env) {
-  char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, env, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
-  return r;
-}
-
 static run_result *run_fork_late(const char *dir, const char *args) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd,

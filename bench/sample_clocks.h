@@ -1,0 +1,67 @@
+/* The two per-thread CPU sampling clocks, armed as src/samplers/cpu.c arms
+ * them, for the standalone bench programs that measure them with no
+ * profiler loaded (switch_cost.c, sample_clock_cost.c). */
+#ifndef BENCH_SAMPLE_CLOCKS_H
+#define BENCH_SAMPLE_CLOCKS_H
+
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A perf task clock on thread tid with the given sample period. sig 0: no
+ * signal, the event counts and overflows only; else each overflow sends sig
+ * to tid, refresh overflows allowed (PERF_EVENT_IOC_REFRESH). *fd_out is
+ * set before the event starts, for a handler that gives overflows back.
+ * Returns the descriptor, or -1 with errno set. */
+static inline int bench_perf_clock(pid_t tid, uint64_t period_ns, int sig,
+                                   int refresh, volatile int *fd_out) {
+  struct perf_event_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_TASK_CLOCK;
+  attr.sample_period = period_ns;
+  attr.disabled = 1;
+  attr.exclude_hv = 1;
+  int fd = (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
+                        PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  if (fd_out)
+    *fd_out = fd;
+  if (!sig) {
+    ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+    return fd;
+  }
+  struct f_owner_ex owner = {F_OWNER_TID, tid};
+  fcntl(fd, F_SETOWN_EX, &owner);
+  fcntl(fd, F_SETSIG, sig);
+  fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK);
+  ioctl(fd, PERF_EVENT_IOC_REFRESH, refresh);
+  return fd;
+}
+
+/* A POSIX timer on the calling thread's CPU clock, sending sig to thread
+ * tid every period_ns of it. Returns 0, or -1 with errno set. */
+static inline int bench_posix_clock(pid_t tid, uint64_t period_ns, int sig,
+                                    timer_t *out) {
+  struct sigevent sev;
+  memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = sig;
+  sev._sigev_un._tid = tid;
+  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, out) != 0)
+    return -1;
+  struct itimerspec its = {
+      {(time_t)(period_ns / 1000000000ull), (long)(period_ns % 1000000000ull)},
+      {(time_t)(period_ns / 1000000000ull), (long)(period_ns % 1000000000ull)}};
+  return timer_settime(*out, 0, &its, NULL);
+}
+
+#endif
