@@ -251,6 +251,13 @@ static int request_move(int reason, uint64_t rate) {
   return 0;
 }
 
+/* Whether switches in cpu_ns of a thread's CPU time are more than
+ * per_cpu_s per second of it. */
+static inline int switches_over(uint64_t switches, uint64_t cpu_ns,
+                                uint64_t per_cpu_s) {
+  return switches * 1000000000ull > per_cpu_s * cpu_ns;
+}
+
 /* Whether a thread that runs in long bursts samples as well on a POSIX
  * timer: the period in force spans LONG_MIN_TICKS of the kernel's ticks. */
 static int period_spans_ticks(void) {
@@ -290,10 +297,10 @@ static void judge_switches(uint64_t cpu_now) {
   perf_last.window_switches = (uint64_t)switches;
   if (!judged)
     return;
-  if (d_switches * 1000000000ull > SWITCH_LIMIT * d_ns) {
+  if (switches_over(d_switches, d_ns, SWITCH_LIMIT)) {
     perf_last.moving =
         request_move(MOVE_SWITCHY, d_switches * 1000000000ull / d_ns);
-  } else if (d_switches * 1000000000ull <= LONG_LIMIT * d_ns &&
+  } else if (!switches_over(d_switches, d_ns, LONG_LIMIT) &&
              period_spans_ticks() && request_move(MOVE_LONG, 0)) {
     perf_last.moving = 1;
     perf_last.long_gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
@@ -330,8 +337,8 @@ static void judge_posix(int64_t quantity) {
   perf_last.window_left_ns = (int64_t)SWITCH_WINDOW_NS;
   if (!judged)
     return;
-  int often = d_switches * 1000000000ull > BACK_LIMIT * d_ns &&
-              d_switches * 1000000000ull <= SWITCH_LIMIT * d_ns;
+  int often = switches_over(d_switches, d_ns, BACK_LIMIT) &&
+              !switches_over(d_switches, d_ns, SWITCH_LIMIT);
   if ((often || !period_spans_ticks()) && request_move(MOVE_BACK, 0))
     perf_last.long_gen = ~gen;
 }
