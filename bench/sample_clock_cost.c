@@ -78,14 +78,15 @@ int main(int argc, char **argv) {
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigaction(sig, &sa, NULL);
   long n = 1;
-  while (spin(n) < 100000000ull) /* about 100 ms of CPU */
+  uint64_t loop_ns;
+  while ((loop_ns = spin(n)) < 100000000ull) /* about 100 ms of CPU */
     n *= 2;
   double *cost[3];
   for (int v = 0; v < 3; v++)
     cost[v] = calloc((size_t)rounds, sizeof(double));
   printf("sample_clock_cost: %d rounds of %.0f ms of CPU, perf period %llu "
          "us, POSIX timer 1 ms; us of CPU per sample over no clock:\n",
-         rounds, (double)spin(n) / 1e6, (unsigned long long)(period_ns / 1000));
+         rounds, (double)loop_ns / 1e6, (unsigned long long)(period_ns / 1000));
   for (int r = 0; r < rounds; r++) {
     uint64_t none = spin(n);
     /* perf-overflow */
