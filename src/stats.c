@@ -39,6 +39,7 @@ static uint64_t threads_cpu_locked(uint64_t kind_ns[CONTPROF_KIND_COUNT]);
 static _Atomic uint64_t fixed_memory[CP_STATS_MEM_COUNT];
 static _Atomic uint64_t extra_samples[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t drained_samples[CONTPROF_KIND_COUNT];
+static _Atomic uint64_t thinned[CONTPROF_KIND_COUNT]; /* this period */
 static _Atomic unsigned slowdown[CONTPROF_KIND_COUNT];
 static _Atomic unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* this period */
 static _Atomic unsigned cpu_clocks[2];                     /* perf, posix */
@@ -68,6 +69,11 @@ void cp_stats_set_cpu_clocks(unsigned perf, unsigned posix) {
 
 void cp_stats_count_cpu_clock_moved(void) {
   atomic_fetch_add_explicit(&cpu_clocks_moved, 1, memory_order_relaxed);
+}
+
+void cp_stats_count_thinned(contprof_sample_kind kind) {
+  if ((unsigned)kind < CONTPROF_KIND_COUNT)
+    atomic_fetch_add_explicit(&thinned[kind], 1, memory_order_relaxed);
 }
 
 void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
@@ -237,6 +243,8 @@ void cp_stats_take(cp_period_stats *out) {
         delta(kind_ns[k], &st.last_kind_threads_ns[k]);
     out->samples[k] +=
         atomic_exchange_explicit(&extra_samples[k], 0, memory_order_relaxed);
+    out->thinned[k] +=
+        atomic_exchange_explicit(&thinned[k], 0, memory_order_relaxed);
     /* The slowdown now, and the most since the last period's end (at least
      * the one now: a period that saw no change reports it). */
     unsigned now = atomic_load_explicit(&slowdown[k], memory_order_relaxed);
@@ -260,9 +268,11 @@ void cp_stats_reset(void) {
   pthread_mutex_lock(&st.lock);
   st.last_threads_ns = threads_cpu_locked(st.last_kind_threads_ns);
   st.last_process_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     st.last_hook_ns[k] =
         atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
+    atomic_store_explicit(&thinned[k], 0, memory_order_relaxed);
+  }
   st.last_drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
   memset(&st.last, 0, sizeof st.last);
   memset(&st.total, 0, sizeof st.total);
@@ -280,6 +290,7 @@ void cp_stats_after_fork_child(void) {
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     atomic_store_explicit(&hook_ns[k], 0, memory_order_relaxed);
     atomic_store_explicit(&drained_samples[k], 0, memory_order_relaxed);
+    atomic_store_explicit(&thinned[k], 0, memory_order_relaxed);
   }
   st.last_threads_ns = 0;
   /* The child's CPU clock starts at zero. */
@@ -310,6 +321,7 @@ void cp_stats_publish(const cp_period_stats *p) {
     st.total.kind_threads_cpu_ns[k] += p->kind_threads_cpu_ns[k];
     st.total.samples[k] += p->samples[k];
     st.total.drops[k] += p->drops[k];
+    st.total.thinned[k] += p->thinned[k];
   }
   st.total.memory_bytes = p->memory_bytes;
   st.total.cpu_clocks_perf = p->cpu_clocks_perf;

@@ -70,6 +70,9 @@ void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor);
 void cp_stats_set_cpu_clocks(unsigned perf, unsigned posix);
 /* One thread's CPU samples moved from a perf task clock to a POSIX timer. */
 void cp_stats_count_cpu_clock_moved(void);
+/* One sample of kind taken at the end of a gap drawn with a mean raised
+ * because the ring was filling (cp_ring_pressure). Async-signal-safe. */
+void cp_stats_count_thinned(contprof_sample_kind kind);
 
 /* Fixed memory the profiler holds apart from what the scheduler reads from
  * its modules (the ring, the live-heap table): set once, at creation. */
@@ -91,6 +94,7 @@ typedef struct cp_period_stats {
   uint64_t process_cpu_ns;                    /* the whole process */
   uint64_t samples[CONTPROF_KIND_COUNT];      /* filled by the aggregator */
   uint64_t drops[CONTPROF_KIND_COUNT];        /* filled by the aggregator */
+  uint64_t thinned[CONTPROF_KIND_COUNT];      /* cp_stats_count_thinned */
   uint64_t memory_bytes;                      /* filled by the scheduler */
   unsigned slowdown[CONTPROF_KIND_COUNT];     /* at the period's end */
   unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* the most in the period */

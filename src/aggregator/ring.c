@@ -236,6 +236,16 @@ size_t cp_ring_used(const cp_ring *r) {
 
 size_t cp_ring_slots(const cp_ring *r) { return r->mask + 1; }
 
+unsigned cp_ring_pressure(const cp_ring *r) {
+  size_t quarter = (r->mask + 1) / 4, used = cp_ring_used(r);
+  size_t free = used < r->mask + 1 ? r->mask + 1 - used : 0;
+  if (free >= quarter)
+    return 1;
+  if (free * CP_RING_PRESSURE_MAX <= quarter)
+    return CP_RING_PRESSURE_MAX;
+  return (unsigned)(quarter / free);
+}
+
 int cp_ring_pending(const cp_ring *r) { return cp_ring_used(r) != 0; }
 
 void cp_ring_release(cp_ring *r) {

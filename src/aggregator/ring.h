@@ -70,6 +70,15 @@ int cp_ring_pending(const cp_ring *ring);
  * Async-signal-safe (two atomic loads). */
 size_t cp_ring_used(const cp_ring *ring);
 size_t cp_ring_slots(const cp_ring *ring);
+/* How much a producer that chooses its own rate (a Poisson sampler drawing
+ * its next gap) should lower it so that the ring does not overflow while
+ * the consumer is late: 1 while a quarter of the slots or more are free
+ * (the consumer is woken at half full), then a quarter of the slots over
+ * the free ones (2 at seven eighths full, 4 at fifteen sixteenths, ...), at
+ * most CP_RING_PRESSURE_MAX. docs/overhead.md, "A filling ring". Async-
+ * signal-safe (two atomic loads). */
+#define CP_RING_PRESSURE_MAX 64u
+unsigned cp_ring_pressure(const cp_ring *ring);
 /* On the consumer's thread: faults in (one madvise) the slots producers
  * will fill next, up to ahead_slots past the last one reserved, so that they
  * take no page fault; once every slot has been, nothing. Producers use the

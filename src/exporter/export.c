@@ -198,6 +198,10 @@ static void add_cost_comments(pprof_builder *b, const cp_config *cfg,
     add_comment_u64(b, key, s->samples[k]);
     snprintf(key, sizeof key, "drops.%s", name);
     add_comment_u64(b, key, s->drops[k]);
+    /* Samples the sampler took less often because the ring was filling
+     * (docs/overhead.md, "A filling ring"). */
+    snprintf(key, sizeof key, "thinned.%s", name);
+    add_comment_u64(b, key, s->thinned[k]);
     /* Which sampler costs what: its handlers and hooks, its own thread. */
     snprintf(key, sizeof key, "profiler_hooks_ns.%s", name);
     add_comment_u64(b, key, s->hook_ns[k]);

@@ -57,6 +57,8 @@ static struct {
 
 static CP_TLS uint32_t tls_epoch;
 static CP_TLS double tls_gap_mean; /* the mean of the gap counting down */
+/* That mean was raised because the ring was filling (draw_gap). */
+static CP_TLS int tls_gap_thinned;
 
 /* --- sampling ---------------------------------------------------------- */
 
@@ -65,6 +67,21 @@ static CP_TLS double tls_gap_mean; /* the mean of the gap counting down */
 static int64_t next_gap(double mean) {
   double gap = cp_random_exp(mean);
   return gap >= 4.0e18 ? (int64_t)4e18 : (int64_t)gap;
+}
+
+/* Async-signal-safe, bounded: starts the thread's next gap with the mean in
+ * force, raised while the ring is half full or more (cp_ring_pressure): a
+ * drain thread that is late (starved of CPU on a busy machine) then gets
+ * fewer samples, each weighing more, instead of a full ring that drops
+ * their stacks. The gap's sample is weighted with the mean it was drawn
+ * with, so totals stay unbiased (docs/overhead.md, "A filling ring"). */
+static void draw_gap(void) {
+  double mean = atomic_load_explicit(&alloc.rate, memory_order_relaxed);
+  cp_ring *ring = alloc.alloc_on ? cp_agg_ring() : NULL;
+  unsigned pressure = ring ? cp_ring_pressure(ring) : 1;
+  tls_gap_mean = mean * pressure;
+  tls_gap_thinned = pressure > 1;
+  cp_alloc_countdown = next_gap(tls_gap_mean);
 }
 
 /* Hot path (malloc hook), bounded, no locks, no allocation: reserves a ring
@@ -140,8 +157,8 @@ __attribute__((noinline, cold)) void cp_alloc_on_alloc(void *p, size_t size,
     /* The first countdown of this thread (or of this start): the gap
      * starts before this allocation. */
     tls_epoch = epoch;
-    tls_gap_mean = atomic_load_explicit(&alloc.rate, memory_order_relaxed);
-    cp_alloc_countdown = next_gap(tls_gap_mean) - (int64_t)size;
+    draw_gap();
+    cp_alloc_countdown -= (int64_t)size;
     if (cp_alloc_countdown >= 0) {
       cp_guard_leave();
       errno = saved_errno;
@@ -149,12 +166,15 @@ __attribute__((noinline, cold)) void cp_alloc_on_alloc(void *p, size_t size,
     }
   }
   /* The gap that ended here was drawn with tls_gap_mean: its sample is
-   * weighted with that mean, whatever the governor set meanwhile. */
+   * weighted with that mean, whatever the governor or the ring's pressure
+   * set meanwhile. */
   double mean = tls_gap_mean;
-  tls_gap_mean = atomic_load_explicit(&alloc.rate, memory_order_relaxed);
-  cp_alloc_countdown = next_gap(tls_gap_mean);
+  int thinned = tls_gap_thinned;
+  draw_gap();
   if (p && atomic_load_explicit(&cp_alloc_hot.sampling, memory_order_relaxed)) {
     uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
+    if (thinned)
+      cp_stats_count_thinned(CONTPROF_KIND_ALLOC);
     record_sample(p, size, caller_ra, mean);
     cp_stats_hook_end(CONTPROF_KIND_ALLOC, began);
   }

@@ -182,8 +182,10 @@ static char *event_json(dd_ctx *c, const cp_export *e) {
       if (!(cfg->profiles & cp_kinds[k].profile))
         continue;
       const char *name = cp_kinds[k].name;
-      sb_printf(&b, ",\"samples.%s\":%" PRIu64 ",\"drops.%s\":%" PRIu64, name,
-                s->samples[k], name, s->drops[k]);
+      sb_printf(&b,
+                ",\"samples.%s\":%" PRIu64 ",\"drops.%s\":%" PRIu64
+                ",\"thinned.%s\":%" PRIu64,
+                name, s->samples[k], name, s->drops[k], name, s->thinned[k]);
       sb_printf(&b,
                 ",\"profiler_hooks_ns.%s\":%" PRIu64
                 ",\"profiler_threads_cpu_ns.%s\":%" PRIu64,

@@ -490,5 +490,40 @@ static void test_ring_idle_wait_ends_at_first_sample(void) {
   cp_ring_destroy(r);
 }
 
+/* The pressure a filling ring puts on producers that choose their rate: 1
+ * while a quarter is free, then a quarter of the slots over the free ones,
+ * up to its maximum when full; back to 1 once the consumer has read. (In
+ * this ring of 64 the last free slot gives 16, under the maximum.) */
+static void test_ring_pressure_follows_fill(void) {
+  cp_ring *r = cp_ring_create(RING_SLOTS, MAX_FRAMES);
+  CHECK(r != NULL);
+  if (!r)
+    return;
+  unsigned seen[RING_SLOTS + 1];
+  for (size_t used = 0; used <= RING_SLOTS; used++) {
+    seen[used] = cp_ring_pressure(r);
+    uint64_t ticket;
+    if (used < RING_SLOTS) {
+      CHECK(cp_ring_reserve(r, &ticket, CONTPROF_KIND_ALLOC, 1, 1) != NULL);
+      cp_ring_commit(r, ticket);
+    }
+  }
+  CHECK_EQ_INT(seen[0], 1);
+  CHECK_EQ_INT(seen[RING_SLOTS * 3 / 4], 1);
+  CHECK_EQ_INT(seen[RING_SLOTS * 3 / 4 + 1], 1);
+  CHECK_EQ_INT(seen[RING_SLOTS * 7 / 8], 2);
+  CHECK_EQ_INT(seen[RING_SLOTS * 15 / 16], 4);
+  CHECK_EQ_INT(seen[RING_SLOTS - 1], RING_SLOTS / 4);
+  CHECK_EQ_INT(seen[RING_SLOTS], CP_RING_PRESSURE_MAX);
+  CHECK_EQ_INT(seen[RING_SLOTS], CP_RING_PRESSURE_MAX);
+  for (size_t used = 1; used <= RING_SLOTS; used++)
+    CHECK(seen[used] >= seen[used - 1]);
+  while (cp_ring_peek(r))
+    cp_ring_release(r);
+  CHECK_EQ_INT(cp_ring_pressure(r), 1);
+  cp_ring_destroy(r);
+}
+
 TEST_MAIN(T(test_ring_producers_and_handlers), T(test_ring_discard_after_fork),
-          T(test_ring_idle_wait_ends_at_first_sample))
+          T(test_ring_idle_wait_ends_at_first_sample),
+          T(test_ring_pressure_follows_fill))

@@ -78,20 +78,26 @@ static void check_shares(const char *threads, const char *mib,
     CHECK_NEAR((double)total / truth, 1.0, 0.05);
     /* Samples are kept, not only counted: the drain thread reads no debug
      * information while they come this fast (docs/symbols.md). Before,
-     * 18-21% of this run's samples were dropped at start. At most 5%: with
-     * the valgrind test beside it on 2 CPUs (ctest -j2) the drain thread
-     * was starved once, 196 of 7,876 dropped (2.5%), where runs alone drop
-     * none. */
-    double kept = 0, dropped = 0;
+     * 18-21% of this run's samples were dropped at start. A drain thread
+     * starved of CPU (the valgrind test beside this one under ctest -j2)
+     * dropped 2.5-5.3% until the sampler lowered its rate when the ring
+     * fills (docs/overhead.md, "A filling ring"): now such a run takes
+     * fewer samples (thinned) but drops none; 3 loops of this run at once
+     * on 2 CPUs thinned at most 350 of 8,000 (bench/ring_drops.sh). */
+    double kept = 0, dropped = 0, thinned = 0;
     for (size_t i = 0; i < rp->n; i++) {
       const char *k = profile_comment(rp->p[i], "samples");
       const char *d = profile_comment(rp->p[i], "samples_dropped");
+      const char *t = profile_comment(rp->p[i], "thinned.alloc");
       kept += k ? strtod(k, NULL) : 0;
       dropped += d ? strtod(d, NULL) : 0;
+      thinned += t ? strtod(t, NULL) : 0;
     }
-    printf("samples kept %.0f, dropped %.0f\n", kept, dropped);
+    printf("samples kept %.0f, dropped %.0f, thinned %.0f\n", kept, dropped,
+           thinned);
     CHECK(kept > 0);
-    CHECK(dropped <= kept / 20);
+    CHECK(dropped <= kept / 100);
+    CHECK(dropped + thinned <= kept / 5);
     /* Nothing is live at exit: the last in-use snapshot is empty. */
     int64_t live_total;
     cum_of(rp->p, rp->n, "inuse-space", "alloc_big", &live_total);
