@@ -16,10 +16,10 @@
  * Also wrapped: ppoll, pselect and epoll_pwait (like poll, select and
  * epoll_wait), and sem_timedwait and sem_clockwait (a futex wait with a
  * timeout is not restarted either: glibc returns EINTR; sem_wait without a
- * timeout is). The calls that wait for signals are in signal_calls.c. Other
- * calls that signal(7) lists as never restarted are not wrapped
- * (docs/signals.md): socket calls on a socket with SO_RCVTIMEO/SO_SNDTIMEO,
- * System V msgrcv, msgsnd, semop, semtimedop, io_getevents, epoll_pwait2.
+ * timeout is). The calls that wait for signals are in signal_calls.c, the
+ * socket calls with timeouts in socket_calls.c. Other calls that signal(7)
+ * lists as never restarted are not wrapped (docs/signals.md): System V
+ * msgrcv, msgsnd, semop, semtimedop, io_getevents, epoll_pwait2.
  *
  * Each of these hooks also tells the wall sampler that the thread blocks in
  * it (PARKED), so that a thread that blocks again where it blocked before
@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "interpose/eintr.h"
 #include "interpose/real.h"
 #include "samplers/wall.h"
 #include "thread_state.h"
@@ -88,34 +89,15 @@ static int ts_may_block(const struct timespec *t) {
   return !t || t->tv_sec || t->tv_nsec;
 }
 
-/* The thread's counts of our signals at a system call and of the
- * application's handlers, taken before each call. */
-typedef struct {
-  unsigned own, app;
-} seen;
-
-static inline seen signals_seen(void) {
-  return (seen){cp_thread.own_signals, cp_thread.app_signals};
-}
-
-/* Whether the last EINTR came from one of the profiler's signals: the
- * sampling handlers count them in the thread's state, and no handler of the
- * application's ran since the call began (one did: the EINTR is its, even
- * when ours came too). */
-static int ours(seen before) {
-  return cp_thread.own_signals != before.own &&
-         cp_thread.app_signals == before.app;
-}
-
 int nanosleep(const struct timespec *req, struct timespec *rem) {
   typedef int (*fn_t)(const struct timespec *, struct timespec *);
   CP_REAL(fn_t, nanosleep);
   PARKED;
   struct timespec left = *req, r;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_nanosleep(&left, &r);
-    if (rc == 0 || errno != EINTR || !ours(before)) {
+    if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before)) {
       if (rc != 0 && rem)
         *rem = r;
       return rc;
@@ -132,9 +114,9 @@ int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
   PARKED;
   struct timespec left = *req, r;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_clock_nanosleep(clock, flags, &left, &r); /* the error */
-    if (rc != EINTR || !ours(before)) {
+    if (rc != EINTR || !cp_eintr_is_ours(before)) {
       if (rc == EINTR && rem && !(flags & TIMER_ABSTIME))
         *rem = r;
       return rc;
@@ -163,9 +145,9 @@ int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_poll(fds, nfds, timeout);
-    if (rc >= 0 || errno != EINTR || !ours(before))
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
       return 0; /* the time ran out meanwhile */
@@ -179,9 +161,9 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_epoll_wait(epfd, events, maxevents, timeout);
-    if (rc >= 0 || errno != EINTR || !ours(before))
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
       return 0;
@@ -216,11 +198,11 @@ int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   fd_sets sets;
   fd_sets_save(&sets, readfds, writefds, exceptfds);
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     /* Linux leaves the time not slept in *timeout: a retry waits for the
      * rest. */
     int rc = fn_select(nfds, readfds, writefds, exceptfds, timeout);
-    if (rc >= 0 || errno != EINTR || !ours(before))
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     fd_sets_restore(&sets);
   }
@@ -249,9 +231,9 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
   struct timespec left;
   const struct timespec *t = timeout;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_ppoll(fds, nfds, t, sigmask);
-    if (rc >= 0 || errno != EINTR || !ours(before))
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     if (timeout) {
       left = ts_left(deadline);
@@ -274,9 +256,9 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   struct timespec left;
   const struct timespec *t = timeout;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_pselect(nfds, readfds, writefds, exceptfds, t, sigmask);
-    if (rc >= 0 || errno != EINTR || !ours(before))
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     fd_sets_restore(&sets);
     if (timeout) {
@@ -303,9 +285,9 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_epoll_pwait(epfd, events, maxevents, timeout, sigmask);
-    if (rc >= 0 || errno != EINTR || !ours(before))
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
       return 0;
@@ -318,9 +300,9 @@ int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
   CP_REAL(fn_t, sem_timedwait);
   PARKED;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_sem_timedwait(sem, abstime);
-    if (rc == 0 || errno != EINTR || !ours(before))
+    if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
   }
 }
@@ -330,9 +312,9 @@ int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
   CP_REAL(fn_t, sem_clockwait);
   PARKED;
   for (;;) {
-    seen before = signals_seen();
+    cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_sem_clockwait(sem, clock, abstime);
-    if (rc == 0 || errno != EINTR || !ours(before))
+    if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
   }
 }

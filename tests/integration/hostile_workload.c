@@ -375,13 +375,19 @@ static void *cond_thread(void *a) {
   return NULL;
 }
 
+/* With receive timeouts (5 s, never reached): the kernel then returns EINTR
+ * for accept and recv whatever SA_RESTART says, and the socket hooks must
+ * wait on (interpose/socket_calls.c). */
 static void *accept_thread(void *a) {
   (void)a;
+  struct timeval timeout = {5, 0};
+  setsockopt(listen_fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   for (int i = 0; i < ROUNDS; i++) {
     int fd = accept(listen_fd, NULL, NULL);
     check_rc("accept", fd < 0);
     if (fd >= 0) {
       char c;
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
       check_rc("recv", recv(fd, &c, 1, 0) != 1);
       close(fd);
     }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What the socket calls' hooks (src/interpose/socket_calls.c) add to each
+# call: bench/socket_calls (N recv calls with MSG_DONTWAIT on an empty
+# socket, then N send+recv pairs) plain, with this tree's preload library
+# (CONTPROF_PROFILES=cpu, the default) and, with BENCH_BASE_REF, with that
+# commit's library, interleaved for ROUNDS rounds whose order rotates;
+# prints each variant's median ns per call and per pair.
+#
+#   bench/socket_call_cost.sh
+# Environment: ROUNDS (9), CALLS (2000000), BENCH_BASE_REF, BENCH_BUILD_DIR.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+ROUNDS=${ROUNDS:-9}
+CALLS=${CALLS:-2000000}
+bench_build
+work=$(mktemp -d /tmp/cp_bench_sock.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+${CC:-gcc} -O2 -Wall -Wextra -o "$work/socket_calls" "$bench_root/bench/socket_calls.c"
+variants=(plain contprof)
+[[ -n $BASE_PRELOAD_LIB ]] && variants+=(base)
+run() {
+  case $1 in
+  plain) "$work/socket_calls" "$CALLS" ;;
+  contprof) CONTPROF_OUTPUT_DIR=$work LD_PRELOAD=$PRELOAD_LIB "$work/socket_calls" "$CALLS" ;;
+  base) CONTPROF_OUTPUT_DIR=$work LD_PRELOAD=$BASE_PRELOAD_LIB "$work/socket_calls" "$CALLS" ;;
+  esac
+}
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for ((r = 0; r < ROUNDS; r++)); do
+  for ((i = 0; i < ${#variants[@]}; i++)); do
+    v=${variants[$(((i + r) % ${#variants[@]}))]}
+    run "$v" >>"$work/$v.txt"
+  done
+done
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+for v in "${variants[@]}"; do
+  recv=$(sed 's/.*recv_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
+  pair=$(sed 's/.*pair_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
+  echo "$v: recv ${recv} ns a call, send+recv ${pair} ns a pair (median of $ROUNDS)"
+done
