@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What the socket calls' hooks (src/interpose/socket_calls.c) add to each
 # call: bench/socket_calls (N recv calls with MSG_DONTWAIT on an empty
-# socket, then N send+recv pairs) plain, with this tree's preload library
-# (CONTPROF_PROFILES=cpu, the default) and, with BENCH_BASE_REF, with that
-# commit's library, interleaved for ROUNDS rounds whose order rotates;
-# prints each variant's median ns per call and per pair.
+# socket, then N send+recv pairs) plain, plain with one idle thread of its
+# own (what any thread beside the application's costs each call on a
+# descriptor), with this tree's preload library (CONTPROF_PROFILES=cpu, the
+# default) and, with BENCH_BASE_REF, with that commit's library,
+# interleaved for ROUNDS rounds whose order rotates; prints each variant's
+# median ns per call and per pair.
 #
 #   bench/socket_call_cost.sh
 # Environment: ROUNDS (9), CALLS (2000000), BENCH_BASE_REF, BENCH_BUILD_DIR.
@@ -16,12 +18,13 @@ CALLS=${CALLS:-2000000}
 bench_build
 work=$(mktemp -d /tmp/cp_bench_sock.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-${CC:-gcc} -O2 -Wall -Wextra -o "$work/socket_calls" "$bench_root/bench/socket_calls.c"
-variants=(plain contprof)
+${CC:-gcc} -O2 -Wall -Wextra -pthread -o "$work/socket_calls" "$bench_root/bench/socket_calls.c"
+variants=(plain plain-thread contprof)
 [[ -n $BASE_PRELOAD_LIB ]] && variants+=(base)
 run() {
   case $1 in
   plain) "$work/socket_calls" "$CALLS" ;;
+  plain-thread) "$work/socket_calls" "$CALLS" thread ;;
   contprof) CONTPROF_OUTPUT_DIR=$work LD_PRELOAD=$PRELOAD_LIB "$work/socket_calls" "$CALLS" ;;
   base) CONTPROF_OUTPUT_DIR=$work LD_PRELOAD=$BASE_PRELOAD_LIB "$work/socket_calls" "$CALLS" ;;
   esac

@@ -8,10 +8,20 @@
  *
  * Prints `recv_ns=X pair_ns=Y`: wall ns per call and per pair (the thread
  * does nothing else). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
+
+static void *idle(void *arg) {
+  (void)arg;
+  for (;;)
+    pause();
+  return NULL;
+}
 
 static double now_ns(void) {
   struct timespec t;
@@ -21,6 +31,10 @@ static double now_ns(void) {
 
 int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 1000000;
+  pthread_t t;
+  if (argc > 2 && strcmp(argv[2], "thread") == 0 &&
+      pthread_create(&t, NULL, idle, NULL) != 0)
+    return 2;
   int sv[2];
   if (n <= 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
     return 2;
