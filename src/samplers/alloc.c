@@ -70,7 +70,7 @@ static int64_t next_gap(double mean) {
 }
 
 /* Async-signal-safe, bounded: starts the thread's next gap with the mean in
- * force, raised while the ring is half full or more (cp_ring_pressure): a
+ * force, raised while under a quarter of the ring is free (cp_ring_pressure): a
  * drain thread that is late (starved of CPU on a busy machine) then gets
  * fewer samples, each weighing more, instead of a full ring that drops
  * their stacks. The gap's sample is weighted with the mean it was drawn
