@@ -30,6 +30,7 @@
  * said ready starts a full timeout of its own if another thread took the
  * data meanwhile. */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -99,7 +100,8 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
     }
     cp_signals_seen before = cp_signals_seen_now();
     struct pollfd p = {.fd = fd, .events = events};
-    int rc = fn_poll(&p, 1, (int)((left + 999999) / 1000000));
+    int64_t ms = (left + 999999) / 1000000;
+    int rc = fn_poll(&p, 1, ms < INT_MAX ? (int)ms : INT_MAX);
     if (rc > 0)
       return 1; /* ready, or an error the call will return */
     if (rc < 0 && (errno != EINTR || !cp_eintr_is_ours(before)))
