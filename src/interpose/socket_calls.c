@@ -38,19 +38,9 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "common.h"
 #include "interpose/eintr.h"
 #include "interpose/real.h"
-
-static int64_t ts_ns(const struct timespec *t) {
-  return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
-}
-
-/* Async-signal-safe (vDSO): the monotonic clock at the last tick. */
-static int64_t coarse_ns(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return ts_ns(&now);
-}
 
 /* The coarse clock's resolution (a tick); 10 ms if unknown. */
 static int64_t tick_ns(void) {
@@ -58,22 +48,17 @@ static int64_t tick_ns(void) {
   int64_t t = atomic_load_explicit(&tick, memory_order_relaxed);
   if (!t) {
     struct timespec res;
-    t = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && ts_ns(&res) > 0
-            ? ts_ns(&res)
-            : 10000000;
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0)
+      t = (int64_t)res.tv_sec * 1000000000 + res.tv_nsec;
+    if (t <= 0)
+      t = 10000000;
     atomic_store_explicit(&tick, t, memory_order_relaxed);
   }
   return t;
 }
 
-static int64_t precise_ns(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return ts_ns(&now);
-}
-
-/* The call that began at `began` (coarse_ns) failed with an EINTR of ours.
- * What it waits for: `events` on fd, within the socket's timeout `opt`
+/* The call that began at `began` (CLOCK_MONOTONIC_COARSE) failed with an EINTR
+ * of ours. What it waits for: `events` on fd, within the socket's timeout `opt`
  * (SO_RCVTIMEO or SO_SNDTIMEO). Waits in poll until fd is ready and returns
  * 1: make the call again. Returns 0 with errno set to what the call returns
  * otherwise: timed_out when the timeout ends first, EINTR when an
@@ -93,7 +78,7 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
     return 1; /* none (the kernel would have restarted it): again */
   int64_t deadline = began + tick_ns() + timeout;
   for (;;) {
-    int64_t left = deadline - precise_ns();
+    int64_t left = deadline - (int64_t)cp_monotonic_ns();
     if (left <= 0) {
       errno = timed_out;
       return 0;
@@ -113,7 +98,7 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
  * made again while our signals cut it short and resume() says so. */
 #define RESUMING(fd, opt, events, timed_out, expr)                             \
   do {                                                                         \
-    int64_t began_ = coarse_ns();                                              \
+    int64_t began_ = (int64_t)cp_clock_ns(CLOCK_MONOTONIC_COARSE);             \
     for (;;) {                                                                 \
       cp_signals_seen before_ = cp_signals_seen_now();                         \
       __typeof__(expr) rc_ = (expr);                                           \
