@@ -1,6 +1,7 @@
 /* The two per-thread CPU sampling clocks, armed as src/samplers/cpu.c arms
  * them, for the standalone bench programs that measure them with no
- * profiler loaded (switch_cost.c, sample_clock_cost.c). */
+ * profiler loaded (switch_cost.c, sample_clock_cost.c). The perf task clock
+ * is opened by the sampler's own code (src/samplers/perf_clock.h). */
 #ifndef BENCH_SAMPLE_CLOCKS_H
 #define BENCH_SAMPLE_CLOCKS_H
 
@@ -14,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/samplers/perf_clock.h"
+
 /* A perf task clock on thread tid with the given sample period. sig 0: no
  * signal, the event counts and overflows only; else each overflow sends sig
  * to tid, refresh overflows allowed (PERF_EVENT_IOC_REFRESH). *fd_out is
@@ -21,16 +24,7 @@
  * Returns the descriptor, or -1 with errno set. */
 static inline int bench_perf_clock(pid_t tid, uint64_t period_ns, int sig,
                                    int refresh, volatile int *fd_out) {
-  struct perf_event_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.type = PERF_TYPE_SOFTWARE;
-  attr.config = PERF_COUNT_SW_TASK_CLOCK;
-  attr.sample_period = period_ns;
-  attr.disabled = 1;
-  attr.exclude_hv = 1;
-  int fd = (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
-                        PERF_FLAG_FD_CLOEXEC);
+  int fd = cp_perf_task_clock_open(tid, period_ns, 0);
   if (fd < 0)
     return -1;
   if (fd_out)

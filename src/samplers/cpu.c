@@ -51,6 +51,7 @@
 #include "aggregator/aggregator.h"
 #include "common.h"
 #include "own_fd.h"
+#include "perf_clock.h"
 #include "random.h"
 #include "record.h"
 #include "sampler.h"
@@ -551,27 +552,13 @@ static int timer_create_for(pid_t tid, int *timer_id) {
   return 0;
 }
 
-static int perf_event_for(pid_t tid, uint64_t period, int exclude_kernel) {
-  struct perf_event_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.size = sizeof attr;
-  attr.type = PERF_TYPE_SOFTWARE;
-  attr.config = PERF_COUNT_SW_TASK_CLOCK;
-  attr.sample_period = period;
-  attr.disabled = 1;
-  attr.exclude_kernel = (unsigned)exclude_kernel;
-  attr.exclude_hv = 1;
-  return (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
-                      PERF_FLAG_FD_CLOEXEC);
-}
-
 /* A perf task clock for thread tid, signalling it, enabled. Caller holds
  * cpu.lock. Returns 0, or -1 with errno set. */
 static int perf_create_for(pid_t tid, thread_timer *t) {
   uint64_t first = first_expiry();
   if (first < PERF_MIN_PERIOD_NS)
     first = PERF_MIN_PERIOD_NS;
-  int fd = perf_event_for(tid, first, cpu.perf_exclude_kernel);
+  int fd = cp_perf_task_clock_open(tid, first, cpu.perf_exclude_kernel);
   if (fd < 0)
     return -1;
   if (cpu.perf_fd_floor > 0 && fd < cpu.perf_fd_floor) {
@@ -644,7 +631,7 @@ static void choose_clock(const cp_config *cfg) {
   int fd = -1;
   for (int exclude_kernel = 0; exclude_kernel <= 1 && fd < 0;
        exclude_kernel++) {
-    fd = perf_event_for(self, cpu.period_ns, exclude_kernel);
+    fd = cp_perf_task_clock_open(self, cpu.period_ns, exclude_kernel);
     cpu.perf_exclude_kernel = exclude_kernel;
   }
   if (fd < 0) {

@@ -1,0 +1,34 @@
+/* A perf task clock (PERF_COUNT_SW_TASK_CLOCK) on one thread, opened
+ * disabled, the way the CPU sampler opens it (cpu.c) and the bench programs
+ * that measure its cost with no profiler loaded (bench/sample_clocks.h).
+ * Header-only so that both build it from one place. */
+#ifndef CP_SAMPLERS_PERF_CLOCK_H
+#define CP_SAMPLERS_PERF_CLOCK_H
+
+#include <linux/perf_event.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* Async-signal-safe (one system call): a task clock on thread tid that
+ * overflows every period_ns of its CPU time, kernel mode left out when
+ * exclude_kernel is set. Returns the descriptor (close-on-exec), or -1 with
+ * errno set. */
+static inline int cp_perf_task_clock_open(pid_t tid, uint64_t period_ns,
+                                          int exclude_kernel) {
+  struct perf_event_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.size = sizeof attr;
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_TASK_CLOCK;
+  attr.sample_period = period_ns;
+  attr.disabled = 1;
+  attr.exclude_kernel = (unsigned)exclude_kernel;
+  attr.exclude_hv = 1;
+  return (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
+                      PERF_FLAG_FD_CLOEXEC);
+}
+
+#endif
