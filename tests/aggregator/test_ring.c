@@ -515,7 +515,6 @@ static void test_ring_pressure_follows_fill(void) {
   CHECK_EQ_INT(seen[RING_SLOTS * 15 / 16], 4);
   CHECK_EQ_INT(seen[RING_SLOTS - 1], RING_SLOTS / 4);
   CHECK_EQ_INT(seen[RING_SLOTS], CP_RING_PRESSURE_MAX);
-  CHECK_EQ_INT(seen[RING_SLOTS], CP_RING_PRESSURE_MAX);
   for (size_t used = 1; used <= RING_SLOTS; used++)
     CHECK(seen[used] >= seen[used - 1]);
   while (cp_ring_peek(r))
