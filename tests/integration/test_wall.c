@@ -1082,8 +1082,9 @@ static void test_parked_in_condition_and_semaphore_waits(void) {
  * interval takes (206-222 here; 1,500 before), the thread's total is its
  * life within 1% (exact: the time since its last tick is credited as it
  * ends; that tail was lost before, up to 3.5% under the load of other
- * tests), and the wait's share is the truth within 4 points (exact for the
- * parks; the running time, 9%, is spread by where the ticks find it). */
+ * tests), and the wait's share is the truth within 4 standard errors of
+ * the ticks' estimate, at least 4 points (exact for the parks; the running
+ * time, 9%, is spread by where the ticks find it). */
 static void test_parked_time_credited_exactly(void) {
   char *dir = make_temp_dir("wall-exact");
   park_run run = {0};
