@@ -13,7 +13,9 @@
 # Runs of about 9 s of CPU (TELEMETRY_REQUESTS), so that what a process pays
 # once (start-up, the last export, which no profile reports) weighs little.
 # Environment: TELEMETRY_ROUNDS (5), TELEMETRY_REQUESTS (120000),
-# TELEMETRY_ONLY (run only the cases whose name contains it),
+# TELEMETRY_ONLY (run only the cases whose name contains it), TELEMETRY_ENV
+# (more VAR=value words for every profiled run, such as
+# CONTPROF_KERNEL_COST_AFTER=1s: these runs are shorter than its default),
 # BENCH_BUILD_DIR.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +32,8 @@ trap 'rm -rf "$tmp"' EXIT
 # one_case NAME ENV... -- CMD...: the rounds of one case, then its table line.
 one_case() {
   local name=$1 envs=() r
+  # shellcheck disable=SC2206 # words on purpose
+  local extra=(${TELEMETRY_ENV:-})
   shift
   [[ $name == *"${TELEMETRY_ONLY:-}"* ]] || return 0
   while [[ $1 != -- ]]; do
@@ -46,10 +50,10 @@ one_case() {
     if ((r % 2)); then
       "$BENCH_BIN/cpurun" "$tmp/plain.log" "$@" >/dev/null
       "$BENCH_BIN/cpurun" "$tmp/prof.log" env LD_PRELOAD="$PRELOAD_LIB" \
-        CONTPROF_OUTPUT_DIR="$tmp/prof" CONTPROF_MAX_OVERHEAD_PCT=0 "${envs[@]}" "$@" >/dev/null
+        CONTPROF_OUTPUT_DIR="$tmp/prof" CONTPROF_MAX_OVERHEAD_PCT=0 "${envs[@]}" ${extra[@]+"${extra[@]}"} "$@" >/dev/null
     else
       "$BENCH_BIN/cpurun" "$tmp/prof.log" env LD_PRELOAD="$PRELOAD_LIB" \
-        CONTPROF_OUTPUT_DIR="$tmp/prof" CONTPROF_MAX_OVERHEAD_PCT=0 "${envs[@]}" "$@" >/dev/null
+        CONTPROF_OUTPUT_DIR="$tmp/prof" CONTPROF_MAX_OVERHEAD_PCT=0 "${envs[@]}" ${extra[@]+"${extra[@]}"} "$@" >/dev/null
       "$BENCH_BIN/cpurun" "$tmp/plain.log" "$@" >/dev/null
     fi
     ((r > 0)) || continue # the first round warms the caches

@@ -100,6 +100,9 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
  * docs/overhead.md), so that they are never slowed, and low enough that a
  * pathological program (a 4 KiB allocation mean, 1 kHz on many threads) is. */
 #define DEFAULT_MAX_OVERHEAD_PCT 2.0
+/* CONTPROF_KERNEL_COST_AFTER: a process that lives less is not charged the
+ * measurement's 25 ms of CPU (docs/overhead.md). */
+#define CP_KERNEL_COST_AFTER_DEFAULT_MS 10000
 
 /* An integer option: explicit option value if nonzero, else the variable. */
 static int int_setting(const source *src, const char *name, int option, long lo,
@@ -541,6 +544,14 @@ static int load_upload(cp_config *cfg, const source *src,
       duration_setting(src, "CONTPROF_CONNECT_TIMEOUT", 1, 3600000, total);
   cfg->exit_timeout_ms =
       duration_setting(src, "CONTPROF_EXIT_TIMEOUT", 0, 3600000, 5000);
+  /* When the kernel's side of a sampling signal is measured
+   * (samplers/kernel_cost.h): `off`, or a delay after the start. */
+  const char *kc = env_get(src, "CONTPROF_KERNEL_COST_AFTER");
+  cfg->kernel_cost_after_ms =
+      kc && strcmp(kc, "off") == 0
+          ? -1
+          : duration_setting(src, "CONTPROF_KERNEL_COST_AFTER", 0, 86400000,
+                             CP_KERNEL_COST_AFTER_DEFAULT_MS);
   cfg->retry_initial_ms =
       duration_setting(src, "CONTPROF_RETRY_INITIAL", 1, 3600000, 1000);
   cfg->retry_max_ms =

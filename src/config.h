@@ -90,6 +90,7 @@ typedef struct cp_config {
   long connect_timeout_ms;   /* CONTPROF_CONNECT_TIMEOUT */
   long upload_timeout_ms;    /* CONTPROF_UPLOAD_TIMEOUT */
   long exit_timeout_ms;      /* CONTPROF_EXIT_TIMEOUT */
+  long kernel_cost_after_ms; /* CONTPROF_KERNEL_COST_AFTER; -1: off */
   long retry_initial_ms;     /* CONTPROF_RETRY_INITIAL: first backoff */
   long retry_max_ms;         /* CONTPROF_RETRY_MAX: backoff cap */
   char *spool_dir;           /* CONTPROF_SPOOL_DIR; NULL: memory only */

@@ -27,6 +27,7 @@
 #include "samplers/creds.h"
 #include "samplers/fpwalk.h"
 #include "samplers/governor.h"
+#include "samplers/kernel_cost.h"
 #include "samplers/sampler.h"
 #include "samplers/signals.h"
 #include "samplers/thread_names.h"
@@ -125,6 +126,9 @@ static void tick(void) {
     unwind_soon();
   cp_governor_tick();
   cp_scheduler_tick(); /* the uploader's thread, after the first second */
+  /* On the scheduler's thread, or at the next tick. */
+  if (cp_kernel_cost_due() && cp_scheduler_run_soon(cp_kernel_cost_measure))
+    cp_kernel_cost_postpone();
 }
 
 /* On the scheduler's thread as a period closes: samplers record what they
@@ -224,6 +228,7 @@ static void after_fork_child(void) {
   cp_agg_after_fork_child();
   cp_thread_names_after_fork_child();
   cp_stats_after_fork_child();
+  cp_kernel_cost_after_fork_child();
   cp_governor_after_fork_child();
   cp_symbols_after_fork_child();
   cp_dwarf_after_fork_child();
@@ -468,7 +473,7 @@ static void overhead_of(const cp_period_stats *s, contprof_overhead *out) {
   memset(out, 0, sizeof *out);
   out->profiler_threads_cpu_ns = s->threads_cpu_ns;
   out->profiler_hooks_ns = s->hooks_ns;
-  out->profiler_cpu_ns = s->threads_cpu_ns + s->hooks_ns;
+  out->profiler_cpu_ns = cp_stats_profiler_ns(s);
   out->process_cpu_ns = s->process_cpu_ns;
   out->profiler_overhead_pct = cp_stats_overhead_pct(s);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {

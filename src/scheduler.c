@@ -1,5 +1,6 @@
 /* The period scheduler (see scheduler.h). Its thread blocks every signal, so
- * sampling never lands on it; it and, before it starts, the thread that
+ * sampling never lands on it (but for the kernel-cost measurement's own
+ * signals, samplers/kernel_cost.h); it and, before it starts, the thread that
  * stops the profiler are the only callers of the uploader.
  *
  * The thread starts at the first tick a second after the start (or at a
@@ -24,6 +25,8 @@
 #include "trace.h"
 #include "upload/uploader.h"
 
+#define SCHED_JOBS 4 /* cp_scheduler_run_soon's jobs waiting at once */
+
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t wake; /* flush or stop requested */
@@ -35,7 +38,9 @@ static struct {
   uint64_t started_ns;  /* monotonic, at start */
   uint64_t deadline_ns; /* monotonic: the current period's end */
   uint64_t flush_requested, flush_completed;
-  void (*job)(void); /* cp_scheduler_run_soon's, not yet run */
+  /* cp_scheduler_run_soon's, not yet run: distinct, in the order asked. */
+  void (*jobs[SCHED_JOBS])(void);
+  int njobs;
   void (*before_close)(void);
   void (*before_export)(cp_generation *g);
   cp_export_meta meta;
@@ -127,9 +132,10 @@ static void *scheduler_thread(void *arg) {
   for (;;) {
     int flushing = 0;
     while (!sched.stop && !flushing) {
-      if (sched.job) {
-        void (*job)(void) = sched.job;
-        sched.job = NULL;
+      if (sched.njobs) {
+        void (*job)(void) = sched.jobs[0];
+        memmove(sched.jobs, sched.jobs + 1,
+                (size_t)--sched.njobs * sizeof *sched.jobs);
         pthread_mutex_unlock(&sched.lock);
         job();
         pthread_mutex_lock(&sched.lock);
@@ -200,7 +206,7 @@ int cp_scheduler_start(const cp_config *cfg, cp_sink **sinks, size_t nsinks,
   memset(&sched.unreported, 0, sizeof sched.unreported);
   sched.seq = 0; /* a start makes a new runtime-id: its profiles count from 0 */
   sched.flush_requested = sched.flush_completed = 0;
-  sched.job = NULL;
+  sched.njobs = 0;
   sched.thread_running = 0;
   sched.running = 1;
   return 0;
@@ -226,9 +232,13 @@ int cp_scheduler_run_soon(void (*job)(void)) {
   pthread_mutex_lock(&sched.lock);
   int rc = -1;
   if (sched.running && !sched.stop && start_thread_locked() == 0) {
-    sched.job = job;
+    int i = 0;
+    while (i < sched.njobs && sched.jobs[i] != job)
+      i++;
+    if (i == sched.njobs && sched.njobs < SCHED_JOBS)
+      sched.jobs[sched.njobs++] = job;
+    rc = i < sched.njobs ? 0 : -1;
     pthread_cond_signal(&sched.wake);
-    rc = 0;
   }
   pthread_mutex_unlock(&sched.lock);
   return rc;
@@ -260,7 +270,7 @@ void cp_scheduler_after_fork_child(void) {
     return;
   sched.running = 0;
   sched.thread_running = 0;
-  sched.job = NULL;
+  sched.njobs = 0;
   cp_uploader_after_fork_child();
 }
 

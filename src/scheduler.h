@@ -41,9 +41,10 @@ void cp_scheduler_tick(void);
  * the ring meanwhile (building the unwinder's table: 7 ms of CPU, in which
  * a program that allocates as fast as it can filled the ring): runs `job`
  * on the scheduler's thread, starting the thread now if it does not run
- * yet. One job waits at a time; asking again before it ran replaces it.
- * 0, or -1 when no thread can run it (not started, stopping, the thread
- * could not start): the caller runs it itself. */
+ * yet. Jobs run one after the other in the order asked; asking for a job
+ * that waits already does not add it again. 0, or -1 when no thread can
+ * run it (not started, stopping, the thread could not start, SCHED_JOBS
+ * others waiting): the caller runs it itself. */
 int cp_scheduler_run_soon(void (*job)(void));
 
 /* Ends the current period now and waits until its export was handed to the

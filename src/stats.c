@@ -30,6 +30,11 @@ static struct {
   uint64_t last_hook_ns[CONTPROF_KIND_COUNT];
   uint64_t last_kind_threads_ns[CONTPROF_KIND_COUNT];
   uint64_t last_drain_ns;
+  /* The kernel's bill (cp_stats_count_signals): what is billed so far per
+   * kind, the signals it covers, and the last period's reading. */
+  uint64_t billed_ns[CONTPROF_KIND_COUNT];
+  uint64_t billed_signals[CONTPROF_KIND_COUNT][CP_SIGNAL_PATHS];
+  uint64_t last_billed_ns[CONTPROF_KIND_COUNT];
   int warned_full;
   cp_period_stats last, total; /* published periods */
 } st = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -46,6 +51,37 @@ static _Atomic unsigned cpu_clocks[2];                     /* perf, posix */
 static _Atomic unsigned cpu_clocks_moved;                  /* this period */
 
 static _Atomic uint64_t drain_ns;
+static _Atomic uint64_t signals[CONTPROF_KIND_COUNT][CP_SIGNAL_PATHS];
+static _Atomic uint64_t signal_cost_ns[CP_SIGNAL_PATHS];
+
+void cp_stats_count_signals(contprof_sample_kind kind, cp_signal_path path,
+                            uint64_t n) {
+  if ((unsigned)kind < CONTPROF_KIND_COUNT && (unsigned)path < CP_SIGNAL_PATHS)
+    atomic_fetch_add_explicit(&signals[kind][path], n, memory_order_relaxed);
+}
+
+/* Caller holds st.lock. Bills the signals counted since the last call at
+ * the costs measured (none before a path's cost is known). */
+static void bill_locked(void) {
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    for (int p = 0; p < CP_SIGNAL_PATHS; p++) {
+      uint64_t n = atomic_load_explicit(&signals[k][p], memory_order_relaxed);
+      uint64_t cost =
+          atomic_load_explicit(&signal_cost_ns[p], memory_order_relaxed);
+      if (cost)
+        st.billed_ns[k] += (n - st.billed_signals[k][p]) * cost;
+      st.billed_signals[k][p] = n;
+    }
+}
+
+void cp_stats_set_signal_cost(cp_signal_path path, uint64_t ns) {
+  if ((unsigned)path >= CP_SIGNAL_PATHS)
+    return;
+  pthread_mutex_lock(&st.lock);
+  bill_locked(); /* the signals so far at the cost before */
+  atomic_store_explicit(&signal_cost_ns[path], ns, memory_order_relaxed);
+  pthread_mutex_unlock(&st.lock);
+}
 
 void cp_stats_add_drain_ns(uint64_t ns) {
   atomic_fetch_add_explicit(&drain_ns, ns, memory_order_relaxed);
@@ -91,6 +127,8 @@ void cp_stats_set_slowdown(contprof_sample_kind kind, unsigned factor) {
 void cp_stats_totals_read(cp_stats_totals *out) {
   pthread_mutex_lock(&st.lock);
   out->threads_cpu_ns = threads_cpu_locked(out->kind_threads_cpu_ns);
+  bill_locked();
+  memcpy(out->kernel_ns, st.billed_ns, sizeof out->kernel_ns);
   pthread_mutex_unlock(&st.lock);
   out->process_cpu_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   out->drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
@@ -233,7 +271,14 @@ void cp_stats_take(cp_period_stats *out) {
       delta(threads_cpu_locked(kind_ns), &st.last_threads_ns);
   out->process_cpu_ns +=
       delta(cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID), &st.last_process_ns);
+  bill_locked();
+  for (int p = 0; p < CP_SIGNAL_PATHS; p++)
+    out->signal_cost_ns[p] =
+        atomic_load_explicit(&signal_cost_ns[p], memory_order_relaxed);
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    uint64_t kernel = delta(st.billed_ns[k], &st.last_billed_ns[k]);
+    out->kernel_kind_ns[k] += kernel;
+    out->kernel_ns += kernel;
     uint64_t hook =
         delta(atomic_load_explicit(&hook_ns[k], memory_order_relaxed),
               &st.last_hook_ns[k]);
@@ -268,9 +313,11 @@ void cp_stats_reset(void) {
   pthread_mutex_lock(&st.lock);
   st.last_threads_ns = threads_cpu_locked(st.last_kind_threads_ns);
   st.last_process_ns = cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+  bill_locked();
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     st.last_hook_ns[k] =
         atomic_load_explicit(&hook_ns[k], memory_order_relaxed);
+    st.last_billed_ns[k] = st.billed_ns[k];
     atomic_store_explicit(&thinned[k], 0, memory_order_relaxed);
   }
   st.last_drain_ns = atomic_load_explicit(&drain_ns, memory_order_relaxed);
@@ -291,7 +338,13 @@ void cp_stats_after_fork_child(void) {
     atomic_store_explicit(&hook_ns[k], 0, memory_order_relaxed);
     atomic_store_explicit(&drained_samples[k], 0, memory_order_relaxed);
     atomic_store_explicit(&thinned[k], 0, memory_order_relaxed);
+    for (int p = 0; p < CP_SIGNAL_PATHS; p++)
+      atomic_store_explicit(&signals[k][p], 0, memory_order_relaxed);
   }
+  /* The costs measured stay: the same machine. */
+  memset(st.billed_ns, 0, sizeof st.billed_ns);
+  memset(st.billed_signals, 0, sizeof st.billed_signals);
+  memset(st.last_billed_ns, 0, sizeof st.last_billed_ns);
   st.last_threads_ns = 0;
   /* The child's CPU clock starts at zero. */
   st.last_process_ns = 0;
@@ -305,8 +358,7 @@ void cp_stats_after_fork_child(void) {
 double cp_stats_overhead_pct(const cp_period_stats *s) {
   if (!s->process_cpu_ns)
     return 0;
-  return 100.0 * (double)(s->threads_cpu_ns + s->hooks_ns) /
-         (double)s->process_cpu_ns;
+  return 100.0 * (double)cp_stats_profiler_ns(s) / (double)s->process_cpu_ns;
 }
 
 void cp_stats_publish(const cp_period_stats *p) {
@@ -314,10 +366,14 @@ void cp_stats_publish(const cp_period_stats *p) {
   st.last = *p;
   st.total.threads_cpu_ns += p->threads_cpu_ns;
   st.total.hooks_ns += p->hooks_ns;
+  st.total.kernel_ns += p->kernel_ns;
+  memcpy(st.total.signal_cost_ns, p->signal_cost_ns,
+         sizeof st.total.signal_cost_ns);
   st.total.process_cpu_ns += p->process_cpu_ns;
   st.total.drain_ns += p->drain_ns;
   for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
     st.total.hook_ns[k] += p->hook_ns[k];
+    st.total.kernel_kind_ns[k] += p->kernel_kind_ns[k];
     st.total.kind_threads_cpu_ns[k] += p->kind_threads_cpu_ns[k];
     st.total.samples[k] += p->samples[k];
     st.total.drops[k] += p->drops[k];

@@ -55,6 +55,7 @@ typedef struct cp_stats_totals {
   uint64_t threads_cpu_ns;                           /* all of our threads */
   uint64_t kind_threads_cpu_ns[CONTPROF_KIND_COUNT]; /* of them, per kind */
   uint64_t hook_ns[CONTPROF_KIND_COUNT];
+  uint64_t kernel_ns[CONTPROF_KIND_COUNT]; /* cp_stats_count_signals' bill */
   uint64_t process_cpu_ns;
   uint64_t samples[CONTPROF_KIND_COUNT];
   uint64_t drain_ns; /* of threads_cpu_ns, the aggregator's draining */
@@ -74,6 +75,23 @@ void cp_stats_count_cpu_clock_moved(void);
  * because the ring was filling (cp_ring_pressure). Async-signal-safe. */
 void cp_stats_count_thinned(contprof_sample_kind kind);
 
+/* The paths a sampling signal takes in the kernel, each with its own cost
+ * on the sampled thread, measured once per process (kernel_cost.h). */
+typedef enum cp_signal_path {
+  CP_SIGNAL_PERF,   /* a perf task clock's overflow: timer interrupt, signal */
+  CP_SIGNAL_QUEUED, /* a POSIX timer's or a queued signal's delivery */
+  CP_SIGNAL_PATHS
+} cp_signal_path;
+/* n signals of kind's sampler came by path. Async-signal-safe: one relaxed
+ * atomic add (the handlers count the signals they time, CP_STATS_HOOK_EVERY
+ * each). */
+void cp_stats_count_signals(contprof_sample_kind kind, cp_signal_path path,
+                            uint64_t n);
+/* The kernel's CPU time on the sampled thread for one signal by path, as
+ * measured: signals counted from now on are billed at it (those before are
+ * not). Not async-signal-safe. */
+void cp_stats_set_signal_cost(cp_signal_path path, uint64_t ns);
+
 /* Fixed memory the profiler holds apart from what the scheduler reads from
  * its modules (the ring, the live-heap table): set once, at creation. */
 enum { CP_STATS_MEM_RING, CP_STATS_MEM_HEAP_TABLE, CP_STATS_MEM_COUNT };
@@ -87,6 +105,11 @@ typedef struct cp_period_stats {
   uint64_t threads_cpu_ns;               /* the profiler's threads */
   uint64_t hooks_ns;                     /* on application threads */
   uint64_t hook_ns[CONTPROF_KIND_COUNT]; /* the same, per kind */
+  /* The kernel's side of the sampling signals, estimated: the signals
+   * counted by path times each path's measured cost (0 until measured). */
+  uint64_t kernel_ns;
+  uint64_t kernel_kind_ns[CONTPROF_KIND_COUNT];
+  uint64_t signal_cost_ns[CP_SIGNAL_PATHS]; /* the costs billed at */
   /* Of threads_cpu_ns: the threads that work for one kind alone (the wall
    * timer), and the aggregator's draining of the ring. */
   uint64_t kind_threads_cpu_ns[CONTPROF_KIND_COUNT];
@@ -110,7 +133,13 @@ void cp_stats_reset(void);
 /* In a fork child: the parent's threads are not ours. */
 void cp_stats_after_fork_child(void);
 
-/* Profiler CPU (threads + hooks) over the process's, in percent (0 when the
+/* What the profiler cost in s: its threads, its handlers and hooks, and the
+ * kernel's side of its signals. */
+static inline uint64_t cp_stats_profiler_ns(const cp_period_stats *s) {
+  return s->threads_cpu_ns + s->hooks_ns + s->kernel_ns;
+}
+
+/* cp_stats_profiler_ns over the process's CPU, in percent (0 when the
  * process used none). */
 double cp_stats_overhead_pct(const cp_period_stats *s);
 

@@ -44,6 +44,10 @@ typedef struct cp_thread_state {
    * through the sigaction hook; samplers/signals.h): a wait hook returns an
    * EINTR when one ran during the call, whatever our signals did. */
   unsigned app_signals;
+  /* The kernel-cost measurement runs on this thread (one of ours), with a
+   * sampling signal unblocked: the handlers hand it its own signals first
+   * (samplers/kernel_cost.h). */
+  int calibrating;
   /* The wall sampler's slot of this thread, set by its signal handler: the
    * wait hooks publish there where the thread blocks (samplers/wall.h). */
   void *wall_slot;

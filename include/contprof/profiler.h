@@ -122,7 +122,9 @@ int contprof_set_endpoint(uint64_t local_root_span_id, const char *endpoint);
 /* What the profiler itself costs (docs/overhead.md), as every profile reports
  * it in its comments. */
 typedef struct contprof_overhead {
-  uint64_t profiler_cpu_ns;         /* threads + hooks below */
+  uint64_t profiler_cpu_ns;         /* threads + hooks below, + the kernel's
+                                       side of the sampling signals
+                                       (estimated) */
   uint64_t profiler_threads_cpu_ns; /* CPU of the profiler's own threads */
   uint64_t profiler_hooks_ns;       /* its signal handlers and sampled hooks
                                        on the application's threads */

@@ -182,9 +182,17 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
  * the process's, its samples and drops per profile kind, its memory. */
 static void add_cost_comments(pprof_builder *b, const cp_config *cfg,
                               const cp_period_stats *s) {
-  add_comment_u64(b, "profiler_cpu_ns", s->threads_cpu_ns + s->hooks_ns);
+  add_comment_u64(b, "profiler_cpu_ns", cp_stats_profiler_ns(s));
   add_comment_u64(b, "profiler_threads_cpu_ns", s->threads_cpu_ns);
   add_comment_u64(b, "profiler_hooks_ns", s->hooks_ns);
+  /* The kernel's side of the sampling signals, at the costs measured in
+   * this process (docs/overhead.md, "The kernel's side of each signal"). */
+  add_comment_u64(b, "profiler_kernel_ns", s->kernel_ns);
+  char costs[64];
+  snprintf(costs, sizeof costs, "perf:%" PRIu64 ",queued:%" PRIu64,
+           s->signal_cost_ns[CP_SIGNAL_PERF],
+           s->signal_cost_ns[CP_SIGNAL_QUEUED]);
+  add_comment(b, "kernel_ns_per_signal", costs);
   add_comment_u64(b, "process_cpu_ns", s->process_cpu_ns);
   char pct[32];
   snprintf(pct, sizeof pct, "%.3f", cp_stats_overhead_pct(s));
@@ -207,6 +215,8 @@ static void add_cost_comments(pprof_builder *b, const cp_config *cfg,
     add_comment_u64(b, key, s->hook_ns[k]);
     snprintf(key, sizeof key, "profiler_threads_cpu_ns.%s", name);
     add_comment_u64(b, key, s->kind_threads_cpu_ns[k]);
+    snprintf(key, sizeof key, "profiler_kernel_ns.%s", name);
+    add_comment_u64(b, key, s->kernel_kind_ns[k]);
   }
   add_comment_u64(b, "profiler_drain_ns", s->drain_ns);
   add_comment_u64(b, "profiler_rss_bytes", s->memory_bytes);

@@ -50,6 +50,7 @@
 
 #include "aggregator/aggregator.h"
 #include "common.h"
+#include "kernel_cost.h"
 #include "own_fd.h"
 #include "perf_clock.h"
 #include "random.h"
@@ -430,6 +431,14 @@ static void cpu_record(void *ucontext, int64_t weight, int64_t quantity,
     cp_signal_interrupted_call(ucontext);
 }
 
+/* Async-signal-safe: the handlers count the signals they time (began: not
+ * 0), each for CP_STATS_HOOK_EVERY, by the path it took in the kernel, whose
+ * cost there the stats bill once measured (kernel_cost.h). */
+static void count_signal(uint64_t began, cp_signal_path path) {
+  if (began)
+    cp_stats_count_signals(CONTPROF_KIND_CPU, path, CP_STATS_HOOK_EVERY);
+}
+
 /* Async-signal-safe, bounded (one pass over the descriptor bitmap when
  * the thread has had no sample yet): on a thread whose perf event's
  * real-time signal the kernel could not queue, and sent SIGIO instead
@@ -481,6 +490,7 @@ static int cpu_on_lost_signal(void *ucontext) {
   }
   if (active)
     ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+  count_signal(began, CP_SIGNAL_PERF);
   int64_t weight;
   int64_t quantity = perf_quantity(&weight);
   cpu_record(ucontext, weight, quantity, began);
@@ -490,6 +500,8 @@ static int cpu_on_lost_signal(void *ucontext) {
 /* Async-signal-safe: runs in the sampling signal handler. Reads the label
  * set and the clock, unwinds into a preallocated ring slot, publishes it. */
 static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
+  if (cp_thread.calibrating && cp_kernel_cost_take(sig, info))
+    return;
   int saved_errno = errno;
   uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_CPU);
   int64_t weight, quantity;
@@ -501,15 +513,18 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     weight = expiries * slowdown;
     quantity = expiries * period;
     judge_posix(quantity);
+    count_signal(began, CP_SIGNAL_QUEUED);
   } else if ((info->si_code == POLL_HUP || info->si_code == POLL_IN) &&
              perf_fd_ours(info->si_fd)) {
     if (atomic_load_explicit(&cpu.active, memory_order_relaxed))
       perf_rearm(info->si_fd, sig, info->si_code == POLL_HUP);
     quantity = perf_quantity(&weight);
+    count_signal(began, CP_SIGNAL_PERF);
   } else if (info->si_code == SI_KERNEL && sig == SIGPROF &&
              atomic_load_explicit(&cpu.itimer_fallback, memory_order_relaxed)) {
     weight = slowdown;
     quantity = period;
+    count_signal(began, CP_SIGNAL_QUEUED);
   } else {
     cp_signal_chain(sig, info, ucontext);
     errno = saved_errno;
@@ -970,6 +985,8 @@ static int cpu_start(const cp_config *cfg) {
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
   choose_clock(cfg);
+  cp_kernel_cost_use(sig, cpu.perf ? cpu.perf_exclude_kernel : -1,
+                     cfg->kernel_cost_after_ms);
   cpu.perf_failed_logged = cpu.perf_lost_logged = cpu.moved_logged = 0;
   cpu.long_logged = cpu.back_logged = 0;
   cpu.rt_failed = 0;

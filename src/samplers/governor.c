@@ -223,7 +223,8 @@ void cp_governor_tick(void) {
     pthread_mutex_unlock(&gov.lock);
     return;
   }
-  /* Each sampler's cost: its handlers' and hooks' time, its own thread's
+  /* Each sampler's cost: its handlers' and hooks' time, the kernel's side
+   * of its signals (as measured: kernel_cost.h), its own thread's
    * (the wall timer), and a share of the aggregator's draining in
    * proportion to its samples. The rest of the profiler's threads' work
    * (exports, uploads) is mostly paid per period whatever the rates: it
@@ -249,6 +250,7 @@ void cp_governor_tick(void) {
         all_samples > 0 ? samples[i] / all_samples : 1.0 / (double)gov.n;
     cost[i] =
         (double)(now.hook_ns[k] - then->hook_ns[k]) +
+        (double)(now.kernel_ns[k] - then->kernel_ns[k]) +
         (double)(now.kind_threads_cpu_ns[k] - then->kind_threads_cpu_ns[k]) +
         drain * share;
     total += cost[i];

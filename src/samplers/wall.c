@@ -98,6 +98,7 @@
 #include "aggregator/aggregator.h"
 #include "common.h"
 #include "fpwalk.h"
+#include "kernel_cost.h"
 #include "labels.h"
 #include "random.h"
 #include "record.h"
@@ -742,6 +743,8 @@ static uint64_t idle_cpu_ns(void) {
 }
 
 static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
+  if (cp_thread.calibrating && cp_kernel_cost_take(sig, info))
+    return;
   int saved_errno = errno;
   uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_WALL);
   uint64_t value = (uint64_t)(uintptr_t)info->si_value.sival_ptr;
@@ -752,6 +755,13 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   int in_syscall = cp_signal_in_syscall(ucontext);
+  /* The kernel's side of a signal that found its thread running (timed
+   * ones count for CP_STATS_HOOK_EVERY): delivery and sigreturn, as
+   * measured (kernel_cost.h). One that found it blocked woke it, and the
+   * wakeup is counted by wakeup_cost. */
+  if (began && !in_syscall)
+    cp_stats_count_signals(CONTPROF_KIND_WALL, CP_SIGNAL_QUEUED,
+                           CP_STATS_HOOK_EVERY);
   wall_slot *s = slot_at((uint32_t)value);
   pid_t tid = cp_gettid();
   if (!s || atomic_load_explicit(&s->tid, memory_order_acquire) != tid ||
@@ -1241,6 +1251,7 @@ static int wall_start(const cp_config *cfg) {
     return CONTPROF_ERR_SYSTEM;
   wall.signal = sig;
   cp_threads_set_sampling_signal(sig);
+  cp_kernel_cost_use(sig, -1, cfg->kernel_cost_after_ms);
 
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);

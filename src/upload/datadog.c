@@ -171,13 +171,16 @@ static char *event_json(dd_ctx *c, const cp_export *e) {
             e->samples, m->drops, e->samples_overflowed);
   if (m->stats) {
     const cp_period_stats *s = m->stats;
-    sb_printf(&b,
-              ",\"profiler_cpu_ns\":%" PRIu64
-              ",\"profiler_threads_cpu_ns\":%" PRIu64
-              ",\"profiler_hooks_ns\":%" PRIu64 ",\"process_cpu_ns\":%" PRIu64
-              ",\"profiler_overhead_pct\":%.3f,\"profiler_rss_bytes\":%" PRIu64,
-              s->threads_cpu_ns + s->hooks_ns, s->threads_cpu_ns, s->hooks_ns,
-              s->process_cpu_ns, cp_stats_overhead_pct(s), s->memory_bytes);
+    sb_printf(
+        &b,
+        ",\"profiler_cpu_ns\":%" PRIu64 ",\"profiler_threads_cpu_ns\":%" PRIu64
+        ",\"profiler_hooks_ns\":%" PRIu64 ",\"profiler_kernel_ns\":%" PRIu64
+        ",\"process_cpu_ns\":%" PRIu64
+        ",\"profiler_overhead_pct\":%.3f,\"profiler_rss_bytes\":%" PRIu64
+        ",\"kernel_ns_per_signal\":\"perf:%" PRIu64 ",queued:%" PRIu64 "\"",
+        cp_stats_profiler_ns(s), s->threads_cpu_ns, s->hooks_ns, s->kernel_ns,
+        s->process_cpu_ns, cp_stats_overhead_pct(s), s->memory_bytes,
+        s->signal_cost_ns[CP_SIGNAL_PERF], s->signal_cost_ns[CP_SIGNAL_QUEUED]);
     for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
       if (!(cfg->profiles & cp_kinds[k].profile))
         continue;
@@ -188,8 +191,10 @@ static char *event_json(dd_ctx *c, const cp_export *e) {
                 name, s->samples[k], name, s->drops[k], name, s->thinned[k]);
       sb_printf(&b,
                 ",\"profiler_hooks_ns.%s\":%" PRIu64
-                ",\"profiler_threads_cpu_ns.%s\":%" PRIu64,
-                name, s->hook_ns[k], name, s->kind_threads_cpu_ns[k]);
+                ",\"profiler_threads_cpu_ns.%s\":%" PRIu64
+                ",\"profiler_kernel_ns.%s\":%" PRIu64,
+                name, s->hook_ns[k], name, s->kind_threads_cpu_ns[k], name,
+                s->kernel_kind_ns[k]);
     }
     sb_printf(&b, ",\"profiler_drain_ns\":%" PRIu64, s->drain_ns);
   }

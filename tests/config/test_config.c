@@ -66,6 +66,7 @@ static void test_defaults(void) {
   CHECK_EQ_INT(cfg.max_memory_bytes, 64u << 20);
   CHECK_EQ_INT(cfg.symbols_max_bytes, 128u << 20);
   CHECK(cfg.max_overhead_pct == 2.0);
+  CHECK_EQ_INT(cfg.kernel_cost_after_ms, 10000);
   cp_config_free(&cfg);
 }
 
@@ -156,9 +157,11 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   fake_env durations = {{{"PYROSCOPE_UPLOAD_INTERVAL", "1m30s"},
                          {"CONTPROF_EXIT_TIMEOUT", "1.5s"},
                          {"CONTPROF_RETRY_INITIAL", " 250ms "},
-                         {"CONTPROF_UPLOAD_TIMEOUT", ".5"}}};
+                         {"CONTPROF_UPLOAD_TIMEOUT", ".5"},
+                         {"CONTPROF_KERNEL_COST_AFTER", "2m"}}};
   CHECK_EQ_INT(load(&cfg, NULL, &durations, err, sizeof err), 0);
   CHECK_EQ_STR(err, "");
+  CHECK_EQ_INT(cfg.kernel_cost_after_ms, 120000);
   CHECK_EQ_INT(cfg.upload_period_s, 90);
   CHECK_EQ_INT(cfg.exit_timeout_ms, 1500);
   CHECK_EQ_INT(cfg.retry_initial_ms, 250);
@@ -261,6 +264,24 @@ static void test_bad_values(void) {
   CHECK_EQ_STR(err, "");
   CHECK(cfg.max_overhead_pct == 0);
   cp_config_free(&cfg);
+
+  /* The kernel-cost measurement: a duration or off, else one line and the
+   * default. */
+  fake_env kc_off = {{{"CONTPROF_KERNEL_COST_AFTER", "off"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &kc_off, err, sizeof err), 0);
+  CHECK_EQ_STR(err, "");
+  CHECK_EQ_INT(cfg.kernel_cost_after_ms, -1);
+  cp_config_free(&cfg);
+  const char *kcs[] = {"soon", "-1s", "25h", "OFF"};
+  for (size_t i = 0; i < sizeof kcs / sizeof *kcs; i++) {
+    fake_env kc = {{{"CONTPROF_KERNEL_COST_AFTER", kcs[i]}}};
+    CHECK_EQ_INT(load(&cfg, NULL, &kc, err, sizeof err), 0);
+    CHECK_EQ_INT(count_lines(err), 1);
+    CHECK(strstr(err, "CONTPROF_KERNEL_COST_AFTER") &&
+          strstr(err, "using 10000ms"));
+    CHECK_EQ_INT(cfg.kernel_cost_after_ms, 10000);
+    cp_config_free(&cfg);
+  }
 
   fake_env tags = {{{"CONTPROF_TAGS", "good:1,bad,:novalue,ok:2"}}};
   CHECK_EQ_INT(load(&cfg, NULL, &tags, err, sizeof err), 0);
