@@ -14,7 +14,7 @@
  *   - the loop with no signal again.
  * A path's cost per signal is the extra CPU time over the loops without,
  * divided by the signals the handler took; the median of the rounds is
- * billed. About 25 ms of the thread's CPU, once per process (children of
+ * billed. About 30 ms of the thread's CPU, once per process (children of
  * fork keep it). */
 #include "kernel_cost.h"
 
@@ -37,10 +37,10 @@
 #include "stats.h"
 #include "thread_state.h"
 
-#define ROUNDS 5
-#define SPIN_NS 2000000ull      /* each loop: about 2 ms of the thread's CPU */
-#define PERF_PERIOD_NS 50000ull /* about 40 perf signals a loop */
-#define PERF_AHEAD 2            /* as cpu.c's */
+#define ROUNDS 7
+#define SPIN_NS 1000000ull       /* each loop: about 1 ms of the thread's CPU */
+#define PERF_PERIOD_NS 100000ull /* about 10 perf signals a loop */
+#define PERF_AHEAD 2             /* as cpu.c's */
 #define QUEUED_SIGNALS 100
 #define MIN_SIGNALS 8          /* fewer in a round: the round is not used */
 #define COST_MAX_NS 1000000ull /* over 1 ms a signal: not believed */
@@ -197,9 +197,13 @@ void cp_kernel_cost_measure(void) {
   int sig = kc.sig, perf = kc.perf;
   pthread_mutex_unlock(&kc.lock);
   cal_pid = getpid();
+  uint64_t began = thread_cpu_ns();
+  /* The loop's steps for SPIN_NS: doubled to a quarter of it, then scaled. */
   long n = 1;
-  while (spin(n) < SPIN_NS && n < (1l << 40))
+  uint64_t t;
+  while ((t = spin(n)) < SPIN_NS / 4 && n < (1l << 40))
     n *= 2;
+  n = (long)((double)n * (double)SPIN_NS / (double)(t ? t : 1));
   sigset_t only, old;
   sigemptyset(&only);
   sigaddset(&only, sig);
@@ -213,6 +217,10 @@ void cp_kernel_cost_measure(void) {
     uint64_t with = perf ? spin_with_perf(n, sig, perf - 1, &perf_taken) : 0;
     int64_t queued = queued_signals_ns(sig, &queued_taken);
     uint64_t none = (before + spin(n)) / 2;
+    cp_debug("kernel cost round %d: loop %.2f ms, with perf %.2f ms (%lu "
+             "signals), queued %.2f ms (%lu signals)",
+             r, (double)none / 1e6, (double)with / 1e6, perf_taken,
+             (double)queued / 1e6, queued_taken);
     if (with && perf_taken >= MIN_SIGNALS)
       perf_cost[nperf++] =
           ((int64_t)with - (int64_t)none) / (int64_t)perf_taken;
@@ -227,6 +235,7 @@ void cp_kernel_cost_measure(void) {
     cp_stats_set_signal_cost(CP_SIGNAL_PERF, (uint64_t)p);
   if (q >= 0)
     cp_stats_set_signal_cost(CP_SIGNAL_QUEUED, (uint64_t)q);
+  double took_ms = (double)(thread_cpu_ns() - began) / 1e6;
   char perf_part[96] = "";
   if (perf && p >= 0)
     snprintf(perf_part, sizeof perf_part,
@@ -237,8 +246,9 @@ void cp_kernel_cost_measure(void) {
              nperf, ROUNDS);
   if (q >= 0)
     cp_info("the kernel's side of a sampling signal: %s%.1f us a queued "
-            "signal's; the profiles count it from now on",
-            perf_part, (double)q / 1000);
+            "signal's; the profiles count it from now on (measured in %.1f "
+            "ms of CPU)",
+            perf_part, (double)q / 1000, took_ms);
   else
     cp_info("the kernel's side of a sampling signal: %sa queued signal's "
             "not measured (%d of %d rounds)",
