@@ -44,20 +44,7 @@ static void on_signal(int sig, siginfo_t *info, void *uc) {
     ioctl(refresh_fd, PERF_EVENT_IOC_REFRESH, 1);
 }
 
-static uint64_t thread_cpu_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-static uint64_t spin(long n) {
-  uint64_t start = thread_cpu_ns();
-  double x = 1;
-  for (long i = 0; i < n; i++)
-    x = x * 1.0000001 + 1e-9;
-  sink = x;
-  return thread_cpu_ns() - start;
-}
+static uint64_t spin(long n) { return cp_spin_thread_cpu_ns(n, &sink); }
 
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

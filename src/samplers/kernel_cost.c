@@ -106,15 +106,7 @@ static uint64_t thread_cpu_ns(void) {
   return cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
-/* n steps of a loop that touches no memory: its CPU time. */
-static uint64_t spin(long n) {
-  uint64_t start = thread_cpu_ns();
-  double x = 1;
-  for (long i = 0; i < n; i++)
-    x = x * 1.0000001 + 1e-9;
-  sink = x;
-  return thread_cpu_ns() - start;
-}
+static uint64_t spin(long n) { return cp_spin_thread_cpu_ns(n, &sink); }
 
 /* The loop with a perf task clock signalling sig to this thread: its CPU
  * time, *taken the signals handled; 0 when no clock could be made. */

@@ -1,7 +1,9 @@
 /* A perf task clock (PERF_COUNT_SW_TASK_CLOCK) on one thread, opened
  * disabled, the way the CPU sampler opens it (cpu.c) and the bench programs
- * that measure its cost with no profiler loaded (bench/sample_clocks.h).
- * Header-only so that both build it from one place. */
+ * that measure its cost with no profiler loaded (bench/sample_clocks.h),
+ * and the loop whose CPU time, with the clock and without, measures that
+ * cost (kernel_cost.c; bench/sample_clock_cost.c). Header-only so that
+ * both build them from one place. */
 #ifndef CP_SAMPLERS_PERF_CLOCK_H
 #define CP_SAMPLERS_PERF_CLOCK_H
 
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Async-signal-safe (one system call): a task clock on thread tid that
@@ -29,6 +32,21 @@ static inline int cp_perf_task_clock_open(pid_t tid, uint64_t period_ns,
   attr.exclude_hv = 1;
   return (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
                       PERF_FLAG_FD_CLOEXEC);
+}
+
+/* n steps of a loop that touches no memory (x, a sink the caller keeps so
+ * that the loop is not optimised away): the calling thread's CPU time it
+ * took, in ns. */
+static inline uint64_t cp_spin_thread_cpu_ns(long n, volatile double *x) {
+  struct timespec a, b;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  double v = 1;
+  for (long i = 0; i < n; i++)
+    v = v * 1.0000001 + 1e-9;
+  *x = v;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  return (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull +
+         (uint64_t)(b.tv_nsec - a.tv_nsec);
 }
 
 #endif
