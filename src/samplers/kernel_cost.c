@@ -22,11 +22,13 @@
 #include <fcntl.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +47,22 @@
 #define MIN_SIGNALS 8          /* fewer in a round: the round is not used */
 #define COST_MAX_NS 1000000ull /* over 1 ms a signal: not believed */
 #define COST_COOKIE 0x6b636f73 /* "kcos": marks the queued signals */
+/* A measurement begun this long ago and not finished (its process died
+ * meanwhile) is made again by another process of the tree. */
+#define STALE_NS 10000000000ull
+
+/* The measurement, shared by a process and every child it forks after its
+ * first start (MAP_SHARED): a forking server's backends, forked before it
+ * measured, adopt its figures instead of measuring each (30 ms of CPU in
+ * each of a PostgreSQL server's 26 processes). One process of the tree
+ * measures: the one that moves state from 0 to 1. */
+typedef struct shared_costs {
+  _Atomic uint32_t state;      /* 0 none, 1 measuring, 2 done */
+  _Atomic uint64_t started_ns; /* CLOCK_MONOTONIC, system-wide */
+  _Atomic uint64_t perf_ns;    /* cost + 1; 0: not measured */
+  _Atomic uint64_t queued_ns;  /* cost + 1; 0: not measured */
+} shared_costs;
+static shared_costs *shared; /* mapped at the first start, never unmapped */
 
 static struct {
   pthread_mutex_t lock;
@@ -63,9 +81,17 @@ static volatile double sink;
 
 void cp_kernel_cost_use(int sig, int perf_exclude_kernel, long after_ms) {
   pthread_mutex_lock(&kc.lock);
+  if (!shared && after_ms >= 0) {
+    void *m = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED)
+      shared = m; /* zeroes: nothing measured */
+  }
   /* Not measured: asked to (state 1) and never run, the profiler stopped
    * meanwhile, counts as not. Starts come after the scheduler's thread of
    * the last stop ended, so no measurement runs now. */
+  if (kc.state == 1 && shared)
+    atomic_store(&shared->state, 0); /* this process's claim, never run */
   if (kc.state != 2)
     kc.state = 0;
   if (kc.state == 0 && after_ms < 0) {
@@ -245,14 +271,54 @@ void cp_kernel_cost_measure(void) {
     cp_info("the kernel's side of a sampling signal: %sa queued signal's "
             "not measured (%d of %d rounds)",
             perf_part, nqueued, ROUNDS);
+  if (shared) {
+    atomic_store(&shared->perf_ns, p >= 0 ? (uint64_t)p + 1 : 0);
+    atomic_store(&shared->queued_ns, q >= 0 ? (uint64_t)q + 1 : 0);
+    atomic_store(&shared->state, 2);
+  }
   pthread_mutex_lock(&kc.lock);
   kc.state = 2;
   pthread_mutex_unlock(&kc.lock);
 }
 
+/* Caller holds kc.lock, state 0. Whether another process of the tree
+ * measured: then its figures are this process's too. */
+static int adopted_locked(void) {
+  if (!shared || atomic_load(&shared->state) != 2)
+    return 0;
+  uint64_t p = atomic_load(&shared->perf_ns),
+           q = atomic_load(&shared->queued_ns);
+  if (p)
+    cp_stats_set_signal_cost(CP_SIGNAL_PERF, p - 1);
+  if (q)
+    cp_stats_set_signal_cost(CP_SIGNAL_QUEUED, q - 1);
+  cp_debug("the kernel's side of a sampling signal, as the process that "
+           "forked this one measured it: %.1f us a perf task clock's "
+           "sample, %.1f us a queued signal's",
+           p ? (double)(p - 1) / 1000 : 0.0, q ? (double)(q - 1) / 1000 : 0.0);
+  kc.state = 2;
+  return 1;
+}
+
+/* Caller holds kc.lock. Whether this process is the tree's one to measure
+ * (no other is, or the one that began did not finish in STALE_NS). */
+static int claimed_locked(uint64_t now) {
+  if (!shared)
+    return 1;
+  uint32_t idle = 0;
+  if (atomic_compare_exchange_strong(&shared->state, &idle, 1) ||
+      (idle == 1 && now - atomic_load(&shared->started_ns) > STALE_NS)) {
+    atomic_store(&shared->started_ns, now);
+    return 1;
+  }
+  return 0;
+}
+
 int cp_kernel_cost_due(void) {
   pthread_mutex_lock(&kc.lock);
-  int due = kc.sig && kc.state == 0 && cp_monotonic_ns() >= kc.due_ns;
+  uint64_t now = cp_monotonic_ns();
+  int due = kc.sig && kc.state == 0 && !adopted_locked() && now >= kc.due_ns &&
+            claimed_locked(now);
   if (due)
     kc.state = 1;
   pthread_mutex_unlock(&kc.lock);
@@ -261,15 +327,18 @@ int cp_kernel_cost_due(void) {
 
 void cp_kernel_cost_postpone(void) {
   pthread_mutex_lock(&kc.lock);
-  if (kc.state == 1)
+  if (kc.state == 1) {
     kc.state = 0;
+    if (shared)
+      atomic_store(&shared->state, 0); /* claimed and not run */
+  }
   pthread_mutex_unlock(&kc.lock);
 }
 
 void cp_kernel_cost_after_fork_child(void) {
   pthread_mutex_init(&kc.lock, NULL);
   if (kc.state == 1)
-    kc.state = 0;
+    kc.state = 0; /* the parent measures, and this process adopts it */
   if (cal_fd >= 0) {
     close(cal_fd);
     cal_fd = -1;
