@@ -422,7 +422,8 @@ for s in "${servers[@]}"; do
   for f in "$d"/*.pb.gz; do go tool pprof -comments "$f" 2>/dev/null; done |
     awk -F= '{ v[$1] += $2 }
       END { printf "its cost by part, ms (all processes): process %.0f; profiler threads %.1f (wall timer %.1f, draining %.1f);", v["process_cpu_ns"] / 1e6, v["profiler_threads_cpu_ns"] / 1e6, v["profiler_threads_cpu_ns.wall"] / 1e6, v["profiler_drain_ns"] / 1e6
-            printf " hooks %.1f (cpu %.1f, wall %.1f, alloc %.1f, heap %.1f, lock %.1f)\n", v["profiler_hooks_ns"] / 1e6, v["profiler_hooks_ns.cpu"] / 1e6, v["profiler_hooks_ns.wall"] / 1e6, v["profiler_hooks_ns.alloc"] / 1e6, v["profiler_hooks_ns.heap"] / 1e6, v["profiler_hooks_ns.lock"] / 1e6 }'
+            printf " hooks %.1f (cpu %.1f, wall %.1f, alloc %.1f, heap %.1f, lock %.1f);", v["profiler_hooks_ns"] / 1e6, v["profiler_hooks_ns.cpu"] / 1e6, v["profiler_hooks_ns.wall"] / 1e6, v["profiler_hooks_ns.alloc"] / 1e6, v["profiler_hooks_ns.heap"] / 1e6, v["profiler_hooks_ns.lock"] / 1e6
+            printf " the kernel'"'"'s side of the signals %.1f (cpu %.1f, wall %.1f)\n", v["profiler_kernel_ns"] / 1e6, v["profiler_kernel_ns.cpu"] / 1e6, v["profiler_kernel_ns.wall"] / 1e6 }'
   # With REAL_ENV_B: the second variant's own account of its cost.
   db=$tmp/$([[ $s == nginx ]] && echo nginx || echo pg)/profiled-b-$REAL_REPEATS
   if [[ -d $db ]]; then
