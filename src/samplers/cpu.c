@@ -522,6 +522,10 @@ static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     count_signal(began, CP_SIGNAL_PERF);
   } else if (info->si_code == SI_KERNEL && sig == SIGPROF &&
              atomic_load_explicit(&cpu.itimer_fallback, memory_order_relaxed)) {
+    if (cp_thread.internal) { /* the kernel-cost measurement's thread */
+      errno = saved_errno;
+      return;
+    }
     weight = slowdown;
     quantity = period;
     count_signal(began, CP_SIGNAL_QUEUED);

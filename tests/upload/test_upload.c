@@ -213,6 +213,9 @@ static long check_datadog_request(const srv_request *r, const char *path,
   CHECK(strstr(json, "\"process_cpu_ns\":") != NULL);
   CHECK(strstr(json, "\"profiler_overhead_pct\":") != NULL);
   CHECK(strstr(json, "\"profiler_rss_bytes\":") != NULL);
+  CHECK(strstr(json, "\"profiler_kernel_ns\":") != NULL);
+  CHECK(strstr(json, "\"profiler_kernel_ns.cpu\":") != NULL);
+  CHECK(strstr(json, "\"kernel_ns_per_signal\":\"perf:") != NULL);
   CHECK(strstr(json, "\"samples.cpu\":") != NULL);
   CHECK(strstr(json, "\"info\":{") != NULL);
   const char *ts = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
