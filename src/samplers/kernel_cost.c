@@ -14,8 +14,8 @@
  *   - the loop with no signal again.
  * A path's cost per signal is the extra CPU time over the loops without,
  * divided by the signals the handler took; the median of the rounds is
- * billed. About 30 ms of the thread's CPU, once per process (children of
- * fork keep it). */
+ * billed. About 30 ms of the thread's CPU, once per process tree (see
+ * shared_costs). */
 #include "kernel_cost.h"
 
 #include <errno.h>
