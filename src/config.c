@@ -101,7 +101,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
  * pathological program (a 4 KiB allocation mean, 1 kHz on many threads) is. */
 #define DEFAULT_MAX_OVERHEAD_PCT 2.0
 /* CONTPROF_KERNEL_COST_AFTER: a process that lives less is not charged the
- * measurement's 30 ms of CPU (docs/overhead.md). */
+ * measurement's 20 ms of CPU (docs/overhead.md). */
 #define CP_KERNEL_COST_AFTER_DEFAULT_MS 10000
 
 /* An integer option: explicit option value if nonzero, else the variable. */

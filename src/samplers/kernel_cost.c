@@ -14,7 +14,7 @@
  *   - the loop with no signal again.
  * A path's cost per signal is the extra CPU time over the loops without,
  * divided by the signals the handler took; the median of the rounds is
- * billed. About 30 ms of the thread's CPU, once per process tree (see
+ * billed. About 20 ms of the thread's CPU, once per process tree (see
  * shared_costs). */
 #include "kernel_cost.h"
 
@@ -40,8 +40,8 @@
 #include "thread_state.h"
 
 #define ROUNDS 7
-#define SPIN_NS 1000000ull       /* each loop: about 1 ms of the thread's CPU */
-#define PERF_PERIOD_NS 100000ull /* about 10 perf signals a loop */
+#define SPIN_NS 500000ull       /* each loop: 0.5 ms of the thread's CPU */
+#define PERF_PERIOD_NS 50000ull /* about 10 perf signals a loop */
 #define PERF_AHEAD 2             /* as cpu.c's */
 #define QUEUED_SIGNALS 100
 #define MIN_SIGNALS 8          /* fewer in a round: the round is not used */
@@ -53,8 +53,8 @@
 
 /* The measurement, shared by a process and every child it forks after its
  * first start (MAP_SHARED): a forking server's backends, forked before it
- * measured, adopt its figures instead of measuring each (30 ms of CPU in
- * each of a PostgreSQL server's 26 processes). One process of the tree
+ * measured, adopt its figures instead of measuring each (30 ms of CPU, as
+ * it was then, in each of a PostgreSQL server's 26 processes). One process of the tree
  * measures: the one that moves state from 0 to 1. */
 typedef struct shared_costs {
   _Atomic uint32_t state;      /* 0 none, 1 measuring, 2 done */

@@ -29,7 +29,7 @@ void cp_kernel_cost_use(int sig, int perf_exclude_kernel, long after_ms);
  * passed, not measured yet): 1 once, then the caller runs
  * cp_kernel_cost_measure, or calls cp_kernel_cost_postpone to be told again
  * at its next call. The profiler's tick asks, and has the scheduler's
- * thread measure: the drain thread's samples would wait 30 ms. */
+ * thread measure: the drain thread's samples would wait 20 ms. */
 int cp_kernel_cost_due(void);
 void cp_kernel_cost_postpone(void);
 /* Measures, once per process, on the calling thread (one of ours, every
