@@ -871,6 +871,7 @@ static void move_to_rt_signal(void) {
   if (sig < 0)
     return;
   cp_signal_guard_sigio(cpu_on_lost_signal);
+  cp_kernel_cost_signal_moved(cpu.signal, sig);
   cpu.signal = sig;
   cp_threads_set_sampling_signal(sig);
   for (size_t i = 0; i < cpu.ntimers; i++) {

@@ -25,6 +25,12 @@
  * queued-signal path only when -1. Not async-signal-safe. */
 void cp_kernel_cost_use(int sig, int perf_exclude_kernel, long after_ms);
 
+/* The sampler whose signal was old moved to new (the application claimed
+ * old: cp_signal_move_to_rt): the measurement uses new, so that its perf
+ * signals never merge with one of the application's, and it never unblocks
+ * a signal the application sends. Not async-signal-safe. */
+void cp_kernel_cost_signal_moved(int old, int new_sig);
+
 /* Whether the measurement is due (the delay a sampler asked for has
  * passed, not measured yet): 1 once, then the caller runs
  * cp_kernel_cost_measure, or calls cp_kernel_cost_postpone to be told again

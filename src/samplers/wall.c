@@ -1036,6 +1036,7 @@ static void move_to_rt_signal(void) {
                                  &wall.warned_claimed);
   if (sig < 0)
     return;
+  cp_kernel_cost_signal_moved(wall.signal, sig);
   wall.signal = sig;
   cp_threads_set_sampling_signal(sig);
 }
