@@ -50,20 +50,26 @@ static double number(const pprof_profile *p, const char *key) {
   return v ? strtod(v, NULL) : -1;
 }
 
+/* Starts the profiler writing into dir, CPU at 1000 Hz, one period until
+ * a flush or the stop. */
+static void start_at_1000hz(const char *dir, const char *profiles) {
+  contprof_options o = {.output_dir = dir,
+                        .profiles = profiles,
+                        .cpu_hz = 1000,
+                        .upload_period_s = 3600};
+  CHECK_EQ_INT(contprof_start(&o), 0);
+}
+
 /* Two threads spin 1.5 s of CPU each at 1000 Hz CPU sampling while 200 idle
  * threads are wall sampled every millisecond: the wall timer and the aggregator
  * work hard enough (hundreds of ms) for a 10% comparison to mean something. */
 static void test_profiler_cpu_matches_the_kernel(void) {
   char *dir = make_temp_dir("overhead");
   setenv("CONTPROF_WALL_INTERVAL_MS", "1", 1);
-  contprof_options o = {.output_dir = dir,
-                        .profiles = "cpu,wall",
-                        .cpu_hz = 1000,
-                        .upload_period_s = 3600};
   contprof_overhead before_start;
   contprof_stats(NULL, &before_start);
   uint64_t process_before = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-  CHECK_EQ_INT(contprof_start(&o), 0);
+  start_at_1000hz(dir, "cpu,wall");
   enum { IDLE = 200 };
   pthread_t idlers[IDLE], spinners[2];
   for (int i = 0; i < IDLE; i++)
@@ -235,20 +241,16 @@ static pprof_profile *take_profile(const char *dir) {
 
 /* The kernel's side of each signal (docs/overhead.md): measured once, a
  * second after the start here (CONTPROF_KERNEL_COST_AFTER=1s; or already,
- * by the test before), then billed per signal. Two threads spin 1.5 s of CPU each at 1000 Hz after the
- * measurement, the cap off (the rate stays 1000 Hz): the profile's
- * profiler_kernel_ns is its CPU samples times the measured cost of a perf
- * task clock's sample, within the one-in-64 counting's error (about 40
- * counted of 3,000: 10% covers it), and profiler_cpu_ns adds it. */
+ * by the test before), then billed per signal. Two threads spin 1.5 s of CPU
+ * each at 1000 Hz after the measurement, the cap off (the rate stays 1000 Hz):
+ * the profile's profiler_kernel_ns is its CPU samples times the measured cost
+ * of a perf task clock's sample, within the one-in-64 counting's error (about
+ * 40 counted of 3,000: 10% covers it), and profiler_cpu_ns adds it. */
 static void test_kernel_side_is_measured_and_billed(void) {
   char *dir = make_temp_dir("kernelcost");
   setenv("CONTPROF_KERNEL_COST_AFTER", "1s", 1);
   setenv("CONTPROF_MAX_OVERHEAD_PCT", "0", 1);
-  contprof_options o = {.output_dir = dir,
-                        .profiles = "cpu",
-                        .cpu_hz = 1000,
-                        .upload_period_s = 3600};
-  CHECK_EQ_INT(contprof_start(&o), 0);
+  start_at_1000hz(dir, "cpu");
   /* Until a profile says the costs were measured (at most 20 s). */
   uint64_t perf_cost = 0, queued_cost = 0, little = 100000000ull;
   for (int i = 0; i < 100 && !queued_cost; i++) {
@@ -349,11 +351,7 @@ static int own_costs(const char *dir, unsigned long long *perf,
 static void test_kernel_cost_shared_with_children(void) {
   char *dir = make_temp_dir("kernelfork");
   setenv("CONTPROF_KERNEL_COST_AFTER", "1s", 1);
-  contprof_options o = {.output_dir = dir,
-                        .profiles = "cpu",
-                        .cpu_hz = 1000,
-                        .upload_period_s = 3600};
-  CHECK_EQ_INT(contprof_start(&o), 0);
+  start_at_1000hz(dir, "cpu");
   enum { CHILDREN = 3 };
   int fds[2];
   CHECK_EQ_INT(pipe(fds), 0);
