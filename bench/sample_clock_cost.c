@@ -38,10 +38,10 @@ static volatile int refresh_fd = -1;
 static volatile double sink;
 
 static void on_signal(int sig, siginfo_t *info, void *uc) {
-  (void)sig, (void)info, (void)uc;
+  (void)uc;
   signals++;
   if (refresh_fd >= 0)
-    ioctl(refresh_fd, PERF_EVENT_IOC_REFRESH, 1);
+    cp_perf_task_clock_give_back(refresh_fd, sig, info->si_code == POLL_HUP);
 }
 
 static uint64_t spin(long n) { return cp_spin_thread_cpu_ns(n, &sink); }
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     cost[0][r] = ((double)t - (double)none) / ((double)t / (double)period_ns);
     /* perf-signal */
     signals = 0;
-    fd = bench_perf_clock(tid, period_ns, sig, 2, &refresh_fd);
+    fd = bench_perf_clock(tid, period_ns, sig, CP_PERF_AHEAD, &refresh_fd);
     t = spin(n);
     ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
     refresh_fd = -1;

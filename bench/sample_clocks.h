@@ -1,7 +1,8 @@
 /* The two per-thread CPU sampling clocks, armed as src/samplers/cpu.c arms
  * them, for the standalone bench programs that measure them with no
  * profiler loaded (switch_cost.c, sample_clock_cost.c). The perf task clock
- * is opened by the sampler's own code (src/samplers/perf_clock.h). */
+ * is opened and made to signal by the sampler's own code
+ * (src/samplers/perf_clock.h). */
 #ifndef BENCH_SAMPLE_CLOCKS_H
 #define BENCH_SAMPLE_CLOCKS_H
 
@@ -33,10 +34,7 @@ static inline int bench_perf_clock(pid_t tid, uint64_t period_ns, int sig,
     ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
     return fd;
   }
-  struct f_owner_ex owner = {F_OWNER_TID, tid};
-  fcntl(fd, F_SETOWN_EX, &owner);
-  fcntl(fd, F_SETSIG, sig);
-  fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK);
+  cp_perf_task_clock_signal(fd, tid, sig);
   ioctl(fd, PERF_EVENT_IOC_REFRESH, refresh);
   return fd;
 }

@@ -4,7 +4,7 @@
  * - perf task clock (the default where the kernel allows it): a software
  *   perf event per thread (PERF_COUNT_SW_TASK_CLOCK) whose overflow sends the
  *   sampling signal to the thread (F_SETOWN_EX, F_SETSIG). The event may
- *   overflow PERF_AHEAD times before its handlers re-arm it, so that it is
+ *   overflow CP_PERF_AHEAD times before its handlers re-arm it, so that it is
  *   still running when they do (re-enabling a stopped one costs the kernel
  *   a reschedule of the thread's events and a timer reprogramming); its
  *   interval is drawn again every PERF_REDRAW_EVERY samples (perf_rearm).
@@ -116,10 +116,6 @@ typedef struct thread_timer {
  * open. */
 #define PERF_FD_LIMIT 65536
 #define PERF_MIN_PERIOD_NS 10000 /* the kernel's floor for a task clock */
-/* Overflows a perf task clock may make before a handler re-arms it (its
- * refresh limit, PERF_EVENT_IOC_REFRESH): at most this many of its signals
- * are queued at once. */
-#define PERF_AHEAD 2
 /* Samples between two draws of a perf task clock's interval. */
 #define PERF_REDRAW_EVERY 8
 #define PERF_FD_LINK "anon_inode:[perf_event]" /* /proc/self/fd/N of one */
@@ -349,14 +345,14 @@ static void judge_posix(int64_t quantity) {
  * sample in PERF_REDRAW_EVERY (docs/signals.md, "Perf task clocks").
  *
  * The signal handled took one overflow of the event's refresh limit; one
- * is given back (PERF_EVENT_IOC_REFRESH), so that PERF_AHEAD overflows stay
+ * is given back (PERF_EVENT_IOC_REFRESH), so that CP_PERF_AHEAD overflows stay
  * allowed and the event is still running: a REFRESH of a running event is
  * an atomic add, of a stopped one a reschedule of the thread's events. A
  * signal that ends the limit (POLL_HUP: the event stopped) when sig is a
  * standard signal may have had others merged into it, each an overflow
  * never given back: the whole limit is given again. Real-time signals
  * queue (none merge), so giving one back per signal keeps at most
- * PERF_AHEAD of them queued.
+ * CP_PERF_AHEAD of them queued.
  *
  * Every PERF_REDRAW_EVERY samples, and at the first sample of an event, its
  * interval is drawn again, uniformly in [period/2, 3 period/2)
@@ -382,7 +378,7 @@ static void perf_rearm(int fd, int sig, int hup) {
     perf_last.drawn_gen = gen;
     perf_last.draw_in = PERF_REDRAW_EVERY;
   }
-  ioctl(fd, PERF_EVENT_IOC_REFRESH, hup && sig < SIGRTMIN ? PERF_AHEAD : 1);
+  cp_perf_task_clock_give_back(fd, sig, hup);
 }
 
 /* Async-signal-safe (clock_gettime, at times one getrusage): a perf
@@ -587,11 +583,9 @@ static int perf_create_for(pid_t tid, thread_timer *t) {
       return -1;
     fd = high;
   }
-  struct f_owner_ex owner = {F_OWNER_TID, tid};
   struct stat st;
-  if (fd >= PERF_FD_LIMIT || fcntl(fd, F_SETOWN_EX, &owner) != 0 ||
-      fcntl(fd, F_SETSIG, cpu.signal) != 0 ||
-      fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0 || fstat(fd, &st) != 0) {
+  if (fd >= PERF_FD_LIMIT || cp_perf_task_clock_signal(fd, tid, cpu.signal) ||
+      fstat(fd, &st) != 0) {
     int err = fd >= PERF_FD_LIMIT ? EMFILE : errno;
     close(fd);
     errno = err;
@@ -603,7 +597,7 @@ static int perf_create_for(pid_t tid, thread_timer *t) {
   t->fd = fd;
   t->dev = st.st_dev;
   t->ino = st.st_ino;
-  if (ioctl(fd, PERF_EVENT_IOC_REFRESH, PERF_AHEAD) != 0) {
+  if (ioctl(fd, PERF_EVENT_IOC_REFRESH, CP_PERF_AHEAD) != 0) {
     int err = errno;
     atomic_fetch_and(&perf_fds[fd / 64], ~bit);
     close(fd);

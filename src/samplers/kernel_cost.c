@@ -6,7 +6,7 @@
  *   - a loop of about SPIN_NS of the thread's CPU with no signal;
  *   - the same loop with a perf task clock on the thread, opened and armed
  *     as the CPU sampler arms its own (cpu.c: overflow signal to the
- *     thread, PERF_AHEAD overflows ahead, one given back by the handler),
+ *     thread, CP_PERF_AHEAD overflows ahead, one given back by the handler),
  *     every PERF_PERIOD_NS of its CPU;
  *   - QUEUED_SIGNALS signals the thread queues to itself (each taken at the
  *     return of the system call that sent it), against as many calls of a
@@ -19,7 +19,6 @@
 #include "kernel_cost.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,7 +45,6 @@
 #define ROUNDS 5
 #define SPIN_NS 1000000ull       /* each loop: 1 ms of the thread's CPU */
 #define PERF_PERIOD_NS 100000ull /* about 13 perf signals a loop */
-#define PERF_AHEAD 2             /* as cpu.c's */
 #define QUEUED_SIGNALS 100
 #define MIN_SIGNALS 8          /* fewer in a round: the round is not used */
 #define COST_MAX_NS 1000000ull /* over 1 ms a signal: not believed */
@@ -125,8 +123,7 @@ int cp_kernel_cost_take(int sig, const siginfo_t *info) {
   if ((info->si_code == POLL_IN || info->si_code == POLL_HUP) && fd >= 0 &&
       info->si_fd == fd) {
     int saved_errno = errno;
-    ioctl(fd, PERF_EVENT_IOC_REFRESH,
-          info->si_code == POLL_HUP && sig < SIGRTMIN ? PERF_AHEAD : 1);
+    cp_perf_task_clock_give_back(fd, sig, info->si_code == POLL_HUP);
     errno = saved_errno;
     cal_signals++;
     return 1;
@@ -150,26 +147,18 @@ static uint64_t spin(long n) { return cp_spin_thread_cpu_ns(n, &sink); }
 static uint64_t spin_with_perf(long n, int sig, int exclude_kernel,
                                unsigned long *taken) {
   pid_t tid = cp_gettid();
-  int fd = cp_perf_task_clock_open(tid, PERF_PERIOD_NS, exclude_kernel);
+  cp_own_fd own = CP_OWN_FD_NONE; /* above the application's numbers */
+  int fd = cp_own_adopt(
+      &own, cp_perf_task_clock_open(tid, PERF_PERIOD_NS, exclude_kernel));
   if (fd < 0)
     return 0;
-  int floor = cp_own_fd_floor(); /* above the application's numbers */
-  if (floor > 0 && fd < floor) {
-    int high = fcntl(fd, F_DUPFD_CLOEXEC, floor);
-    close(fd);
-    if (high < 0)
-      return 0;
-    fd = high;
-  }
-  struct f_owner_ex owner = {F_OWNER_TID, tid};
-  if (fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, sig) != 0 ||
-      fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0) {
-    close(fd);
+  if (cp_perf_task_clock_signal(fd, tid, sig) != 0) {
+    cp_own_close(&own);
     return 0;
   }
   cal_signals = 0;
   cal_fd = fd;
-  ioctl(fd, PERF_EVENT_IOC_REFRESH, PERF_AHEAD);
+  ioctl(fd, PERF_EVENT_IOC_REFRESH, CP_PERF_AHEAD);
   uint64_t t = spin(n);
   ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
   *taken = cal_signals;
@@ -177,7 +166,7 @@ static uint64_t spin_with_perf(long n, int sig, int exclude_kernel,
    * of one of these, while the descriptor is still known as ours. */
   sched_yield();
   sched_yield();
-  close(fd);
+  cp_own_close(&own);
   cal_fd = -1;
   return t;
 }

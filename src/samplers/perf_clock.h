@@ -1,15 +1,20 @@
 /* A perf task clock (PERF_COUNT_SW_TASK_CLOCK) on one thread, opened
- * disabled, the way the CPU sampler opens it (cpu.c) and the bench programs
- * that measure its cost with no profiler loaded (bench/sample_clocks.h),
- * and the loop whose CPU time, with the clock and without, measures that
- * cost (kernel_cost.c; bench/sample_clock_cost.c). Header-only so that
- * both build them from one place. */
+ * disabled and made to signal it, and the overflow its handler gives back,
+ * the way the CPU sampler does it (cpu.c), the kernel-cost measurement
+ * (kernel_cost.c) and the bench programs that measure its cost with no
+ * profiler loaded (bench/sample_clocks.h); and the loop whose CPU time, with
+ * the clock and without, measures that cost (kernel_cost.c;
+ * bench/sample_clock_cost.c). Header-only so that all build them from one
+ * place. */
 #ifndef CP_SAMPLERS_PERF_CLOCK_H
 #define CP_SAMPLERS_PERF_CLOCK_H
 
+#include <fcntl.h>
 #include <linux/perf_event.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
@@ -32,6 +37,32 @@ static inline int cp_perf_task_clock_open(pid_t tid, uint64_t period_ns,
   attr.exclude_hv = 1;
   return (int)syscall(SYS_perf_event_open, &attr, tid, -1, -1,
                       PERF_FLAG_FD_CLOEXEC);
+}
+
+/* Overflows a perf task clock may make before a handler gives them back
+ * (its refresh limit, PERF_EVENT_IOC_REFRESH): at most this many of its
+ * signals are queued at once. */
+#define CP_PERF_AHEAD 2
+
+/* Async-signal-safe (three fcntl): each overflow of fd sends sig to thread
+ * tid, with fd in si_fd. Returns 0, or -1 with errno set. */
+static inline int cp_perf_task_clock_signal(int fd, pid_t tid, int sig) {
+  struct f_owner_ex owner = {F_OWNER_TID, tid};
+  if (fcntl(fd, F_SETOWN_EX, &owner) != 0 || fcntl(fd, F_SETSIG, sig) != 0 ||
+      fcntl(fd, F_SETFL, O_ASYNC | O_NONBLOCK) != 0)
+    return -1;
+  return 0;
+}
+
+/* Async-signal-safe (one ioctl): the handler of fd's signal sig gives back
+ * the overflow that signal took, so that CP_PERF_AHEAD stay allowed and the
+ * event keeps running. A standard signal that ended the limit (hup:
+ * POLL_HUP, the event stopped) may have had others merged into it, each an
+ * overflow never given back: the whole limit is given again. Real-time
+ * signals queue (none merge). Returns the ioctl's result. */
+static inline int cp_perf_task_clock_give_back(int fd, int sig, int hup) {
+  return ioctl(fd, PERF_EVENT_IOC_REFRESH,
+               hup && sig < SIGRTMIN ? CP_PERF_AHEAD : 1);
 }
 
 /* n steps of a loop that touches no memory (x, a sink the caller keeps so
