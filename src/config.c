@@ -337,6 +337,34 @@ static long duration_setting(const source *src, const char *name, long lo_ms,
   return ms;
 }
 
+/* CONTPROF_UPLOAD_PERIOD (the option first): a duration of 1s..86400s, in
+ * whole seconds (rounded), as DD_PROFILING_UPLOAD_PERIOD and
+ * PYROSCOPE_UPLOAD_INTERVAL take it; a bare number is seconds. */
+static int period_setting(const source *src, int option, int *out) {
+  *out = 60;
+  if (option != 0) {
+    if (option < 1 || option > 86400) {
+      cp_error("option for CONTPROF_UPLOAD_PERIOD=%d is out of range "
+               "1..86400 s",
+               option);
+      return CONTPROF_ERR_INVALID;
+    }
+    *out = option;
+    return 0;
+  }
+  const char *v = env_get(src, "CONTPROF_UPLOAD_PERIOD");
+  long ms;
+  if (!v)
+    return 0;
+  if (parse_duration_ms(v, &ms) != 0 || ms < 1000 || ms > 86400000L)
+    cp_warn("CONTPROF_UPLOAD_PERIOD='%s' is not a duration of 1s..86400s "
+            "(like 60, 30s, 5m); using 60 s",
+            v);
+  else
+    *out = (int)((ms + 500) / 1000);
+  return 0;
+}
+
 /* "k=v,k2=v2" (PYROSCOPE_LABELS), within the bounds of the tags. */
 static int parse_pyroscope_labels(cp_config *cfg, const char *s) {
   char *copy = strdup(s);
@@ -695,14 +723,14 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
                         &cfg->cpu_hz)) ||
       (rc = int_setting(&src, "CONTPROF_MAX_FRAMES", opts->max_frames, 1, 1024,
                         128, &cfg->max_frames)) ||
-      (rc = int_setting(&src, "CONTPROF_UPLOAD_PERIOD", opts->upload_period_s,
-                        1, 86400, 60, &cfg->upload_period_s)) ||
       (rc = int_setting(&src, "CONTPROF_MAX_MEMORY_MB", 0, 1, 65536, 64,
                         &memory_mb)) ||
       (rc = int_setting(&src, "CONTPROF_SYMBOLS_MAX_MB", 0, 1, 65536, 128,
                         &symbols_mb)) ||
       (rc = int_setting(&src, "CONTPROF_DWARF_MAX_MB", 0, 1, 65536, 256,
                         &dwarf_mb)))
+    goto fail;
+  if ((rc = period_setting(&src, opts->upload_period_s, &cfg->upload_period_s)))
     goto fail;
   cfg->dwarf_max_bytes = (size_t)dwarf_mb << 20;
   cfg->max_memory_bytes = (size_t)memory_mb << 20;

@@ -168,6 +168,18 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   CHECK_EQ_INT(cfg.upload_timeout_ms, 500);
   cp_config_free(&cfg);
 
+  /* CONTPROF_UPLOAD_PERIOD takes them too (whole seconds). */
+  const char *periods[][2] = {{"10s", "10"}, {"2m", "120"}, {"1m30s", "90"},
+                              {"45", "45"},  {"1.4", "1"},  {"86400", "86400"}};
+  for (size_t i = 0; i < sizeof periods / sizeof *periods; i++) {
+    fake_env period = {{{"CONTPROF_UPLOAD_PERIOD", periods[i][0]},
+                        {"DD_PROFILING_UPLOAD_PERIOD", "5"}}};
+    CHECK_EQ_INT(load(&cfg, NULL, &period, err, sizeof err), 0);
+    CHECK_EQ_STR(err, "");
+    CHECK_EQ_INT(cfg.upload_period_s, atoi(periods[i][1]));
+    cp_config_free(&cfg);
+  }
+
   /* CONTPROF_* wins over DD_*. */
   fake_env both = {{{"CONTPROF_SERVICE", "mine"}, {"DD_SERVICE", "theirs"}}};
   CHECK_EQ_INT(load(&cfg, NULL, &both, err, sizeof err), 0);
@@ -202,7 +214,11 @@ static void test_bad_values(void) {
             offsetof(cp_config, cpu_hz), 100);
   check_bad("CONTPROF_MAX_FRAMES", "-5", "128", offsetof(cp_config, max_frames),
             128);
-  check_bad("CONTPROF_UPLOAD_PERIOD", "1m", "60",
+  check_bad("CONTPROF_UPLOAD_PERIOD", "0.2s", "60",
+            offsetof(cp_config, upload_period_s), 60);
+  check_bad("CONTPROF_UPLOAD_PERIOD", "1m30", "60",
+            offsetof(cp_config, upload_period_s), 60);
+  check_bad("CONTPROF_UPLOAD_PERIOD", "25h", "60",
             offsetof(cp_config, upload_period_s), 60);
   check_bad("PYROSCOPE_UPLOAD_INTERVAL", "NAN", "60",
             offsetof(cp_config, upload_period_s), 60);
