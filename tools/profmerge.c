@@ -1103,12 +1103,32 @@ int cp_write_output(const char *path, const void *data, size_t len, char *err,
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0)
     return fail(err, errlen, "%s: %s", dir, strerror(errno));
+  /* A regular file (or none) is replaced at once by a rename, so that a
+   * reader never sees half of it. Anything else is written through, as a
+   * shell's redirection would: a symbolic link's target, /dev/stdout, a
+   * FIFO; a rename would put a regular file in place of the link or the
+   * device node (/dev/null, as root). */
+  struct stat st;
+  int exists = fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {
+    close(dfd);
+    int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (fd < 0)
+      return fail(err, errlen, "%s: %s", path, strerror(errno));
+    int rc = write_all(fd, data, len);
+    int e = errno;
+    if (close(fd) != 0 && rc == 0)
+      rc = -1, e = errno;
+    return rc ? fail(err, errlen, "%s: %s", path, strerror(e)) : 0;
+  }
   char tmp[NAME_MAX + 1];
   int fd = -1;
   for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
     snprintf(tmp, sizeof tmp, ".contprof-%d-%d.tmp", (int)getpid(), attempt);
+    /* The profiles it was made from are the owner's alone (0600); so is
+     * the new file. A file replaced keeps its mode. */
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                0644);
+                0600);
     if (fd < 0 && errno != EEXIST)
       break;
   }
@@ -1118,6 +1138,8 @@ int cp_write_output(const char *path, const void *data, size_t len, char *err,
     return fail(err, errlen, "%s: cannot create a file there: %s", dir,
                 strerror(e));
   }
+  if (exists)
+    (void)fchmod(fd, st.st_mode & 07777);
   int rc = 0;
   if (write_all(fd, data, len) != 0 || close(fd) != 0) {
     rc = fail(err, errlen, "%s: %s", path, strerror(errno));

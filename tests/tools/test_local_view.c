@@ -2,6 +2,7 @@
  * `folded`, `flame` and `diff` run as a user would, on profiles built here;
  * their output is decoded and checked value for value, and go tool pprof
  * reads what merge writes. */
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -985,6 +987,83 @@ static void test_merge_hostile_mutations(void) {
   free(mut);
 }
 
+/* -o writes through what is not a regular file, as a shell's redirection
+ * does: a symbolic link's target (the link stays), a FIFO or a device (a
+ * rename would have put a regular file in place of /dev/null); a regular
+ * file is replaced whole and keeps its mode; a new one is the owner's alone,
+ * as the profiles are. */
+static void test_output_targets(void) {
+  char a[256], target[256], link[256], fifo[256], fresh[256], kept[256];
+  snprintf(a, sizeof a, "%s", write_build("targets.pb.gz", 0, 1));
+  snprintf(target, sizeof target, "%s", tmp_path("target.folded"));
+  snprintf(link, sizeof link, "%s", tmp_path("link.folded"));
+  snprintf(fifo, sizeof fifo, "%s", tmp_path("out.fifo"));
+  snprintf(fresh, sizeof fresh, "%s", tmp_path("fresh.folded"));
+  snprintf(kept, sizeof kept, "%s", tmp_path("kept.folded"));
+  char *want = NULL;
+  char *to_stdout[] = {"contprof", "folded", "-o", "-", a, NULL};
+  CHECK_EQ_INT(contprof(to_stdout, &want, NULL), 0);
+  CHECK(want && strlen(want) > 0);
+
+  /* A link: its target gets the text, the link stays a link. */
+  FILE *f = fopen(target, "w");
+  if (f)
+    fclose(f);
+  CHECK_EQ_INT(symlink(target, link), 0);
+  char *via_link[] = {"contprof", "folded", "-o", link, a, NULL};
+  CHECK_EQ_INT(contprof(via_link, NULL, NULL), 0);
+  struct stat st;
+  CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+  char *got = slurp(target, NULL);
+  CHECK(got && want && strcmp(got, want) == 0);
+  free(got);
+
+  /* A FIFO: a reader gets the text, the FIFO stays. */
+  CHECK_EQ_INT(mkfifo(fifo, 0600), 0);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "cat %s > %s.read", fifo, fifo);
+  FILE *reader = popen(cmd, "r");
+  char *to_fifo[] = {"contprof", "folded", "-o", fifo, a, NULL};
+  CHECK_EQ_INT(contprof(to_fifo, NULL, NULL), 0);
+  if (reader)
+    pclose(reader);
+  CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  snprintf(cmd, sizeof cmd, "%s.read", fifo);
+  got = slurp(cmd, NULL);
+  CHECK(got && want && strcmp(got, want) == 0);
+  free(got);
+
+  /* A device stays a device: a null device of our own where we may make
+   * one (root), never /dev/null itself, which a regression would replace. */
+  char dev[256];
+  snprintf(dev, sizeof dev, "%s", tmp_path("null.dev"));
+  if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    char *to_dev[] = {"contprof", "merge", "-o", dev, a, NULL};
+    CHECK_EQ_INT(contprof(to_dev, NULL, NULL), 0);
+    CHECK(lstat(dev, &st) == 0 && S_ISCHR(st.st_mode));
+    unlink(dev);
+  } else {
+    printf("note: cannot make a device node (%s); not checked\n",
+           strerror(errno));
+  }
+
+  /* New: 0600. Replaced: its mode kept. */
+  char *to_fresh[] = {"contprof", "folded", "-o", fresh, a, NULL};
+  CHECK_EQ_INT(contprof(to_fresh, NULL, NULL), 0);
+  CHECK(stat(fresh, &st) == 0 && (st.st_mode & 07777) == 0600);
+  f = fopen(kept, "w");
+  if (f)
+    fclose(f);
+  CHECK_EQ_INT(chmod(kept, 0640), 0);
+  char *to_kept[] = {"contprof", "folded", "-o", kept, a, NULL};
+  CHECK_EQ_INT(contprof(to_kept, NULL, NULL), 0);
+  CHECK(stat(kept, &st) == 0 && (st.st_mode & 07777) == 0640);
+  got = slurp(kept, NULL);
+  CHECK(got && want && strcmp(got, want) == 0);
+  free(got);
+  free(want);
+}
+
 static void test_cleanup(void) { tmp_cleanup(); }
 
 TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_unsymbolized),
@@ -993,4 +1072,5 @@ TEST_MAIN(T(test_merge_values), T(test_merge_many), T(test_merge_unsymbolized),
           T(test_folded_roundtrip), T(test_views_escape_names),
           T(test_flame_output_bounded), T(test_browser), T(test_top_base),
           T(test_diff_refuses_other_type), T(test_views_refuse_sample_bomb),
-          T(test_merge_hostile_mutations), T(test_cleanup))
+          T(test_merge_hostile_mutations), T(test_output_targets),
+          T(test_cleanup))
