@@ -467,10 +467,26 @@ static int load_upload(cp_config *cfg, const source *src,
       port = 8126;
     }
     const char *host = agent_host ? agent_host : "localhost";
-    int v6 = strchr(host, ':') != NULL && host[0] != '[';
+    /* A host, an IPv6 address bare or in brackets; and as users also write
+     * it, with a port: "agent:9126", "[::1]:9126" (that port is used). */
+    size_t host_len = strlen(host);
+    const char *colon = host[0] == '[' ? strstr(host, "]:") : NULL;
+    colon = colon ? colon + 1 : host[0] == '[' ? NULL : strchr(host, ':');
+    if (colon && (host[0] == '[' || !strchr(colon + 1, ':'))) {
+      long hp;
+      if (parse_int(colon + 1, 1, 65535, &hp) == 0) {
+        if (p && hp != port)
+          cp_warn("DD_AGENT_HOST='%s' names port %ld, DD_TRACE_AGENT_PORT "
+                  "%ld; using %ld",
+                  host, hp, port, hp);
+        port = hp;
+        host_len = (size_t)(colon - host);
+      }
+    }
+    int v6 = memchr(host, ':', host_len) != NULL && host[0] != '[';
     char url[512];
-    snprintf(url, sizeof url, "http://%s%s%s:%ld", v6 ? "[" : "", host,
-             v6 ? "]" : "", port);
+    snprintf(url, sizeof url, "http://%s%.*s%s:%ld", v6 ? "[" : "",
+             (int)host_len, host, v6 ? "]" : "", port);
     rc = set_string(&cfg->dd_agent_url, url);
   }
   if (rc)

@@ -235,6 +235,21 @@ static int has_scheme(const char *url) {
   return strncmp(url + i, "://", 3) == 0;
 }
 
+/* "http:/host", "https:host", "user:pw@host": a scheme (or what reads as
+ * one) and a colon not followed by "//" nor by a port number. libcurl would
+ * be handed "http://" in front of it: a host named "http" and the rest,
+ * credentials included, as its path, sent in the clear. */
+static int has_bare_scheme(const char *url) {
+  size_t i = 0;
+  if (!isalpha((unsigned char)url[0]))
+    return 0;
+  while (isalnum((unsigned char)url[i]) || url[i] == '+' || url[i] == '-' ||
+         url[i] == '.')
+    i++;
+  return url[i] == ':' && strncmp(url + i, "://", 3) != 0 &&
+         !isdigit((unsigned char)url[i + 1]);
+}
+
 static void set_why(char *why, size_t len, const char *text) {
   if (why && len)
     snprintf(why, len, "%s", text);
@@ -249,6 +264,12 @@ static CURLU *parse_http(const char *url, int *https, char *why, size_t len) {
     return NULL;
   }
   CURLUcode rc;
+  if (has_bare_scheme(url)) {
+    set_why(why, len,
+            "not a URL: a scheme must be followed by // (http://host:port)");
+    curl_url_cleanup(u);
+    return NULL;
+  }
   if (has_scheme(url)) {
     rc = curl_url_set(u, CURLUPART_URL, url, 0);
   } else {
@@ -662,19 +683,16 @@ cleanup:
 }
 
 void cp_http_redact_url(const char *url, char *out, size_t len) {
+  /* Whatever comes before the last '@' after the scheme may hold a
+   * password, however malformed the URL ("user:pa/ss@host", "user:p?ss@",
+   * "http:/user:pw@host"): it is left out whole, and so are the query and
+   * the fragment after it. */
   const char *scheme_end = strstr(url, "://");
   const char *host = scheme_end ? scheme_end + 3 : url;
-  const char *path = host + strcspn(host, "/?#");
-  const char *at = NULL;
-  for (const char *p = host; p < path; p++)
-    if (*p == '@')
-      at = p;
-  size_t q = strcspn(url, "?#");
-  if (at && (size_t)(at - url) < q)
-    snprintf(out, len, "%.*s%.*s", (int)(host - url), url,
-             (int)(url + q - (at + 1)), at + 1);
-  else
-    snprintf(out, len, "%.*s", (int)q, url);
+  const char *at = strrchr(host, '@');
+  const char *rest = at ? at + 1 : host;
+  snprintf(out, len, "%.*s%s%.*s", (int)(host - url), url, at ? "***@" : "",
+           (int)strcspn(rest, "?#"), rest);
 }
 
 int cp_base64(const char *data, size_t len, char *out, size_t out_len) {

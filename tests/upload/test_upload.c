@@ -284,6 +284,23 @@ static void test_config(void) {
   CHECK_EQ_INT(cfg.exit_timeout_ms, 500);
   cp_config_free(&cfg);
 
+  /* DD_AGENT_HOST as users write it: an IPv6 address bare or bracketed,
+   * and with a port, which is used. */
+  static const char *const hosts[][2] = {
+      {"DD_AGENT_HOST=agent:9999", "http://agent:9999"},
+      {"DD_AGENT_HOST=::1", "http://[::1]:8126"},
+      {"DD_AGENT_HOST=[::1]", "http://[::1]:8126"},
+      {"DD_AGENT_HOST=[fd00::7]:9999", "http://[fd00::7]:9999"},
+      {"DD_AGENT_HOST=fd00::7", "http://[fd00::7]:8126"},
+      {"DD_AGENT_HOST=10.0.0.5", "http://10.0.0.5:8126"}};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(hosts); i++) {
+    env_list h = {{hosts[i][0], NULL}};
+    load_config(&cfg, &h);
+    CHECK_EQ_STR(cfg.dd_agent_url, hosts[i][1]);
+    CHECK(cp_http_check_url(cfg.dd_agent_url, NULL) != CP_URL_INVALID);
+    cp_config_free(&cfg);
+  }
+
   env_list sel = {{"CONTPROF_EXPORT=file,pyroscope",
                    "DD_TRACE_AGENT_URL=unix:///var/run/apm.sock",
                    "DD_PROFILING_UPLOAD_PERIOD=30", "CONTPROF_SPOOL_MAX=7",
@@ -1068,6 +1085,32 @@ static void test_url_rules(void) {
   CHECK(info.has_userinfo);
   CHECK_EQ_STR(info.shown, "http://127.0.0.1:1/p");
   CHECK_EQ_INT(cp_http_check_url("gopher://h/", &info), CP_URL_INVALID);
+  /* A scheme without "//" is not a URL: libcurl would have been handed
+   * "http://http:/user:pw@host" (host "http", the password in the path, in
+   * the clear) and "https:/host" would have gone to a host named https. */
+  static const char *const bare[] = {"http:/user:pw@remote.example",
+                                     "https:/pyro.example", "http:host:4040",
+                                     "user:pw@remote.example:4040"};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(bare); i++)
+    CHECK_EQ_INT(cp_http_check_url(bare[i], &info), CP_URL_INVALID);
+  CHECK_EQ_INT(cp_http_check_url("localhost:4040", &info),
+               CP_URL_HTTP_LOOPBACK);
+
+  /* What a message shows of a URL: nothing before the last '@', however
+   * malformed, nor the query. */
+  static const char *const redact[][2] = {
+      {"http://user:pa/ss@remote.example:4040",
+       "http://***@remote.example:4040"},
+      {"http://user:p#ss@remote.example/x", "http://***@remote.example/x"},
+      {"http://user:p?ss@remote.example", "http://***@remote.example"},
+      {"http:/user:secretpw@remote.example", "***@remote.example"},
+      {"https://pyro.example/a?token=t", "https://pyro.example/a"},
+      {"http://127.0.0.1:4040", "http://127.0.0.1:4040"}};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(redact); i++) {
+    char shown[256];
+    cp_http_redact_url(redact[i][0], shown, sizeof shown);
+    CHECK_EQ_STR(shown, redact[i][1]);
+  }
 
   /* A request's path never changes the host. */
   char url[512], why[160];
@@ -1172,6 +1215,24 @@ static void test_credentials_plain_http(void) {
   CHECK_EQ_INT(count_lines_with(err, "refusing to send credentials"), 1);
   CHECK(strstr(err, "pw-in-url") == NULL);
   cp_config_free(&cfg);
+
+  /* Malformed URLs with a password: one message, no password in it. */
+  static const char *const malformed[] = {
+      "PYROSCOPE_SERVER_ADDRESS=http:/alice:pw-in-url@192.0.2.9",
+      "PYROSCOPE_SERVER_ADDRESS=http://alice:pw/in-url@192.0.2.9:4040",
+      "PYROSCOPE_SERVER_ADDRESS=http://alice:pw?in-url@192.0.2.9"};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(malformed); i++) {
+    env_list bad = {{malformed[i], "CONTPROF_LOG_LEVEL=warn", NULL}};
+    load_config(&cfg, &bad);
+    capture_start();
+    CHECK(cp_pyroscope_sink_create(&cfg) == NULL);
+    err = capture_end();
+    CHECK_EQ_INT(count_lines_with(err, "contprof:"), 1);
+    CHECK(strstr(err, "pw") == NULL);
+    if (strstr(err, "pw"))
+      fprintf(stderr, "%s", err);
+    cp_config_free(&cfg);
+  }
 
   /* For real: a server on this host's own non-loopback address, named
    * without a scheme, never sees the token. */
