@@ -180,9 +180,9 @@ static void format_percent(char *buf, size_t len, int64_t value,
 static void list_types(char **paths, pprof_profile **profiles, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const pprof_profile *p = profiles[i];
-    int def = pprof_default_sample_type_index(p);
     if (!p)
       continue; /* unreadable: already reported */
+    int def = pprof_default_sample_type_index(p);
     pprof_fput_escaped(paths[i], stdout);
     printf(":\n");
     for (size_t t = 0; t < p->n_sample_type; t++) {

@@ -1279,6 +1279,15 @@ static void test_top_escapes_names(void) {
   CHECK(strchr(out, 0x1b) == NULL && strchr(out, 0x07) == NULL);
   CHECK(strstr(out, "samples\\x1b]0;owned\\x07/count") != NULL);
   free(out);
+  /* An input that cannot be read beside it: reported, the others listed,
+   * exit status 1 (it crashed on the missing one). */
+  char missing[300];
+  snprintf(missing, sizeof missing, "%s.missing", path);
+  char *list2[] = {"contprof", "top", "--list-types", missing, path, NULL};
+  CHECK_EQ_INT(run_contprof(list2, out_path, err_path, &maxrss), 1);
+  out = slurp(out_path, &out_len);
+  CHECK(out && strstr(out, "samples\\x1b]0;owned\\x07/count") != NULL);
+  free(out);
   free(err);
 }
 
