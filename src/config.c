@@ -127,7 +127,19 @@ static int int_setting(const source *src, const char *name, int option, long lo,
   return 0;
 }
 
-/* The index of variable name's value among choices (matched exactly), 0
+/* Whether v is word, ignoring case and blanks around it. */
+static int is_word(const char *v, const char *word) {
+  size_t n = strlen(word);
+  while (isspace((unsigned char)*v))
+    v++;
+  if (strncasecmp(v, word, n) != 0)
+    return 0;
+  for (v += n; isspace((unsigned char)*v); v++)
+    ;
+  return *v == 0;
+}
+
+/* The index of variable name's value among choices (is_word), 0
  * (the first: the default) when it is unset; any other value gets one
  * warning naming the choices, and 0. */
 static int choice_setting(const source *src, const char *name,
@@ -136,7 +148,7 @@ static int choice_setting(const source *src, const char *name,
   if (!v)
     return 0;
   for (size_t i = 0; i < n; i++)
-    if (strcmp(v, choices[i]) == 0)
+    if (is_word(v, choices[i]))
       return (int)i;
   char list[128] = "";
   size_t len = 0;
@@ -151,23 +163,35 @@ static int parse_bool(const char *s, int *out) {
   static const char *const yes[] = {"1", "true", "yes", "on"};
   static const char *const no[] = {"0", "false", "no", "off"};
   for (size_t i = 0; i < CP_ARRAY_SIZE(yes); i++) {
-    if (strcasecmp(s, yes[i]) == 0)
+    if (is_word(s, yes[i]))
       return *out = 1, 0;
-    if (strcasecmp(s, no[i]) == 0)
+    if (is_word(s, no[i]))
       return *out = 0, 0;
   }
   return -1;
 }
 
 /* Parses "cpu,wall" (commas or spaces). Unknown names are counted in *bad. */
+/* The next word of a list separated by commas and blanks, from *s into
+ * word: 0 at the list's end. A word of len bytes or more comes back empty,
+ * which names nothing. (The list itself may be of any length.) */
+static int next_list_word(const char **s, char *word, size_t len) {
+  const char *p = *s + strspn(*s, ", \t");
+  if (!*p)
+    return 0;
+  size_t n = strcspn(p, ", \t");
+  if (n < len)
+    memcpy(word, p, n);
+  word[n < len ? n : 0] = 0;
+  *s = p + n;
+  return 1;
+}
+
 static unsigned parse_profiles(const char *s, int *bad) {
   unsigned mask = 0;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  char *save = NULL;
-  for (char *tok = strtok_r(buf, ", \t", &save); tok;
-       tok = strtok_r(NULL, ", \t", &save)) {
-    unsigned bit = cp_kind_profile_named(tok);
+  char word[32];
+  while (next_list_word(&s, word, sizeof word)) {
+    unsigned bit = cp_kind_profile_named(word);
     *bad += !bit;
     mask |= bit;
   }
@@ -273,6 +297,24 @@ static int set_string(char **dst, const char *value) {
 
 /* ---- upload settings ---------------------------------------------------- */
 
+/* A decimal number at *s ("12", "0.5", ".5", "3."), *s moved past it. Read
+ * by hand, not with strtod, which would also take "nan", "inf", signs, hex
+ * and exponents, and a locale's decimal comma. 0, or -1 when no digit. */
+static int read_decimal(const char **s, double *out) {
+  const char *p = *s, *start = p;
+  double v = 0, scale = 1;
+  for (; isdigit((unsigned char)*p); p++)
+    v = v * 10 + (*p - '0');
+  if (*p == '.')
+    for (p++; isdigit((unsigned char)*p); p++)
+      v += (*p - '0') * (scale /= 10);
+  if (p == start || (p == start + 1 && *start == '.'))
+    return -1;
+  *s = p;
+  *out = v;
+  return 0;
+}
+
 /* Go-style durations ("15s", "1m30s", "500ms", "2h") or plain seconds
  * ("10", "0.5"), into milliseconds. */
 static int parse_duration_ms(const char *s, long *out) {
@@ -281,18 +323,10 @@ static int parse_duration_ms(const char *s, long *out) {
   if (!*s)
     return -1;
   double total = 0;
-  int parts = 0;
+  int parts = 0, bare = 0;
   while (*s) {
-    /* Read by hand, not strtod: that would also take "nan", "inf", signs,
-     * hex and exponents, and a locale's decimal comma. */
-    const char *start = s;
-    double v = 0, scale = 1;
-    for (; isdigit((unsigned char)*s); s++)
-      v = v * 10 + (*s - '0');
-    if (*s == '.')
-      for (s++; isdigit((unsigned char)*s); s++)
-        v += (*s - '0') * (scale /= 10);
-    if (s == start || (s == start + 1 && *start == '.'))
+    double v;
+    if (read_decimal(&s, &v) != 0)
       return -1;
     double unit = 1000; /* bare number: seconds */
     if (strncmp(s, "ms", 2) == 0)
@@ -309,8 +343,10 @@ static int parse_duration_ms(const char *s, long *out) {
       unit = 3600000, s++;
     else if (*s && !isspace((unsigned char)*s))
       return -1;
-    else if (parts > 0)
-      return -1; /* "1m30" */
+    else
+      bare = 1;
+    if (bare && parts > 0)
+      return -1; /* "1m30", "5 1s": a bare number stands alone */
     total += v * unit;
     parts++;
     while (isspace((unsigned char)*s))
@@ -322,16 +358,20 @@ static int parse_duration_ms(const char *s, long *out) {
   return 0;
 }
 
+/* The variable name's duration in lo_ms..hi_ms, else def_ms (with one
+ * message when it is set). With or_off, the word "off" stands for -1. */
 static long duration_setting(const source *src, const char *name, long lo_ms,
-                             long hi_ms, long def_ms) {
+                             long hi_ms, long def_ms, int or_off) {
   const char *v = env_get(src, name);
   long ms;
   if (!v)
     return def_ms;
+  if (or_off && is_word(v, "off"))
+    return -1;
   if (parse_duration_ms(v, &ms) != 0 || ms < lo_ms || ms > hi_ms) {
-    cp_warn("%s='%s' is not a duration in %ldms..%lds (like 10s, 500ms); "
+    cp_warn("%s='%s' is not a duration in %ldms..%lds (like 10s, 500ms)%s; "
             "using %ldms",
-            name, v, lo_ms, hi_ms / 1000, def_ms);
+            name, v, lo_ms, hi_ms / 1000, or_off ? " or off" : "", def_ms);
     return def_ms;
   }
   return ms;
@@ -554,15 +594,12 @@ static int load_upload(cp_config *cfg, const source *src,
     } export_names[] = {{"file", CP_EXPORT_FILE},
                         {"datadog", CP_EXPORT_DATADOG},
                         {"pyroscope", CP_EXPORT_PYROSCOPE}};
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", exports);
+    char word[32];
     int bad = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ", \t", &save); tok;
-         tok = strtok_r(NULL, ", \t", &save)) {
+    for (const char *at = exports; next_list_word(&at, word, sizeof word);) {
       unsigned bit = 0;
       for (size_t i = 0; i < CP_ARRAY_SIZE(export_names); i++)
-        if (strcasecmp(tok, export_names[i].name) == 0)
+        if (strcasecmp(word, export_names[i].name) == 0)
           bit = export_names[i].bit;
       bad += !bit;
       cfg->exports |= bit;
@@ -570,7 +607,9 @@ static int load_upload(cp_config *cfg, const source *src,
     if (bad || !cfg->exports)
       cp_warn("CONTPROF_EXPORT='%s' names unknown sinks (known: file, "
               "datadog, pyroscope)%s",
-              exports, cfg->exports ? "; they were ignored" : "");
+              exports,
+              cfg->exports ? "; they were ignored"
+                           : "; choosing as when it is unset");
   }
   if (!cfg->exports) {
     if (agent_url || agent_host || cfg->dd_agentless)
@@ -582,24 +621,21 @@ static int load_upload(cp_config *cfg, const source *src,
   }
 
   long total =
-      duration_setting(src, "CONTPROF_UPLOAD_TIMEOUT", 1, 3600000, 10000);
+      duration_setting(src, "CONTPROF_UPLOAD_TIMEOUT", 1, 3600000, 10000, 0);
   cfg->upload_timeout_ms = total;
   cfg->connect_timeout_ms =
-      duration_setting(src, "CONTPROF_CONNECT_TIMEOUT", 1, 3600000, total);
+      duration_setting(src, "CONTPROF_CONNECT_TIMEOUT", 1, 3600000, total, 0);
   cfg->exit_timeout_ms =
-      duration_setting(src, "CONTPROF_EXIT_TIMEOUT", 0, 3600000, 5000);
+      duration_setting(src, "CONTPROF_EXIT_TIMEOUT", 0, 3600000, 5000, 0);
   /* When the kernel's side of a sampling signal is measured
    * (samplers/kernel_cost.h): `off`, or a delay after the start. */
-  const char *kc = env_get(src, "CONTPROF_KERNEL_COST_AFTER");
   cfg->kernel_cost_after_ms =
-      kc && strcmp(kc, "off") == 0
-          ? -1
-          : duration_setting(src, "CONTPROF_KERNEL_COST_AFTER", 0, 86400000,
-                             CP_KERNEL_COST_AFTER_DEFAULT_MS);
+      duration_setting(src, "CONTPROF_KERNEL_COST_AFTER", 0, 86400000,
+                       CP_KERNEL_COST_AFTER_DEFAULT_MS, 1);
   cfg->retry_initial_ms =
-      duration_setting(src, "CONTPROF_RETRY_INITIAL", 1, 3600000, 1000);
+      duration_setting(src, "CONTPROF_RETRY_INITIAL", 1, 3600000, 1000, 0);
   cfg->retry_max_ms =
-      duration_setting(src, "CONTPROF_RETRY_MAX", 1, 86400000, 60000);
+      duration_setting(src, "CONTPROF_RETRY_MAX", 1, 86400000, 60000, 0);
   if (cfg->retry_max_ms < cfg->retry_initial_ms)
     cfg->retry_max_ms = cfg->retry_initial_ms;
   cfg->spool_max_profiles = 32;
@@ -786,12 +822,14 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
   cfg->max_overhead_pct = DEFAULT_MAX_OVERHEAD_PCT;
   const char *cap = env_get(&src, "CONTPROF_MAX_OVERHEAD_PCT");
   if (cap) {
-    char *end;
-    errno = 0;
-    double v = strtod(cap, &end);
+    const char *end = cap;
+    double v = -1;
     while (isspace((unsigned char)*end))
       end++;
-    if (errno || end == cap || *end || !(v >= 0 && v <= 100))
+    if (read_decimal(&end, &v) == 0)
+      while (isspace((unsigned char)*end))
+        end++;
+    if (*end || !(v >= 0 && v <= 100))
       cp_warn("CONTPROF_MAX_OVERHEAD_PCT='%s' is not a percentage in 0..100; "
               "using %g",
               cap, DEFAULT_MAX_OVERHEAD_PCT);

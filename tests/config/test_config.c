@@ -169,8 +169,9 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   cp_config_free(&cfg);
 
   /* CONTPROF_UPLOAD_PERIOD takes them too (whole seconds). */
-  const char *periods[][2] = {{"10s", "10"}, {"2m", "120"}, {"1m30s", "90"},
-                              {"45", "45"},  {"1.4", "1"},  {"86400", "86400"}};
+  const char *periods[][2] = {
+      {"10s", "10"}, {"2m", "120"},      {"1m30s", "90"},   {"45", "45"},
+      {"1.4", "1"},  {"86400", "86400"}, {"1h 30m", "5400"}};
   for (size_t i = 0; i < sizeof periods / sizeof *periods; i++) {
     fake_env period = {{{"CONTPROF_UPLOAD_PERIOD", periods[i][0]},
                         {"DD_PROFILING_UPLOAD_PERIOD", "5"}}};
@@ -220,6 +221,8 @@ static void test_bad_values(void) {
             offsetof(cp_config, upload_period_s), 60);
   check_bad("CONTPROF_UPLOAD_PERIOD", "25h", "60",
             offsetof(cp_config, upload_period_s), 60);
+  check_bad("CONTPROF_UPLOAD_PERIOD", "5 1s", "60",
+            offsetof(cp_config, upload_period_s), 60);
   check_bad("PYROSCOPE_UPLOAD_INTERVAL", "NAN", "60",
             offsetof(cp_config, upload_period_s), 60);
   check_bad("DD_PROFILING_UPLOAD_PERIOD", "inf", "60",
@@ -265,8 +268,24 @@ static void test_bad_values(void) {
   CHECK_EQ_INT(cfg.spool_max_bytes, 5 << 20);
   cp_config_free(&cfg);
 
+  /* A list of any length is read whole: 63 times "cpu," then "wall,alloc"
+   * (the last two were cut off at 255 bytes). */
+  char many[512] = "";
+  for (int i = 0; i < 63; i++)
+    strcat(many, "cpu,");
+  strcat(many, "wall,alloc");
+  fake_env long_list = {
+      {{"CONTPROF_PROFILES", many}, {"CONTPROF_EXPORT", many + 200}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &long_list, err, sizeof err), 0);
+  CHECK_EQ_INT(cfg.profiles,
+               CP_PROFILE_CPU | CP_PROFILE_WALL | CP_PROFILE_ALLOC);
+  CHECK_EQ_INT(count_lines(err), 1); /* the sinks: none of them is one */
+  CHECK(strstr(err, "CONTPROF_EXPORT") != NULL);
+  cp_config_free(&cfg);
+
   /* The overhead cap: a percentage, else one line and the default. */
-  const char *caps[] = {"abc", "-1", "101", "nan", "1%", "inf", "2,5"};
+  const char *caps[] = {"abc", "-1", "101",  "nan", "1%", "inf",
+                        "2,5", " ",  "0x10", "1e1", "+1", "."};
   for (size_t i = 0; i < sizeof caps / sizeof *caps; i++) {
     fake_env cap = {{{"CONTPROF_MAX_OVERHEAD_PCT", caps[i]}}};
     CHECK_EQ_INT(load(&cfg, NULL, &cap, err, sizeof err), 0);
@@ -288,13 +307,29 @@ static void test_bad_values(void) {
   CHECK_EQ_STR(err, "");
   CHECK_EQ_INT(cfg.kernel_cost_after_ms, -1);
   cp_config_free(&cfg);
-  const char *kcs[] = {"soon", "-1s", "25h", "OFF"};
+
+  /* Words (choices, booleans, off) in any case, with blanks around them,
+   * as CONTPROF_LOG_LEVEL and CONTPROF_EXPORT always took them. */
+  fake_env words = {{{"CONTPROF_KERNEL_COST_AFTER", " OFF"},
+                     {"CONTPROF_CPU_CLOCK", "POSIX"},
+                     {"CONTPROF_UNWIND", "Fp "},
+                     {"CONTPROF_ENABLED", "true "},
+                     {"CONTPROF_TIMELINE", " Yes"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &words, err, sizeof err), 0);
+  CHECK_EQ_STR(err, "");
+  CHECK_EQ_INT(cfg.kernel_cost_after_ms, -1);
+  CHECK_EQ_INT(cfg.cpu_clock, CP_CPU_CLOCK_POSIX);
+  CHECK_EQ_INT(cfg.unwind_mode, 1);
+  CHECK_EQ_INT(cfg.enabled, 1);
+  CHECK_EQ_INT(cfg.timeline, 1);
+  cp_config_free(&cfg);
+  const char *kcs[] = {"soon", "-1s", "25h", "offf"};
   for (size_t i = 0; i < sizeof kcs / sizeof *kcs; i++) {
     fake_env kc = {{{"CONTPROF_KERNEL_COST_AFTER", kcs[i]}}};
     CHECK_EQ_INT(load(&cfg, NULL, &kc, err, sizeof err), 0);
     CHECK_EQ_INT(count_lines(err), 1);
     CHECK(strstr(err, "CONTPROF_KERNEL_COST_AFTER") &&
-          strstr(err, "using 10000ms"));
+          strstr(err, "using 10000ms") && strstr(err, "or off"));
     CHECK_EQ_INT(cfg.kernel_cost_after_ms, 10000);
     cp_config_free(&cfg);
   }
