@@ -16,8 +16,14 @@
  * tree), or in the configured install libdir. */
 static int find_preload(char *out, size_t len) {
   const char *forced = secure_getenv("CONTPROF_PRELOAD_LIBRARY");
-  if (forced && access(forced, R_OK) == 0)
-    return snprintf(out, len, "%s", forced), 0;
+  if (forced && *forced) {
+    if (access(forced, R_OK) == 0)
+      return snprintf(out, len, "%s", forced), 0;
+    fprintf(stderr,
+            "contprof run: CONTPROF_PRELOAD_LIBRARY='%s': %s; looking for "
+            "%s where contprof is installed\n",
+            forced, strerror(errno), PRELOAD_NAME);
+  }
   char exe[PATH_MAX - 64];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
@@ -56,10 +62,16 @@ static int set(const char *name, const char *value) {
   return 0;
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: contprof run [--hz N] [--output DIR] [--period S] "
-                  "[--profiles LIST] [--service NAME] -- PROGRAM ARGS...\n");
-  return 2;
+static int usage(FILE *to) {
+  fprintf(to,
+          "usage: contprof run [--hz N] [--output DIR] [--period S] "
+          "[--profiles LIST] [--service NAME] -- PROGRAM ARGS...\n"
+          "Runs PROGRAM with the profiler preloaded; each option sets the "
+          "variable of\nthe same meaning (CONTPROF_CPU_HZ, "
+          "CONTPROF_OUTPUT_DIR, CONTPROF_UPLOAD_PERIOD,\nCONTPROF_PROFILES, "
+          "CONTPROF_SERVICE: docs/configuration.md), also as --opt=VALUE.\n"
+          "The exit status is PROGRAM's.\n");
+  return to == stdout ? 0 : 2;
 }
 
 int cp_cmd_run(int argc, char **argv) {
@@ -75,27 +87,35 @@ int cp_cmd_run(int argc, char **argv) {
   };
   int i = 1;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
-    size_t f = 0;
-    for (; f < sizeof flags / sizeof flags[0]; f++)
-      if (strcmp(argv[i], flags[f].flag) == 0)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+      return usage(stdout);
+    size_t f = 0, flen = 0;
+    for (; f < sizeof flags / sizeof flags[0]; f++) {
+      flen = strlen(flags[f].flag);
+      if (strncmp(argv[i], flags[f].flag, flen) == 0 &&
+          (argv[i][flen] == 0 || argv[i][flen] == '='))
         break;
+    }
     if (f == sizeof flags / sizeof flags[0]) {
       if (argv[i][0] != '-')
         break; /* the program, without "--" */
       fprintf(stderr, "contprof run: unknown option '%s'\n", argv[i]);
-      return usage();
+      return usage(stderr);
     }
-    if (i + 1 >= argc) {
+    const char *value = argv[i][flen] == '=' ? argv[i] + flen + 1 : NULL;
+    if (!value && i + 1 >= argc) {
       fprintf(stderr, "contprof run: %s needs a value\n", argv[i]);
-      return usage();
+      return usage(stderr);
     }
-    if (set(flags[f].var, argv[++i]) != 0)
+    if (set(flags[f].var, value ? value : argv[++i]) != 0)
       return 1;
   }
   if (i < argc && strcmp(argv[i], "--") == 0)
     i++;
-  if (i >= argc)
-    return usage();
+  if (i >= argc) {
+    fprintf(stderr, "contprof run: no program to run\n");
+    return usage(stderr);
+  }
 
   char lib[PATH_MAX];
   if (find_preload(lib, sizeof lib) != 0) {

@@ -184,6 +184,43 @@ static void test_exit_status_passes_through(void) {
   remove_dir(dir);
 }
 
+/* contprof run's own options: --help, --opt=VALUE, what is missing (its
+ * messages read through a shell's 2>&1). */
+static void test_run_options(void) {
+  run_result *r = calloc(1, sizeof *r);
+  char *help[] = {CONTPROF, "run", "--help", NULL};
+  CHECK_EQ_INT(run_command(help, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "usage: contprof run") != NULL);
+
+  char *eq[] = {CONTPROF,  "run",
+                "--hz=50", "--period=30s",
+                "--",      "/bin/sh",
+                "-c",      "echo $CONTPROF_CPU_HZ $CONTPROF_UPLOAD_PERIOD",
+                NULL};
+  CHECK_EQ_INT(run_command(eq, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "50 30s") != NULL);
+
+  char *none[] = {"/bin/sh", "-c", CONTPROF " run --hz 50 2>&1", NULL};
+  CHECK_EQ_INT(run_command(none, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 2);
+  CHECK(strstr(r->out, "no program to run") != NULL);
+
+  /* A library named that does not exist: said, and the one beside contprof
+   * used. */
+  const char *env[] = {"CONTPROF_PRELOAD_LIBRARY=/nonexistent/lib.so", NULL};
+  char *lib[] = {"/bin/sh", "-c",
+                 CONTPROF " run -- /bin/sh -c 'echo \"$LD_PRELOAD\"' 2>&1",
+                 NULL};
+  CHECK_EQ_INT(run_command(lib, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "CONTPROF_PRELOAD_LIBRARY='/nonexistent/lib.so'") !=
+        NULL);
+  CHECK(strstr(r->out, "libcontprof_preload.so") != NULL);
+  free(r);
+}
+
 static void test_killed_by_signal(void) {
   char *dir = make_temp_dir("sigterm");
   char *argv[] = {CONTPROF, "run",    "--output", dir,
@@ -826,7 +863,8 @@ static void test_setitimer_fallback(void) {
 
 TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_total_1000hz_4_threads), T(test_exit_status_passes_through),
-          T(test_killed_by_signal), T(test_two_hundred_short_threads),
+          T(test_run_options), T(test_killed_by_signal),
+          T(test_two_hundred_short_threads),
           T(test_short_threads_oversubscribed),
           T(test_closed_descriptors_come_back),
           T(test_switching_threads_leave_perf),
