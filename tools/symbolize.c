@@ -26,7 +26,8 @@ static void symbolize_usage(FILE *out) {
                "symbolizes a profile made with CONTPROF_SYMBOLIZE=none: each "
                "mapping's file\n(if its build id matches) or DIR/.build-id/"
                "xx/yyyy.debug (DIR: " DEFAULT_DEBUG_DIR ").\n"
-               "OUT must not exist.\n");
+               "IN - reads stdin; OUT - writes stdout, else OUT must not "
+               "exist.\n");
 }
 
 /* Where a mapping's code is read from. */
@@ -226,9 +227,17 @@ fail:
   return NULL;
 }
 
+/* path "-": stdout. Else a new file, the owner's alone as the profiles
+ * are. */
 static int write_new_file(const char *path, const uint8_t *data, size_t len) {
+  int to_stdout = strcmp(path, "-") == 0;
+  if (to_stdout)
+    path = "stdout";
   int fd =
-      open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      to_stdout
+          ? 1
+          : open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                 0600);
   if (fd < 0) {
     fprintf(stderr, "contprof: symbolize: cannot create %s: %s\n", path,
             strerror(errno));
@@ -242,13 +251,15 @@ static int write_new_file(const char *path, const uint8_t *data, size_t len) {
     if (n <= 0) {
       fprintf(stderr, "contprof: symbolize: writing %s: %s\n", path,
               strerror(errno));
-      close(fd);
-      unlink(path);
+      if (!to_stdout) {
+        close(fd);
+        unlink(path);
+      }
       return -1;
     }
     done += (size_t)n;
   }
-  return close(fd);
+  return to_stdout ? 0 : close(fd);
 }
 
 int cp_cmd_symbolize(int argc, char **argv) {
@@ -261,9 +272,18 @@ int cp_cmd_symbolize(int argc, char **argv) {
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       symbolize_usage(stdout);
       return 0;
-    } else if (!in && argv[i][0] != '-') {
+    } else if (!in && (argv[i][0] != '-' || strcmp(argv[i], "-") == 0)) {
       in = argv[i];
     } else {
+      if (argv[i][0] == '-')
+        fprintf(stderr, "contprof: symbolize: unknown option '%s'%s\n", argv[i],
+                strcmp(argv[i], "-o") == 0 ||
+                        strcmp(argv[i], "--debug-dir") == 0
+                    ? " (it needs a value)"
+                    : "");
+      else
+        fprintf(stderr, "contprof: symbolize: one input only ('%s')\n",
+                argv[i]);
       symbolize_usage(stderr);
       return 2;
     }
@@ -279,7 +299,8 @@ int cp_cmd_symbolize(int argc, char **argv) {
   cp_dwarf_set_debug_root(debug_dir);
   pprof_profile *p = NULL;
   char err[256];
-  if (pprof_read_file(in, &p, err, sizeof err) != 0) {
+  if (pprof_read_file(strcmp(in, "-") == 0 ? "/dev/stdin" : in, &p, err,
+                      sizeof err) != 0) {
     fprintf(stderr, "contprof: symbolize: %s: %s\n", in, err);
     return 1;
   }

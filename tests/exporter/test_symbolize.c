@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "aggregator/calltree.h"
@@ -154,6 +155,19 @@ static void test_none_then_symbolize(void) {
   snprintf(cmd, sizeof cmd, "%s symbolize %s -o %s 2>/dev/null", CONTPROF, in,
            out);
   CHECK(system(cmd) != 0);
+  /* Through a pipe: IN and OUT "-" are stdin and stdout, byte for byte what
+   * the file got. */
+  snprintf(cmd, sizeof cmd, "%s symbolize - -o - < %s | cmp -s - %s", CONTPROF,
+           in, out);
+  CHECK_EQ_INT(system(cmd), 0);
+  struct stat st;
+  CHECK(stat(out, &st) == 0 && (st.st_mode & 07777) == 0600);
+  /* An unknown option is named. */
+  snprintf(cmd, sizeof cmd,
+           "%s symbolize %s -o %s.2 --bogus 2>&1 | grep -q \"unknown option "
+           "'--bogus'\"",
+           CONTPROF, in, out);
+  CHECK_EQ_INT(system(cmd), 0);
   pprof_profile *s = NULL;
   char err[256];
   CHECK_EQ_INT(pprof_read_file(out, &s, err, sizeof err), 0);
