@@ -14,7 +14,7 @@ static void usage(FILE *out) {
           "                    [--profiles LIST] [--service NAME] -- PROGRAM "
           "ARGS...\n"
           "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
-          "                    [--max-memory MIB] [--lines]\n"
+          "                    [--max-memory MIB] [--lines] [--base BASE]\n"
           "       contprof merge -o OUT [--type T] [--drop-labels K,...] "
           "FILE|DIR...\n"
           "       contprof folded [--type T] [-o OUT] FILE|DIR...\n"

@@ -283,6 +283,11 @@ static int parse_view_args(const char *verb, int argc, char **argv,
       usage(stdout);
       return -1;
     } else if (strcmp(a, "--svg") == 0) {
+      if (strcmp(verb, "flame") != 0) {
+        fprintf(stderr, "contprof: %s: --svg is for contprof flame\n", verb);
+        usage(stderr);
+        return 2;
+      }
       va->svg = true;
     } else if ((v = cp_option(argc, argv, &i, "-o", &missing)) ||
                (v = cp_option(argc, argv, &i, "--output", &missing))) {
@@ -465,7 +470,8 @@ static int finish(const char *verb, buf *b, const char *out) {
 /* ---- folded -------------------------------------------------------------- */
 
 static void folded_usage(FILE *out) {
-  fprintf(out, "usage: contprof folded [--type TYPE] [-o OUT] FILE|DIR...\n"
+  fprintf(out, "usage: contprof folded [--type TYPE] [-o|--output OUT] "
+               "[--max-memory MIB] FILE|DIR...\n"
                "Prints collapsed stacks (root;...;leaf VALUE) of the merged\n"
                "FILEs, for flamegraph.pl, speedscope and other tools. In\n"
                "names, ';' and control characters are replaced by '?'.\n");
@@ -698,7 +704,8 @@ static void put_svg(buf *b, const tree *t, const char *title) {
 
 static void flame_usage(FILE *out) {
   fprintf(out,
-          "usage: contprof flame [-o OUT] [--type TYPE] [--svg] FILE|DIR...\n"
+          "usage: contprof flame [-o|--output OUT] [--type TYPE] [--svg]\n"
+          "                      [--max-memory MIB] FILE|DIR...\n"
           "Writes a flame graph of the merged FILEs: one self-contained HTML\n"
           "page (default flame.html; click to zoom, search, a switch between\n"
           "sample types), or with --svg a static SVG (default flame.svg).\n");
@@ -752,12 +759,14 @@ out:
 }
 
 static void diff_usage(FILE *out) {
-  fprintf(out,
-          "usage: contprof diff [-o OUT] [--type TYPE] BASE NEW\n"
-          "Writes a differential flame graph (default diff.html): frames as\n"
-          "wide as in NEW, red where their share of the total grew since\n"
-          "BASE, blue where it shrank; the tooltip gives both and the delta.\n"
-          "BASE and NEW are pprof files or directories of them.\n");
+  fprintf(
+      out,
+      "usage: contprof diff [-o|--output OUT] [--type TYPE] [--max-memory MIB] "
+      "BASE NEW\n"
+      "Writes a differential flame graph (default diff.html): frames as\n"
+      "wide as in NEW, red where their share of the total grew since\n"
+      "BASE, blue where it shrank; the tooltip gives both and the delta.\n"
+      "BASE and NEW are pprof files or directories of them.\n");
 }
 
 int cp_cmd_diff(int argc, char **argv) {
@@ -767,6 +776,9 @@ int cp_cmd_diff(int argc, char **argv) {
     goto out;
   rc = 1;
   if (va.npaths != 2) {
+    fprintf(stderr,
+            "contprof: diff: needs two inputs, BASE and NEW (got %zu)\n",
+            va.npaths);
     diff_usage(stderr);
     rc = 2;
     goto out;

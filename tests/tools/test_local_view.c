@@ -1062,6 +1062,17 @@ static void test_output_targets(void) {
   CHECK(got && want && strcmp(got, want) == 0);
   free(got);
   free(want);
+
+  /* What the views refuse says why: --svg is flame's, diff takes two. */
+  char *err = NULL;
+  char *folded_svg[] = {"contprof", "folded", "--svg", a, NULL};
+  CHECK_EQ_INT(contprof(folded_svg, NULL, &err), 2);
+  CHECK(err && strstr(err, "--svg is for contprof flame") != NULL);
+  free(err);
+  char *diff_one[] = {"contprof", "diff", a, NULL};
+  CHECK_EQ_INT(contprof(diff_one, NULL, &err), 2);
+  CHECK(err && strstr(err, "needs two inputs, BASE and NEW (got 1)") != NULL);
+  free(err);
 }
 
 static void test_cleanup(void) { tmp_cleanup(); }
