@@ -375,11 +375,17 @@ static int start_configured(int forked_child) {
     cp_agg_start_deferred(1);
 
   char profiles[64];
-  if (cp_log_get_level() >= CP_LOG_INFO) /* not formatted for nothing */
-    cp_info("profiling %s (%s) at %d Hz, a profile every %d s into %s",
+  if (cp_log_get_level() >= CP_LOG_INFO) { /* not formatted for nothing */
+    unsigned to = prof.cfg.exports;
+    cp_info("profiling %s (%s) at %d Hz, a profile every %d s%s%s%s%s",
             prof.cfg.service,
             cp_profiles_string(prof.cfg.profiles, profiles, sizeof profiles),
-            prof.cfg.cpu_hz, prof.cfg.upload_period_s, prof.cfg.output_dir);
+            prof.cfg.cpu_hz, prof.cfg.upload_period_s,
+            to & CP_EXPORT_FILE ? " into " : "",
+            to & CP_EXPORT_FILE ? prof.cfg.output_dir : "",
+            to & CP_EXPORT_DATADOG ? ", to the Datadog agent or intake" : "",
+            to & CP_EXPORT_PYROSCOPE ? ", to Pyroscope" : "");
+  }
   return 0;
 }
 

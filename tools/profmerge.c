@@ -344,6 +344,21 @@ static uint32_t in_str(input *in, int64_t i) {
 
 /* Chooses the output sample types from the first input, and maps every
  * input's types onto them: by type and unit, in any order. */
+
+/* Appends ", type/unit" to buf, whole or not at all: what does not fit
+ * ends the list with ", ..." once. */
+static void add_type_name(char *buf, size_t len, const char *type,
+                          const char *unit) {
+  size_t used = strlen(buf);
+  if (used >= 5 && strcmp(buf + used - 5, ", ...") == 0)
+    return;
+  size_t need = (used ? 2 : 0) + strlen(type) + 1 + strlen(unit);
+  if (used + need + 6 <= len)
+    snprintf(buf + used, len - used, "%s%s/%s", used ? ", " : "", type, unit);
+  else if (used + 6 <= len)
+    snprintf(buf + used, len - used, "%s...", used ? ", " : "");
+}
+
 static int map_types(input *in, const char *path, char *err, size_t errlen) {
   cp_merge *m = in->m;
   const pprof_profile *p = in->p;
@@ -390,15 +405,13 @@ static int map_types(input *in, const char *path, char *err, size_t errlen) {
   }
   return 0;
 differ:;
-  char have[200] = "", want[200] = "";
+  char have[400] = "", want[400] = "";
   for (size_t i = 0; i < p->n_sample_type; i++)
-    snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s/%s",
-             i ? ", " : "", pprof_str(p, p->sample_type[i]->type),
-             pprof_str(p, p->sample_type[i]->unit));
+    add_type_name(have, sizeof have, pprof_str(p, p->sample_type[i]->type),
+                  pprof_str(p, p->sample_type[i]->unit));
   for (size_t i = 0; i < m->ntypes; i++)
-    snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s/%s",
-             i ? ", " : "", VEC_AT(m->strs, char *, m->type[i]),
-             VEC_AT(m->strs, char *, m->unit[i]));
+    add_type_name(want, sizeof want, VEC_AT(m->strs, char *, m->type[i]),
+                  VEC_AT(m->strs, char *, m->unit[i]));
   return fail(err, errlen,
               "%s: sample types (%s) differ from those of %s (%s); keep one "
               "with --type",
