@@ -9,29 +9,30 @@
 #include "contprof/profiler.h"
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: contprof run [--hz N] [--output DIR] [--period S]\n"
-          "                    [--profiles LIST] [--service NAME] -- PROGRAM "
-          "ARGS...\n"
-          "       contprof top FILE... [-n N] [--type TYPE] [--list-types]\n"
-          "                    [--max-memory MIB] [--lines] [--base BASE]\n"
-          "       contprof merge -o OUT [--type T] [--drop-labels K,...] "
-          "FILE|DIR...\n"
-          "       contprof folded [--type T] [-o OUT] FILE|DIR...\n"
-          "       contprof flame [-o OUT] [--type T] [--svg] FILE|DIR...\n"
-          "       contprof diff [-o OUT] [--type T] BASE NEW\n"
-          "       contprof symbolize IN -o OUT [--debug-dir DIR]\n"
-          "       contprof version\n"
-          "\n"
-          "run    runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
-          "its status.\n"
-          "top    prints flat and cumulative top functions of pprof files.\n"
-          "merge  merges pprof files by function into one.\n"
-          "folded prints collapsed stacks (root;...;leaf VALUE).\n"
-          "flame  writes a flame graph: self-contained HTML, or SVG.\n"
-          "diff   writes a differential flame graph of BASE and NEW.\n"
-          "symbolize adds functions, files and lines to a profile made "
-          "with\n       CONTPROF_SYMBOLIZE=none.\n");
+  fprintf(
+      out,
+      "usage: contprof run [--hz N] [--output DIR] [--period S]\n"
+      "                    [--profiles LIST] [--service NAME] -- PROGRAM "
+      "ARGS...\n"
+      "       contprof top FILE|DIR... [-n N] [--type TYPE] [--list-types]\n"
+      "                    [--max-memory MIB] [--lines] [--base BASE]\n"
+      "       contprof merge -o OUT [--type T] [--drop-labels K,...] "
+      "FILE|DIR...\n"
+      "       contprof folded [--type T] [-o OUT] FILE|DIR...\n"
+      "       contprof flame [-o OUT] [--type T] [--svg] FILE|DIR...\n"
+      "       contprof diff [-o OUT] [--type T] BASE NEW\n"
+      "       contprof symbolize IN -o OUT [--debug-dir DIR]\n"
+      "       contprof version\n"
+      "\n"
+      "run    runs PROGRAM under the profiler (LD_PRELOAD) and exits with "
+      "its status.\n"
+      "top    prints flat and cumulative top functions of pprof files.\n"
+      "merge  merges pprof files by function into one.\n"
+      "folded prints collapsed stacks (root;...;leaf VALUE).\n"
+      "flame  writes a flame graph: self-contained HTML, or SVG.\n"
+      "diff   writes a differential flame graph of BASE and NEW.\n"
+      "symbolize adds functions, files and lines to a profile made "
+      "with\n       CONTPROF_SYMBOLIZE=none.\n");
 }
 
 int main(int argc, char **argv) {

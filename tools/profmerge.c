@@ -842,12 +842,7 @@ static bool is_pb_gz(const char *name) {
   return name[0] != '.' && n > 6 && strcmp(name + n - 6, ".pb.gz") == 0;
 }
 
-typedef struct file_list {
-  char **v;
-  size_t n, cap;
-} file_list;
-
-static int list_add(file_list *l, const char *a, const char *b) {
+static int list_add(cp_path_list *l, const char *a, const char *b) {
   if (l->n == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 64;
     char **nv = realloc(l->v, cap * sizeof *nv);
@@ -863,8 +858,8 @@ static int list_add(file_list *l, const char *a, const char *b) {
   return 0;
 }
 
-/* Appends path, or a directory's *.pb.gz files in name order. */
-static int expand(file_list *l, const char *path, char *err, size_t errlen) {
+int cp_path_list_add(cp_path_list *l, const char *path, char *err,
+                     size_t errlen) {
   struct stat st;
   if (strcmp(path, "-") == 0) /* as contprof top reads it */
     path = "/dev/stdin";
@@ -889,17 +884,22 @@ static int expand(file_list *l, const char *path, char *err, size_t errlen) {
 
 int cp_merge_add_paths(cp_merge *m, char *const *paths, size_t n, char *err,
                        size_t errlen) {
-  file_list l = {0};
+  cp_path_list l = {0};
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < n; i++)
-    rc = expand(&l, paths[i], err, errlen);
+    rc = cp_path_list_add(&l, paths[i], err, errlen);
   if (rc == 0)
     rc = merge_files(m, l.v, l.n, err, errlen);
   cp_progress_end();
-  for (size_t i = 0; i < l.n; i++)
-    free(l.v[i]);
-  free(l.v);
+  cp_path_list_free(&l);
   return rc;
+}
+
+void cp_path_list_free(cp_path_list *l) {
+  for (size_t i = 0; i < l->n; i++)
+    free(l->v[i]);
+  free(l->v);
+  *l = (cp_path_list){0};
 }
 
 /* ---- the merged profile out ---------------------------------------------- */

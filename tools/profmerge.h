@@ -23,6 +23,18 @@ typedef struct cp_merge_options {
 cp_merge *cp_merge_create(const cp_merge_options *opts);
 void cp_merge_destroy(cp_merge *m);
 
+/* Input paths as the commands take them: a file, "-" (/dev/stdin), or a
+ * directory, which stands for its *.pb.gz files in name order. */
+typedef struct cp_path_list {
+  char **v;
+  size_t n, cap;
+} cp_path_list;
+/* Appends path (a directory: its files) to l. 0, or -1 with err set (a
+ * directory that cannot be read or has no .pb.gz file; out of memory). */
+int cp_path_list_add(cp_path_list *l, const char *path, char *err,
+                     size_t errlen);
+void cp_path_list_free(cp_path_list *l);
+
 /* Reads every path (a file, or a directory: its *.pb.gz files in name
  * order) and merges them, in order, reading one file ahead in a second
  * thread. Returns 0, or -1 with err set ("PATH: reason"): unreadable or

@@ -10,13 +10,14 @@
 
 #include "commands.h"
 #include "exporter/pprof_read.h"
+#include "profmerge.h"
 
 #define EXIT_INPUT 1
 #define EXIT_USAGE 2
 
 static void top_usage(FILE *out) {
   fprintf(out,
-          "usage: contprof top FILE... [-n N] [--type TYPE] [--lines] "
+          "usage: contprof top FILE|DIR... [-n N] [--type TYPE] [--lines] "
           "[--max-memory MIB]\n"
           "       contprof top --list-types FILE...\n"
           "       contprof top --base BASE FILE... [-n N] [--type TYPE]\n"
@@ -334,7 +335,7 @@ static int print_top_diff(const pprof_top *base, const pprof_top *now,
 /* "contprof: PREFIX: MESSAGE\n" on stderr, with both escaped: a message
  * may quote a profile's strings, a path may hold anything. */
 static void report(const char *prefix, const char *message) {
-  fputs("contprof: ", stderr);
+  fputs("contprof: top: ", stderr);
   pprof_fput_escaped(prefix, stderr);
   fputs(": ", stderr);
   pprof_fput_escaped(message, stderr);
@@ -367,6 +368,7 @@ int cp_cmd_top(int argc, char **argv) {
     return EXIT_INPUT;
   }
 
+  cp_path_list inputs = {0};
   int options_done = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -424,6 +426,36 @@ int cp_cmd_top(int argc, char **argv) {
     status = EXIT_USAGE;
     goto out;
   }
+  /* A directory stands for its .pb.gz files, as for the other commands; one
+   * that cannot be read is reported and the others are still shown. */
+  for (size_t i = 0; i < npaths; i++) {
+    char err[256];
+    if (cp_path_list_add(&inputs, paths[i], err, sizeof err) != 0) {
+      fprintf(stderr, "contprof: top: ");
+      pprof_fput_escaped(err, stderr);
+      fputs("\n", stderr);
+      status = EXIT_INPUT;
+    }
+  }
+  npaths = 0;
+  free(profiles);
+  profiles = calloc(inputs.n ? inputs.n : 1, sizeof *profiles);
+  if (!profiles) {
+    fprintf(stderr, "contprof: top: out of memory\n");
+    status = EXIT_INPUT;
+    goto out;
+  }
+  /* paths: the list's names, which the readable ones are compacted into
+   * below; the list keeps owning them. */
+  free(paths);
+  paths = calloc(inputs.n ? inputs.n : 1, sizeof *paths);
+  if (!paths) {
+    fprintf(stderr, "contprof: top: out of memory\n");
+    status = EXIT_INPUT;
+    goto out;
+  }
+  memcpy(paths, inputs.v, inputs.n * sizeof *paths);
+  npaths = inputs.n;
 
   /* One budget for every file: what a profile keeps is subtracted before
    * the next one is read. A file that fails is reported and skipped; the
@@ -521,9 +553,10 @@ int cp_cmd_top(int argc, char **argv) {
 
 out:
   pprof_profile_free(base);
-  for (size_t i = 0; i < npaths; i++)
+  for (size_t i = 0; profiles && i < npaths; i++)
     pprof_profile_free(profiles[i]);
   free(profiles);
   free(paths);
+  cp_path_list_free(&inputs);
   return status;
 }

@@ -1210,7 +1210,8 @@ static void test_top_refuses_sample_bomb(void) {
   CHECK_EQ_INT(rc, 1);
   char want[512];
   snprintf(want, sizeof want,
-           "contprof: %s: profile too large (decoded size over the 256 MiB "
+           "contprof: top: %s: profile too large (decoded size over the 256 "
+           "MiB "
            "limit)\n",
            bomb);
   CHECK_EQ_STR(err, want);

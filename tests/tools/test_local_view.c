@@ -1063,6 +1063,17 @@ static void test_output_targets(void) {
   free(got);
   free(want);
 
+  /* top takes a directory as the other commands do. */
+  char topdir[256];
+  snprintf(topdir, sizeof topdir, "%s", tmp_path("topdir"));
+  CHECK_EQ_INT(mkdir(topdir, 0700), 0);
+  write_build("topdir/one.pb.gz", 0, 1);
+  char *top_dir[] = {"contprof", "top", topdir, NULL};
+  char *shown = NULL;
+  CHECK_EQ_INT(contprof(top_dir, &shown, NULL), 0);
+  CHECK(shown && strstr(shown, "Showing top") != NULL);
+  free(shown);
+
   /* What the views refuse says why: --svg is flame's, diff takes two. */
   char *err = NULL;
   char *folded_svg[] = {"contprof", "folded", "--svg", a, NULL};
