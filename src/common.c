@@ -27,7 +27,12 @@ CP_TLS cp_thread_state cp_thread;
 void cp_log_set_level(cp_log_level level) { log_level = level; }
 cp_log_level cp_log_get_level(void) { return (cp_log_level)log_level; }
 
+static _Atomic unsigned complaints;
+unsigned cp_log_complaints(void) { return atomic_load(&complaints); }
+
 void cp_log(cp_log_level level, const char *fmt, ...) {
+  if (level <= CP_LOG_WARN)
+    atomic_fetch_add(&complaints, 1);
   if ((int)level > log_level)
     return;
   int saved_errno = errno;

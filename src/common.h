@@ -22,6 +22,9 @@ cp_log_level cp_log_get_level(void);
  * async-signal-safe. Never pass secrets. */
 void cp_log(cp_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* How many warnings and errors cp_log was asked for since the start, shown
+ * or not (contprof run checks its options with it). */
+unsigned cp_log_complaints(void);
 #define cp_error(...) cp_log(CP_LOG_ERROR, __VA_ARGS__)
 #define cp_warn(...) cp_log(CP_LOG_WARN, __VA_ARGS__)
 #define cp_info(...) cp_log(CP_LOG_INFO, __VA_ARGS__)

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "common.h"
+#include "config.h"
 
 #define PRELOAD_NAME "libcontprof_preload.so"
 
@@ -74,7 +76,23 @@ static int usage(FILE *to) {
   return to == stdout ? 0 : 2;
 }
 
+/* The options' variables alone, for cp_config_load. */
+typedef struct option_values {
+  const char *var[8];
+  const char *value[8];
+  int n;
+} option_values;
+
+static const char *option_getenv(const char *name, void *ctx) {
+  const option_values *o = ctx;
+  for (int i = o->n - 1; i >= 0; i--)
+    if (strcmp(o->var[i], name) == 0)
+      return o->value[i];
+  return NULL;
+}
+
 int cp_cmd_run(int argc, char **argv) {
+  option_values given = {.n = 0};
   static const struct {
     const char *flag;
     const char *var;
@@ -107,8 +125,28 @@ int cp_cmd_run(int argc, char **argv) {
       fprintf(stderr, "contprof run: %s needs a value\n", argv[i]);
       return usage(stderr);
     }
-    if (set(flags[f].var, value ? value : argv[++i]) != 0)
+    if (!value)
+      value = argv[++i];
+    if (set(flags[f].var, value) != 0)
       return 1;
+    if (given.n < (int)(sizeof given.var / sizeof *given.var)) {
+      given.var[given.n] = flags[f].var;
+      given.value[given.n++] = value;
+    }
+  }
+  /* Each option's value is checked as the library will read it, here and
+   * once: a bad one would otherwise be reported by every process the
+   * program runs, and replaced by a default. */
+  if (given.n) {
+    cp_config cfg;
+    unsigned before = cp_log_complaints();
+    if (cp_config_load(&cfg, NULL, option_getenv, &given) == 0)
+      cp_config_free(&cfg);
+    if (cp_log_complaints() != before) {
+      fprintf(stderr, "contprof run: an option's value is refused (above); "
+                      "nothing was run\n");
+      return 2;
+    }
   }
   if (i < argc && strcmp(argv[i], "--") == 0)
     i++;

@@ -207,6 +207,14 @@ static void test_run_options(void) {
   CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 2);
   CHECK(strstr(r->out, "no program to run") != NULL);
 
+  /* A bad value is refused once, by contprof run, and nothing runs. */
+  char *bad[] = {"/bin/sh", "-c",
+                 CONTPROF " run --hz abc -- /bin/echo ran 2>&1", NULL};
+  CHECK_EQ_INT(run_command(bad, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 2);
+  CHECK(strstr(r->out, "CONTPROF_CPU_HZ='abc'") != NULL);
+  CHECK(strstr(r->out, "ran") == NULL);
+
   /* A library named that does not exist: said, and the one beside contprof
    * used. */
   const char *env[] = {"CONTPROF_PRELOAD_LIBRARY=/nonexistent/lib.so", NULL};
