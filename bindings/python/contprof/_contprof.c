@@ -1828,7 +1828,7 @@ static void *sampler_main(void *arg) {
   pthread_setname_np(pthread_self(), "contprof-python");
   contprof_own_thread_begin(); /* its CPU is the profiler's */
   /* Direct reads recover from SIGSEGV and SIGBUS only where they are not
-   * blocked: this thread's mask is the starting thread's. */
+   * blocked: this thread starts with every signal blocked. */
   sigset_t faults;
   sigemptyset(&faults);
   sigaddset(&faults, SIGSEGV);
@@ -1939,6 +1939,21 @@ static void *namer_main(void *arg) {
   return NULL;
 }
 
+/* Starts one of our threads with every signal blocked (it inherits the
+ * mask it is created with): a signal the application blocks, to take it
+ * with sigwait, or sends to the process would otherwise be delivered to it,
+ * where its default action may end the process and the application's
+ * waits are not woken. The sampler unblocks the faults its direct reads
+ * recover from. */
+static int start_thread_blocked(pthread_t *t, void *(*fn)(void *)) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = pthread_create(t, NULL, fn, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
 static int sampler_start(void) {
   if ((!cfg.cpu_on && !cfg.wall_on) || !L.ok)
     return 0;
@@ -1953,10 +1968,10 @@ static int sampler_start(void) {
   sampler.stop = 0;
   sampler.names_due = 0;
   sampler.namer_key = 0;
-  if (pthread_create(&sampler.namer, NULL, namer_main, NULL) != 0)
+  if (start_thread_blocked(&sampler.namer, namer_main) != 0)
     return -1;
   sampler.namer_started = 1;
-  if (pthread_create(&sampler.thread, NULL, sampler_main, NULL) != 0)
+  if (start_thread_blocked(&sampler.thread, sampler_main) != 0)
     return -1;
   sampler.started = 1;
   return 0;

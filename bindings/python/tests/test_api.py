@@ -5,6 +5,7 @@ import glob
 import os
 import shutil
 import subprocess
+import signal
 import sys
 
 from conftest import PKG, ROOT, c_build_dir
@@ -126,3 +127,35 @@ sys.exit(3)
     assert len(files) == 1
     p = pprof.read(files[0])
     assert p.total("cpu-time", lambda s: "main_work" in s.functions()) > 0.2e9
+
+
+def test_signals_blocked_by_the_application_stay_its_own(run_py):
+    """The sigwait pattern: the main thread blocks SIGUSR1 and takes it with
+    signal.sigwait. The profiler's threads (its sampler, its namer, the
+    library's) block every signal, so the kernel keeps the signal pending
+    for the application instead of delivering it to one of them, where its
+    default action ended the process. Native frames on: its sampler also
+    signals the application's threads."""
+    run = run_py(BURN + '''
+import os, signal, time, contprof
+contprof.start(profiles="cpu,wall", python_native=True, upload_period=3600)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
+burn(0.2)
+os.kill(os.getpid(), signal.SIGUSR1)
+time.sleep(0.3)
+print("got", int(signal.sigwait({signal.SIGTERM, signal.SIGUSR1})))
+for tid in os.listdir("/proc/self/task"):
+    with open("/proc/self/task/%s/comm" % tid) as f:
+        name = f.read().strip()
+    if name.startswith("contprof"):
+        with open("/proc/self/task/%s/status" % tid) as f:
+            blocked = [l for l in f if l.startswith("SigBlk:")][0].split()[1]
+        # SIGUSR1 (10) and SIGTERM (15) are blocked there.
+        assert int(blocked, 16) & (1 << 9) and int(blocked, 16) & (1 << 14), \
+            (name, blocked)
+        print("blocked", name)
+contprof.stop()
+''')
+    out = run.proc.stdout
+    assert "got %d" % int(signal.SIGUSR1) in out, out + run.proc.stderr
+    assert "blocked contprof-python" in out, out

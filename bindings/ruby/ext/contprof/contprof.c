@@ -912,9 +912,16 @@ static void start_sampling(void) {
     rb_tracepoint_enable(st.tp_newobj);
   }
   st.ticker_stop = 0;
-  if ((set.profiles & CONTPROF_SELF(CONTPROF_KIND_WALL)) &&
-      pthread_create(&st.ticker, NULL, ticker_main, NULL) == 0)
-    st.ticker_running = 1;
+  if (set.profiles & CONTPROF_SELF(CONTPROF_KIND_WALL)) {
+    /* Created with every signal blocked, so that none is delivered to it
+     * before its first instruction either (see ticker_main). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    st.ticker_running =
+        pthread_create(&st.ticker, NULL, ticker_main, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
   /* The "contprof" Ruby thread only for wall: it takes the GVL now and then,
    * which a CPU-bound thread pays with a switch (and, on a busy machine,
    * with a wait for a CPU). CPU-only: thread-begin/end hooks find threads,
