@@ -696,13 +696,16 @@ static void read_str(uintptr_t addr, char *buf, size_t cap) {
   if (!compact || len < 0 || len > (1 << 20))
     return;
   if (ascii) {
-    size_t m = (size_t)len < cap - 1 ? (size_t)len : cap - 1;
+    /* A longer string keeps what fits with "..." after it. */
+    size_t m = (size_t)len < cap - 1 ? (size_t)len : cap - 4;
     /* A partial copy (the object freed and unmapped meanwhile) leaves buf
      * without its terminator: "?" then. */
-    if (rd(addr + L.str_ascii, buf, m) == 0)
-      buf[m] = 0;
-    else
+    if (rd(addr + L.str_ascii, buf, m) != 0)
       snprintf(buf, cap, "?");
+    else if (m < (size_t)len)
+      memcpy(buf + m, "...", 4);
+    else
+      buf[m] = 0;
     return;
   }
   if (kind != 1 && kind != 2 && kind != 4)
@@ -736,10 +739,21 @@ static void read_str(uintptr_t addr, char *buf, size_t cap) {
       u[2] = (unsigned char)(0x80 | (c >> 6 & 63));
       u[3] = (unsigned char)(0x80 | (c & 63)), nu = 4;
     }
-    if (o + nu >= cap)
+    if (o + nu >= cap) {
+      m = 0; /* cut short */
       break;
+    }
     memcpy(buf + o, u, nu);
     o += nu;
+  }
+  if (m < (size_t)len) { /* cut short: "..." after whole characters */
+    size_t written = o;
+    if (o > cap - 4)
+      o = cap - 4;
+    while (o > 0 && o < written && (buf[o] & 0xc0) == 0x80)
+      o--; /* buf[o], the first byte left out, continues a character */
+    memcpy(buf + o, "...", 3);
+    o += 3;
   }
   buf[o] = 0;
 }

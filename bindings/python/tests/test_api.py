@@ -159,3 +159,30 @@ contprof.stop()
     out = run.proc.stdout
     assert "got %d" % int(signal.SIGUSR1) in out, out + run.proc.stderr
     assert "blocked contprof-python" in out, out
+
+
+def test_long_names_are_cut_with_a_mark(run_py):
+    """A function name longer than the 255 bytes kept ends in "...", cut
+    after a whole character (ASCII and not)."""
+    run = run_py(BURN + '''
+import contprof
+def make(name):
+    ns = {}
+    exec("def %s(b):\\n    b(0.3)\\n" % name, ns)
+    return ns[name]
+contprof.start(profiles="cpu", upload_period=3600)
+make("f" + "a" * 300)(burn)
+make("g" + "\\u00e9" * 300)(burn)
+contprof.stop()
+''')
+    names = set()
+    for path in run.files():
+        for sample in pprof.read(path).samples:
+            names.update(sample.functions())
+    long_ascii = [n for n in names if n.startswith("faaa")]
+    long_utf8 = [n for n in names if n.startswith("g\u00e9")]
+    assert long_ascii and long_utf8, sorted(names)
+    for n in long_ascii + long_utf8:
+        assert n.endswith("..."), n
+        assert len(n.encode()) <= 255, n
+    assert long_utf8[0][:-3].endswith("\u00e9")
