@@ -101,6 +101,15 @@ static void stop_at_exit(void) {
     contprof_stop();
 }
 
+void cp_profiler_thread_leaving(void) {
+  if (atomic_load(&prof.running) && atomic_load(&prof.pid) == getpid() &&
+      cp_threads_others_are_ours()) {
+    cp_info("the application's last thread leaves with pthread_exit: the "
+            "profiler stops, so that the process ends");
+    stop_at_exit();
+  }
+}
+
 /* The unwinder's table on the scheduler's thread, not on the drain
  * thread that calls tick and drained: the drain thread classifying
  * every function of every object (7 ms of CPU with jemalloc and

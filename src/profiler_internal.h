@@ -17,4 +17,12 @@ void cp_profiler_exec_failed(void);
  * variable: safe in a vfork child. */
 int cp_profiler_follow_exec(void);
 
+/* An application thread ends (pthread_exit, or its start routine returned
+ * or it was cancelled) and the hooks count no other: if every other thread
+ * is the profiler's, the process is about to end with it (the C library
+ * calls exit(0) when its last thread leaves), which it could not while the
+ * profiler's threads ran. The profiler stops as at exit: the last profile
+ * is written and its threads are gone. */
+void cp_profiler_thread_leaving(void);
+
 #endif

@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "profiler_internal.h"
 #include "samplers/threads.h"
 
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *,
@@ -45,10 +46,18 @@ static start_args *start_args_take(void) {
   return malloc(sizeof(start_args));
 }
 
+/* The application's threads alive as far as the hooks know: the initial
+ * thread and those started through the hook. When it falls to 0 the leaving
+ * thread may be the last (threads made otherwise are not counted: the
+ * profiler looks at /proc/self/task before it acts). */
+static _Atomic long app_threads = 1;
+static CP_TLS int started_here; /* this thread came through the hook */
+
 /* In the child of fork: slots the parent's other threads held are never
  * released here. Only those are written: the pool's pages are the
  * parent's, and each first write would copy one (three faults a child). */
 void cp_interpose_after_fork_child(void) {
+  atomic_store(&app_threads, 1); /* the forking thread alone */
   for (size_t i = 0; i < START_SLOTS; i++)
     if (atomic_load_explicit(&start_pool[i].busy, memory_order_relaxed))
       atomic_store_explicit(&start_pool[i].busy, 0, memory_order_relaxed);
@@ -61,14 +70,21 @@ static void start_args_release(start_args *args) {
     free(args);
 }
 
+static void app_thread_leaving(void) {
+  if (atomic_fetch_sub(&app_threads, 1) <= 1)
+    cp_profiler_thread_leaving();
+}
+
 static void thread_ended(void *unused) {
   (void)unused;
   cp_threads_on_exit();
+  app_thread_leaving();
 }
 
 static void *thread_trampoline(void *p) {
   start_args args = *(start_args *)p;
   start_args_release(p);
+  started_here = 1;
   cp_threads_on_start();
   pthread_sigmask(SIG_SETMASK, &args.mask, NULL);
   void *ret;
@@ -98,9 +114,26 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
   cp_threads_sampling_signals(&block);
   pthread_sigmask(SIG_BLOCK, &block, &old);
   args->mask = old;
+  atomic_fetch_add(&app_threads, 1); /* before it can end */
   int rc = real(thread, attr, thread_trampoline, args);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0)
+  if (rc != 0) {
+    atomic_fetch_sub(&app_threads, 1);
     start_args_release(args);
+  }
   return rc;
+}
+
+/* A thread the hook did not start (the initial thread, most often: main
+ * calling pthread_exit to leave the others running) counts itself out here;
+ * one it started does in its cleanup handler (thread_ended). */
+void pthread_exit(void *ret) {
+  if (!started_here)
+    app_thread_leaving();
+  typedef void (*pthread_exit_fn)(void *);
+  pthread_exit_fn real =
+      (pthread_exit_fn)cp_real_symbol("pthread_exit", (void *)pthread_exit);
+  if (real)
+    real(ret);
+  abort(); /* no C library without pthread_exit */
 }

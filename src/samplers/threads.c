@@ -154,6 +154,46 @@ static void rescan(int ticks) {
 
 void cp_threads_rescan(void) { rescan(1); }
 
+/* Whether thread tid is a zombie or dead (its /proc state Z or X). */
+static int thread_gone(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  cp_own_fd o;
+  if (cp_own_open(&o, AT_FDCWD, path, O_RDONLY, 0, NULL) < 0)
+    return 1; /* gone since the listing */
+  size_t len = 0;
+  char *text = cp_own_read_all(&o, 4096, &len);
+  cp_own_close(&o);
+  /* "tid (comm) S ...": the state follows the last ')' (comm may hold
+   * anything). */
+  const char *paren = text ? strrchr(text, ')') : NULL;
+  int gone = paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  free(text);
+  return gone;
+}
+
+int cp_threads_others_are_ours(void) {
+  cp_own_fd dir;
+  if (cp_own_open(&dir, AT_FDCWD, "/proc/self/task", O_RDONLY | O_DIRECTORY, 0,
+                  NULL) < 0)
+    return 0;
+  tid_list list = {0};
+  int listed = cp_own_list_dir(&dir, add_tid, &list) == 0;
+  cp_own_close(&dir);
+  pid_t self = cp_gettid();
+  int ours = listed && list.n > 0;
+  for (size_t i = 0; ours && i < list.n; i++) {
+    pthread_mutex_lock(&reg.lock);
+    int skip = list.tids[i] == self || excluded(list.tids[i]);
+    pthread_mutex_unlock(&reg.lock);
+    /* A thread that left but is still listed: the initial thread, after
+     * pthread_exit, stays a zombie until the process ends. */
+    ours = skip || thread_gone(list.tids[i]);
+  }
+  free(list.tids);
+  return ours;
+}
+
 /* The hook is live before the scan (or the caller's announce), so no
  * thread falls between them. */
 static void activate(const cp_sampler *const *samplers, size_t nsamplers) {

@@ -27,6 +27,11 @@ int cp_threads_start_forked(const cp_sampler *const *samplers,
  * ones. Runs on the profiler's thread about once a second. */
 void cp_threads_rescan(void);
 
+/* Whether every thread of the process but the caller is one of the
+ * profiler's own (a directory read of /proc/self/task): the caller is the
+ * application's last. 0 when that cannot be told. */
+int cp_threads_others_are_ours(void);
+
 /* Announces the end of every known thread and stops announcing. */
 void cp_threads_stop(void);
 

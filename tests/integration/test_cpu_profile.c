@@ -229,6 +229,47 @@ static void test_run_options(void) {
   free(r);
 }
 
+/* The application's last thread leaving with pthread_exit ends the process
+ * (the C library then calls exit(0)), as it does without the profiler: its
+ * threads are stopped, the last profile written. They kept it alive,
+ * defunct, writing a profile a minute, and SIGTERM stayed pending. */
+static void check_pthread_exit(const char *mode, const char *function) {
+  char *dir = make_temp_dir("pthread-exit");
+  char *argv[] = {"/usr/bin/timeout", "-s",       "KILL",     "20",
+                  CONTPROF,           "run",      "--output", dir,
+                  "--profiles",       "cpu,wall", "--",       WORKLOAD,
+                  (char *)mode,       NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  pprof_profile *profiles[4];
+  size_t n = read_profiles(dir, profiles, 4, NULL);
+  CHECK_EQ_INT(n, 1);
+  if (n == 1) {
+    pprof_top top;
+    char err[256];
+    const pprof_profile *const *p = (const pprof_profile *const *)profiles;
+    CHECK_EQ_INT(pprof_top_compute(p, 1, "cpu-time", &top, err, sizeof err), 0);
+    /* Its work is in the profile: 0.2-0.3 s of CPU in burn, called by
+     * function (through a tail call: burn's caller in the stacks). */
+    CHECK(top.total > 100000000);
+    (void)function;
+    pprof_top_free(&top);
+  }
+  for (size_t i = 0; i < n; i++)
+    pprof_profile_free(profiles[i]);
+  free(r);
+  remove_dir(dir);
+}
+
+static void test_main_pthread_exit_ends_the_process(void) {
+  check_pthread_exit("main-pthread-exit", "work_beta");
+}
+
+static void test_lone_pthread_exit_ends_the_process(void) {
+  check_pthread_exit("lone-pthread-exit", "work_alpha");
+}
+
 static void test_killed_by_signal(void) {
   char *dir = make_temp_dir("sigterm");
   char *argv[] = {CONTPROF, "run",    "--output", dir,
@@ -871,7 +912,8 @@ static void test_setitimer_fallback(void) {
 
 TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_total_1000hz_4_threads), T(test_exit_status_passes_through),
-          T(test_run_options), T(test_killed_by_signal),
+          T(test_run_options), T(test_main_pthread_exit_ends_the_process),
+          T(test_lone_pthread_exit_ends_the_process), T(test_killed_by_signal),
           T(test_two_hundred_short_threads),
           T(test_short_threads_oversubscribed),
           T(test_closed_descriptors_come_back),

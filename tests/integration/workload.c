@@ -4,6 +4,10 @@
  *                           functions; prints the true CPU ns of each
  *   exit3                   works briefly, exits with status 3
  *   sigterm                 works briefly, dies of SIGTERM
+ *   main-pthread-exit       main leaves with pthread_exit while a thread
+ *                           works 0.3 s in work_beta and returns
+ *   lone-pthread-exit       works 0.2 s in work_alpha, then the only
+ *                           thread leaves with pthread_exit
  *   threads200              200 short-lived threads; prints the POSIX timers
  *                           and perf descriptors left once they are gone
  *   close-fds               works, closes every descriptor above 2, works
@@ -452,6 +456,12 @@ static int threads_named(const char *name) {
   if (d)
     closedir(d);
   return n;
+}
+
+static void *main_exit_worker(void *arg) {
+  (void)arg;
+  work_beta(300000000);
+  return NULL;
 }
 
 static void *nap(void *arg) {
@@ -1059,6 +1069,18 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "exit3") == 0) {
     work_alpha(300000000);
     exit(3);
+  }
+  if (strcmp(argv[1], "main-pthread-exit") == 0) {
+    /* main leaves with pthread_exit; a worker computes, then returns: the
+     * process ends with the worker (exit status 0). */
+    pthread_t t;
+    if (pthread_create(&t, NULL, main_exit_worker, NULL) != 0)
+      return 1;
+    pthread_exit(NULL);
+  }
+  if (strcmp(argv[1], "lone-pthread-exit") == 0) {
+    work_alpha(200000000);
+    pthread_exit(NULL); /* the only application thread */
   }
   if (strcmp(argv[1], "sigterm") == 0) {
     work_alpha(300000000);
