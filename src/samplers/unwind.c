@@ -258,6 +258,59 @@ int cp_unwind_libunwind_code(uintptr_t *lo, uintptr_t *hi) {
   return 1;
 }
 
+/* The loader's dl_load_write_lock (a recursive pthread mutex in ld.so's
+ * _rtld_global, whose layout is private): found at start as the one mutex
+ * there that the calling thread owns inside a dl_iterate_phdr callback and
+ * no one owns after it. NULL when not found (then only r_state and
+ * in_loader tell). Its lock word and owner (pthread_mutex_t's first and
+ * third int on x86-64 glibc). */
+static int *write_lock;
+
+static int find_write_lock(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)info;
+  (void)size;
+  int **found = arg;
+  Dl_info di;
+  const ElfW(Sym) *sym = NULL;
+  void *g = dlsym(RTLD_DEFAULT, "_rtld_global");
+  if (!g || !dladdr1(g, &di, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
+      sym->st_size < 3 * sizeof(int))
+    return 1;
+  int tid = (int)cp_gettid(), n = 0;
+  for (size_t off = 0; off + 3 * sizeof(int) <= sym->st_size;
+       off += sizeof(int)) {
+    int *m = (int *)((char *)g + off);
+    if (m[2] == tid && m[0] != 0 && m[1] >= 1 && n++ == 0)
+      *found = m;
+  }
+  if (n != 1)
+    *found = NULL;
+  return 1; /* one callback is enough */
+}
+
+static void probe_write_lock(void) {
+  int *found = NULL;
+  dl_iterate_phdr(find_write_lock, &found);
+  /* Released since: the mutex it is, not a copy of the tid. */
+  write_lock = found && found[0] == 0 && found[2] == 0 ? found : NULL;
+  if (!write_lock)
+    cp_debug("the loader's write lock was not found: only _r_debug tells "
+             "when the loader holds it");
+}
+
+/* Whether the calling thread holds the loader's write lock, or catches it
+ * between its lock word and its owner (taking or releasing it): a recursive
+ * mutex's re-entry would wait forever there (seen: a wall signal in
+ * dlopen's release of it, then dl_iterate_phdr from libunwind). Another
+ * thread's hold is waited for, as before. Async-signal-safe: two loads. */
+static int write_lock_here(void) {
+  if (!write_lock)
+    return 0;
+  int word = __atomic_load_n(&write_lock[0], __ATOMIC_RELAXED);
+  int owner = __atomic_load_n(&write_lock[2], __ATOMIC_RELAXED);
+  return word != 0 && (owner == 0 || owner == (int)cp_gettid());
+}
+
 void cp_unwind_init(void) {
   /* What it sets up holds for the address space: done once, and a child of
    * fork inherits it (libunwind's pools and accessors, our findings), where
@@ -267,6 +320,7 @@ void cp_unwind_init(void) {
   cp_interpose_loader_resolve();
   if (!done) {
     probe_libunwind();
+    probe_write_lock();
     trace_tls_static = libunwind_obj.tls_preallocated;
     /* Before the first unwind of ours: unw_get_accessors initialises
      * libunwind (and opens its pipe, unused from then on). */
@@ -416,7 +470,7 @@ static int alt_stack_short(const ucontext_t *uc) {
 static int loader_busy(void) {
   return __atomic_load_n(&_r_debug.r_state, __ATOMIC_RELAXED) !=
              RT_CONSISTENT ||
-         cp_thread.in_loader;
+         cp_thread.in_loader || write_lock_here();
 }
 
 /* The interrupted registers, and the alternate signal stack as the kernel

@@ -25,6 +25,9 @@
  *   exit-after S N    compute, sleeping now and then, for S seconds; exit(N)
  *   dlopen LIB N      two threads dlopen LIB, call its plugin_work and dlclose
  *                     it N times each while two others compute
+ *   dlopen-tight LIB N  three threads dlopen and dlclose LIB and libz in
+ *                     turn, N times each, doing nothing else (the loader's
+ *                     lock held as often as can be)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -670,6 +673,31 @@ static void *dlopen_thread(void *arg) {
   return NULL;
 }
 
+static void *dlopen_tight_thread(void *arg) {
+  const char *libs[] = {plugin_path, "libz.so.1"};
+  for (int i = 0; i < plugin_rounds; i++) {
+    void *h = dlopen(libs[(i + (int)(intptr_t)arg) % 2], RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+      atomic_fetch_add(&dlopen_failures, 1);
+    else
+      dlclose(h);
+  }
+  return NULL;
+}
+
+static int dlopen_tight(const char *path, int rounds) {
+  plugin_path = path;
+  plugin_rounds = rounds;
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++)
+    pthread_create(&t[i], NULL, dlopen_tight_thread, (void *)(intptr_t)i);
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  printf("dlopen-tight rounds=%d failures=%d\n", 3 * rounds,
+         atomic_load(&dlopen_failures));
+  return 0;
+}
+
 static int dlopen_loop(const char *path, int rounds) {
   plugin_path = path;
   plugin_rounds = rounds;
@@ -837,5 +865,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "dlopen") == 0 && argc == 4)
     return dlopen_loop(argv[2], atoi(argv[3]));
+  if (strcmp(mode, "dlopen-tight") == 0 && argc == 4)
+    return dlopen_tight(argv[2], atoi(argv[3]));
   return exits(mode, code);
 }
