@@ -295,6 +295,29 @@ static int set_string(char **dst, const char *value) {
   return *dst ? 0 : CONTPROF_ERR_NOMEM;
 }
 
+/* A relative directory is taken from the working directory at the start:
+ * the application may chdir later (a daemon to /), and its profiles would
+ * follow it. Left relative when the working directory cannot be read. */
+static int make_absolute(char **path) {
+  if ((*path)[0] == '/')
+    return 0;
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof cwd) || cwd[0] != '/')
+    return 0;
+  const char *rel = *path;
+  while (rel[0] == '.' && rel[1] == '/')
+    rel += 2;
+  size_t len = strlen(cwd) + 1 + strlen(rel) + 1;
+  char *abs = malloc(len);
+  if (!abs)
+    return CONTPROF_ERR_NOMEM;
+  snprintf(abs, len, "%s%s%s", cwd, strcmp(cwd, "/") == 0 ? "" : "/",
+           strcmp(rel, ".") == 0 ? "" : rel);
+  free(*path);
+  *path = abs;
+  return 0;
+}
+
 /* ---- upload settings ---------------------------------------------------- */
 
 /* A decimal number at *s ("12", "0.5", ".5", "3."), *s moved past it. Read
@@ -881,9 +904,12 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
 
   const char *dir = opts->output_dir ? opts->output_dir
                                      : env_get(&src, "CONTPROF_OUTPUT_DIR");
-  if ((rc = set_string(&cfg->output_dir, dir ? dir : "./profiles")))
+  if ((rc = set_string(&cfg->output_dir, dir ? dir : "profiles")))
     goto fail;
   if ((rc = load_upload(cfg, &src, opts)))
+    goto fail;
+  if ((rc = make_absolute(&cfg->output_dir)) ||
+      (cfg->spool_dir && (rc = make_absolute(&cfg->spool_dir))))
     goto fail;
   return 0;
 

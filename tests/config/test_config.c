@@ -61,7 +61,12 @@ static void test_defaults(void) {
   CHECK_EQ_INT(cfg.cpu_hz, 100);
   CHECK_EQ_INT(cfg.max_frames, 128);
   CHECK_EQ_INT(cfg.upload_period_s, 60);
-  CHECK_EQ_STR(cfg.output_dir, "./profiles");
+  /* Relative directories are taken from the working directory at the
+   * start: a later chdir (a daemon's) does not move them. */
+  char cwd[4096], want[4200];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  snprintf(want, sizeof want, "%s/profiles", cwd);
+  CHECK_EQ_STR(cfg.output_dir, want);
   CHECK_EQ_INT(cfg.log_level, CP_LOG_WARN);
   CHECK_EQ_INT(cfg.max_memory_bytes, 64u << 20);
   CHECK_EQ_INT(cfg.symbols_max_bytes, 128u << 20);
@@ -166,6 +171,22 @@ static void test_datadog_and_pyroscope_fallbacks(void) {
   CHECK_EQ_INT(cfg.exit_timeout_ms, 1500);
   CHECK_EQ_INT(cfg.retry_initial_ms, 250);
   CHECK_EQ_INT(cfg.upload_timeout_ms, 500);
+  cp_config_free(&cfg);
+
+  /* Directories: relative ones made absolute, others kept. */
+  fake_env dirs = {
+      {{"CONTPROF_OUTPUT_DIR", "./out/x"}, {"CONTPROF_SPOOL_DIR", "spool"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &dirs, err, sizeof err), 0);
+  char cwd[4096], want[4200];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  snprintf(want, sizeof want, "%s/out/x", cwd);
+  CHECK_EQ_STR(cfg.output_dir, want);
+  snprintf(want, sizeof want, "%s/spool", cwd);
+  CHECK_EQ_STR(cfg.spool_dir, want);
+  cp_config_free(&cfg);
+  fake_env abs_dir = {{{"CONTPROF_OUTPUT_DIR", "/var/tmp/p"}}};
+  CHECK_EQ_INT(load(&cfg, NULL, &abs_dir, err, sizeof err), 0);
+  CHECK_EQ_STR(cfg.output_dir, "/var/tmp/p");
   cp_config_free(&cfg);
 
   /* CONTPROF_UPLOAD_PERIOD takes them too (whole seconds). */
