@@ -2,7 +2,6 @@
 #include "common.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -28,45 +27,6 @@ CP_TLS cp_thread_state cp_thread;
 void cp_log_set_level(cp_log_level level) { log_level = level; }
 cp_log_level cp_log_get_level(void) { return (cp_log_level)log_level; }
 
-/* Descriptor 2 as the profiler found it at its start (cp_log_note_stderr):
- * an application may close it and open a file of its own under the number,
- * which our lines must not go into. */
-static struct {
-  _Atomic int noted;
-  dev_t dev;
-  ino_t ino;
-} err_file;
-
-void cp_log_note_stderr(void) {
-  struct stat st;
-  if (fstat(STDERR_FILENO, &st) == 0) {
-    err_file.dev = st.st_dev;
-    err_file.ino = st.st_ino;
-    atomic_store(&err_file.noted, 1);
-  } else {
-    atomic_store(&err_file.noted, 2); /* closed: nothing of ours there */
-  }
-}
-
-/* Whether a line may go to descriptor 2: always before it was noted (the
- * command-line tools); then only to the same file, or to what a log goes
- * to (a terminal, a pipe, a socket, /dev/null, a file opened to append),
- * never into a regular file that took its number. */
-static int stderr_is_ours(void) {
-  int noted = atomic_load(&err_file.noted);
-  if (!noted)
-    return 1;
-  struct stat st;
-  if (fstat(STDERR_FILENO, &st) != 0)
-    return 0;
-  if (noted == 1 && st.st_dev == err_file.dev && st.st_ino == err_file.ino)
-    return 1;
-  if (!S_ISREG(st.st_mode))
-    return 1;
-  int flags = fcntl(STDERR_FILENO, F_GETFL);
-  return flags >= 0 && (flags & O_APPEND);
-}
-
 static _Atomic unsigned complaints;
 unsigned cp_log_complaints(void) { return atomic_load(&complaints); }
 
@@ -76,10 +36,6 @@ void cp_log(cp_log_level level, const char *fmt, ...) {
   if ((int)level > log_level)
     return;
   int saved_errno = errno;
-  if (!stderr_is_ours()) {
-    errno = saved_errno;
-    return;
-  }
   char line[1024];
   int n = snprintf(line, sizeof line, "contprof: ");
   va_list ap;

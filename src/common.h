@@ -22,11 +22,6 @@ cp_log_level cp_log_get_level(void);
  * async-signal-safe. Never pass secrets. */
 void cp_log(cp_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Notes which file descriptor 2 is (the profiler's start): from then on
- * cp_log writes there only while it is that file or one a log may go to,
- * not into a regular file the application opened under the number after
- * closing it. Before it is called, cp_log always writes. */
-void cp_log_note_stderr(void);
 /* How many warnings and errors cp_log was asked for since the start, shown
  * or not (contprof run checks its options with it). */
 unsigned cp_log_complaints(void);

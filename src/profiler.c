@@ -427,7 +427,6 @@ static int start(const contprof_options *opts,
                  const contprof_runtime *runtime) {
   cp_alloc_guard_begin();
   pthread_mutex_lock(&prof.lock);
-  cp_log_note_stderr();
   int rc;
   if (!atomic_load(&prof.running) && prof.stopped_for_exec) {
     cp_config_free(&prof.cfg); /* kept for a failed exec; superseded */

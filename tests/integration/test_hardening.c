@@ -433,43 +433,6 @@ static void test_dlopen_dlclose_loop(void) {
   remove_dir(dir);
 }
 
-/* A program that closes descriptor 2 and opens a data file of its own
- * under the number: the profiler's lines (here: the output directory is
- * refused, at the last export) do not go into it. They did, at the default
- * log level. */
-static void test_log_lines_stay_out_of_a_file_on_fd_2(void) {
-  char *dir = make_temp_dir("fd2");
-  char bad_out[600], data[600], script[1400];
-  snprintf(bad_out, sizeof bad_out, "%s/open", dir);
-  snprintf(data, sizeof data, "%s/data.txt", dir);
-  CHECK_EQ_INT(mkdir(bad_out, 0777), 0);
-  CHECK_EQ_INT(chmod(bad_out, 0777), 0); /* refused: writable by others */
-  snprintf(script, sizeof script,
-           "import os\n"
-           "os.close(2)\n"
-           "fd = os.open('%s', os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\n"
-           "os.write(fd, b'DATA\\n')\n"
-           "s = sum(i * i for i in range(2000000))\n",
-           data);
-  char env_out[700];
-  snprintf(env_out, sizeof env_out, "CONTPROF_OUTPUT_DIR=%s", bad_out);
-  const char *env[] = {"LD_PRELOAD=" CP_BUILD_DIR "/libcontprof_preload.so",
-                       env_out, NULL};
-  char *argv[] = {"/usr/bin/python3", "-c", script, NULL};
-  run_result *r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, env, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
-  FILE *f = fopen(data, "r");
-  char got[256] = "";
-  size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
-  got[n] = 0;
-  if (f)
-    fclose(f);
-  CHECK_EQ_STR(got, "DATA\n");
-  free(r);
-  remove_dir(dir);
-}
-
 /* Three threads that do nothing but dlopen and dlclose, CPU samples at
  * 1000 Hz and wall samples every 1 ms: the loader holds its write lock as
  * often as it can. A handler that caught a thread holding it, or between
@@ -490,5 +453,4 @@ TEST_MAIN(T(test_threads_blocking_every_signal), T(test_sigaltstack),
           T(test_thread_storm), T(test_no_eintr_from_sampling),
           T(test_own_sigsegv_handler), T(test_exit_paths),
           T(test_exit_during_upload), T(test_dlopen_dlclose_loop),
-          T(test_dlopen_tight_loop),
-          T(test_log_lines_stay_out_of_a_file_on_fd_2))
+          T(test_dlopen_tight_loop))
