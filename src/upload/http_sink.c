@@ -146,6 +146,11 @@ static int attempt(http_sink *s) {
   s->failures++;
   if (cp_spool_put_back(s->spool, it))
     report_drops(s, 1);
+  /* The backend is down: everything queued waits for it, and is written to
+   * the spool directory now, not at a clean exit that a kill or a crash
+   * would skip. */
+  if (s->persistent)
+    cp_spool_persist_all(s->spool);
   if (out == CP_HTTP_ABORTED)
     return -1;
   if (!s->failing) {
@@ -216,6 +221,8 @@ static int http_send(cp_sink *self, cp_export *e) {
   for (int i = 0; i < n; i++)
     dropped += cp_spool_push(s->spool, items[i]);
   report_drops(s, dropped);
+  if (s->failing && s->persistent) /* it will wait: on disk at once */
+    cp_spool_persist_all(s->spool);
   pthread_cond_signal(&s->wake);
   pthread_mutex_unlock(&s->lock);
   return 0;
@@ -265,6 +272,23 @@ static void free_sink(http_sink *s) {
  * is detached and its sink left allocated (it still uses it), what is queued
  * is written to the spool directory if the lock can be had, and one message
  * says what was lost. The application's exit is not held longer. */
+/* What became of `left` undelivered requests, `lost` of them in memory
+ * only: said as it is. */
+static void kept_or_lost(const http_sink *s, size_t left, size_t lost,
+                         char *out, size_t len) {
+  if (!s->persistent)
+    snprintf(out, len, "lost (set CONTPROF_SPOOL_DIR to keep them)");
+  else if (lost == 0)
+    snprintf(out, len, "kept in CONTPROF_SPOOL_DIR for the next start");
+  else if (lost >= left)
+    snprintf(out, len, "lost: CONTPROF_SPOOL_DIR could not take them");
+  else
+    snprintf(out, len,
+             "%zu kept in CONTPROF_SPOOL_DIR for the next start, %zu lost: "
+             "it could not take them",
+             left - lost, lost);
+}
+
 static int join_bounded(http_sink *s) {
   uint64_t now = cp_monotonic_ns();
   uint64_t limit = s->deadline_ns > now + JOIN_GRACE_NS ? s->deadline_ns
@@ -280,20 +304,18 @@ static int join_bounded(http_sink *s) {
   uint64_t lock_at = cp_realtime_ns() + JOIN_GRACE_NS / 2;
   struct timespec lts = {(time_t)(lock_at / 1000000000u),
                          (long)(lock_at % 1000000000u)};
-  int kept = 0;
+  size_t lost = left;
   if (pthread_mutex_timedlock(&s->lock, &lts) == 0) {
     left += cp_spool_count(s->spool);
-    if (s->persistent) {
-      cp_spool_persist_all(s->spool);
-      kept = 1;
-    }
+    /* The one in flight was written when it first failed, if it did. */
+    lost = s->persistent ? cp_spool_persist_all(s->spool) : left;
     pthread_mutex_unlock(&s->lock);
   }
+  char what[160];
+  kept_or_lost(s, left, lost, what, sizeof what);
   cp_warn("%s: its upload thread did not stop by the exit deadline "
           "(CONTPROF_EXIT_TIMEOUT); not waiting for it: %zu request%s %s",
-          s->name, left, left == 1 ? "" : "s",
-          kept ? "kept in CONTPROF_SPOOL_DIR for the next start"
-               : "lost (set CONTPROF_SPOOL_DIR to keep them)");
+          s->name, left, left == 1 ? "" : "s", what);
   return 0;
 }
 
@@ -326,13 +348,14 @@ static void http_destroy(cp_sink *self) {
   if (!join_bounded(s))
     return;
   size_t left = cp_spool_count(s->spool);
-  cp_spool_persist_all(s->spool);
-  if (left)
+  size_t lost = cp_spool_persist_all(s->spool);
+  if (left) {
+    char what[160];
+    kept_or_lost(s, left, lost, what, sizeof what);
     cp_warn("%s: %zu request%s not delivered by the exit deadline "
             "(CONTPROF_EXIT_TIMEOUT): %s",
-            s->name, left, left == 1 ? "" : "s",
-            s->persistent ? "kept in CONTPROF_SPOOL_DIR for the next start"
-                          : "lost (set CONTPROF_SPOOL_DIR to keep them)");
+            s->name, left, left == 1 ? "" : "s", what);
+  }
   free_sink(s);
 }
 

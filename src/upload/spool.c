@@ -492,7 +492,7 @@ static void adopt_files(cp_spool *s) {
   size_t n = found.n, prefix = strlen(s->sink);
   if (n > 1) /* names is NULL when the directory had none */
     qsort(names, n, sizeof *names, name_cmp);
-  size_t adopted = 0, unsafe_files = 0, bad = 0;
+  size_t adopted = 0, unsafe_files = 0, bad = 0, dropped = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t order, num;
     int pid, unsafe;
@@ -518,13 +518,18 @@ static void adopt_files(cp_spool *s) {
       goto next;
     }
     it->file = strdup(to);
-    cp_spool_push(s, it);
+    dropped += cp_spool_push(s, it);
     adopted++;
   next:
     free(names[i]);
   }
   free(names);
-  if (adopted)
+  if (dropped)
+    cp_warn("%s: %zu undelivered profiles found in %s, more than "
+            "CONTPROF_SPOOL_MAX keeps: the oldest %zu dropped, %zu to send "
+            "first",
+            s->sink, adopted, s->dir.path, dropped, adopted - dropped);
+  else if (adopted)
     cp_info("%s: %zu undelivered profiles found in %s, sending them first",
             s->sink, adopted, s->dir.path);
   if (unsafe_files || bad)
@@ -608,11 +613,17 @@ int cp_spool_put_back(cp_spool *s, cp_spool_item *it) {
   return 0;
 }
 
-void cp_spool_persist_all(cp_spool *s) {
-  for (cp_spool_item *it = s->head; it; it = it->next)
+size_t cp_spool_persist_all(cp_spool *s) {
+  size_t unsaved = 0;
+  for (cp_spool_item *it = s->head; it; it = it->next) {
     persist(s, it);
-  if (s->taken)
+    unsaved += !it->file;
+  }
+  if (s->taken) {
     persist(s, s->taken);
+    unsaved += !s->taken->file;
+  }
+  return unsaved;
 }
 
 size_t cp_spool_count(const cp_spool *s) { return s->count; }

@@ -58,8 +58,10 @@ void cp_spool_finish(cp_spool *s, cp_spool_item *it);
 /* Not delivered: back at the head, written to the directory. Returns 1 if it
  * was dropped instead (newer profiles filled the spool meanwhile). */
 int cp_spool_put_back(cp_spool *s, cp_spool_item *it);
-/* Writes every queued item not on disk yet (at stop). */
-void cp_spool_persist_all(cp_spool *s);
+/* Writes every queued item not on disk yet (once the backend failed, and at
+ * stop; without a directory, nothing). Returns how many are still in memory
+ * only (no directory, or it could not take them). */
+size_t cp_spool_persist_all(cp_spool *s);
 
 /* The file format (native byte order: files stay on this machine): a magic,
  * the target, the order, the parts. Encode: 0, or -1 on ENOMEM (*out is

@@ -997,6 +997,47 @@ static void test_spool_dir_restart(void) {
   srv_stop(srv);
 }
 
+/* Backend down: every queued profile is on disk as soon as the backend has
+ * failed once, not at a clean exit that a kill or a crash skips (only the
+ * one that failed was, and the others were lost). Then the backend comes
+ * back: all delivered, in order, files removed. */
+static void test_spool_written_while_down(void) {
+  char dir[] = "/tmp/contprof-spool-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  test_server *srv = srv_create(NULL);
+  char spool[128];
+  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, spool);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  for (int i = 0; i < 4; i++) {
+    send_one(s, &cfg, (uint64_t)i, g);
+    usleep(50000);
+  }
+  int leaked = 0;
+  size_t on_disk = 0;
+  for (int w = 0; w < 100 && on_disk < 4; w++) {
+    usleep(20000);
+    on_disk = count_spool_files(dir, "DD-EVP", &leaked);
+  }
+  CHECK_EQ_INT(on_disk, 4);
+  srv_listen(srv);
+  CHECK_EQ_INT(wait_delivered(srv, 4, 5000), 4);
+  finish(s, 2000);
+  capture_end();
+  long seqs[8];
+  size_t n = delivered_seqs(srv, seqs, 8);
+  CHECK_EQ_INT(n, 4);
+  for (size_t i = 0; i < n; i++)
+    CHECK_EQ_INT(seqs[i], (long)i);
+  CHECK_EQ_INT(count_spool_files(dir, "x", &leaked), 0);
+  rmdir(dir);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
 /* Secrets stay out of spool files. */
 static void test_spool_no_secret(void) {
   char dir[] = "/tmp/contprof-spool-XXXXXX";
@@ -1564,6 +1605,6 @@ TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
           T(test_backend_down_then_up), T(test_500), T(test_429),
           T(test_400_not_retried), T(test_spool_full),
           T(test_hung_server_exit_deadline), T(test_spool_dir_restart),
-          T(test_spool_no_secret), T(test_url_rules),
-          T(test_credentials_plain_http), T(test_app_closes_descriptors),
-          T(test_stuck_sink_exit))
+          T(test_spool_written_while_down), T(test_spool_no_secret),
+          T(test_url_rules), T(test_credentials_plain_http),
+          T(test_app_closes_descriptors), T(test_stuck_sink_exit))
