@@ -1,7 +1,8 @@
 /* The spool of an HTTP sink: the requests it could not deliver yet, oldest
  * first, bounded by a count and a size (past either bound the oldest is
- * dropped and counted). With a directory, each request that failed once is
- * also written there (no secrets: headers are added at send time), so a
+ * dropped and counted). With a directory, each request queued while the
+ * backend fails is also written there (no secrets: headers are added at
+ * send time; cp_spool_put_back, cp_spool_persist_all), so a
  * restarted process delivers what the previous one could not; files of a
  * process that is gone are adopted at start. Not thread-safe: its sink
  * serialises access. */
