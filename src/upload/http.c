@@ -500,11 +500,43 @@ static void clean_message(char *m) {
       *p = ' ';
 }
 
+/* Every word of the request's header values that could be a secret (the
+ * API key, a token, basic auth's base64), where the server echoes it in the
+ * body we show: replaced by "***", and so is a beginning of one that the
+ * message's end cut. */
+static void redact_secrets(char *msg, const char *const *headers,
+                           size_t nheaders) {
+  for (size_t h = 0; h < nheaders; h++) {
+    const char *v = strchr(headers[h], ':');
+    while (v && *v) {
+      v += strspn(v, ": \t");
+      size_t wlen = strcspn(v, " \t");
+      if (wlen >= 8) { /* not "Bearer", "Basic" */
+        for (size_t i = 0; msg[i]; i++) {
+          size_t m = 0;
+          while (m < wlen && msg[i + m] && msg[i + m] == v[m])
+            m++;
+          if (m == wlen || (!msg[i + m] && m >= 4)) {
+            memmove(msg + i + 3, msg + i + m, strlen(msg + i + m) + 1);
+            memcpy(msg + i, "***", 3);
+            i += 2;
+          }
+        }
+      }
+      v += wlen;
+    }
+  }
+}
+
 typedef struct body_capture {
   char *buf;
   size_t cap, used;
+  int full; /* the rest was not read */
 } body_capture;
 
+/* Keeps the start of the body and stops the transfer there: what the
+ * server says is in its status; reading a huge or slow body to its end
+ * turned a 200 into a timeout. */
 static size_t on_body(char *data, size_t size, size_t n, void *arg) {
   body_capture *b = arg;
   size_t len = size * n;
@@ -513,7 +545,9 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg) {
   memcpy(b->buf + b->used, data, take);
   b->used += take;
   b->buf[b->used] = 0;
-  return len;
+  if (take < len)
+    b->full = 1;
+  return take; /* less than len: libcurl ends the transfer */
 }
 
 cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
@@ -544,7 +578,7 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
   CURL *e = curl_easy_init();
   CURLM *multi = curl_multi_init();
   char errbuf[CURL_ERROR_SIZE] = "";
-  body_capture body = {resp->message, sizeof resp->message, 0};
+  body_capture body = {resp->message, sizeof resp->message, 0, 0};
   struct curl_slist *headers = curl_slist_append(NULL, "Expect:");
   for (size_t i = 0; i < r->nheaders && headers; i++) {
     struct curl_slist *h = curl_slist_append(headers, r->headers[i]);
@@ -648,7 +682,7 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
     snprintf(resp->message, sizeof resp->message, "stopped waiting");
   } else if (!done) {
     snprintf(resp->message, sizeof resp->message, "transfer did not finish");
-  } else if (code != CURLE_OK) {
+  } else if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && body.full)) {
     snprintf(resp->message, sizeof resp->message, "%s",
              *errbuf ? errbuf : curl_easy_strerror(code));
     out = (r->deadline_ns && cp_monotonic_ns() >= r->deadline_ns)
@@ -665,6 +699,7 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
       out = CP_HTTP_REJECTED;
   }
 cleanup:
+  redact_secrets(resp->message, r->headers, r->nheaders);
   clean_message(resp->message);
   /* No cp_http_abort may wake a handle being closed. */
   pthread_mutex_lock(&c->lock);

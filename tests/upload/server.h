@@ -54,6 +54,9 @@ typedef struct test_server {
   size_t nscript;
   int default_status;
   char reply_body[256];
+  /* Answer with a body announced as 1 GB: reply_body written again and
+   * again, every 10 ms, until the client closes the connection. */
+  int endless_body;
 } test_server;
 
 static inline int srv_read_exact(int fd, uint8_t *buf, size_t len) {
@@ -144,7 +147,21 @@ static inline void *srv_conn_thread(void *arg) {
     pthread_cond_broadcast(&s->changed);
     char body[256];
     snprintf(body, sizeof body, "%s", s->reply_body);
+    int endless = s->endless_body;
     pthread_mutex_unlock(&s->lock);
+    if (endless && status) {
+      char head[256];
+      int hn = snprintf(head, sizeof head,
+                        "HTTP/1.1 %d Status\r\nContent-Type: text/plain\r\n"
+                        "Content-Length: 1000000000\r\n\r\n",
+                        status);
+      if (send(a.fd, head, (size_t)hn, MSG_NOSIGNAL) != hn)
+        return NULL;
+      while (!atomic_load(&s->stop) &&
+             send(a.fd, body, strlen(body), MSG_NOSIGNAL) > 0)
+        usleep(10000);
+      return NULL;
+    }
     if (status == 0) {
       /* Accept and never answer, until the server stops. */
       while (!atomic_load(&s->stop)) {

@@ -832,6 +832,65 @@ static void test_400_not_retried(void) {
   srv_stop(srv);
 }
 
+static double now_s(void) { return (double)cp_monotonic_ns() / 1e9; }
+
+/* A 200 whose body never ends (1 GB announced, trickled): delivered as
+ * soon as the status and the start of the body are in, where reading to the
+ * end made it a timeout, retried and reported undelivered. A server that
+ * echoes the request's credentials in its message does not get them into
+ * the log. */
+static void test_long_body_and_echoed_secret(void) {
+  test_server *srv = srv_start(NULL);
+  srv->endless_body = 1;
+  memset(srv->reply_body, 'x', 100);
+  srv->reply_body[100] = 0;
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, NULL);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  double t0 = now_s();
+  send_one(s, &cfg, 0, g);
+  CHECK_EQ_INT(wait_delivered(srv, 1, 5000), 1);
+  finish(s, 3000);
+  double took = now_s() - t0;
+  char *err = capture_end();
+  printf("  delivered and finished in %.2f s; log: %s\n", took, err);
+  CHECK(took < 1.5); /* the upload timeout is 2 s */
+  CHECK_EQ_INT(count_lines_with(err, "contprof:"), 0);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+
+  /* 401 with the Authorization header echoed, cut at the message's end. */
+  test_server *echo = srv_start(NULL);
+  echo->default_status = 401;
+  snprintf(echo->reply_body, sizeof echo->reply_body,
+           "invalid request: Authorization: Bearer tok-echoed-secret-12345 "
+           "and again tok-echoed-secret-12345");
+  char addr[96];
+  snprintf(addr, sizeof addr, "PYROSCOPE_SERVER_ADDRESS=http://127.0.0.1:%d",
+           echo->port);
+  env_list e = {{addr, "PYROSCOPE_AUTH_TOKEN=tok-echoed-secret-12345",
+                 "CONTPROF_LOG_LEVEL=warn", NULL}};
+  load_config(&cfg, &e);
+  capture_start();
+  cp_sink *p = cp_pyroscope_sink_create(&cfg);
+  if (p) {
+    g = make_generation(3, CONTPROF_KIND_CPU, 0, 0);
+    send_one(p, &cfg, 0, g);
+    srv_wait(echo, 1, 5000);
+    finish(p, 2000);
+    cp_gen_destroy(g);
+  }
+  err = capture_end();
+  CHECK(p != NULL);
+  CHECK(count_lines_with(err, "HTTP 401") >= 1);
+  CHECK(strstr(err, "tok-echoed") == NULL);
+  CHECK(strstr(err, "Bearer ***") != NULL);
+  cp_config_free(&cfg);
+  srv_stop(echo);
+}
+
 static void test_spool_full(void) {
   test_server *srv = srv_create(NULL);
   cp_config cfg;
@@ -860,8 +919,6 @@ static void test_spool_full(void) {
   cp_config_free(&cfg);
   srv_stop(srv);
 }
-
-static double now_s(void) { return (double)cp_monotonic_ns() / 1e9; }
 
 /* A child process that profiles into srv and exits with status 7. */
 static pid_t spawn_child(test_server *srv, const char *const *extra,
@@ -1603,8 +1660,9 @@ TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
           T(test_datadog_unix_socket), T(test_datadog_agentless),
           T(test_pyroscope_families), T(test_pyroscope_limits),
           T(test_backend_down_then_up), T(test_500), T(test_429),
-          T(test_400_not_retried), T(test_spool_full),
-          T(test_hung_server_exit_deadline), T(test_spool_dir_restart),
-          T(test_spool_written_while_down), T(test_spool_no_secret),
-          T(test_url_rules), T(test_credentials_plain_http),
-          T(test_app_closes_descriptors), T(test_stuck_sink_exit))
+          T(test_400_not_retried), T(test_long_body_and_echoed_secret),
+          T(test_spool_full), T(test_hung_server_exit_deadline),
+          T(test_spool_dir_restart), T(test_spool_written_while_down),
+          T(test_spool_no_secret), T(test_url_rules),
+          T(test_credentials_plain_http), T(test_app_closes_descriptors),
+          T(test_stuck_sink_exit))
