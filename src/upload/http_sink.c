@@ -236,8 +236,17 @@ static void http_finish(cp_sink *self, uint64_t deadline_ns) {
   if (!s->finishing) {
     s->finishing = 1;
     s->deadline_ns = deadline_ns;
+    /* Only other processes' requests left (adopted from the spool
+     * directory, where they stay) and none delivered yet: a process that
+     * had nothing of its own to send (a short-lived child, an exec'd one)
+     * does not wait the exit timeout for a backend that does not answer. */
+    uint64_t now = cp_monotonic_ns();
+    if (!s->delivered && !cp_spool_has_own(s->spool) && deadline_ns > now)
+      s->deadline_ns = now;
   }
   pthread_cond_signal(&s->wake);
+  if (s->deadline_ns <= cp_monotonic_ns() && s->thread_started)
+    cp_http_abort(s->client); /* the request in flight, if any */
   pthread_mutex_unlock(&s->lock);
 }
 

@@ -518,6 +518,7 @@ static void adopt_files(cp_spool *s) {
       goto next;
     }
     it->file = strdup(to);
+    it->adopted = 1;
     dropped += cp_spool_push(s, it);
     adopted++;
   next:
@@ -627,4 +628,13 @@ size_t cp_spool_persist_all(cp_spool *s) {
 }
 
 size_t cp_spool_count(const cp_spool *s) { return s->count; }
+
+int cp_spool_has_own(const cp_spool *s) {
+  if (s->taken && !s->taken->adopted)
+    return 1;
+  for (const cp_spool_item *it = s->head; it; it = it->next)
+    if (!it->adopted)
+      return 1;
+  return 0;
+}
 uint64_t cp_spool_dropped(const cp_spool *s) { return s->dropped; }

@@ -30,6 +30,7 @@ typedef struct cp_spool_item {
   size_t bytes;
   char *file; /* its file's name in the spool directory, or NULL */
   int attempts;
+  int adopted; /* found in the directory, left by another process */
 } cp_spool_item;
 
 typedef struct cp_spool cp_spool;
@@ -79,7 +80,10 @@ cp_spool_item *cp_spool_parse(const uint8_t *buf, size_t len);
  * credentials to another host ("@evil:9999/x", ".evil.com/x", "//evil/x"). */
 int cp_spool_target_ok(const char *target);
 
-size_t cp_spool_count(const cp_spool *s); /* queued, not counting taken */
+size_t cp_spool_count(const cp_spool *s);
+/* Whether a request of this process's own (not adopted) is queued or being
+ * sent. */
+int cp_spool_has_own(const cp_spool *s); /* queued, not counting taken */
 uint64_t cp_spool_dropped(const cp_spool *s);
 
 #endif

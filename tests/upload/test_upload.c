@@ -1095,6 +1095,45 @@ static void test_spool_written_while_down(void) {
   srv_stop(srv);
 }
 
+/* A process with nothing of its own to send (a short-lived child) that
+ * adopted another's spooled profile, aimed at a server that never answers:
+ * it stops at once at exit, the file stays for the next process. It waited
+ * the whole exit timeout, each such process. */
+static void test_adopted_only_does_not_hold_the_exit(void) {
+  char dir[] = "/tmp/contprof-spool-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  test_server *srv = srv_create(NULL); /* refused: the profile is spooled */
+  char spool[128];
+  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  cp_config cfg;
+  capture_start();
+  cp_sink *a = fault_sink(srv, &cfg, spool);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  send_one(a, &cfg, 0, g);
+  usleep(200000);
+  finish(a, 300);
+  cp_config_free(&cfg);
+  int leaked = 0;
+  CHECK_EQ_INT(count_spool_files(dir, "DD-EVP", &leaked), 1);
+  srv->default_status = 0; /* accepts, never answers */
+  srv_listen(srv);
+  cp_sink *b = fault_sink(srv, &cfg, spool);
+  CHECK_EQ_INT(srv_wait(srv, 1, 3000), 1); /* the adopted one, in flight */
+  double t0 = now_s();
+  finish(b, 3000);
+  double took = now_s() - t0;
+  capture_end();
+  printf("  finished in %.2f s\n", took);
+  CHECK(took < 1.0);
+  CHECK_EQ_INT(count_spool_files(dir, "DD-EVP", &leaked), 1);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK_EQ_INT(system(cmd), 0);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
 /* Secrets stay out of spool files. */
 static void test_spool_no_secret(void) {
   char dir[] = "/tmp/contprof-spool-XXXXXX";
@@ -1663,6 +1702,6 @@ TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
           T(test_400_not_retried), T(test_long_body_and_echoed_secret),
           T(test_spool_full), T(test_hung_server_exit_deadline),
           T(test_spool_dir_restart), T(test_spool_written_while_down),
-          T(test_spool_no_secret), T(test_url_rules),
-          T(test_credentials_plain_http), T(test_app_closes_descriptors),
-          T(test_stuck_sink_exit))
+          T(test_adopted_only_does_not_hold_the_exit), T(test_spool_no_secret),
+          T(test_url_rules), T(test_credentials_plain_http),
+          T(test_app_closes_descriptors), T(test_stuck_sink_exit))
