@@ -437,19 +437,14 @@ int cp_cmd_top(int argc, char **argv) {
       status = EXIT_INPUT;
     }
   }
-  npaths = 0;
-  free(profiles);
-  profiles = calloc(inputs.n ? inputs.n : 1, sizeof *profiles);
-  if (!profiles) {
-    fprintf(stderr, "contprof: top: out of memory\n");
-    status = EXIT_INPUT;
-    goto out;
-  }
   /* paths: the list's names, which the readable ones are compacted into
    * below; the list keeps owning them. */
+  npaths = 0;
+  free(profiles);
   free(paths);
+  profiles = calloc(inputs.n ? inputs.n : 1, sizeof *profiles);
   paths = calloc(inputs.n ? inputs.n : 1, sizeof *paths);
-  if (!paths) {
+  if (!profiles || !paths) {
     fprintf(stderr, "contprof: top: out of memory\n");
     status = EXIT_INPUT;
     goto out;

@@ -223,16 +223,23 @@ int cp_http_host_is_loopback(const char *host) {
   return 0;
 }
 
-/* A scheme as libcurl recognises one before "://"; without it libcurl's
- * easy interface guesses plain http. */
-static int has_scheme(const char *url) {
+/* The length of what reads as a scheme at url's start (a letter, then
+ * letters, digits, '+', '-', '.'), 0 when none. */
+static size_t scheme_len(const char *url) {
   size_t i = 0;
   if (!isalpha((unsigned char)url[0]))
     return 0;
   while (isalnum((unsigned char)url[i]) || url[i] == '+' || url[i] == '-' ||
          url[i] == '.')
     i++;
-  return strncmp(url + i, "://", 3) == 0;
+  return i;
+}
+
+/* A scheme as libcurl recognises one before "://"; without it libcurl's
+ * easy interface guesses plain http. */
+static int has_scheme(const char *url) {
+  size_t i = scheme_len(url);
+  return i && strncmp(url + i, "://", 3) == 0;
 }
 
 /* "http:/host", "https:host", "user:pw@host": a scheme (or what reads as
@@ -240,13 +247,8 @@ static int has_scheme(const char *url) {
  * be handed "http://" in front of it: a host named "http" and the rest,
  * credentials included, as its path, sent in the clear. */
 static int has_bare_scheme(const char *url) {
-  size_t i = 0;
-  if (!isalpha((unsigned char)url[0]))
-    return 0;
-  while (isalnum((unsigned char)url[i]) || url[i] == '+' || url[i] == '-' ||
-         url[i] == '.')
-    i++;
-  return url[i] == ':' && strncmp(url + i, "://", 3) != 0 &&
+  size_t i = scheme_len(url);
+  return i && url[i] == ':' && strncmp(url + i, "://", 3) != 0 &&
          !isdigit((unsigned char)url[i + 1]);
 }
 
