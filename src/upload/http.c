@@ -530,6 +530,24 @@ static void redact_secrets(char *msg, const char *const *headers,
   }
 }
 
+/* Retry-After: a number of seconds (the HTTP-date form is not read: 0). */
+static size_t on_header(char *data, size_t size, size_t n, void *arg) {
+  long *retry_after = arg;
+  size_t len = size * n;
+  static const char name[] = "retry-after:";
+  if (len > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
+    long v = 0;
+    size_t i = sizeof name - 1;
+    while (i < len && (data[i] == ' ' || data[i] == '\t'))
+      i++;
+    size_t digits = 0;
+    for (; i < len && isdigit((unsigned char)data[i]) && v < 1000000; i++)
+      v = v * 10 + (data[i] - '0'), digits++;
+    *retry_after = digits ? v : 0;
+  }
+  return len;
+}
+
 typedef struct body_capture {
   char *buf;
   size_t cap, used;
@@ -632,6 +650,8 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
   curl_easy_setopt(e, CURLOPT_USERAGENT, "contprof/" CONTPROF_VERSION_STRING);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, &resp->retry_after_s);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
   /* TLS: libcurl verifies the peer and the host name by default; we never
    * turn that off. */

@@ -43,8 +43,9 @@ typedef enum cp_http_outcome {
 } cp_http_outcome;
 
 typedef struct cp_http_response {
-  long status;       /* 0 when no response */
-  char message[256]; /* the start of the body, or libcurl's error; printable */
+  long status;        /* 0 when no response */
+  char message[256];  /* the start of the body, or libcurl's error; printable */
+  long retry_after_s; /* a Retry-After in seconds (429, 503), else 0 */
 } cp_http_response;
 
 typedef struct cp_http_client cp_http_client;

@@ -167,7 +167,17 @@ static int attempt(http_sink *s) {
   s->backoff_ns = s->backoff_ns ? s->backoff_ns * 2 : s->retry_initial_ns;
   if (s->backoff_ns > s->retry_max_ns)
     s->backoff_ns = s->retry_max_ns;
-  s->next_attempt_ns = cp_monotonic_ns() + jitter(s->backoff_ns);
+  uint64_t wait_ns = jitter(s->backoff_ns);
+  /* A server that says when to come back (429, 503 with Retry-After in
+   * seconds) is not asked sooner, up to an hour. */
+  if (resp.retry_after_s > 0) {
+    uint64_t asked =
+        (uint64_t)(resp.retry_after_s < 3600 ? resp.retry_after_s : 3600) *
+        1000000000u;
+    if (asked > wait_ns)
+      wait_ns = asked;
+  }
+  s->next_attempt_ns = cp_monotonic_ns() + wait_ns;
   /* At stop, a backend that fails now will not recover in time. */
   return s->finishing ? -1 : 0;
 }

@@ -57,6 +57,7 @@ typedef struct test_server {
   /* Answer with a body announced as 1 GB: reply_body written again and
    * again, every 10 ms, until the client closes the connection. */
   int endless_body;
+  int retry_after; /* seconds: a Retry-After header on 429 and 503 */
 } test_server;
 
 static inline int srv_read_exact(int fd, uint8_t *buf, size_t len) {
@@ -148,6 +149,9 @@ static inline void *srv_conn_thread(void *arg) {
     char body[256];
     snprintf(body, sizeof body, "%s", s->reply_body);
     int endless = s->endless_body;
+    char extra[64] = "";
+    if (s->retry_after && (status == 429 || status == 503))
+      snprintf(extra, sizeof extra, "Retry-After: %d\r\n", s->retry_after);
     pthread_mutex_unlock(&s->lock);
     if (endless && status) {
       char head[256];
@@ -177,8 +181,8 @@ static inline void *srv_conn_thread(void *arg) {
     char resp[512];
     int n = snprintf(resp, sizeof resp,
                      "HTTP/1.1 %d Status\r\nContent-Type: text/plain\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     status, strlen(body), body);
+                     "%sContent-Length: %zu\r\n\r\n%s",
+                     status, extra, strlen(body), body);
     if (write(a.fd, resp, (size_t)n) != n)
       return NULL;
   }

@@ -807,6 +807,31 @@ static void test_retry_status(int status) {
 static void test_500(void) { test_retry_status(500); }
 static void test_429(void) { test_retry_status(429); }
 
+/* 429 with Retry-After: 1: not asked again before that second, where the
+ * backoff alone (20 ms) would have. */
+static void test_retry_after_is_honoured(void) {
+  test_server *srv = srv_start(NULL);
+  srv->script[0] = 429;
+  srv->nscript = 1;
+  srv->retry_after = 1;
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, NULL);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  uint64_t t0 = cp_monotonic_ns();
+  send_one(s, &cfg, 0, g);
+  CHECK_EQ_INT(wait_delivered(srv, 1, 5000), 1);
+  double waited = (double)(cp_monotonic_ns() - t0) / 1e9;
+  finish(s, 2000);
+  capture_end();
+  printf("  delivered after %.2f s\n", waited);
+  CHECK(waited >= 0.95);
+  CHECK_EQ_INT(srv->nreqs, 2);
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
 static void test_400_not_retried(void) {
   test_server *srv = srv_start(NULL);
   srv->script[0] = 400;
@@ -1699,9 +1724,10 @@ TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
           T(test_datadog_unix_socket), T(test_datadog_agentless),
           T(test_pyroscope_families), T(test_pyroscope_limits),
           T(test_backend_down_then_up), T(test_500), T(test_429),
-          T(test_400_not_retried), T(test_long_body_and_echoed_secret),
-          T(test_spool_full), T(test_hung_server_exit_deadline),
-          T(test_spool_dir_restart), T(test_spool_written_while_down),
+          T(test_retry_after_is_honoured), T(test_400_not_retried),
+          T(test_long_body_and_echoed_secret), T(test_spool_full),
+          T(test_hung_server_exit_deadline), T(test_spool_dir_restart),
+          T(test_spool_written_while_down),
           T(test_adopted_only_does_not_hold_the_exit), T(test_spool_no_secret),
           T(test_url_rules), T(test_credentials_plain_http),
           T(test_app_closes_descriptors), T(test_stuck_sink_exit))
