@@ -238,6 +238,8 @@ static int http_send(cp_sink *self, cp_export *e) {
   return 0;
 }
 
+#define ADOPTED_GRACE_NS 500000000ull
+
 static void http_finish(cp_sink *self, uint64_t deadline_ns) {
   http_sink *s = (http_sink *)self;
   if (s->owner != getpid())
@@ -249,14 +251,14 @@ static void http_finish(cp_sink *self, uint64_t deadline_ns) {
     /* Only other processes' requests left (adopted from the spool
      * directory, where they stay) and none delivered yet: a process that
      * had nothing of its own to send (a short-lived child, an exec'd one)
-     * does not wait the exit timeout for a backend that does not answer. */
+     * does not wait the exit timeout for a backend that does not answer,
+     * only ADOPTED_GRACE_NS for the answer to a request in flight. */
     uint64_t now = cp_monotonic_ns();
-    if (!s->delivered && !cp_spool_has_own(s->spool) && deadline_ns > now)
-      s->deadline_ns = now;
+    if (!s->delivered && !cp_spool_has_own(s->spool) &&
+        deadline_ns > now + ADOPTED_GRACE_NS)
+      s->deadline_ns = now + ADOPTED_GRACE_NS;
   }
   pthread_cond_signal(&s->wake);
-  if (s->deadline_ns <= cp_monotonic_ns() && s->thread_started)
-    cp_http_abort(s->client); /* the request in flight, if any */
   pthread_mutex_unlock(&s->lock);
 }
 
