@@ -17,10 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "random.h"
 #include "safe_dir.h"
 
 #define SPOOL_MAGIC "CPSPOOL1"
@@ -37,6 +39,12 @@ struct cp_spool {
   uint64_t dropped;
   uint64_t next_file;
   int dir_error_reported;
+  /* Whose files: "PID-TOKEN" with a lock file of that name held (flock) for
+   * the spool's life, else "PID" (no lock could be made: liveness is then
+   * kill(PID, 0), which is wrong across PID namespaces). */
+  char tag[40];
+  cp_own_fd lock;
+  char lock_name[320];
 };
 
 cp_spool_item *cp_spool_item_new(const char *target, uint64_t order) {
@@ -214,8 +222,8 @@ static void persist(cp_spool *s, cp_spool_item *it) {
   if (!s->dir.path || it->file)
     return;
   char name[256];
-  snprintf(name, sizeof name, "%s.%020" PRIu64 ".%d.%" PRIu64 ".spool", s->sink,
-           it->order, (int)getpid(), s->next_file++);
+  snprintf(name, sizeof name, "%s.%020" PRIu64 ".%s.%" PRIu64 ".spool", s->sink,
+           it->order, s->tag, s->next_file++);
   uint8_t *data = NULL;
   size_t len = 0;
   int dfd = spool_dir(s);
@@ -474,6 +482,51 @@ static int add_spool_name(const char *name, void *arg) {
   return 0;
 }
 
+/* Whether the owner of a file named with pid (and token, "" for a name
+ * without one) still runs. With a token: its lock file is held (flock),
+ * whatever PID namespace it runs in; one found free is the owner gone and
+ * is removed. Without (older files, or an owner that could not make its
+ * lock): kill(pid, 0), true for this process's own files only when an
+ * earlier spool of this process left them. */
+static int owner_alive(cp_spool *s, int dfd, int pid, const char *token) {
+  if (!*token)
+    return pid != getpid() && (kill(pid, 0) == 0 || errno == EPERM);
+  char name[320];
+  snprintf(name, sizeof name, "%s.%d-%s.lock", s->sink, pid, token);
+  if (s->lock.fd >= 0 && strcmp(name, s->lock_name) == 0)
+    return 1; /* ours: not adopted again */
+  int fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return 0; /* never made, or removed by its owner as it stopped */
+  struct stat st;
+  int alive = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+              flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  if (!alive)
+    unlinkat(dfd, name, 0);
+  close(fd); /* releases the lock taken */
+  return alive;
+}
+
+/* This spool's lock file, held while it lives (see owner_alive). */
+static void take_owner_lock(cp_spool *s) {
+  snprintf(s->tag, sizeof s->tag, "%d", (int)getpid());
+  int dfd = spool_dir(s);
+  if (dfd < 0)
+    return;
+  char token[17];
+  snprintf(token, sizeof token, "%016" PRIx64, cp_random_u64());
+  snprintf(s->lock_name, sizeof s->lock_name, "%s.%d-%s.lock", s->sink,
+           (int)getpid(), token);
+  if (cp_safe_dir_create_file(dfd, s->lock_name, &s->lock) < 0)
+    return;
+  if (flock(s->lock.fd, LOCK_EX | LOCK_NB) != 0) {
+    cp_own_close(&s->lock);
+    unlinkat(dfd, s->lock_name, 0);
+    return;
+  }
+  snprintf(s->tag, sizeof s->tag, "%d-%s", (int)getpid(), token);
+}
+
 /* Adopts the files of processes that are gone (and of an earlier profiler
  * in this very process), claiming each with a rename so that two starting
  * processes never both deliver it. Files refused on reading are removed. */
@@ -495,15 +548,19 @@ static void adopt_files(cp_spool *s) {
   size_t adopted = 0, unsafe_files = 0, bad = 0, dropped = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t order, num;
-    int pid, unsafe;
-    if (sscanf(names[i] + prefix + 1, "%20" SCNu64 ".%d.%" SCNu64, &order, &pid,
-               &num) != 3)
+    int pid, unsafe, at = 0;
+    char token[17] = "";
+    const char *rest = names[i] + prefix + 1;
+    if (sscanf(rest, "%20" SCNu64 ".%d%n", &order, &pid, &at) != 2 ||
+        (rest[at] == '-' &&
+         sscanf(rest + at, "-%16[0-9a-f].%" SCNu64, token, &num) != 2) ||
+        (rest[at] != '-' && sscanf(rest + at, ".%" SCNu64, &num) != 1))
       goto next;
-    if (pid != getpid() && (kill(pid, 0) == 0 || errno == EPERM))
-      goto next; /* a live process owns it */
+    if (owner_alive(s, dfd, pid, token))
+      goto next;
     char to[256];
-    snprintf(to, sizeof to, "%s.%020" PRIu64 ".%d.%" PRIu64 ".spool", s->sink,
-             order, (int)getpid(), s->next_file++);
+    snprintf(to, sizeof to, "%s.%020" PRIu64 ".%s.%" PRIu64 ".spool", s->sink,
+             order, s->tag, s->next_file++);
     if (strcmp(names[i], to) != 0 && renameat(dfd, names[i], dfd, to) != 0)
       goto next; /* another process claimed it */
     cp_spool_item *it = read_item(s, dfd, to, &unsafe);
@@ -547,6 +604,7 @@ cp_spool *cp_spool_create(const char *dir, const char *sink_name,
   if (!s)
     return NULL;
   s->dir.own.fd = -1;
+  s->lock.fd = -1;
   s->sink = strdup(sink_name);
   if (!s->sink || (dir && cp_safe_dir_init(&s->dir, dir) != 0)) {
     cp_spool_destroy(s);
@@ -554,8 +612,11 @@ cp_spool *cp_spool_create(const char *dir, const char *sink_name,
   }
   s->max_items = max_items ? max_items : 1;
   s->max_bytes = max_bytes ? max_bytes : 1;
-  if (s->dir.path)
+  snprintf(s->tag, sizeof s->tag, "%d", (int)getpid());
+  if (s->dir.path) {
+    take_owner_lock(s);
     adopt_files(s);
+  }
   return s;
 }
 
@@ -568,6 +629,13 @@ void cp_spool_destroy(cp_spool *s) {
     cp_spool_item_free(it);
   }
   cp_spool_item_free(s->taken);
+  if (s->lock.fd >= 0) {
+    /* Its files are anyone's now: the lock file goes, then the lock. */
+    int dfd = s->dir.path ? spool_dir(s) : -1;
+    if (dfd >= 0)
+      unlinkat(dfd, s->lock_name, 0);
+    cp_own_close(&s->lock);
+  }
   cp_safe_dir_release(&s->dir);
   free(s->sink);
   free(s);

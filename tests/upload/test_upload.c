@@ -1159,6 +1159,43 @@ static void test_adopted_only_does_not_hold_the_exit(void) {
   srv_stop(srv);
 }
 
+/* A spool file whose owner still runs is left alone, whatever its pid
+ * says: the owner holds a lock file (flock) for its life. Two sinks in one
+ * process stand for two processes in different PID namespaces sharing a
+ * volume, where kill(pid, 0) on the name's pid says nothing: the second
+ * adopted the first's file (the same pid) and, the backend back, both
+ * delivered it. */
+static void test_spool_owner_alive_is_left_alone(void) {
+  char dir[] = "/tmp/contprof-spool-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  test_server *srv = srv_create(NULL);
+  char spool[128];
+  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  cp_config cfg_a, cfg_b;
+  capture_start();
+  cp_sink *a = fault_sink(srv, &cfg_a, spool);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  send_one(a, &cfg_a, 0, g);
+  int leaked = 0;
+  for (int w = 0; w < 100 && count_spool_files(dir, "DD-EVP", &leaked) < 1; w++)
+    usleep(20000);
+  CHECK_EQ_INT(count_spool_files(dir, "DD-EVP", &leaked), 1);
+  cp_sink *b = fault_sink(srv, &cfg_b, spool); /* must not adopt it */
+  srv_listen(srv);
+  CHECK_EQ_INT(wait_delivered(srv, 1, 3000), 1);
+  usleep(300000); /* a second delivery would come meanwhile */
+  finish(b, 1000);
+  finish(a, 1000);
+  capture_end();
+  CHECK_EQ_INT(srv->nreqs, 1);
+  CHECK_EQ_INT(count_spool_files(dir, "x", &leaked), 0);
+  CHECK_EQ_INT(rmdir(dir), 0); /* no lock file left either */
+  cp_config_free(&cfg_a);
+  cp_config_free(&cfg_b);
+  cp_gen_destroy(g);
+  srv_stop(srv);
+}
+
 /* Secrets stay out of spool files. */
 static void test_spool_no_secret(void) {
   char dir[] = "/tmp/contprof-spool-XXXXXX";
@@ -1728,6 +1765,7 @@ TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
           T(test_long_body_and_echoed_secret), T(test_spool_full),
           T(test_hung_server_exit_deadline), T(test_spool_dir_restart),
           T(test_spool_written_while_down),
-          T(test_adopted_only_does_not_hold_the_exit), T(test_spool_no_secret),
+          T(test_adopted_only_does_not_hold_the_exit),
+          T(test_spool_owner_alive_is_left_alone), T(test_spool_no_secret),
           T(test_url_rules), T(test_credentials_plain_http),
           T(test_app_closes_descriptors), T(test_stuck_sink_exit))
