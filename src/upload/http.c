@@ -31,6 +31,7 @@
 
 #include "common.h"
 #include "contprof/profiler.h"
+#include "fork_guard.h"
 
 struct cp_http_client {
   pthread_mutex_t lock; /* guards multi against cp_http_abort */
@@ -135,7 +136,9 @@ static void curl_init_once(void) {
 }
 
 int cp_http_init(void) {
+  cp_fork_guard_enter(); /* loading and initialising: see cp_http_post */
   pthread_once(&curl_once, curl_init_once);
+  cp_fork_guard_exit();
   return curl_ready ? 0 : -1;
 }
 
@@ -590,10 +593,20 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
   }
   long connect_ms =
       r->connect_timeout_ms < timeout_ms ? r->connect_timeout_ms : timeout_ms;
+  /* libcurl, OpenSSL and the C library take locks of their own (OpenSSL's
+   * random generator for the multipart boundary, glibc's locale lock): a
+   * fork that copied one held would leave the child to wait for it forever
+   * in its exit handlers (OpenSSL's and p11-kit's cleanups hung bash
+   * children under the preload). Everything here but the wait for the
+   * network is a section the application's fork waits out (fork_guard.h):
+   * microseconds at a time. */
+  cp_fork_guard_enter(); /* not in a handler: always 1 */
   CURLU *url =
       compose(r->base_url, r->target, resp->message, sizeof resp->message);
-  if (!url)
+  if (!url) {
+    cp_fork_guard_exit();
     return CP_HTTP_UNUSABLE;
+  }
   /* Fresh handles for this attempt only: see the top of this file. */
   CURL *e = curl_easy_init();
   CURLM *multi = curl_multi_init();
@@ -697,7 +710,9 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
       if (left_ms < (uint64_t)wait_ms)
         wait_ms = (int)left_ms;
     }
+    cp_fork_guard_exit(); /* a fork may go while we wait */
     curl_multi_poll(multi, NULL, 0, wait_ms, NULL);
+    cp_fork_guard_enter();
   }
   if (aborted) {
     out = CP_HTTP_ABORTED;
@@ -736,6 +751,7 @@ cleanup:
   curl_mime_free(mime);
   curl_slist_free_all(headers);
   curl_url_cleanup(url);
+  cp_fork_guard_exit();
   return out;
 }
 

@@ -470,7 +470,8 @@ static int add_spool_name(const char *name, void *arg) {
   spool_names *l = arg;
   size_t len = strlen(name), prefix = strlen(l->sink);
   if (len < prefix + 7 || strncmp(name, l->sink, prefix) != 0 ||
-      name[prefix] != '.' || strcmp(name + len - 6, ".spool"))
+      name[prefix] != '.' ||
+      (strcmp(name + len - 6, ".spool") && strcmp(name + len - 5, ".lock")))
     return 0;
   char **grown = cp_grow_array(l->names, &l->cap, l->n + 1, sizeof *grown);
   if (!grown || !(grown[l->n] = strdup(name))) {
@@ -551,6 +552,14 @@ static void adopt_files(cp_spool *s) {
     int pid, unsafe, at = 0;
     char token[17] = "";
     const char *rest = names[i] + prefix + 1;
+    size_t nlen = strlen(names[i]);
+    if (strcmp(names[i] + nlen - 5, ".lock") == 0) {
+      /* A lock file whose owner is gone without removing it (_exit, a
+       * crash), its spool files adopted or none: removed if free. */
+      if (sscanf(rest, "%d-%16[0-9a-f].lock", &pid, token) == 2)
+        owner_alive(s, dfd, pid, token);
+      goto next;
+    }
     if (sscanf(rest, "%20" SCNu64 ".%d%n", &order, &pid, &at) != 2 ||
         (rest[at] == '-' &&
          sscanf(rest + at, "-%16[0-9a-f].%" SCNu64, token, &num) != 2) ||

@@ -25,6 +25,9 @@
  *   exit-after S N    compute, sleeping now and then, for S seconds; exit(N)
  *   dlopen LIB N      two threads dlopen LIB, call its plugin_work and dlclose
  *                     it N times each while two others compute
+ *   fork-exit N       forks N children one after another, each exiting at
+ *                     once through exit() (its exit handlers), and counts
+ *                     those that had not ended 5 s later (killed then)
  *   dlopen-tight LIB N  three threads dlopen and dlclose LIB and libz in
  *                     turn, N times each, doing nothing else (the loader's
  *                     lock held as often as can be)
@@ -698,6 +701,30 @@ static int dlopen_tight(const char *path, int rounds) {
   return 0;
 }
 
+static int fork_exit(int n) {
+  int hung = 0;
+  for (int i = 0; i < n; i++) {
+    pid_t p = fork();
+    if (p == 0)
+      exit(0);
+    if (p < 0)
+      return 1;
+    int status;
+    uint64_t t0 = mono_ns();
+    while (waitpid(p, &status, WNOHANG) != p) {
+      if (mono_ns() - t0 > 5000000000ull) {
+        hung++;
+        kill(p, SIGKILL);
+        waitpid(p, &status, 0);
+        break;
+      }
+      usleep(500);
+    }
+  }
+  printf("fork-exit children=%d hung=%d\n", n, hung);
+  return 0;
+}
+
 static int dlopen_loop(const char *path, int rounds) {
   plugin_path = path;
   plugin_rounds = rounds;
@@ -865,6 +892,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "dlopen") == 0 && argc == 4)
     return dlopen_loop(argv[2], atoi(argv[3]));
+  if (strcmp(mode, "fork-exit") == 0 && argc == 3)
+    return fork_exit(atoi(argv[2]));
   if (strcmp(mode, "dlopen-tight") == 0 && argc == 4)
     return dlopen_tight(argv[2], atoi(argv[3]));
   return exits(mode, code);

@@ -449,8 +449,31 @@ static void test_dlopen_tight_loop(void) {
   remove_dir(dir);
 }
 
+/* Children forked one after another while the uploader retries every
+ * 1-2 ms against a port that refuses: libcurl takes OpenSSL's and the C
+ * library's locks at each attempt, and a child forked while one was held
+ * waited for it forever in its exit handlers (OpenSSL's, p11-kit's): about
+ * 1 child in 3,000 hung here. The attempts' sections are now ones a fork
+ * waits out (fork_guard.h). */
+static void test_children_exit_beside_uploads(void) {
+  char *dir = make_temp_dir("fork-exit");
+  const char *env[] = {"DD_TRACE_AGENT_URL=http://127.0.0.1:9",
+                       "CONTPROF_EXPORT=datadog",
+                       "CONTPROF_RETRY_INITIAL=1ms",
+                       "CONTPROF_RETRY_MAX=2ms",
+                       "CONTPROF_FOLLOW_FORK=0",
+                       "CONTPROF_LOG_LEVEL=error",
+                       NULL};
+  scenario sc = {.args = {"fork-exit", "3000"},
+                 .expect = "fork-exit children=3000 hung=0",
+                 .env = env,
+                 .period = "1"};
+  free(run_scenario(&sc, dir, NULL));
+  remove_dir(dir);
+}
+
 TEST_MAIN(T(test_threads_blocking_every_signal), T(test_sigaltstack),
           T(test_thread_storm), T(test_no_eintr_from_sampling),
           T(test_own_sigsegv_handler), T(test_exit_paths),
           T(test_exit_during_upload), T(test_dlopen_dlclose_loop),
-          T(test_dlopen_tight_loop))
+          T(test_dlopen_tight_loop), T(test_children_exit_beside_uploads))
