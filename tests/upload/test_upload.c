@@ -1021,6 +1021,27 @@ static size_t count_spool_files(const char *dir, const char *secret,
   return n;
 }
 
+/* A fresh spool directory (dir: a "/tmp/contprof-spool-XXXXXX" buffer),
+ * its CONTPROF_SPOOL_DIR setting in env, and a server that refuses
+ * connections until srv_listen. */
+static test_server *spool_setup(char *dir, char *env, size_t len) {
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(env, len, "CONTPROF_SPOOL_DIR=%s", dir);
+  return srv_create(NULL);
+}
+
+/* Waits up to 2 s for n spool files in dir; returns how many there are. */
+static size_t wait_spool_files(const char *dir, size_t n) {
+  int leaked = 0;
+  size_t on_disk = count_spool_files(dir, "DD-EVP", &leaked);
+  for (int w = 0; w < 100 && on_disk < n; w++) {
+    usleep(20000);
+    on_disk = count_spool_files(dir, "DD-EVP", &leaked);
+  }
+  CHECK(!leaked);
+  return on_disk;
+}
+
 /* Backend down while a process runs and exits: its profiles wait on disk
  * and the next process delivers them first, in order. */
 static void test_spool_dir_restart(void) {
@@ -1029,11 +1050,8 @@ static void test_spool_dir_restart(void) {
            "profiler\n");
     return;
   }
-  char dir[] = "/tmp/contprof-spool-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  test_server *srv = srv_create(NULL);
-  char spool[128];
-  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  char dir[] = "/tmp/contprof-spool-XXXXXX", spool[128];
+  test_server *srv = spool_setup(dir, spool, sizeof spool);
   const char *env[] = {spool, "CONTPROF_EXIT_TIMEOUT=300ms",
                        "CONTPROF_UPLOAD_PERIOD=3600", NULL};
   pid_t pid = spawn_child(srv, env, 2);
@@ -1084,11 +1102,8 @@ static void test_spool_dir_restart(void) {
  * one that failed was, and the others were lost). Then the backend comes
  * back: all delivered, in order, files removed. */
 static void test_spool_written_while_down(void) {
-  char dir[] = "/tmp/contprof-spool-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  test_server *srv = srv_create(NULL);
-  char spool[128];
-  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  char dir[] = "/tmp/contprof-spool-XXXXXX", spool[128];
+  test_server *srv = spool_setup(dir, spool, sizeof spool);
   cp_config cfg;
   capture_start();
   cp_sink *s = fault_sink(srv, &cfg, spool);
@@ -1098,12 +1113,7 @@ static void test_spool_written_while_down(void) {
     usleep(50000);
   }
   int leaked = 0;
-  size_t on_disk = 0;
-  for (int w = 0; w < 100 && on_disk < 4; w++) {
-    usleep(20000);
-    on_disk = count_spool_files(dir, "DD-EVP", &leaked);
-  }
-  CHECK_EQ_INT(on_disk, 4);
+  CHECK_EQ_INT(wait_spool_files(dir, 4), 4);
   srv_listen(srv);
   CHECK_EQ_INT(wait_delivered(srv, 4, 5000), 4);
   finish(s, 2000);
@@ -1125,11 +1135,9 @@ static void test_spool_written_while_down(void) {
  * it stops at once at exit, the file stays for the next process. It waited
  * the whole exit timeout, each such process. */
 static void test_adopted_only_does_not_hold_the_exit(void) {
-  char dir[] = "/tmp/contprof-spool-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  test_server *srv = srv_create(NULL); /* refused: the profile is spooled */
-  char spool[128];
-  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  char dir[] = "/tmp/contprof-spool-XXXXXX", spool[128];
+  /* refused: the profile is spooled */
+  test_server *srv = spool_setup(dir, spool, sizeof spool);
   cp_config cfg;
   capture_start();
   cp_sink *a = fault_sink(srv, &cfg, spool);
@@ -1166,20 +1174,15 @@ static void test_adopted_only_does_not_hold_the_exit(void) {
  * adopted the first's file (the same pid) and, the backend back, both
  * delivered it. */
 static void test_spool_owner_alive_is_left_alone(void) {
-  char dir[] = "/tmp/contprof-spool-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  test_server *srv = srv_create(NULL);
-  char spool[128];
-  snprintf(spool, sizeof spool, "CONTPROF_SPOOL_DIR=%s", dir);
+  char dir[] = "/tmp/contprof-spool-XXXXXX", spool[128];
+  test_server *srv = spool_setup(dir, spool, sizeof spool);
   cp_config cfg_a, cfg_b;
   capture_start();
   cp_sink *a = fault_sink(srv, &cfg_a, spool);
   cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
   send_one(a, &cfg_a, 0, g);
   int leaked = 0;
-  for (int w = 0; w < 100 && count_spool_files(dir, "DD-EVP", &leaked) < 1; w++)
-    usleep(20000);
-  CHECK_EQ_INT(count_spool_files(dir, "DD-EVP", &leaked), 1);
+  CHECK_EQ_INT(wait_spool_files(dir, 1), 1);
   cp_sink *b = fault_sink(srv, &cfg_b, spool); /* must not adopt it */
   srv_listen(srv);
   CHECK_EQ_INT(wait_delivered(srv, 1, 3000), 1);
