@@ -342,9 +342,6 @@ static uint32_t in_str(input *in, int64_t i) {
   return *s;
 }
 
-/* Chooses the output sample types from the first input, and maps every
- * input's types onto them: by type and unit, in any order. */
-
 /* Appends ", type/unit" to buf, whole or not at all: what does not fit
  * ends the list with ", ..." once. */
 static void add_type_name(char *buf, size_t len, const char *type,
@@ -359,6 +356,8 @@ static void add_type_name(char *buf, size_t len, const char *type,
     snprintf(buf + used, len - used, "%s...", used ? ", " : "");
 }
 
+/* Chooses the output sample types from the first input, and maps every
+ * input's types onto them: by type and unit, in any order. */
 static int map_types(input *in, const char *path, char *err, size_t errlen) {
   cp_merge *m = in->m;
   const pprof_profile *p = in->p;

@@ -288,11 +288,6 @@ static void free_sink(http_sink *s) {
  * for, a slow disk). */
 #define JOIN_GRACE_NS 100000000u
 
-/* Joins the sink's thread by the exit deadline (at least JOIN_GRACE_NS after
- * the abort). Returns 1 when joined; 0 when the thread is still running: it
- * is detached and its sink left allocated (it still uses it), what is queued
- * is written to the spool directory if the lock can be had, and one message
- * says what was lost. The application's exit is not held longer. */
 /* What became of `left` undelivered requests, `lost` of them in memory
  * only: said as it is. */
 static void kept_or_lost(const http_sink *s, size_t left, size_t lost,
@@ -310,6 +305,11 @@ static void kept_or_lost(const http_sink *s, size_t left, size_t lost,
              left - lost, lost);
 }
 
+/* Joins the sink's thread by the exit deadline (at least JOIN_GRACE_NS after
+ * the abort). Returns 1 when joined; 0 when the thread is still running: it
+ * is detached and its sink left allocated (it still uses it), what is queued
+ * is written to the spool directory if the lock can be had, and one message
+ * says what was lost. The application's exit is not held longer. */
 static int join_bounded(http_sink *s) {
   uint64_t now = cp_monotonic_ns();
   uint64_t limit = s->deadline_ns > now + JOIN_GRACE_NS ? s->deadline_ns
