@@ -483,6 +483,12 @@ static int add_spool_name(const char *name, void *arg) {
   return 0;
 }
 
+/* The lock file of the owner tagged "pid-token". */
+static void lock_file_name(const cp_spool *s, int pid, const char *token,
+                           char *out, size_t len) {
+  snprintf(out, len, "%s.%d-%s.lock", s->sink, pid, token);
+}
+
 /* Whether the owner of a file named with pid (and token, "" for a name
  * without one) still runs. With a token: its lock file is held (flock),
  * whatever PID namespace it runs in; one found free is the owner gone and
@@ -493,7 +499,7 @@ static int owner_alive(cp_spool *s, int dfd, int pid, const char *token) {
   if (!*token)
     return pid != getpid() && (kill(pid, 0) == 0 || errno == EPERM);
   char name[320];
-  snprintf(name, sizeof name, "%s.%d-%s.lock", s->sink, pid, token);
+  lock_file_name(s, pid, token, name, sizeof name);
   if (s->lock.fd >= 0 && strcmp(name, s->lock_name) == 0)
     return 1; /* ours: not adopted again */
   int fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
@@ -508,16 +514,15 @@ static int owner_alive(cp_spool *s, int dfd, int pid, const char *token) {
   return alive;
 }
 
-/* This spool's lock file, held while it lives (see owner_alive). */
+/* This spool's lock file, held while it lives (see owner_alive); s->tag
+ * stays the pid alone when it cannot be made. */
 static void take_owner_lock(cp_spool *s) {
-  snprintf(s->tag, sizeof s->tag, "%d", (int)getpid());
   int dfd = spool_dir(s);
   if (dfd < 0)
     return;
   char token[17];
   snprintf(token, sizeof token, "%016" PRIx64, cp_random_u64());
-  snprintf(s->lock_name, sizeof s->lock_name, "%s.%d-%s.lock", s->sink,
-           (int)getpid(), token);
+  lock_file_name(s, (int)getpid(), token, s->lock_name, sizeof s->lock_name);
   if (cp_safe_dir_create_file(dfd, s->lock_name, &s->lock) < 0)
     return;
   if (flock(s->lock.fd, LOCK_EX | LOCK_NB) != 0) {
