@@ -400,11 +400,16 @@ static long duration_setting(const source *src, const char *name, long lo_ms,
   return ms;
 }
 
-/* CONTPROF_UPLOAD_PERIOD (the option first): a duration of 1s..86400s, in
- * whole seconds (rounded), as DD_PROFILING_UPLOAD_PERIOD and
- * PYROSCOPE_UPLOAD_INTERVAL take it; a bare number is seconds. */
+/* A period variable (CONTPROF_UPLOAD_PERIOD, or the Datadog and Pyroscope
+ * clients' own): a duration of 1s..86400s, in whole seconds (rounded); a
+ * bare number is seconds. def_s when unset or malformed. */
+static int period_var(const source *src, const char *name, int def_s) {
+  long ms = duration_setting(src, name, 1000, 86400000L, def_s * 1000L, 0);
+  return (int)((ms + 500) / 1000);
+}
+
+/* CONTPROF_UPLOAD_PERIOD, the option first. */
 static int period_setting(const source *src, int option, int *out) {
-  *out = 60;
   if (option != 0) {
     if (option < 1 || option > 86400) {
       cp_error("option for CONTPROF_UPLOAD_PERIOD=%d is out of range "
@@ -415,16 +420,7 @@ static int period_setting(const source *src, int option, int *out) {
     *out = option;
     return 0;
   }
-  const char *v = env_get(src, "CONTPROF_UPLOAD_PERIOD");
-  long ms;
-  if (!v)
-    return 0;
-  if (parse_duration_ms(v, &ms) != 0 || ms < 1000 || ms > 86400000L)
-    cp_warn("CONTPROF_UPLOAD_PERIOD='%s' is not a duration of 1s..86400s "
-            "(like 60, 30s, 5m); using 60 s",
-            v);
-  else
-    *out = (int)((ms + 500) / 1000);
+  *out = period_var(src, "CONTPROF_UPLOAD_PERIOD", 60);
   return 0;
 }
 
@@ -508,14 +504,8 @@ static int load_upload(cp_config *cfg, const source *src,
   const char *which = NULL;
   const char *period = env_first(src, period_vars, &which);
   if (!opts->upload_period_s && !env_get(src, "CONTPROF_UPLOAD_PERIOD") &&
-      period) {
-    long ms;
-    if (parse_duration_ms(period, &ms) != 0 || ms < 1000 || ms > 86400000L)
-      cp_warn("%s='%s' is not a duration of 1s..86400s; using %d s", which,
-              period, cfg->upload_period_s);
-    else
-      cfg->upload_period_s = (int)((ms + 500) / 1000);
-  }
+      period)
+    cfg->upload_period_s = period_var(src, which, cfg->upload_period_s);
 
   const char *agent_url = env_get(src, "DD_TRACE_AGENT_URL");
   const char *agent_host = env_get(src, "DD_AGENT_HOST");
