@@ -18,6 +18,7 @@
 #include "exporter/export.h"
 #include "exporter/pprof.h"
 #include "exporter/pprof_read.h"
+#include "profmerge.h"
 
 #define DEFAULT_DEBUG_DIR "/usr/lib/debug"
 
@@ -227,17 +228,18 @@ fail:
   return NULL;
 }
 
-/* path "-": stdout. Else a new file, the owner's alone as the profiles
- * are. */
+/* path "-": stdout (as the other commands write it). Else a new file, the
+ * owner's alone as the profiles are. */
 static int write_new_file(const char *path, const uint8_t *data, size_t len) {
-  int to_stdout = strcmp(path, "-") == 0;
-  if (to_stdout)
-    path = "stdout";
+  if (strcmp(path, "-") == 0) {
+    char err[256];
+    if (cp_write_output(path, data, len, err, sizeof err) == 0)
+      return 0;
+    fprintf(stderr, "contprof: symbolize: %s\n", err);
+    return -1;
+  }
   int fd =
-      to_stdout
-          ? 1
-          : open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                 0600);
+      open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     fprintf(stderr, "contprof: symbolize: cannot create %s: %s\n", path,
             strerror(errno));
@@ -251,15 +253,13 @@ static int write_new_file(const char *path, const uint8_t *data, size_t len) {
     if (n <= 0) {
       fprintf(stderr, "contprof: symbolize: writing %s: %s\n", path,
               strerror(errno));
-      if (!to_stdout) {
-        close(fd);
-        unlink(path);
-      }
+      close(fd);
+      unlink(path);
       return -1;
     }
     done += (size_t)n;
   }
-  return to_stdout ? 0 : close(fd);
+  return close(fd);
 }
 
 int cp_cmd_symbolize(int argc, char **argv) {
