@@ -92,6 +92,11 @@ typedef struct module {
   char build_id[MAX_BUILD_ID_HEX];
   int opened;  /* an attempt was made; dw NULL: no DWARF */
   int refused; /* identity mismatch or over the cap: never DWARF */
+  /* Its reading was put off by the read gate (cp_dwarf_set_read_gate),
+   * estimated at deferred_ns; asked again, at a lookup, once
+   * DEFER_RETRY_NS have passed since deferred_at (monotonic). Said once. */
+  int deferred, deferral_said;
+  uint64_t deferred_ns, deferred_at;
   cp_own_fd file, debug_file; /* debug_file.fd -1: the object has its own */
   Elf *elf, *debug_elf;
   /* The file libdw reads, copied whole into memory with IMAGE_PAD zero
@@ -130,6 +135,9 @@ static struct {
   size_t nmodules;
   size_t budget, used;
   uint64_t tick;
+  cp_dwarf_read_gate gate; /* NULL: every module is read */
+  uint64_t spent_ns;       /* CPU this process spent opening modules */
+  uint64_t deferred;       /* lookups left without lines by the gate */
   char root[PATH_MAX];
   char debug_path[PATH_MAX]; /* the debug file module_open found */
 } st = {.budget = CP_DWARF_DEFAULT_BUDGET, .root = DEFAULT_DEBUG_ROOT};
@@ -984,9 +992,10 @@ static void find_line_sections(module *m) {
 
 /* Opens m's object and debug information. Leaves m->dw NULL when there is
  * none; says why once when there is some but it is unusable. */
-static void module_open(module *m) {
+static void module_read(module *m) {
   limit_open_modules();
   m->opened = 1;
+  m->deferred = 0;
   cp_debug("symbols: pid %d reads the debug information of %s", (int)getpid(),
            m->path);
   m->file.fd = m->debug_file.fd = -1;
@@ -1064,6 +1073,19 @@ static void module_open(module *m) {
     return;
   }
   bytes = (uint64_t)dsb.st_size + IMAGE_PAD + inflated;
+  uint64_t estimate_ns = bytes * CP_DWARF_READ_NS_PER_BYTE;
+  if (st.gate && !st.gate(estimate_ns, st.spent_ns)) {
+    if (!m->deferral_said++)
+      cp_debug("symbols: pid %d puts off reading the debug information of "
+               "%s (%llu kB, about %llu ms): over the cap of its CPU so far",
+               (int)getpid(), m->path, (unsigned long long)(bytes >> 10),
+               (unsigned long long)(estimate_ns / 1000000));
+    m->deferred = 1;
+    m->deferred_ns = estimate_ns;
+    m->deferred_at = cp_monotonic_ns();
+    module_close(m);
+    return;
+  }
   make_room((size_t)bytes, m);
   m->image =
       load_image(dbg, dbg_fd, (size_t)dsb.st_size, inflated, &m->image_bytes);
@@ -1587,6 +1609,30 @@ static void cache_put(module *m, uint64_t addr, const cp_line_chain *c) {
 
 /* ---- Public API ---------------------------------------------------------- */
 
+/* Whether the gate still puts m off: asked again only every
+ * DEFER_RETRY_NS (each attempt opens the file and its debug file to size
+ * them). Caller holds dwarf_lock. */
+#define DEFER_RETRY_NS 1000000000ull
+static int still_deferred(module *m) {
+  uint64_t now = cp_monotonic_ns();
+  if (now - m->deferred_at < DEFER_RETRY_NS)
+    return 1;
+  m->deferred_at = now;
+  return st.gate && !st.gate(m->deferred_ns, st.spent_ns);
+}
+
+/* Opens m (module_read), counting the CPU it took against the read gate's
+ * allowance. Caller holds dwarf_lock. */
+static void module_open(module *m) {
+  uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  module_read(m);
+  uint64_t took = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began;
+  st.spent_ns += took;
+  if (m->dw)
+    cp_debug("symbols: pid %d read the debug information of %s in %llu us",
+             (int)getpid(), m->path, (unsigned long long)(took / 1000));
+}
+
 static void lock_acquire(void) {
   pthread_mutex_lock(&dwarf_lock);
   if (!__atomic_load_n(&dwarf_lock_pid, __ATOMIC_RELAXED))
@@ -1638,10 +1684,12 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
     cache_copy_out(hit, out);
     goto out;
   }
-  if (m->refused)
-    goto out;
+  if (m->refused || (m->deferred && still_deferred(m)))
+    goto out_deferred;
   if (!m->opened) {
     module_open(m);
+    if (m->deferred)
+      goto out_deferred;
     if (!m->dw)
       m->refused = 1; /* said why once (if at all); not tried again */
   }
@@ -1654,6 +1702,9 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
    * cache keeps what was resolved. */
   if (st.used > st.budget)
     make_room(0, NULL);
+  goto out;
+out_deferred:
+  st.deferred += m->deferred; /* not cached: a later lookup may read it */
 out:
   pthread_mutex_unlock(&dwarf_lock);
   return out->n;
@@ -1670,7 +1721,7 @@ int cp_dwarf_prepare(const cp_dwarf_object *obj) {
   if (m && !m->opened && !m->refused) {
     m->tick = ++st.tick;
     module_open(m);
-    if (!m->dw)
+    if (!m->dw && !m->deferred)
       m->refused = 1;
     if (st.used > st.budget)
       make_room(0, NULL);
@@ -1685,6 +1736,19 @@ void cp_dwarf_set_budget(size_t bytes) {
   st.budget = bytes;
   make_room(0, NULL);
   pthread_mutex_unlock(&dwarf_lock);
+}
+
+void cp_dwarf_set_read_gate(cp_dwarf_read_gate gate) {
+  lock_acquire();
+  st.gate = gate;
+  pthread_mutex_unlock(&dwarf_lock);
+}
+
+uint64_t cp_dwarf_deferred(void) {
+  lock_acquire();
+  uint64_t n = st.deferred;
+  pthread_mutex_unlock(&dwarf_lock);
+  return n;
 }
 
 size_t cp_dwarf_memory_used(void) {
@@ -1706,6 +1770,8 @@ void cp_dwarf_after_fork_child(void) {
    * images, copied with the address space, are kept. */
   if (pthread_mutex_trylock(&dwarf_lock) == 0) {
     __atomic_store_n(&dwarf_lock_pid, getpid(), __ATOMIC_RELAXED);
+    /* The child's CPU clock starts again at 0: so does what it spent. */
+    st.spent_ns = 0;
     size_t open = 0;
     for (const module *m = st.modules; m; m = m->next)
       open += m->dw != NULL;
@@ -1728,6 +1794,7 @@ void cp_dwarf_reset(void) {
       st.modules = NULL;
       st.nmodules = 0;
       st.used = 0;
+      st.spent_ns = 0;
       pthread_mutex_init(&dwarf_lock, NULL);
       __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
       return;
@@ -1743,6 +1810,7 @@ void cp_dwarf_reset(void) {
   }
   st.nmodules = 0;
   st.used = 0;
+  st.spent_ns = 0;
   __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&dwarf_lock);
 }

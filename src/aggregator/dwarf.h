@@ -56,6 +56,20 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
  * and the address cache. Least recently used modules are closed to make
  * room; a module whose sections alone exceed it gets no lines. */
 #define CP_DWARF_DEFAULT_BUDGET ((size_t)256 << 20)
+
+/* Whether a module whose reading is estimated at estimate_ns of CPU may be
+ * read now, spent_ns having gone into the modules this process read so far.
+ * 0: it is put off, its addresses get no lines from this lookup (not
+ * cached), and a later lookup asks again. The estimate is the bytes read
+ * and inflated (the file and its decompressed debug sections) at
+ * CP_DWARF_READ_NS_PER_BYTE, measured on libc's debug file
+ * (docs/symbols.md, "Short-lived processes"). */
+typedef int (*cp_dwarf_read_gate)(uint64_t estimate_ns, uint64_t spent_ns);
+#define CP_DWARF_READ_NS_PER_BYTE 2
+/* NULL (the default: `contprof symbolize`) reads every module. */
+void cp_dwarf_set_read_gate(cp_dwarf_read_gate gate);
+/* Lookups the gate left without lines, since the start. */
+uint64_t cp_dwarf_deferred(void);
 void cp_dwarf_set_budget(size_t bytes);
 
 /* Opens obj's debug information now, as a first lookup would, if it has

@@ -62,6 +62,13 @@ void cp_fork_hints_after_fork_parent(void) {
   pthread_mutex_unlock(&hints.lock);
 }
 
+int cp_fork_hints_has_forked(void) {
+  pthread_mutex_lock(&hints.lock);
+  int forked = hints.reader;
+  pthread_mutex_unlock(&hints.lock);
+  return forked;
+}
+
 void cp_fork_hints_after_fork_child(void) {
   /* A thread of the parent may have held the lock: made anew. What the
    * parent took stays taken: the child inherited its answers. */

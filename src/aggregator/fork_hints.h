@@ -40,6 +40,10 @@ void cp_fork_hints_after_fork_parent(void);
  * there is one). */
 void cp_fork_hints_after_fork_child(void);
 
+/* Whether this process has forked (since it started or was forked): its
+ * children inherit what it reads. */
+int cp_fork_hints_has_forked(void);
+
 /* In a child: records that it resolved pc itself. Lock-free across
  * processes; a full table or a hint already there records nothing. */
 void cp_fork_hints_put(uint64_t pc, uint64_t path_hash);

@@ -264,4 +264,72 @@ static void test_without_libdw(void) {
   remove_dir(dir);
 }
 
-TEST_MAIN(T(test_inline_chains), T(test_without_libdw))
+/* The lines of the first location whose function is fn in the single
+ * profile dir holds: -1 no such location, else its line (0: none). */
+static int64_t line_of(const char *dir, const char *fn) {
+  pprof_profile *profiles[4];
+  size_t np = read_profiles(dir, profiles, 4, NULL);
+  CHECK_EQ_INT(np, 1);
+  int64_t line = -1;
+  for (size_t i = 0; np == 1 && line < 0 && i < profiles[0]->n_location; i++) {
+    const Perftools__Profiles__Location *loc = profiles[0]->location[i];
+    for (size_t k = 0; k < loc->n_line; k++)
+      if (strcmp(line_function(profiles[0], loc->line[k]), fn) == 0)
+        line = loc->line[k]->line;
+  }
+  for (size_t i = 0; i < np; i++)
+    pprof_profile_free(profiles[i]);
+  return line;
+}
+
+/* A process of a tenth of a second reads the debug information that fits
+ * in CONTPROF_MAX_OVERHEAD_PCT of its CPU (its own: a few kB) and puts off
+ * libc's (libc6-dbg's 14 MB, about 30 ms: three times its life), whose
+ * frames keep their function names without lines; with the cap off it
+ * reads both (docs/symbols.md, "Short-lived processes"). */
+static void test_short_process_reads_what_fits(void) {
+  run_result *id = run_shell(
+      "readelf -n /lib/x86_64-linux-gnu/libc.so.6 | sed -n 's/.*Build ID: "
+      "\\(..\\)\\(.*\\)/\\/usr\\/lib\\/debug\\/.build-id\\/\\1\\/\\2.debug/p'",
+      NULL);
+  char debug[512];
+  size_t len = strcspn(id->out, "\n");
+  len = len < sizeof debug - 1 ? len : sizeof debug - 1;
+  memcpy(debug, id->out, len);
+  debug[len] = 0;
+  free(id);
+  if (!debug[0] || access(debug, R_OK) != 0) {
+    printf("SKIP test_short_process_reads_what_fits: no debug file of libc "
+           "(libc6-dbg not installed)\n");
+    return;
+  }
+  const char *const caps[] = {"2", "0"};
+  int64_t libc_line[2], own_line[2];
+  for (int c = 0; c < 2; c++) {
+    char *dir = make_temp_dir("short");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "CONTPROF_MAX_OVERHEAD_PCT=%s CONTPROF_LOG_LEVEL=debug %s run "
+             "--hz 999 --output %s -- %s 0.1 2>&1",
+             caps[c], CONTPROF, dir, WORKLOAD);
+    run_result *r = run_shell(cmd, NULL);
+    int put_off =
+        strstr(r->out, "puts off reading the debug information "
+                       "of /usr/lib/x86_64-linux-gnu/libc.so.6") != NULL;
+    CHECK_EQ_INT(put_off, c == 0);
+    libc_line[c] = line_of(dir, "__libc_start_call_main");
+    own_line[c] = line_of(dir, "heavy_mix");
+    printf("cap %s%%: __libc_start_call_main line %lld, heavy_mix line %lld\n",
+           caps[c], (long long)libc_line[c], (long long)own_line[c]);
+    if (c == 0 && !put_off)
+      printf("the run said:\n%s\n", r->out);
+    free(r);
+    remove_dir(dir);
+  }
+  CHECK_EQ_INT(libc_line[0], 0); /* named, no line */
+  CHECK(libc_line[1] > 0);
+  CHECK(own_line[0] > 0 && own_line[1] > 0);
+}
+
+TEST_MAIN(T(test_inline_chains), T(test_without_libdw),
+          T(test_short_process_reads_what_fits))
