@@ -68,7 +68,7 @@ enum {
 
 typedef struct sym_entry {
   uint64_t start;   /* ELF virtual address */
-  const char *name; /* in the file's arena, or owned (SYM_OWNED) */
+  const char *name; /* in one of the file's strtabs, or owned (SYM_OWNED) */
   uint32_t size;    /* bytes covered, > 0 */
   uint32_t flags;
 } sym_entry;
@@ -101,7 +101,11 @@ typedef struct elf_file {
   uint32_t *page_first;
   uint64_t page_lo;
   size_t npages;
-  char *arena;  /* every name of syms, NUL-terminated */
+  /* The string tables syms' names point into, each NUL-terminated: kept
+   * whole, where copying the names into a table of their own was a strlen,
+   * a copy and a fresh page every 4 KiB of names. */
+  char **strtabs;
+  size_t nstrtabs, strtab_bytes;
   size_t bytes; /* what this table takes, counted in symbols.table_bytes */
   /* The newest generation that may hold pointers into the table (evictable
    * below symbols.oldest_live_gen), and a lookup counter for LRU order. */
@@ -440,7 +444,8 @@ typedef struct sym_builder {
   size_t n, cap;
   char **strtabs;
   size_t nstrtabs, strtabs_cap;
-  int failed; /* out of memory */
+  size_t strtab_bytes; /* of strtabs */
+  int failed;          /* out of memory */
   /* Bytes held while building (sections read, candidates, the table)
    * against `limit`, and the room the table kept may take; over: it would
    * not fit in one of them. */
@@ -497,7 +502,14 @@ static uint64_t symbol_bound(const elf_reader *r, const elf_sym *s) {
   return 0;
 }
 
-/* Adds the functions of one SHT_SYMTAB or SHT_DYNSYM section. */
+/* Symbols read per pread: a buffer reused for the whole section, where a
+ * copy of the section was 170 fresh pages for cc1's 28,900 symbols (each a
+ * page fault, 5-10 us on a VM). */
+#define SYMS_PER_READ 1024
+
+/* Adds the functions of one SHT_SYMTAB or SHT_DYNSYM section. The string
+ * table is read whole and kept (the candidates' names, then the table's,
+ * point into it); the symbols are read SYMS_PER_READ at a time. */
 static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
                             sym_builder *b) {
   if ((symtab->sh_entsize != 0 && symtab->sh_entsize != sizeof(elf_sym)) ||
@@ -507,56 +519,64 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
   if (strsec->sh_type != SHT_STRTAB || strsec->sh_size == 0)
     return;
   uint64_t count = symtab->sh_size / sizeof(elf_sym);
-  if (b->over || !builder_take(b, count * sizeof(elf_sym) + strsec->sh_size))
+  if (count == 0 || count * sizeof(elf_sym) > MAX_SECTION_BYTES ||
+      !range_ok(r->size, symtab->sh_offset, count * sizeof(elf_sym)))
+    return; /* out of bounds, or too big: skip the table */
+  /* Room for every symbol as a candidate, reserved once: pages of it that
+   * no function fills are never touched. */
+  uint64_t want = b->n + count;
+  if (b->over ||
+      (want > b->cap && !builder_take(b, (want - b->cap) * sizeof *b->v +
+                                             strsec->sh_size + 1)) ||
+      (want <= b->cap && !builder_take(b, strsec->sh_size + 1)))
     return;
-  elf_sym *syms = (elf_sym *)reader_read_alloc(r, symtab->sh_offset,
-                                               count * sizeof(elf_sym));
   char *strtab = reader_read_alloc(r, strsec->sh_offset, strsec->sh_size);
-  if (!syms || !strtab) { /* out of bounds, or too big: skip the table */
-    free(syms);
+  char **strtabs = strtab ? cp_grow_array(b->strtabs, &b->strtabs_cap,
+                                          b->nstrtabs + 1, sizeof *strtabs)
+                          : NULL;
+  if (strtabs)
+    b->strtabs = strtabs; /* it may have moved */
+  elf_sym *chunk = strtabs ? malloc(SYMS_PER_READ * sizeof *chunk) : NULL;
+  sym_candidate *v =
+      chunk && want > b->cap ? realloc(b->v, want * sizeof *v) : b->v;
+  if (!strtab || !strtabs || !chunk || !v) {
+    if (strtab)
+      b->failed = 1; /* out of memory */
+    else
+      b->bytes -= strsec->sh_size + 1; /* unreadable: skipped */
     free(strtab);
-    b->bytes -= count * sizeof(elf_sym) + strsec->sh_size;
+    free(chunk);
     return;
   }
-  char **strtabs = cp_grow_array(b->strtabs, &b->strtabs_cap, b->nstrtabs + 1,
-                                 sizeof *strtabs);
-  if (!strtabs) {
-    b->failed = 1;
-    free(syms);
-    free(strtab);
-    b->bytes -= count * sizeof(elf_sym) + strsec->sh_size;
-    return;
-  }
-  b->strtabs = strtabs;
   b->strtabs[b->nstrtabs++] = strtab;
-  for (uint64_t i = 0; i < count; i++) {
-    const elf_sym *s = &syms[i];
-    int type = SYM_TYPE(s->st_info);
-    if ((type != STT_FUNC && type != STT_GNU_IFUNC) || s->st_value == 0 ||
-        s->st_shndx == SHN_UNDEF || s->st_name == 0 ||
-        s->st_name >= strsec->sh_size)
-      continue;
-    /* strtab is NUL-terminated at sh_size, so every name ends. */
-    const char *name = strtab + s->st_name;
-    if (name[0] == '\0')
-      continue;
-    if (b->n + 1 > b->cap &&
-        !builder_take(b, (b->cap ? b->cap : 64) * sizeof *b->v))
-      break; /* the doubling would not fit */
-    sym_candidate *v = cp_grow_array(b->v, &b->cap, b->n + 1, sizeof *v);
-    if (!v) {
-      b->failed = 1;
-      break;
+  b->strtab_bytes += strsec->sh_size + 1;
+  b->v = v;
+  if (want > b->cap)
+    b->cap = want;
+  for (uint64_t done = 0; done < count; done += SYMS_PER_READ) {
+    uint64_t k = count - done < SYMS_PER_READ ? count - done : SYMS_PER_READ;
+    if (reader_read(r, symtab->sh_offset + done * sizeof(elf_sym),
+                    k * sizeof(elf_sym), chunk) != 0)
+      break; /* the file shrank: what was read stays */
+    for (uint64_t i = 0; i < k; i++) {
+      const elf_sym *s = &chunk[i];
+      int type = SYM_TYPE(s->st_info);
+      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || s->st_value == 0 ||
+          s->st_shndx == SHN_UNDEF || s->st_name == 0 ||
+          s->st_name >= strsec->sh_size)
+        continue;
+      /* strtab is NUL-terminated at sh_size, so every name ends. */
+      const char *name = strtab + s->st_name;
+      if (name[0] == '\0')
+        continue;
+      b->v[b->n++] = (sym_candidate){.start = s->st_value,
+                                     .size = s->st_size,
+                                     .bound = symbol_bound(r, s),
+                                     .name = name,
+                                     .rank = symbol_rank(s, name)};
     }
-    b->v = v;
-    b->v[b->n++] = (sym_candidate){.start = s->st_value,
-                                   .size = s->st_size,
-                                   .bound = symbol_bound(r, s),
-                                   .name = name,
-                                   .rank = symbol_rank(s, name)};
   }
-  free(syms);
-  b->bytes -= count * sizeof(elf_sym);
+  free(chunk);
 }
 
 /* Adds the symbols of every section of type `type`; returns how many such
@@ -581,10 +601,11 @@ static int candidate_cmp(const void *pa, const void *pb) {
   return strcmp(a->name, b->name);
 }
 
-/* Sorts and dedupes the candidates into f->syms with names in one arena.
- * Size-0 symbols cover up to the next symbol (or their section's end); those
- * inside a sized function are labels within it and are dropped. Returns 0,
- * -1 (ENOMEM) or -2 (the table would not fit in b's budget). */
+/* Sorts and dedupes the candidates into f->syms, which takes b's string
+ * tables (the names point into them). Size-0 symbols cover up to the next
+ * symbol (or their section's end); those inside a sized function are labels
+ * within it and are dropped. Returns 0, -1 (ENOMEM) or -2 (the table would not
+ * fit in b's budget). */
 static int build_table(sym_builder *b, elf_file *f) {
   if (b->n == 0)
     return 0;
@@ -594,7 +615,7 @@ static int build_table(sym_builder *b, elf_file *f) {
     if (i == 0 || b->v[i].start != b->v[i - 1].start)
       b->v[kept++] = b->v[i];
 
-  size_t arena_bytes = 0, out = 0;
+  size_t out = 0;
   uint64_t sized_end = 0;
   for (size_t i = 0; i < kept; i++) {
     sym_candidate *c = &b->v[i];
@@ -611,31 +632,31 @@ static int build_table(sym_builder *b, elf_file *f) {
     if (c->size > 0 && end > sized_end)
       sized_end = end;
     c->size = end - c->start > UINT32_MAX ? UINT32_MAX : end - c->start;
-    arena_bytes += strlen(c->name) + 1;
     b->v[out++] = *c;
   }
   if (out == 0)
     return 0;
-  size_t table = out * sizeof *f->syms + arena_bytes;
-  if (table > b->table_room || !builder_take(b, table))
+  size_t table = out * sizeof *f->syms + b->strtab_bytes;
+  if (table > b->table_room || !builder_take(b, out * sizeof *f->syms))
     return -2; /* over the budget */
 
   f->syms = malloc(out * sizeof *f->syms);
-  f->arena = malloc(arena_bytes ? arena_bytes : 1);
-  if (!f->syms || !f->arena)
+  if (!f->syms)
     return -1;
-  char *p = f->arena;
   for (size_t i = 0; i < out; i++) {
-    size_t len = strlen(b->v[i].name) + 1;
-    memcpy(p, b->v[i].name, len);
+    const char *p = b->v[i].name;
     f->syms[i] =
         (sym_entry){.start = b->v[i].start,
                     .name = p,
                     .size = (uint32_t)b->v[i].size,
                     .flags = (p[0] == '_' && p[1] == 'Z') ? SYM_MANGLED : 0};
-    p += len;
   }
   f->nsyms = out;
+  f->strtabs = b->strtabs;
+  f->nstrtabs = b->nstrtabs;
+  f->strtab_bytes = b->strtab_bytes;
+  b->strtabs = NULL;
+  b->nstrtabs = b->strtabs_cap = b->strtab_bytes = 0;
   return 0;
 }
 
@@ -742,14 +763,25 @@ static void build_page_index(elf_file *f) {
   f->npages = npages;
 }
 
-static void file_free(elf_file *f) {
-  symbols.table_bytes -= f->bytes;
+/* Frees f's table: its entries, their demangled names, its string tables. */
+static void file_drop_names(elf_file *f) {
   for (size_t i = 0; i < f->nsyms; i++)
     if (f->syms[i].flags & SYM_OWNED)
       free((char *)f->syms[i].name);
-  free(f->page_first);
+  for (size_t i = 0; i < f->nstrtabs; i++)
+    free(f->strtabs[i]);
+  free(f->strtabs);
   free(f->syms);
-  free(f->arena);
+  f->strtabs = NULL;
+  f->nstrtabs = f->strtab_bytes = 0;
+  f->syms = NULL;
+  f->nsyms = 0;
+}
+
+static void file_free(elf_file *f) {
+  symbols.table_bytes -= f->bytes;
+  file_drop_names(f);
+  free(f->page_first);
   free(f->loads);
   free(f);
 }
@@ -865,10 +897,7 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
   int rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
   if (rc == -2) {
     /* Too big with .symtab: the exported functions alone. */
-    free(f->syms);
-    free(f->arena);
-    f->syms = NULL;
-    f->arena = NULL;
+    file_drop_names(f);
     builder_free(&b);
     b = (sym_builder){.limit = build, .table_room = room};
     collect_tables(r, SHT_DYNSYM, &b);
@@ -884,11 +913,7 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
                        : "only its exported functions are named");
     }
     if (rc == -2) {
-      free(f->syms);
-      free(f->arena);
-      f->syms = NULL;
-      f->arena = NULL;
-      f->nsyms = 0;
+      file_drop_names(f);
       rc = 0;
     }
   }
@@ -897,10 +922,8 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
   builder_free(&b);
   reader_close(r);
   build_page_index(f);
-  f->bytes =
-      fixed + f->nsyms * sizeof *f->syms + f->npages * sizeof *f->page_first;
-  for (size_t i = 0; i < f->nsyms; i++)
-    f->bytes += strlen(f->syms[i].name) + 1;
+  f->bytes = fixed + f->nsyms * sizeof *f->syms +
+             f->npages * sizeof *f->page_first + f->strtab_bytes;
   symbols.table_bytes += f->bytes;
   return f;
 
