@@ -5,7 +5,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static volatile uint64_t sink;
 
@@ -60,8 +63,17 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* inline_workload [SECONDS] [fork]: runs the helpers for SECONDS of CPU
+ * (3); with "fork", first forks a child that exits at once. */
 int main(int argc, char **argv) {
   double seconds = argc > 1 ? atof(argv[1]) : 3;
+  if (argc > 2 && strcmp(argv[2], "fork") == 0) {
+    pid_t child = fork();
+    if (child == 0)
+      _exit(0);
+    if (child > 0)
+      waitpid(child, NULL, 0);
+  }
   double end = now() + seconds;
   uint64_t x = 1;
   while (now() < end)

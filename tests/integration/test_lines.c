@@ -286,7 +286,8 @@ static int64_t line_of(const char *dir, const char *fn) {
  * in CONTPROF_MAX_OVERHEAD_PCT of its CPU (its own: a few kB) and puts off
  * libc's (libc6-dbg's 14 MB, about 30 ms: three times its life), whose
  * frames keep their function names without lines; with the cap off it
- * reads both (docs/symbols.md, "Short-lived processes"). */
+ * reads both, and so does one that has forked (its children would inherit
+ * what it read) (docs/symbols.md, "Short-lived processes"). */
 static void test_short_process_reads_what_fits(void) {
   run_result *id = run_shell(
       "readelf -n /lib/x86_64-linux-gnu/libc.so.6 | sed -n 's/.*Build ID: "
@@ -303,15 +304,17 @@ static void test_short_process_reads_what_fits(void) {
            "(libc6-dbg not installed)\n");
     return;
   }
-  const char *const caps[] = {"2", "0"};
-  int64_t libc_line[2], own_line[2];
-  for (int c = 0; c < 2; c++) {
+  const char *const caps[] = {"2", "0", "2"};
+  const char *const forks[] = {"", "", "fork"};
+  int64_t libc_line[3], own_line[3];
+  for (int c = 0; c < 3; c++) {
     char *dir = make_temp_dir("short");
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "CONTPROF_MAX_OVERHEAD_PCT=%s CONTPROF_LOG_LEVEL=debug %s run "
-             "--hz 999 --output %s -- %s 0.1 2>&1",
-             caps[c], CONTPROF, dir, WORKLOAD);
+             "CONTPROF_MAX_OVERHEAD_PCT=%s CONTPROF_FOLLOW_FORK=0 "
+             "CONTPROF_LOG_LEVEL=debug %s run --hz 999 --output %s -- %s 0.1 "
+             "%s 2>&1",
+             caps[c], CONTPROF, dir, WORKLOAD, forks[c]);
     run_result *r = run_shell(cmd, NULL);
     int put_off =
         strstr(r->out, "puts off reading the debug information "
@@ -319,16 +322,18 @@ static void test_short_process_reads_what_fits(void) {
     CHECK_EQ_INT(put_off, c == 0);
     libc_line[c] = line_of(dir, "__libc_start_call_main");
     own_line[c] = line_of(dir, "heavy_mix");
-    printf("cap %s%%: __libc_start_call_main line %lld, heavy_mix line %lld\n",
-           caps[c], (long long)libc_line[c], (long long)own_line[c]);
+    printf("cap %s%%%s: __libc_start_call_main line %lld, heavy_mix line "
+           "%lld\n",
+           caps[c], c == 2 ? ", forked" : "", (long long)libc_line[c],
+           (long long)own_line[c]);
     if (c == 0 && !put_off)
       printf("the run said:\n%s\n", r->out);
     free(r);
     remove_dir(dir);
   }
   CHECK_EQ_INT(libc_line[0], 0); /* named, no line */
-  CHECK(libc_line[1] > 0);
-  CHECK(own_line[0] > 0 && own_line[1] > 0);
+  CHECK(libc_line[1] > 0 && libc_line[2] > 0);
+  CHECK(own_line[0] > 0 && own_line[1] > 0 && own_line[2] > 0);
 }
 
 TEST_MAIN(T(test_inline_chains), T(test_without_libdw),
