@@ -2,7 +2,10 @@
  * CONTPROF_SYMBOLIZE=none (addresses, mappings, build ids) on a machine that
  * has the binaries or their debug files, the way the process would have:
  * the same inline chains, names and module+offset fallbacks (export.c's
- * helpers). Locations that already have lines are copied as they are. */
+ * helpers). Locations that already have lines are copied as they are, but
+ * for those named without a line (an object whose debug information the
+ * process put off, docs/symbols.md "Short-lived processes"), which get their
+ * lines and inline chains where the debug information is found. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -62,7 +65,7 @@ static void pick_file(const pprof_profile *p,
   if (!out->path[0])
     fprintf(stderr,
             "contprof: symbolize: no file for %s (build id %s): its frames "
-            "stay module+offset\n",
+            "keep what the profile has (module+offset where unnamed)\n",
             path, id[0] ? id : "none");
 }
 
@@ -86,6 +89,37 @@ static size_t location_index(const pprof_profile *p, uint64_t id) {
   return i;
 }
 
+/* Where loc's address is in its mapping's file: that file (NULL when none
+ * is found) and the address in its ELF address space. */
+static const mapping_file *locate(const pprof_profile *p,
+                                  const Perftools__Profiles__Mapping *m,
+                                  const Perftools__Profiles__Location *loc,
+                                  mapping_file *files, const char *debug_dir,
+                                  uint64_t *elf_address) {
+  mapping_file *f = &files[mapping_index(p, m->id)];
+  if (!f->resolved)
+    pick_file(p, m, debug_dir, f);
+  uint64_t file_offset = loc->address - m->memory_start + m->file_offset;
+  if (f->path[0] && cp_symbols_file_address(f->path, m->file_offset,
+                                            file_offset, elf_address) == 0)
+    return f;
+  return NULL;
+}
+
+/* The location of an address from f's debug information (its inline chain
+ * with lines), or 0 when it has none. */
+static uint64_t chain_location(pprof_builder *b, const pprof_profile *p,
+                               const Perftools__Profiles__Mapping *m,
+                               const mapping_file *f, uint64_t elf_address,
+                               uint64_t mapping_id, uint64_t address,
+                               cp_line_chain *chain) {
+  cp_dwarf_object obj = {.path = f->path,
+                         .build_id = pprof_str(p, m->build_id)};
+  if (!cp_dwarf_lookup(&obj, elf_address, chain))
+    return 0;
+  return cp_export_chain_location(b, mapping_id, address, chain);
+}
+
 /* The new location of a location without lines. */
 static uint64_t symbolize_location(pprof_builder *b, const pprof_profile *p,
                                    const Perftools__Profiles__Location *loc,
@@ -98,21 +132,13 @@ static uint64_t symbolize_location(pprof_builder *b, const pprof_profile *p,
     uint64_t fn = pprof_add_function(b, "[unknown]", "[unknown]", "", 0);
     return fn ? pprof_add_location(b, 0, loc->address, fn, 0) : 0;
   }
-  mapping_file *f = &files[mapping_index(p, m->id)];
-  if (!f->resolved)
-    pick_file(p, m, debug_dir, f);
-  uint64_t file_offset = loc->address - m->memory_start + m->file_offset;
   uint64_t elf_address;
-  if (f->path[0] && cp_symbols_file_address(f->path, m->file_offset,
-                                            file_offset, &elf_address) == 0) {
-    cp_dwarf_object obj = {.path = f->path,
-                           .build_id = pprof_str(p, m->build_id)};
-    if (cp_dwarf_lookup(&obj, elf_address, chain)) {
-      uint64_t id =
-          cp_export_chain_location(b, mapping_id, loc->address, chain);
-      if (id)
-        return id;
-    }
+  const mapping_file *f = locate(p, m, loc, files, debug_dir, &elf_address);
+  if (f) {
+    uint64_t id = chain_location(b, p, m, f, elf_address, mapping_id,
+                                 loc->address, chain);
+    if (id)
+      return id;
     char name[4096];
     if (cp_symbols_resolve_file(f->path, elf_address, name, sizeof name, NULL,
                                 0) == 0) {
@@ -121,10 +147,39 @@ static uint64_t symbolize_location(pprof_builder *b, const pprof_profile *p,
     }
   }
   char name[320];
-  cp_export_module_offset_name(pprof_str(p, m->filename), file_offset, name,
-                               sizeof name);
+  cp_export_module_offset_name(pprof_str(p, m->filename),
+                               loc->address - m->memory_start + m->file_offset,
+                               name, sizeof name);
   uint64_t fn = pprof_add_function(b, name, name, "", 0);
   return fn ? pprof_add_location(b, mapping_id, loc->address, fn, 0) : 0;
+}
+
+/* Whether loc is a native frame named without a line: its function from
+ * the symbol table of an object whose debug information was not read. */
+static int named_without_line(const pprof_profile *p,
+                              const Perftools__Profiles__Location *loc) {
+  if (loc->n_line == 0 || !loc->mapping_id || !loc->address ||
+      !pprof_find_mapping(p, loc->mapping_id))
+    return 0;
+  for (size_t i = 0; i < loc->n_line; i++)
+    if (loc->line[i]->line != 0)
+      return 0;
+  return 1;
+}
+
+/* The new location of one named without a line: its chain from the debug
+ * information when found, else 0 (it is copied). */
+static uint64_t add_lines(pprof_builder *b, const pprof_profile *p,
+                          const Perftools__Profiles__Location *loc,
+                          uint64_t mapping_id, mapping_file *files,
+                          const char *debug_dir, cp_line_chain *chain) {
+  const Perftools__Profiles__Mapping *m =
+      pprof_find_mapping(p, loc->mapping_id);
+  uint64_t elf_address;
+  const mapping_file *f = locate(p, m, loc, files, debug_dir, &elf_address);
+  return f ? chain_location(b, p, m, f, elf_address, mapping_id, loc->address,
+                            chain)
+           : 0;
 }
 
 /* A location that has lines, copied. */
@@ -183,9 +238,14 @@ static pprof_builder *symbolize_profile(const pprof_profile *p,
     const Perftools__Profiles__Location *loc = p->location[i];
     uint64_t mapping_id =
         loc->mapping_id ? mapping_ids[mapping_index(p, loc->mapping_id)] : 0;
-    location_ids[i] = loc->n_line ? copy_location(b, p, loc, mapping_id)
-                                  : symbolize_location(b, p, loc, mapping_id,
-                                                       files, debug_dir, chain);
+    location_ids[i] =
+        !loc->n_line
+            ? symbolize_location(b, p, loc, mapping_id, files, debug_dir, chain)
+        : named_without_line(p, loc)
+            ? add_lines(b, p, loc, mapping_id, files, debug_dir, chain)
+            : 0;
+    if (!location_ids[i] && loc->n_line)
+      location_ids[i] = copy_location(b, p, loc, mapping_id);
     if (!location_ids[i])
       goto fail;
   }

@@ -287,7 +287,8 @@ static int64_t line_of(const char *dir, const char *fn) {
  * libc's (libc6-dbg's 14 MB, about 30 ms: three times its life), whose
  * frames keep their function names without lines; with the cap off it
  * reads both, and so does one that has forked (its children would inherit
- * what it read) (docs/symbols.md, "Short-lived processes"). */
+ * what it read). `contprof symbolize` gives the put-off frames their lines
+ * (docs/symbols.md, "Short-lived processes"). */
 static void test_short_process_reads_what_fits(void) {
   run_result *id = run_shell(
       "readelf -n /lib/x86_64-linux-gnu/libc.so.6 | sed -n 's/.*Build ID: "
@@ -306,7 +307,7 @@ static void test_short_process_reads_what_fits(void) {
   }
   const char *const caps[] = {"2", "0", "2"};
   const char *const forks[] = {"", "", "fork"};
-  int64_t libc_line[3], own_line[3];
+  int64_t libc_line[3], own_line[3], symbolized_line = -1;
   for (int c = 0; c < 3; c++) {
     char *dir = make_temp_dir("short");
     char cmd[1024];
@@ -329,9 +330,21 @@ static void test_short_process_reads_what_fits(void) {
     if (c == 0 && !put_off)
       printf("the run said:\n%s\n", r->out);
     free(r);
+    if (c == 0) {
+      char *out = make_temp_dir("short-symbolized");
+      snprintf(cmd, sizeof cmd,
+               "%s symbolize %s/*.pb.gz -o %s/symbolized.pb.gz 2>&1", CONTPROF,
+               dir, out);
+      free(run_shell(cmd, NULL));
+      symbolized_line = line_of(out, "__libc_start_call_main");
+      printf("symbolized: __libc_start_call_main line %lld\n",
+             (long long)symbolized_line);
+      remove_dir(out);
+    }
     remove_dir(dir);
   }
   CHECK_EQ_INT(libc_line[0], 0); /* named, no line */
+  CHECK_EQ_INT(symbolized_line, libc_line[1]);
   CHECK(libc_line[1] > 0 && libc_line[2] > 0);
   CHECK(own_line[0] > 0 && own_line[1] > 0 && own_line[2] > 0);
 }
