@@ -1075,11 +1075,13 @@ static void module_read(module *m) {
   bytes = (uint64_t)dsb.st_size + IMAGE_PAD + inflated;
   uint64_t estimate_ns = bytes * CP_DWARF_READ_NS_PER_BYTE;
   if (st.gate && !st.gate(estimate_ns, st.spent_ns)) {
-    if (!m->deferral_said++)
+    if (!m->deferral_said) {
+      m->deferral_said = 1;
       cp_debug("symbols: pid %d puts off reading the debug information of "
                "%s (%llu kB, about %llu ms): over the cap of its CPU so far",
                (int)getpid(), m->path, (unsigned long long)(bytes >> 10),
                (unsigned long long)(estimate_ns / 1000000));
+    }
     m->deferred = 1;
     m->deferred_ns = estimate_ns;
     m->deferred_at = cp_monotonic_ns();
@@ -1771,7 +1773,7 @@ void cp_dwarf_after_fork_child(void) {
   if (pthread_mutex_trylock(&dwarf_lock) == 0) {
     __atomic_store_n(&dwarf_lock_pid, getpid(), __ATOMIC_RELAXED);
     /* The child's CPU clock starts again at 0: so does what it spent. */
-    st.spent_ns = 0;
+    st.spent_ns = st.deferred = 0;
     size_t open = 0;
     for (const module *m = st.modules; m; m = m->next)
       open += m->dw != NULL;
@@ -1794,7 +1796,7 @@ void cp_dwarf_reset(void) {
       st.modules = NULL;
       st.nmodules = 0;
       st.used = 0;
-      st.spent_ns = 0;
+      st.spent_ns = st.deferred = 0;
       pthread_mutex_init(&dwarf_lock, NULL);
       __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
       return;
@@ -1810,7 +1812,7 @@ void cp_dwarf_reset(void) {
   }
   st.nmodules = 0;
   st.used = 0;
-  st.spent_ns = 0;
+  st.spent_ns = st.deferred = 0;
   __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&dwarf_lock);
 }

@@ -397,18 +397,21 @@ int cp_export_pprof(const cp_generation *g, const cp_export_meta *m,
  * from debug information and how many it had (a child of fork inherits its
  * parent's: docs/symbols.md, "What children look up"), when they moved. */
 static void log_line_counts(void) {
-  static uint64_t logged_read = UINT64_MAX, logged_had;
+  static uint64_t logged_read = UINT64_MAX, logged_had, logged_put_off;
   uint64_t read, had;
   if (cp_log_get_level() < CP_LOG_DEBUG)
     return;
   cp_symbols_line_counts(&read, &had);
-  if (read == logged_read && had == logged_had)
+  uint64_t put_off = cp_dwarf_deferred();
+  if (read == logged_read && had == logged_had && put_off == logged_put_off)
     return;
   logged_read = read;
   logged_had = had;
+  logged_put_off = put_off;
   cp_debug("symbols: pid %d read the lines of %" PRIu64
-           " addresses from debug information and had those of %" PRIu64,
-           (int)getpid(), read, had);
+           " addresses from debug information and had those of %" PRIu64
+           "; %" PRIu64 " lookups found theirs put off (the cap)",
+           (int)getpid(), read, had, put_off);
 }
 
 int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,
