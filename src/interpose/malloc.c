@@ -7,9 +7,10 @@
  * Cost: every hook ends in a tail jump to the real allocator unless it
  * samples. With sampling off, an allocation adds one predictable branch on a
  * read-mostly flag; with sampling on, a thread-local subtraction
- * (cp_alloc_count). A free adds a range check (the bootstrap arena) and, once
- * the heap profile has run, a hash and one load from the live table's 64 KiB
- * filter (before, one predictable branch).
+ * (cp_alloc_count). A free adds, once the heap profile has run or the
+ * bootstrap arena was used, a hash and one load from the live table's 64 KiB
+ * filter (before, one predictable branch): the arena's blocks are marked in
+ * the filter (cp_heap_mark_always), so that no range check precedes it.
  *
  * Recursion: the real allocator is found with the one lookup (real.h),
  * which may itself allocate: while this thread is resolving, allocations come
@@ -110,6 +111,9 @@ static void *boot_alloc(size_t size, size_t align) {
                                               memory_order_relaxed,
                                               memory_order_relaxed)) {
       memcpy((void *)(start - 8), &size, sizeof size);
+      /* Its free, realloc or reallocarray must take the slow path, which
+       * knows the arena. */
+      cp_heap_mark_always(start);
       return (void *)start;
     }
   }
@@ -366,7 +370,7 @@ __attribute__((noinline, cold)) static void free_slow(void *p) {
 }
 
 void free(void *p) {
-  if (LIKELY(!in_boot_arena(p)) && LIKELY(!cp_alloc_may_track(p))) {
+  if (LIKELY(!cp_alloc_may_track(p))) { /* a bootstrap block would be */
     REAL(free)(p);
     return;
   }
@@ -405,7 +409,7 @@ realloc_slow(void *p, size_t size, uint64_t caller_ra, int counted) {
 }
 
 void *realloc(void *p, size_t size) {
-  if (LIKELY(!in_boot_arena(p)) && LIKELY(!cp_alloc_may_track(p))) {
+  if (LIKELY(!cp_alloc_may_track(p))) { /* a bootstrap block would be */
     if (LIKELY(!cp_alloc_count(size)))
       return REAL(realloc)(p, size);
     return realloc_slow(p, size, RETURN_ADDRESS(), 1);
@@ -436,8 +440,7 @@ reallocarray_slow(void *p, size_t n, size_t size, uint64_t caller_ra,
 void *reallocarray(void *p, size_t n, size_t size) {
   reallocarray_fn real = REAL(reallocarray);
   size_t bytes;
-  if (LIKELY(real) && LIKELY(!in_boot_arena(p)) &&
-      LIKELY(!cp_alloc_may_track(p)) &&
+  if (LIKELY(real) && LIKELY(!cp_alloc_may_track(p)) &&
       !__builtin_mul_overflow(n, size, &bytes)) {
     if (LIKELY(!cp_alloc_count(bytes)))
       return real(p, n, size);
@@ -514,6 +517,8 @@ size_t malloc_usable_size(void *p) {
     return 0;
   return REAL(usable_size)(p);
 }
+
+int cp_interpose_malloc_boot_block(const void *p) { return in_boot_arena(p); }
 
 int cp_interpose_malloc_resolve(void) {
   ensure_resolved();

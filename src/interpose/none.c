@@ -55,6 +55,10 @@ int cp_real_sigaction(int sig, const struct sigaction *act,
 
 /* No malloc hook: the allocation sampler must not expect any call. */
 int cp_interpose_malloc_resolve(void) { return 1; }
+int cp_interpose_malloc_boot_block(const void *p) {
+  (void)p;
+  return 0;
+}
 void cp_interpose_locks_resolve(void) {}
 void cp_interpose_loader_resolve(void) {}
 void cp_interpose_before_dlclose(void (*fn)(void)) { (void)fn; }

@@ -80,6 +80,9 @@ int cp_interpose_sees_sigaction(void);
  * order (the application then reaches our hooks only for what that one
  * lacks: nothing is sampled). */
 int cp_interpose_malloc_resolve(void);
+/* Whether p was handed out by the malloc hooks' bootstrap arena (for
+ * tests). */
+int cp_interpose_malloc_boot_block(const void *p);
 
 /* Finds the C library's lock functions now (the lock sampler's start; they
  * are also looked up when the library loads). */

@@ -18,6 +18,7 @@
 #define SLOT_TOMB 1
 
 cp_heap_gate cp_heap_tracking;
+cp_heap_gate cp_heap_filter_on;
 _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS];
 
 static struct {
@@ -111,7 +112,14 @@ int cp_heap_init(size_t capacity, size_t max_frames) {
   heap.slot_mask = nslots - 1;
   heap.slot_bits = bits;
   atomic_store(&cp_heap_tracking.on, 1); /* the table exists */
+  atomic_store(&cp_heap_filter_on.on, 1);
   return 0;
+}
+
+void cp_heap_mark_always(uintptr_t addr) {
+  atomic_store_explicit(&cp_heap_filter[filter_of(addr)], 255,
+                        memory_order_relaxed);
+  atomic_store_explicit(&cp_heap_filter_on.on, 1, memory_order_release);
 }
 
 size_t cp_heap_frames_capacity(void) { return heap.frames_cap; }
@@ -398,10 +406,13 @@ void cp_heap_after_fork_child(void) {
   atomic_store_explicit(&heap.free_head, 0, memory_order_relaxed);
   atomic_store_explicit(&heap.high_water, 0, memory_order_relaxed);
   /* Only the buckets in use are written: each first write to a page of the
-   * filter copies it from the parent. */
-  for (size_t i = 0; i < sizeof cp_heap_filter; i++)
-    if (atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed))
+   * filter copies it from the parent. Saturated ones stay (they may hold a
+   * block of cp_heap_mark_always's, which the child may free). */
+  for (size_t i = 0; i < sizeof cp_heap_filter; i++) {
+    uint8_t v = atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed);
+    if (v && v != 255)
       atomic_store_explicit(&cp_heap_filter[i], 0, memory_order_relaxed);
+  }
   /* Not faulted in here, on the thread that forked (1 MiB at the default
    * capacity, 256 faults: 2 ms of the child's CPU on this VM, before it
    * could go on): a child that lives a moment faults in the few it uses,

@@ -72,32 +72,46 @@ void cp_heap_thread_end(void);
  * entries to test instead: every sample and every removal would write it and
  * every free on every thread read it, so each sample cost a cache miss on every
  * other core (2 points of CPU on the worst-case benchmark, docs/benchmarks.md).
+ *
+ * cp_heap_filter_on: the filter may hold something (the heap profile ran,
+ * or cp_heap_mark_always marked a block), alone on its cache line; what the
+ * free hook tests before the filter.
  */
 typedef struct cp_heap_gate {
   _Alignas(64) _Atomic int on;
   char pad[60];
 } cp_heap_gate;
 extern cp_heap_gate cp_heap_tracking __attribute__((visibility("hidden")));
+extern cp_heap_gate cp_heap_filter_on __attribute__((visibility("hidden")));
 #define CP_HEAP_FILTER_BITS 16
 extern _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS]
     __attribute__((visibility("hidden")));
 
+/* The filter's bucket of addr: the top bits of a multiplicative hash, which
+ * depend on every bit of the address (three instructions on the free hook's
+ * path: a multiply and a shift, the constant's load). */
 static inline size_t cp_heap_filter_of(uintptr_t addr) {
-  uint64_t h = (uint64_t)(addr >> 3) * 0x9e3779b97f4a7c15ull;
-  return (size_t)((h >> 20) & ((1u << CP_HEAP_FILTER_BITS) - 1));
+  return (size_t)(((uint64_t)addr * 0x9e3779b97f4a7c15ull) >>
+                  (64 - CP_HEAP_FILTER_BITS));
 }
 
-/* Hot path (the free hook), async-signal-safe: whether addr may be tracked.
- * Without the heap profile, one predictable branch on a read-mostly flag;
- * with it, a hash and one load from the filter, laid out to follow with no
- * taken branch. */
+/* Hot path (the free hook), async-signal-safe: whether addr may be tracked
+ * by the live table or marked (cp_heap_mark_always). Before either, one
+ * predictable branch on a read-mostly flag; after, a hash and one load from
+ * the filter, laid out to follow with no taken branch. */
 static inline int cp_heap_may_track(uintptr_t addr) {
   return __builtin_expect(
-             atomic_load_explicit(&cp_heap_tracking.on, memory_order_relaxed),
+             atomic_load_explicit(&cp_heap_filter_on.on, memory_order_relaxed),
              1) &&
          atomic_load_explicit(&cp_heap_filter[cp_heap_filter_of(addr)],
                               memory_order_relaxed) != 0;
 }
+
+/* Async-signal-safe: every free of a block at addr must reach the free
+ * hook's slow path (interpose/malloc.c's bootstrap arena): its bucket is
+ * saturated (never decremented, kept in a child of fork) and the filter
+ * turned on. The table need not exist. */
+void cp_heap_mark_always(uintptr_t addr);
 
 /* Hot path, async-signal-safe and lock-free. Stops tracking addr if it is
  * tracked; returns 1 if it was. */

@@ -10,13 +10,16 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "contprof/profiler.h"
+#include "interpose/real.h"
 #include "samplers/heap_table.h"
 #include "test.h"
+#include "thread_state.h"
 
 typedef void *(*malloc_fn)(size_t);
 typedef void *(*realloc_fn)(void *, size_t);
@@ -447,11 +450,45 @@ static void test_threads_stress(void) {
   contprof_stop();
 }
 
+/* Blocks of the bootstrap arena (what the hooks hand out while the real
+ * allocator is being found), taken before anything else of the test runs:
+ * a thread that is resolving gets them. */
+static void *boot_blocks[2];
+__attribute__((constructor(101))) static void take_boot_blocks(void) {
+  cp_thread.resolving++;
+  boot_blocks[0] = malloc(40);
+  boot_blocks[1] = malloc(24);
+  cp_thread.resolving--;
+}
+
+/* The free hook tests no address range: a bootstrap block reaches its slow
+ * path through the filter (cp_heap_mark_always), with the heap profile off,
+ * and is left alone there (free) or copied into a real block (realloc),
+ * never handed to the real allocator, whose free would abort on it. */
+static void test_bootstrap_blocks_stay_ours(void) {
+  if (!cp_interpose_malloc_boot_block(boot_blocks[0]) ||
+      !cp_interpose_malloc_boot_block(boot_blocks[1])) {
+    printf("SKIP test_bootstrap_blocks_stay_ours: the allocator was found "
+           "before the test's first constructor\n");
+    return;
+  }
+  memset(boot_blocks[0], 7, 40);
+  char *q = realloc(boot_blocks[0], 4000);
+  CHECK(q != NULL && !cp_interpose_malloc_boot_block(q));
+  if (q) {
+    CHECK(q[0] == 7 && q[39] == 7);
+    free(q);
+  }
+  free(boot_blocks[1]); /* aborted in glibc's free without the mark */
+  CHECK(malloc_usable_size(boot_blocks[1]) == 24);
+}
+
 int main(void) {
   load_libc();
   char tmpl[] = "/tmp/contprof-alloc-unit-XXXXXX";
   out_dir = mkdtemp(tmpl);
   test_case tests[] = {
+      T(test_bootstrap_blocks_stay_ours),
       T(test_conformance_profiler_off),
       T(test_conformance_every_allocation_sampled),
       T(test_free_and_realloc_untrack),
