@@ -210,19 +210,27 @@ static char *out_dir;
 
 /* Starts with every allocation sampled (1 byte between samples), alloc and
  * heap, and a table of 1024 entries (the first start makes the table). */
-static int start_sampling_everything(void) {
+/* Every allocation sampled: profiles "alloc,heap" (each sample through the
+ * ring as well), or "heap" for the tests that count what the live table
+ * holds: a ring that fills while the drain thread waits for a CPU (a loaded
+ * machine) thins the samples instead (docs/overhead.md, "A filling ring"),
+ * and 1 run in 6 of test_table_full_is_counted under two busy loops found
+ * allocations neither tracked nor counted as overflows. */
+static int start_sampling(const char *profiles) {
   setenv("CONTPROF_ALLOC_SAMPLE_BYTES", "1", 1);
   setenv("CONTPROF_HEAP_MAX_TRACKED", "1024", 1);
   setenv("CONTPROF_LOG_LEVEL", "error", 1);
   contprof_options o = {
-      .profiles = "alloc,heap", .output_dir = out_dir, .upload_period_s = 3600};
+      .profiles = profiles, .output_dir = out_dir, .upload_period_s = 3600};
   return contprof_start(&o);
 }
+
+static int start_sampling_everything(void) { return start_sampling("heap"); }
 
 static void test_conformance_profiler_off(void) { check_conformance(); }
 
 static void test_conformance_every_allocation_sampled(void) {
-  CHECK_EQ_INT(start_sampling_everything(), 0);
+  CHECK_EQ_INT(start_sampling("alloc,heap"), 0);
   check_conformance();
   contprof_stop();
 }
