@@ -5,9 +5,9 @@
  * allocation sampler (samplers/alloc.h) about what it chose to sample.
  *
  * Cost: every hook ends in a tail jump to the real allocator unless it
- * samples. With sampling off, an allocation adds one predictable branch on a
- * read-mostly flag; with sampling on, a thread-local subtraction
- * (cp_alloc_count). A free adds, once the heap profile has run or the
+ * samples. An allocation adds a thread-local subtraction and a branch
+ * (cp_alloc_count), on or off (off, a call every CP_ALLOC_OFF_GAP bytes
+ * finds it off). A free adds, once the heap profile has run or the
  * bootstrap arena was used, a hash and one load from the live table's 64 KiB
  * filter (before, one predictable branch): the arena's blocks are marked in
  * the filter (cp_heap_mark_always), so that no range check precedes it.

@@ -146,6 +146,15 @@ static void record_sample(void *p, size_t size, uint64_t caller_ra,
  * inside the profiler. */
 __attribute__((noinline, cold)) void cp_alloc_on_alloc(void *p, size_t size,
                                                        uint64_t caller_ra) {
+  if (!atomic_load_explicit(&cp_alloc_hot.sampling, memory_order_relaxed)) {
+    /* Not started, stopped, or a child of fork before its start. A thread
+     * that ran out while off redraws at its first countdown after the
+     * start (the epoch below): what it allocated between the start and
+     * then, at most this gap, is not counted (docs/benchmarks.md,
+     * "Instructions a pair"). */
+    cp_alloc_countdown = CP_ALLOC_OFF_GAP;
+    return;
+  }
   if (!cp_guard_enter()) {
     if (cp_thread.internal)
       cp_alloc_countdown = INT64_MAX;
@@ -171,7 +180,7 @@ __attribute__((noinline, cold)) void cp_alloc_on_alloc(void *p, size_t size,
   double mean = tls_gap_mean;
   int thinned = tls_gap_thinned;
   draw_gap();
-  if (p && atomic_load_explicit(&cp_alloc_hot.sampling, memory_order_relaxed)) {
+  if (p) {
     uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
     if (thinned)
       cp_stats_count_thinned(CONTPROF_KIND_ALLOC);
