@@ -996,8 +996,9 @@ static void module_read(module *m) {
   limit_open_modules();
   m->opened = 1;
   m->deferred = 0;
-  cp_debug("symbols: pid %d reads the debug information of %s", (int)getpid(),
-           m->path);
+  if (!m->deferral_said) /* not again at each retry */
+    cp_debug("symbols: pid %d reads the debug information of %s", (int)getpid(),
+             m->path);
   m->file.fd = m->debug_file.fd = -1;
   struct stat sb;
   if (cp_own_open_regular(&m->file, m->path, &sb) < 0)
