@@ -640,17 +640,24 @@ static int build_table(sym_builder *b, elf_file *f) {
   if (table > b->table_room || !builder_take(b, out * sizeof *f->syms))
     return -2; /* over the budget */
 
-  f->syms = malloc(out * sizeof *f->syms);
-  if (!f->syms)
-    return -1;
+  /* The entries are written over the candidates, front to back (entry i
+   * ends before candidate i + 1 starts: an entry is smaller), and the array
+   * is shrunk: no second array of fresh pages. */
+  _Static_assert(sizeof(sym_entry) <= sizeof(sym_candidate),
+                 "entries fit over the candidates");
+  sym_entry *syms = (sym_entry *)(void *)b->v;
   for (size_t i = 0; i < out; i++) {
-    const char *p = b->v[i].name;
-    f->syms[i] =
-        (sym_entry){.start = b->v[i].start,
-                    .name = p,
-                    .size = (uint32_t)b->v[i].size,
-                    .flags = (p[0] == '_' && p[1] == 'Z') ? SYM_MANGLED : 0};
+    sym_candidate c = b->v[i];
+    syms[i] = (sym_entry){
+        .start = c.start,
+        .name = c.name,
+        .size = (uint32_t)c.size,
+        .flags = (c.name[0] == '_' && c.name[1] == 'Z') ? SYM_MANGLED : 0};
   }
+  sym_entry *shrunk = realloc(syms, out * sizeof *syms);
+  f->syms = shrunk ? shrunk : syms;
+  b->v = NULL; /* f->syms now */
+  b->n = b->cap = 0;
   f->nsyms = out;
   f->strtabs = b->strtabs;
   f->nstrtabs = b->nstrtabs;
