@@ -1687,7 +1687,9 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
     cache_copy_out(hit, out);
     goto out;
   }
-  if (m->refused || (m->deferred && still_deferred(m)))
+  if (m->refused)
+    goto out;
+  if (m->deferred && still_deferred(m))
     goto out_deferred;
   if (!m->opened) {
     module_open(m);
@@ -1707,7 +1709,7 @@ size_t cp_dwarf_lookup(const cp_dwarf_object *obj, uint64_t elf_address,
     make_room(0, NULL);
   goto out;
 out_deferred:
-  st.deferred += m->deferred; /* not cached: a later lookup may read it */
+  st.deferred++; /* not cached: a later lookup may read it */
 out:
   pthread_mutex_unlock(&dwarf_lock);
   return out->n;

@@ -525,10 +525,9 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
   /* Room for every symbol as a candidate, reserved once: pages of it that
    * no function fills are never touched. */
   uint64_t want = b->n + count;
-  if (b->over ||
-      (want > b->cap && !builder_take(b, (want - b->cap) * sizeof *b->v +
-                                             strsec->sh_size + 1)) ||
-      (want <= b->cap && !builder_take(b, strsec->sh_size + 1)))
+  uint64_t take = (want > b->cap ? (want - b->cap) * sizeof *b->v : 0) +
+                  strsec->sh_size + 1;
+  if (b->over || !builder_take(b, take))
     return;
   char *strtab = reader_read_alloc(r, strsec->sh_offset, strsec->sh_size);
   char **strtabs = strtab ? cp_grow_array(b->strtabs, &b->strtabs_cap,
@@ -543,7 +542,7 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
     if (strtab)
       b->failed = 1; /* out of memory */
     else
-      b->bytes -= strsec->sh_size + 1; /* unreadable: skipped */
+      b->bytes -= take; /* unreadable: skipped, nothing kept */
     free(strtab);
     free(chunk);
     return;
