@@ -28,26 +28,15 @@ source "$(dirname "$0")/lib.sh"
 read -r small large <<<"${INSN_MILLIONS:-1 3}"
 command -v valgrind >/dev/null || bench_die "valgrind not found"
 bench_build
-gcc -O2 -g -pthread -o "$BENCH_BIN/alloc_work" "$bench_root/bench/alloc_work.c"
-gcc -O2 -shared -fPIC -o "$BENCH_BIN/forward_only.so" "$bench_root/bench/forward_only.c" -ldl
+bench_alloc_build
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-insn.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/out"
 
 # run VARIANT MILLIONS: writes $tmp/VARIANT.MILLIONS (cachegrind's output).
 run() {
-  local env=(A=1) lib
-  lib=$(bench_preload "$1")
-  case $1 in
-  forward-only) env=(LD_PRELOAD="$BENCH_BIN/forward_only.so") ;;
-  hooks-off*) env=(LD_PRELOAD="$lib" CONTPROF_ENABLED=0) ;;
-  counting-only*)
-    env=(LD_PRELOAD="$lib" CONTPROF_PROFILES=alloc,heap
-      CONTPROF_ALLOC_SAMPLE_BYTES=1073741824 CONTPROF_OUTPUT_DIR="$tmp/out") ;;
-  contprof*)
-    env=(LD_PRELOAD="$lib" CONTPROF_PROFILES=alloc,heap
-      CONTPROF_OUTPUT_DIR="$tmp/out") ;;
-  esac
+  local env
+  bench_alloc_env "$1" "$tmp/out" env
   env "${env[@]}" valgrind --tool=cachegrind --cache-sim=yes \
     --cachegrind-out-file="$tmp/$1.$2" "$BENCH_BIN/alloc_work" 1 "$2" \
     >/dev/null 2>&1 || bench_die "$1 failed under valgrind"

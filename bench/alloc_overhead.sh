@@ -43,8 +43,7 @@ HEAPTRACK_ROUNDS=${HEAPTRACK_ROUNDS:-3}
 JEMALLOC_LIB=${JEMALLOC_LIB:-/usr/lib/x86_64-linux-gnu/libjemalloc.so.2}
 
 bench_build
-gcc -O2 -g -pthread -o "$BENCH_BIN/alloc_work" "$bench_root/bench/alloc_work.c"
-gcc -O2 -shared -fPIC -o "$BENCH_BIN/forward_only.so" "$bench_root/bench/forward_only.c" -ldl
+bench_alloc_build
 [[ -f $JEMALLOC_LIB ]] || bench_die "jemalloc not found at $JEMALLOC_LIB"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/contprof-alloc.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -55,24 +54,13 @@ if [[ -n $BASE_PRELOAD_LIB ]]; then variants+=(hooks-off-base contprof-base); fi
 # run VARIANT MILLIONS LOG: one run, appending "wall user sys status" to LOG
 # and the workers' own CPU seconds to LOG.threads.
 run() {
-  local v=$1 log=$3 cmd=("$BENCH_BIN/alloc_work" "$ALLOC_THREADS" "$2")
+  local v=$1 log=$3 cmd=("$BENCH_BIN/alloc_work" "$ALLOC_THREADS" "$2") env
   rm -rf "$tmp/out" && mkdir -p "$tmp/out"
+  bench_alloc_env "$v" "$tmp/out" env
   case $v in
   plain*) "$BENCH_BIN/cpurun" "$log" "${cmd[@]}" >"$tmp/stdout" ;;
-  forward-only)
-    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$BENCH_BIN/forward_only.so" \
-      "${cmd[@]}" >"$tmp/stdout" ;;
-  hooks-off | hooks-off-base)
-    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$(bench_preload "$v")" \
-      CONTPROF_ENABLED=0 "${cmd[@]}" >"$tmp/stdout" ;;
-  counting-only)
-    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$PRELOAD_LIB" \
-      CONTPROF_PROFILES=alloc,heap CONTPROF_ALLOC_SAMPLE_BYTES=1073741824 \
-      CONTPROF_OUTPUT_DIR="$tmp/out" "${cmd[@]}" >"$tmp/stdout" ;;
-  contprof | contprof-base)
-    "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$(bench_preload "$v")" \
-      CONTPROF_PROFILES=alloc,heap CONTPROF_OUTPUT_DIR="$tmp/out" \
-      "${cmd[@]}" >"$tmp/stdout" ;;
+  forward-only | hooks-off* | counting-only | contprof*)
+    "$BENCH_BIN/cpurun" "$log" env "${env[@]}" "${cmd[@]}" >"$tmp/stdout" ;;
   jemalloc)
     "$BENCH_BIN/cpurun" "$log" env LD_PRELOAD="$JEMALLOC_LIB" \
       "${cmd[@]}" >"$tmp/stdout" ;;

@@ -83,6 +83,36 @@ bench_preload() {
   if [[ $1 == *-base ]]; then echo "$BASE_PRELOAD_LIB"; else echo "$PRELOAD_LIB"; fi
 }
 
+# The allocation benchmarks' programs (alloc_overhead.sh,
+# alloc_instructions.sh): bench/alloc_work and the forward-only interposer.
+bench_alloc_build() {
+  gcc -O2 -g -pthread -o "$BENCH_BIN/alloc_work" "$bench_root/bench/alloc_work.c"
+  gcc -O2 -shared -fPIC -o "$BENCH_BIN/forward_only.so" \
+    "$bench_root/bench/forward_only.c" -ldl
+}
+
+# bench_alloc_env VARIANT OUT_DIR ARRAY: sets the array named ARRAY to the
+# environment (NAME=VALUE words) the allocation benchmarks run VARIANT
+# with: forward-only, hooks-off, counting-only (every allocation counted,
+# a 1 GiB mean), contprof (alloc,heap at the default mean), each "-base"
+# with BENCH_BASE_REF's library; empty for any other. Profiles go to OUT_DIR.
+bench_alloc_env() {
+  local -n _env=$3
+  local lib
+  lib=$(bench_preload "$1")
+  case $1 in
+  forward-only) _env=(LD_PRELOAD="$BENCH_BIN/forward_only.so") ;;
+  hooks-off*) _env=(LD_PRELOAD="$lib" CONTPROF_ENABLED=0) ;;
+  counting-only*)
+    _env=(LD_PRELOAD="$lib" CONTPROF_PROFILES=alloc,heap
+      CONTPROF_ALLOC_SAMPLE_BYTES=1073741824 CONTPROF_OUTPUT_DIR="$2") ;;
+  contprof*)
+    _env=(LD_PRELOAD="$lib" CONTPROF_PROFILES=alloc,heap
+      CONTPROF_OUTPUT_DIR="$2") ;;
+  *) _env=() ;;
+  esac
+}
+
 # bench_python_build PY: builds the Python package for interpreter PY with
 # its in-tree backend (bindings/python/backend, build_wheel against
 # $BENCH_BUILD_DIR's libcontprof.a) and unpacks the wheel into
