@@ -18,37 +18,14 @@
 #include <unistd.h>
 
 #include "aggregator/dwarf.h"
+#include "aggregator/elf_image.h"
 #include "aggregator/fork_hints.h"
 #include "common.h"
 #include "own_fd.h"
 
-#if UINTPTR_MAX > 0xffffffffu
-#define ELFCLASS_NATIVE ELFCLASS64
-#else
-#define ELFCLASS_NATIVE ELFCLASS32
-#endif
-/* The native ELF class's types (this process's own). */
-typedef ElfW(Ehdr) elf_ehdr;
-typedef ElfW(Phdr) elf_phdr;
-typedef ElfW(Shdr) elf_shdr;
-typedef ElfW(Sym) elf_sym;
-typedef ElfW(Nhdr) elf_nhdr;
-/* Identical for both classes. */
-#define SYM_BIND(info) ELF64_ST_BIND(info)
-#define SYM_TYPE(info) ELF64_ST_TYPE(info)
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define ELFDATA_NATIVE ELFDATA2LSB
-#else
-#define ELFDATA_NATIVE ELFDATA2MSB
-#endif
-
-/* Limits against corrupt or hostile files: one section read, the notes we
- * scan, the build ids we accept, the names we hand to the demangler. */
-#define MAX_SECTION_BYTES ((uint64_t)512 << 20)
-#define MAX_NOTE_BYTES ((uint64_t)1 << 20)
 /* /proc/self/maps: 65,530 mappings with long paths. */
 #define MAX_MAPS_BYTES ((size_t)64 << 20)
-#define MAX_BUILD_ID_BYTES 64
+/* The longest name handed to the demangler. */
 #define MAX_DEMANGLE_CHARS 65536
 /* How many earlier symbols a lookup inspects for one that encloses pc (nested
  * symbols, e.g. an assembly entry point inside a sized function). */
@@ -56,7 +33,6 @@ typedef ElfW(Nhdr) elf_nhdr;
 /* A pc in no mapping re-reads /proc/self/maps even when no library was loaded
  * (code mapped without the dynamic loader), but at most this often. */
 #define FORCED_MAPS_READ_INTERVAL_NS 1000000000ull
-#define DEBUG_DIR "/usr/lib/debug"
 
 /* ---- Types ------------------------------------------------------------- */
 
@@ -88,7 +64,7 @@ typedef struct elf_file {
   off_t size;
   struct timespec mtime;
   unsigned refs;
-  char build_id[MAX_BUILD_ID_BYTES * 2 + 1];
+  char build_id[CP_ELF_BUILD_ID_LEN];
   load_segment *loads;
   size_t nloads;
   sym_entry *syms; /* sorted by start, starts unique */
@@ -124,7 +100,7 @@ typedef struct map_rec {
   int lines_prepared; /* cp_symbols_prepare_lines has seen it */
   /* The file's build id when first read: survives an eviction of file, for
    * checking the file DWARF lines come from (cp_symbols_lines). */
-  char build_id[MAX_BUILD_ID_BYTES * 2 + 1];
+  char build_id[CP_ELF_BUILD_ID_LEN];
   char *path;
   struct map_rec *next_retired;
 } map_rec;
@@ -238,195 +214,6 @@ static void sym_demangle(elf_file *f, sym_entry *s) {
   }
 }
 
-/* ---- Reading an ELF image, bounds-checked ------------------------------- */
-
-/* An ELF image in a file (fd) or in memory (the vdso). */
-typedef struct elf_reader {
-  int fd;
-  const unsigned char *memory;
-  uint64_t size; /* readable bytes */
-  elf_ehdr ehdr;
-  elf_phdr *phdrs;
-  size_t phnum;
-  elf_shdr *shdrs;
-  size_t shnum;
-  char *shstrtab;
-  uint64_t shstrtab_size;
-} elf_reader;
-
-static int range_ok(uint64_t size, uint64_t offset, uint64_t len) {
-  return len <= size && offset <= size - len;
-}
-
-static int reader_read(const elf_reader *r, uint64_t offset, uint64_t len,
-                       void *dst) {
-  if (!range_ok(r->size, offset, len))
-    return -1;
-  if (r->memory) {
-    memcpy(dst, r->memory + offset, len);
-    return 0;
-  }
-  unsigned char *p = dst;
-  while (len > 0) {
-    ssize_t n = pread(r->fd, p, len, (off_t)offset);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) /* error, or the file shrank under us */
-      return -1;
-    p += n;
-    offset += (uint64_t)n;
-    len -= (uint64_t)n;
-  }
-  return 0;
-}
-
-/* A malloc'd copy of [offset, offset + len) plus a terminating NUL, or NULL. */
-static char *reader_read_alloc(const elf_reader *r, uint64_t offset,
-                               uint64_t len) {
-  if (len > MAX_SECTION_BYTES || !range_ok(r->size, offset, len))
-    return NULL;
-  char *buf = malloc((size_t)len + 1);
-  if (!buf)
-    return NULL;
-  if (reader_read(r, offset, len, buf) != 0) {
-    free(buf);
-    return NULL;
-  }
-  buf[len] = '\0';
-  return buf;
-}
-
-static void reader_close(elf_reader *r) {
-  free(r->phdrs);
-  free(r->shdrs);
-  free(r->shstrtab);
-  r->phdrs = NULL;
-  r->shdrs = NULL;
-  r->shstrtab = NULL;
-}
-
-/* Reads and checks the ELF header, program headers and section headers.
- * Either table may be missing (then its count is 0). Returns 0 or -1. */
-static int reader_open(elf_reader *r) {
-  const unsigned char *id = r->ehdr.e_ident;
-  if (reader_read(r, 0, sizeof r->ehdr, &r->ehdr) != 0 ||
-      memcmp(id, ELFMAG, SELFMAG) != 0 || id[EI_CLASS] != ELFCLASS_NATIVE ||
-      id[EI_DATA] != ELFDATA_NATIVE || id[EI_VERSION] != EV_CURRENT ||
-      (r->ehdr.e_type != ET_EXEC && r->ehdr.e_type != ET_DYN))
-    return -1;
-
-  /* Section headers first: with extended numbering, shdrs[0] holds the real
-   * section, program header and string table counts. */
-  elf_shdr shdr0 = {0};
-  int have_shdr0 = r->ehdr.e_shoff != 0 &&
-                   r->ehdr.e_shentsize == sizeof(elf_shdr) &&
-                   reader_read(r, r->ehdr.e_shoff, sizeof shdr0, &shdr0) == 0;
-  if (have_shdr0) {
-    uint64_t shnum = r->ehdr.e_shnum ? r->ehdr.e_shnum : shdr0.sh_size;
-    uint64_t bytes = shnum * sizeof(elf_shdr);
-    if (shnum > 0 && shnum <= MAX_SECTION_BYTES / sizeof(elf_shdr) &&
-        range_ok(r->size, r->ehdr.e_shoff, bytes)) {
-      r->shdrs = (elf_shdr *)reader_read_alloc(r, r->ehdr.e_shoff, bytes);
-      r->shnum = r->shdrs ? (size_t)shnum : 0;
-    }
-  }
-  if (r->shnum > 0) {
-    uint64_t strndx =
-        r->ehdr.e_shstrndx == SHN_XINDEX ? shdr0.sh_link : r->ehdr.e_shstrndx;
-    if (strndx != SHN_UNDEF && strndx < r->shnum &&
-        r->shdrs[strndx].sh_type == SHT_STRTAB) {
-      const elf_shdr *s = &r->shdrs[strndx];
-      r->shstrtab = reader_read_alloc(r, s->sh_offset, s->sh_size);
-      r->shstrtab_size = r->shstrtab ? s->sh_size : 0;
-    }
-  }
-
-  uint64_t phnum = r->ehdr.e_phnum;
-  if (phnum == PN_XNUM)
-    phnum = have_shdr0 ? shdr0.sh_info : 0;
-  if (phnum > 0 && r->ehdr.e_phoff != 0 &&
-      r->ehdr.e_phentsize == sizeof(elf_phdr)) {
-    r->phdrs = (elf_phdr *)reader_read_alloc(r, r->ehdr.e_phoff,
-                                             phnum * sizeof(elf_phdr));
-    r->phnum = r->phdrs ? (size_t)phnum : 0;
-  }
-  return 0;
-}
-
-static const char *section_name(const elf_reader *r, const elf_shdr *s) {
-  if (!r->shstrtab || s->sh_name >= r->shstrtab_size)
-    return "";
-  return r->shstrtab + s->sh_name; /* NUL-terminated by reader_read_alloc */
-}
-
-/* ---- Build ids ----------------------------------------------------------- */
-
-static uint64_t align_up(uint64_t v, uint64_t align) {
-  return (v + align - 1) & ~(align - 1);
-}
-
-/* Scans a block of notes for NT_GNU_BUILD_ID; writes lowercase hex to out
- * (MAX_BUILD_ID_BYTES * 2 + 1 bytes). Returns 0 when found. */
-static int parse_build_id_notes(const unsigned char *p, uint64_t n,
-                                uint64_t align, char *out) {
-  uint64_t off = 0;
-  while (range_ok(n, off, sizeof(elf_nhdr))) {
-    elf_nhdr h;
-    memcpy(&h, p + off, sizeof h);
-    off += sizeof h;
-    uint64_t name_off = off;
-    uint64_t desc_off = name_off + align_up(h.n_namesz, align);
-    if (!range_ok(n, name_off, h.n_namesz) || !range_ok(n, desc_off, 0) ||
-        !range_ok(n, desc_off, h.n_descsz))
-      return -1;
-    if (h.n_type == NT_GNU_BUILD_ID && h.n_namesz == 4 &&
-        memcmp(p + name_off, "GNU", 4) == 0 && h.n_descsz > 0 &&
-        h.n_descsz <= MAX_BUILD_ID_BYTES) {
-      static const char hex[] = "0123456789abcdef";
-      for (uint64_t i = 0; i < h.n_descsz; i++) {
-        out[2 * i] = hex[p[desc_off + i] >> 4];
-        out[2 * i + 1] = hex[p[desc_off + i] & 15];
-      }
-      out[2 * h.n_descsz] = '\0';
-      return 0;
-    }
-    off = desc_off + align_up(h.n_descsz, align);
-  }
-  return -1;
-}
-
-static int read_build_id_at(const elf_reader *r, uint64_t offset, uint64_t len,
-                            uint64_t align, char *out) {
-  if (len > MAX_NOTE_BYTES)
-    len = MAX_NOTE_BYTES;
-  unsigned char *notes = (unsigned char *)reader_read_alloc(r, offset, len);
-  if (!notes)
-    return -1;
-  /* Notes are 4-aligned, except those in 8-aligned notes sections. */
-  int rc = parse_build_id_notes(notes, len, align == 8 ? 8 : 4, out);
-  free(notes);
-  return rc;
-}
-
-/* From PT_NOTE segments (present even when sections are stripped), else
- * from SHT_NOTE sections. out is "" when there is none. */
-static void read_build_id(const elf_reader *r, char *out) {
-  out[0] = '\0';
-  for (size_t i = 0; i < r->phnum; i++) {
-    const elf_phdr *ph = &r->phdrs[i];
-    if (ph->p_type == PT_NOTE &&
-        read_build_id_at(r, ph->p_offset, ph->p_filesz, ph->p_align, out) == 0)
-      return;
-  }
-  for (size_t i = 0; i < r->shnum; i++) {
-    const elf_shdr *s = &r->shdrs[i];
-    if (s->sh_type == SHT_NOTE && read_build_id_at(r, s->sh_offset, s->sh_size,
-                                                   s->sh_addralign, out) == 0)
-      return;
-  }
-  out[0] = '\0';
-}
-
 /* ---- Collecting function symbols --------------------------------------- */
 
 typedef struct sym_candidate {
@@ -470,72 +257,30 @@ static void builder_free(sym_builder *b) {
   free(b->v);
 }
 
-/* Which symbol names an address shared by several: one with a size, a global
- * or weak one, the fewest leading underscores (getpid, not __getpid), then a
- * global over a weak one. */
-static int symbol_rank(const elf_sym *s, const char *name) {
-  int bind = SYM_BIND(s->st_info);
-  int underscores = 0;
-  while (name[underscores] == '_' && underscores < 7)
-    underscores++;
-  return (s->st_size ? 1000 : 0) + (bind != STB_LOCAL ? 100 : 0) +
-         (7 - underscores) * 10 + (bind == STB_GLOBAL ? 1 : 0);
-}
-
-/* End of the allocated section (or else the PT_LOAD segment) holding addr;
- * bounds size-0 symbols. 0 when unknown. */
-static uint64_t symbol_bound(const elf_reader *r, const elf_sym *s) {
-  uint64_t addr = s->st_value;
-  if (s->st_shndx != SHN_UNDEF && s->st_shndx < SHN_LORESERVE &&
-      s->st_shndx < r->shnum) {
-    const elf_shdr *sec = &r->shdrs[s->st_shndx];
-    if ((sec->sh_flags & SHF_ALLOC) && addr >= sec->sh_addr &&
-        addr - sec->sh_addr < sec->sh_size)
-      return sec->sh_addr + sec->sh_size;
-  }
-  for (size_t i = 0; i < r->phnum; i++) {
-    const elf_phdr *ph = &r->phdrs[i];
-    if (ph->p_type == PT_LOAD && addr >= ph->p_vaddr &&
-        addr - ph->p_vaddr < ph->p_memsz)
-      return ph->p_vaddr + ph->p_memsz;
-  }
-  return 0;
-}
-
-/* Symbols read per pread: a buffer reused for the whole section, where a
- * copy of the section was 170 fresh pages for cc1's 28,900 symbols (each a
- * page fault, 5-10 us on a VM). */
-#define SYMS_PER_READ 1024
-
 /* Adds the functions of one SHT_SYMTAB or SHT_DYNSYM section. The string
  * table is read whole and kept (the candidates' names, then the table's,
- * point into it); the symbols are read SYMS_PER_READ at a time. */
-static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
+ * point into it); the symbols are read CP_ELF_SYMS_PER_READ at a time. */
+static void collect_symbols(const cp_elf_reader *r, const cp_elf_shdr *symtab,
                             sym_builder *b) {
-  if ((symtab->sh_entsize != 0 && symtab->sh_entsize != sizeof(elf_sym)) ||
-      symtab->sh_link == SHN_UNDEF || symtab->sh_link >= r->shnum)
+  cp_elf_symbols t;
+  if (cp_elf_symbols_of(r, symtab, &t) != 0)
     return;
-  const elf_shdr *strsec = &r->shdrs[symtab->sh_link];
-  if (strsec->sh_type != SHT_STRTAB || strsec->sh_size == 0)
-    return;
-  uint64_t count = symtab->sh_size / sizeof(elf_sym);
-  if (count == 0 || count * sizeof(elf_sym) > MAX_SECTION_BYTES ||
-      !range_ok(r->size, symtab->sh_offset, count * sizeof(elf_sym)))
-    return; /* out of bounds, or too big: skip the table */
+  uint64_t count = t.count;
   /* Room for every symbol as a candidate, reserved once: pages of it that
    * no function fills are never touched. */
   uint64_t want = b->n + count;
-  uint64_t take = (want > b->cap ? (want - b->cap) * sizeof *b->v : 0) +
-                  strsec->sh_size + 1;
+  uint64_t take =
+      (want > b->cap ? (want - b->cap) * sizeof *b->v : 0) + t.str_size + 1;
   if (b->over || !builder_take(b, take))
     return;
-  char *strtab = reader_read_alloc(r, strsec->sh_offset, strsec->sh_size);
+  char *strtab = cp_elf_read_alloc(r, t.str_offset, t.str_size);
   char **strtabs = strtab ? cp_grow_array(b->strtabs, &b->strtabs_cap,
                                           b->nstrtabs + 1, sizeof *strtabs)
                           : NULL;
   if (strtabs)
     b->strtabs = strtabs; /* it may have moved */
-  elf_sym *chunk = strtabs ? malloc(SYMS_PER_READ * sizeof *chunk) : NULL;
+  cp_elf_sym *chunk =
+      strtabs ? malloc(CP_ELF_SYMS_PER_READ * sizeof *chunk) : NULL;
   sym_candidate *v =
       chunk && want > b->cap ? realloc(b->v, want * sizeof *v) : b->v;
   if (!strtab || !strtabs || !chunk || !v) {
@@ -548,31 +293,27 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
     return;
   }
   b->strtabs[b->nstrtabs++] = strtab;
-  b->strtab_bytes += strsec->sh_size + 1;
+  b->strtab_bytes += t.str_size + 1;
   b->v = v;
   if (want > b->cap)
     b->cap = want;
-  for (uint64_t done = 0; done < count; done += SYMS_PER_READ) {
-    uint64_t k = count - done < SYMS_PER_READ ? count - done : SYMS_PER_READ;
-    if (reader_read(r, symtab->sh_offset + done * sizeof(elf_sym),
-                    k * sizeof(elf_sym), chunk) != 0)
+  for (uint64_t done = 0; done < count; done += CP_ELF_SYMS_PER_READ) {
+    uint64_t k = count - done < CP_ELF_SYMS_PER_READ ? count - done
+                                                     : CP_ELF_SYMS_PER_READ;
+    if (cp_elf_read(r, symtab->sh_offset + done * sizeof(cp_elf_sym),
+                    k * sizeof(cp_elf_sym), chunk) != 0)
       break; /* the file shrank: what was read stays */
     for (uint64_t i = 0; i < k; i++) {
-      const elf_sym *s = &chunk[i];
-      int type = SYM_TYPE(s->st_info);
-      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || s->st_value == 0 ||
-          s->st_shndx == SHN_UNDEF || s->st_name == 0 ||
-          s->st_name >= strsec->sh_size)
-        continue;
-      /* strtab is NUL-terminated at sh_size, so every name ends. */
+      const cp_elf_sym *s = &chunk[i];
+      /* strtab is NUL-terminated at str_size, so every name ends. */
       const char *name = strtab + s->st_name;
-      if (name[0] == '\0')
+      if (!cp_elf_is_function(&t, s) || name[0] == '\0')
         continue;
       b->v[b->n++] = (sym_candidate){.start = s->st_value,
                                      .size = s->st_size,
-                                     .bound = symbol_bound(r, s),
+                                     .bound = cp_elf_symbol_bound(r, s),
                                      .name = name,
-                                     .rank = symbol_rank(s, name)};
+                                     .rank = cp_elf_symbol_rank(s, name)};
     }
   }
   free(chunk);
@@ -580,7 +321,8 @@ static void collect_symbols(const elf_reader *r, const elf_shdr *symtab,
 
 /* Adds the symbols of every section of type `type`; returns how many such
  * sections hold data. */
-static int collect_tables(const elf_reader *r, uint32_t type, sym_builder *b) {
+static int collect_tables(const cp_elf_reader *r, uint32_t type,
+                          sym_builder *b) {
   int found = 0;
   for (size_t i = 0; i < r->shnum; i++) {
     if (r->shdrs[i].sh_type == type && r->shdrs[i].sh_size > 0) {
@@ -664,76 +406,6 @@ static int build_table(sym_builder *b, elf_file *f) {
   b->strtabs = NULL;
   b->nstrtabs = b->strtabs_cap = b->strtab_bytes = 0;
   return 0;
-}
-
-/* ---- Separate debug files ------------------------------------------------ */
-
-/* Adds the .symtab of the debug file at path if it belongs to the file with
- * build_id ("" when unknown). Returns 1 when symbols were added. */
-static int collect_debug_file(const char *path, const char *build_id,
-                              sym_builder *b) {
-  struct stat st;
-  cp_own_fd own;
-  int fd = cp_own_open_regular(&own, path, &st);
-  if (fd < 0)
-    return 0;
-  elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
-  int added = 0;
-  if (reader_open(&r) == 0) {
-    char debug_id[MAX_BUILD_ID_BYTES * 2 + 1];
-    read_build_id(&r, debug_id);
-    if (build_id[0] == '\0' || debug_id[0] == '\0' ||
-        strcmp(build_id, debug_id) == 0)
-      added = collect_tables(&r, SHT_SYMTAB, b) > 0;
-  }
-  reader_close(&r);
-  cp_own_close(&own);
-  if (added)
-    cp_debug("symbols: using debug file %s", path);
-  return added;
-}
-
-/* The .gnu_debuglink file name, malloc'd, or NULL. */
-static char *read_debuglink(const elf_reader *r) {
-  for (size_t i = 0; i < r->shnum; i++) {
-    const elf_shdr *s = &r->shdrs[i];
-    if (s->sh_type != SHT_PROGBITS ||
-        strcmp(section_name(r, s), ".gnu_debuglink") != 0 ||
-        s->sh_size > PATH_MAX)
-      continue;
-    char *link = reader_read_alloc(r, s->sh_offset, s->sh_size);
-    if (link && link[0] != '\0' && !strchr(link, '/'))
-      return link; /* read_alloc NUL-terminates */
-    free(link);
-  }
-  return NULL;
-}
-
-/* gdb's search: the build-id tree, then the debuglink next to the file, in
- * .debug/ beside it, and under /usr/lib/debug. */
-static void collect_separate_debug(const elf_reader *r, const char *path,
-                                   const char *build_id, sym_builder *b) {
-  char candidate[PATH_MAX];
-  if (strlen(build_id) > 2) {
-    snprintf(candidate, sizeof candidate, "%s/.build-id/%.2s/%s.debug",
-             DEBUG_DIR, build_id, build_id + 2);
-    if (collect_debug_file(candidate, build_id, b))
-      return;
-  }
-  char *link = path ? read_debuglink(r) : NULL;
-  if (!link)
-    return;
-  const char *slash = strrchr(path, '/');
-  int dir_len = slash ? (int)(slash - path) : 0;
-  const char *formats[] = {"%.*s/%s", "%.*s/.debug/%s", DEBUG_DIR "%.*s/%s"};
-  for (size_t i = 0; i < CP_ARRAY_SIZE(formats); i++) {
-    int n =
-        snprintf(candidate, sizeof candidate, formats[i], dir_len, path, link);
-    if (n > 0 && (size_t)n < sizeof candidate && strcmp(candidate, path) != 0 &&
-        collect_debug_file(candidate, build_id, b))
-      break;
-  }
-  free(link);
 }
 
 /* ---- Symbol tables ------------------------------------------------------- */
@@ -839,10 +511,10 @@ static void make_room_locked(size_t need) {
 
 /* At most what the table of r's symbol sections keeps: an entry per
  * symbol (as large as an ELF symbol) and its names. */
-static uint64_t table_estimate(const elf_reader *r) {
+static uint64_t table_estimate(const cp_elf_reader *r) {
   uint64_t est = 0;
   for (size_t i = 0; i < r->shnum; i++) {
-    const elf_shdr *sh = &r->shdrs[i];
+    const cp_elf_shdr *sh = &r->shdrs[i];
     if (sh->sh_type != SHT_SYMTAB && sh->sh_type != SHT_DYNSYM)
       continue;
     est += sh->sh_size;
@@ -862,9 +534,9 @@ static uint64_t table_estimate(const elf_reader *r) {
  * The table stays within the symbol budget: when .symtab (with .dynsym)
  * does not fit, .dynsym alone; when that does not either, no symbols (the
  * build id and segments still serve module+offset). */
-static elf_file *file_parse(elf_reader *r, const char *path) {
-  if (reader_open(r) != 0) {
-    reader_close(r);
+static elf_file *file_parse(cp_elf_reader *r, const char *path) {
+  if (cp_elf_open(r) != 0) {
+    cp_elf_close(r);
     return NULL;
   }
   elf_file *f = calloc(1, sizeof *f);
@@ -872,13 +544,13 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
   if (!f)
     goto fail;
   f->refs = 1;
-  read_build_id(r, f->build_id);
+  cp_elf_build_id(r, f->build_id);
 
   f->loads = calloc(r->phnum ? r->phnum : 1, sizeof *f->loads);
   if (!f->loads)
     goto fail;
   for (size_t i = 0; i < r->phnum; i++) {
-    const elf_phdr *ph = &r->phdrs[i];
+    const cp_elf_phdr *ph = &r->phdrs[i];
     if (ph->p_type == PT_LOAD)
       f->loads[f->nloads++] = (load_segment){
           ph->p_offset, ph->p_vaddr, ph->p_filesz, ph->p_memsz, ph->p_flags};
@@ -896,8 +568,13 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
   b.limit = build;
   b.table_room = room;
   if (!__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
-    if (collect_tables(r, SHT_SYMTAB, &b) == 0)
-      collect_separate_debug(r, path, f->build_id, &b);
+    cp_elf_reader dbg;
+    cp_own_fd dbg_own;
+    if (collect_tables(r, SHT_SYMTAB, &b) == 0 &&
+        cp_elf_open_debug(r, path, f->build_id, &dbg, &dbg_own)) {
+      collect_tables(&dbg, SHT_SYMTAB, &b);
+      cp_elf_close_debug(&dbg, &dbg_own);
+    }
     collect_tables(r, SHT_DYNSYM, &b);
   }
   int rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
@@ -926,7 +603,7 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
   if (rc != 0)
     goto fail;
   builder_free(&b);
-  reader_close(r);
+  cp_elf_close(r);
   build_page_index(f);
   f->bytes = fixed + f->nsyms * sizeof *f->syms +
              f->npages * sizeof *f->page_first + f->strtab_bytes;
@@ -935,7 +612,7 @@ static elf_file *file_parse(elf_reader *r, const char *path) {
 
 fail:
   builder_free(&b);
-  reader_close(r);
+  cp_elf_close(r);
   if (f)
     file_free(f);
   return NULL;
@@ -974,7 +651,7 @@ static elf_file *file_get(const char *open_path, const char *path) {
       return f;
     }
   }
-  elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
+  cp_elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
   cp_debug("symbols: pid %d reads the symbol table of %s", (int)getpid(), path);
   elf_file *f = file_parse(&r, path);
   cp_own_close(&own);
@@ -1053,9 +730,9 @@ static void map_compute_delta(map_rec *m) {
 static elf_file *map_load_file(const map_rec *m) {
   if (strcmp(m->path, "[vdso]") == 0) {
     /* The kernel's image lives only in memory, mapped readable here. */
-    elf_reader r = {.fd = -1,
-                    .memory = (const unsigned char *)(uintptr_t)m->pub.start,
-                    .size = m->pub.limit - m->pub.start};
+    cp_elf_reader r = {.fd = -1,
+                       .memory = (const unsigned char *)(uintptr_t)m->pub.start,
+                       .size = m->pub.limit - m->pub.start};
     return file_parse(&r, NULL);
   }
   if (m->path[0] != '/')
