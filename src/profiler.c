@@ -293,19 +293,30 @@ static void symbols_before_dlclose(void) {
   cp_thread_work_end();
 }
 
-/* The DWARF reader's gate (dwarf.h): debug information is read while what
- * reading it costs fits in CONTPROF_MAX_OVERHEAD_PCT of the process's CPU
- * so far, or when the process has forked (its children inherit what it
- * read). A process that lives a few milliseconds then writes function
- * names without lines instead of spending ten times its own CPU on libc's
- * debug file at exit (docs/symbols.md, "Short-lived processes"). */
-static int dwarf_read_allowed(uint64_t estimate_ns, uint64_t spent_ns) {
+/* What reading symbols may cost (the DWARF reader's gate, dwarf.h, and the
+ * symbol tables', symbols.h): debug information is read and a symbol table
+ * built while what it costs, with what both spent so far, fits in
+ * CONTPROF_MAX_OVERHEAD_PCT of the process's CPU so far, or when the
+ * process has forked (its children inherit what it read). A process that
+ * lives a few milliseconds then names its few addresses by scanning symbol
+ * sections, without lines, instead of spending ten times its own CPU on
+ * libc's debug file and a compiler's symbol table at exit (docs/symbols.md,
+ * "Short-lived processes"). */
+static int read_allowed(uint64_t estimate_ns, uint64_t spent_ns) {
   double cap = prof.cfg.max_overhead_pct;
   if (cap <= 0 || cp_fork_hints_has_forked())
     return 1;
   double allowance =
       cap / 100.0 * (double)cp_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
   return (double)(spent_ns + estimate_ns) <= allowance;
+}
+
+static int dwarf_read_allowed(uint64_t estimate_ns, uint64_t spent_ns) {
+  return read_allowed(estimate_ns, spent_ns + cp_symbols_spent_ns());
+}
+
+static int table_build_allowed(uint64_t estimate_ns, uint64_t spent_ns) {
+  return read_allowed(estimate_ns, spent_ns + cp_dwarf_spent_ns());
 }
 
 /* Starts everything from prof.cfg (loaded). On failure prof.cfg is kept.
@@ -320,6 +331,7 @@ static int start_configured(int forked_child) {
   cp_symbols_set_budget(prof.cfg.symbols_max_bytes);
   cp_dwarf_set_budget(prof.cfg.dwarf_max_bytes);
   cp_dwarf_set_read_gate(dwarf_read_allowed);
+  cp_symbols_set_build_gate(table_build_allowed);
   /* The mappings are read here, before the application's code runs: read
    * later (at the first drain), the read's descriptor met an application
    * closing and reusing descriptor numbers in the instant between our

@@ -383,12 +383,44 @@ static void resolve_location(cp_generation *g, uint32_t index, uint64_t word,
 
 void cp_gen_set_defer_reads(cp_generation *g, int on) { g->defer_reads = on; }
 
+/* Locations named per call of cp_symbols_lookup_batch at most. */
+#define RESOLVE_BATCH 256
+
+typedef struct pending_item {
+  const cp_mapping *mapping;
+  uint64_t address;
+  uint32_t index;
+} pending_item;
+
+static int pending_item_cmp(const void *pa, const void *pb) {
+  const pending_item *a = pa, *b = pb;
+  if (a->mapping != b->mapping)
+    return (uintptr_t)a->mapping < (uintptr_t)b->mapping ? -1 : 1;
+  return a->address < b->address ? -1 : a->address > b->address;
+}
+
 size_t cp_gen_resolve_pending(cp_generation *g, int (*stop)(void)) {
+  pending_item item[RESOLVE_BATCH];
+  uint64_t pcs[RESOLVE_BATCH];
+  const char *functions[RESOLVE_BATCH];
   while (g->npending && !(stop && stop())) {
-    cp_location *l = &g->locs[g->pending[--g->npending]];
-    cp_symbol sym;
-    cp_symbols_lookup_in(l->mapping, l->address, &sym);
-    l->function = sym.function;
+    /* A batch by mapping: one read, or one scan, of each file for all its
+     * addresses (a short-lived process's few samples: symbols.h). */
+    size_t n = g->npending < RESOLVE_BATCH ? g->npending : RESOLVE_BATCH;
+    g->npending -= n;
+    for (size_t i = 0; i < n; i++) {
+      uint32_t index = g->pending[g->npending + i];
+      item[i] =
+          (pending_item){g->locs[index].mapping, g->locs[index].address, index};
+    }
+    qsort(item, n, sizeof *item, pending_item_cmp);
+    for (size_t i = 0, j; i < n; i = j) {
+      for (j = i; j < n && item[j].mapping == item[i].mapping; j++)
+        pcs[j - i] = item[j].address;
+      cp_symbols_lookup_batch(item[i].mapping, pcs, j - i, functions);
+      for (size_t k = i; k < j; k++)
+        g->locs[item[k].index].function = functions[k - i];
+    }
   }
   return g->npending;
 }

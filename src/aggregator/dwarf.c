@@ -1630,7 +1630,7 @@ static void module_open(module *m) {
   uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
   module_read(m);
   uint64_t took = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began;
-  st.spent_ns += took;
+  __atomic_add_fetch(&st.spent_ns, took, __ATOMIC_RELAXED); /* read unlocked */
   if (m->dw)
     cp_debug("symbols: pid %d read the debug information of %s in %llu us",
              (int)getpid(), m->path, (unsigned long long)(took / 1000));
@@ -1749,6 +1749,10 @@ void cp_dwarf_set_read_gate(cp_dwarf_read_gate gate) {
   pthread_mutex_unlock(&dwarf_lock);
 }
 
+uint64_t cp_dwarf_spent_ns(void) {
+  return __atomic_load_n(&st.spent_ns, __ATOMIC_RELAXED);
+}
+
 uint64_t cp_dwarf_deferred(void) {
   lock_acquire();
   uint64_t n = st.deferred;
@@ -1776,7 +1780,8 @@ void cp_dwarf_after_fork_child(void) {
   if (pthread_mutex_trylock(&dwarf_lock) == 0) {
     __atomic_store_n(&dwarf_lock_pid, getpid(), __ATOMIC_RELAXED);
     /* The child's CPU clock starts again at 0: so does what it spent. */
-    st.spent_ns = st.deferred = 0;
+    __atomic_store_n(&st.spent_ns, 0, __ATOMIC_RELAXED);
+    st.deferred = 0;
     size_t open = 0;
     for (const module *m = st.modules; m; m = m->next)
       open += m->dw != NULL;
@@ -1799,7 +1804,8 @@ void cp_dwarf_reset(void) {
       st.modules = NULL;
       st.nmodules = 0;
       st.used = 0;
-      st.spent_ns = st.deferred = 0;
+      __atomic_store_n(&st.spent_ns, 0, __ATOMIC_RELAXED);
+      st.deferred = 0;
       pthread_mutex_init(&dwarf_lock, NULL);
       __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
       return;
@@ -1815,7 +1821,8 @@ void cp_dwarf_reset(void) {
   }
   st.nmodules = 0;
   st.used = 0;
-  st.spent_ns = st.deferred = 0;
+  __atomic_store_n(&st.spent_ns, 0, __ATOMIC_RELAXED);
+  st.deferred = 0;
   __atomic_store_n(&dwarf_lock_pid, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&dwarf_lock);
 }

@@ -68,6 +68,9 @@ typedef int (*cp_dwarf_read_gate)(uint64_t estimate_ns, uint64_t spent_ns);
 #define CP_DWARF_READ_NS_PER_BYTE 2
 /* NULL (the default: `contprof symbolize`) reads every module. */
 void cp_dwarf_set_read_gate(cp_dwarf_read_gate gate);
+/* CPU this process spent opening modules (what the gate is given); without
+ * a lock, for the symbol tables' gate (symbols.h) to count it too. */
+uint64_t cp_dwarf_spent_ns(void);
 /* Lookups the gate left without lines, since the process started (the
  * export's debug line says how many). */
 uint64_t cp_dwarf_deferred(void);

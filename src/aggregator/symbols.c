@@ -20,6 +20,7 @@
 #include "aggregator/dwarf.h"
 #include "aggregator/elf_image.h"
 #include "aggregator/fork_hints.h"
+#include "aggregator/symbol_scan.h"
 #include "common.h"
 #include "own_fd.h"
 
@@ -33,6 +34,11 @@
 /* A pc in no mapping re-reads /proc/self/maps even when no library was loaded
  * (code mapped without the dynamic loader), but at most this often. */
 #define FORCED_MAPS_READ_INTERVAL_NS 1000000000ull
+/* A scan reads at most this many symbol sections (a table's: .symtab or
+ * its debug file's, and .dynsym); a file with more gets its table. */
+#define SCAN_MAX_SECTIONS 8
+/* Ranges a file's scans keep before its table is built instead. */
+#define SCAN_MAX_RANGES 4096
 
 /* ---- Types ------------------------------------------------------------- */
 
@@ -48,6 +54,14 @@ typedef struct sym_entry {
   uint32_t size;    /* bytes covered, > 0 */
   uint32_t flags;
 } sym_entry;
+
+/* What a scan (symbol_scan.h) found for [lo, hi) of a file whose table is
+ * put off: sym.name NULL when no function covers it. */
+typedef struct scan_range {
+  uint64_t lo, hi;
+  sym_entry sym; /* sym.name: raw until demangled */
+  char *raw;     /* the name as read, owned */
+} scan_range;
 
 typedef struct load_segment {
   uint64_t offset, vaddr, filesz, memsz;
@@ -83,6 +97,19 @@ typedef struct elf_file {
   char **strtabs;
   size_t nstrtabs, strtab_bytes;
   size_t bytes; /* what this table takes, counted in symbols.table_bytes */
+  /* Put off by the build gate (cp_symbols_set_build_gate): no table yet,
+   * addresses named by scans, their answers kept in ranges (sorted by lo,
+   * disjoint), until the table is built: when the gate allows it, when the
+   * scans have cost what the build would, or when a scan cannot tell. */
+  int table_deferred;
+  int scan_undecided;
+  /* Held by cp_symbols_resolve_file's cache (a reference of its own): a
+   * tool naming a profile's locations one by one builds each table once. */
+  int kept_for_files;     /* a scan left an address to the table */
+  char *open_path, *path; /* to open it again */
+  uint64_t build_estimate_ns, scan_spent_ns;
+  scan_range *ranges;
+  size_t nranges, ranges_cap;
   /* The newest generation that may hold pointers into the table (evictable
    * below symbols.oldest_live_gen), and a lookup counter for LRU order. */
   uint64_t last_used_gen;
@@ -148,6 +175,29 @@ static struct {
 /* CONTPROF_SYMBOLIZE=none: files are read for their build id and segments
  * only (cp_symbols_set_names). Kept across cp_symbols_reset. */
 static int names_off;
+/* The build gate (cp_symbols_set_build_gate), and the CPU this process
+ * spent building tables and scanning (atomic: read by the gate's owner). */
+static cp_symbols_build_gate build_gate;
+static uint64_t spent_ns;
+/* Scans made, for the debug lines. */
+static uint64_t scans;
+
+static void spend(uint64_t ns) {
+  __atomic_add_fetch(&spent_ns, ns, __ATOMIC_RELAXED);
+}
+
+/* Whether the build gate lets a table that costs about estimate_ns be
+ * built now. */
+static int build_allowed(uint64_t estimate_ns) {
+  cp_symbols_build_gate gate = __atomic_load_n(&build_gate, __ATOMIC_ACQUIRE);
+  return !gate ||
+         gate(estimate_ns, __atomic_load_n(&spent_ns, __ATOMIC_RELAXED));
+}
+
+static int cmp_u64(const void *pa, const void *pb) {
+  uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+  return a < b ? -1 : a > b;
+}
 /* Addresses cp_symbols_lines read from debug information, and those it had
  * (resolved before, or inherited from the parent of fork). */
 static uint64_t lines_read, lines_had;
@@ -459,6 +509,14 @@ static void file_drop_names(elf_file *f) {
 static void file_free(elf_file *f) {
   symbols.table_bytes -= f->bytes;
   file_drop_names(f);
+  for (size_t i = 0; i < f->nranges; i++) {
+    if (f->ranges[i].sym.flags & SYM_OWNED)
+      free((char *)f->ranges[i].sym.name);
+    free(f->ranges[i].raw);
+  }
+  free(f->ranges);
+  free(f->open_path);
+  free(f->path);
   free(f->page_first);
   free(f->loads);
   free(f);
@@ -471,6 +529,10 @@ static void file_unref(elf_file *f);
  * tables no live generation uses. */
 static void evict_locked(elf_file *f) {
   f->refs++; /* alive until every mapping has let go */
+  if (f->kept_for_files) {
+    f->kept_for_files = 0;
+    file_unref(f);
+  }
   for (size_t i = 0; i < symbols.nmaps; i++) {
     map_rec *m = symbols.maps[i];
     if (m->file == f) {
@@ -498,7 +560,8 @@ static void make_room_locked(size_t need) {
   while (symbols.table_bytes + need > symbols.budget) {
     elf_file *victim = NULL;
     for (elf_file *f = symbols.files; f; f = f->next)
-      if (f->last_used_gen < symbols.oldest_live_gen &&
+      if ((f->last_used_gen < symbols.oldest_live_gen ||
+           (f->kept_for_files && f->refs == 1)) &&
           (!victim || f->last_used_tick < victim->last_used_tick))
         victim = f;
     if (!victim)
@@ -524,39 +587,45 @@ static uint64_t table_estimate(const cp_elf_reader *r) {
   return est;
 }
 
+/* What building r's table would cost: its symbol sections and names at
+ * CP_SYMBOLS_BUILD_NS_PER_BYTE, with its debug file's when the table would
+ * come from there (a stripped library of a distribution with its debug
+ * package: libc's is four times its own .dynsym). */
+static uint64_t build_estimate(const cp_elf_reader *r, const char *path,
+                               const char *build_id) {
+  uint64_t bytes = table_estimate(r);
+  int symtab = 0;
+  for (size_t i = 0; i < r->shnum; i++)
+    symtab |= r->shdrs[i].sh_type == SHT_SYMTAB && r->shdrs[i].sh_size > 0;
+  cp_elf_reader dbg;
+  cp_own_fd own;
+  if (!symtab && cp_elf_open_debug(r, path, build_id, &dbg, &own)) {
+    for (size_t i = 0; i < dbg.shnum; i++) {
+      const cp_elf_shdr *sh = &dbg.shdrs[i];
+      if (sh->sh_type == SHT_SYMTAB) /* not its .dynsym: no contents */
+        bytes += sh->sh_size +
+                 (sh->sh_link < dbg.shnum ? dbg.shdrs[sh->sh_link].sh_size : 0);
+    }
+    cp_elf_close_debug(&dbg, &own);
+  }
+  return bytes * CP_SYMBOLS_BUILD_NS_PER_BYTE;
+}
+
 /* Building one table (its sections read whole, a sorting buffer) may take
  * the budget again, and at least this: a small budget bounds what is kept,
  * not whether a library's table can be built at all. */
 #define MIN_BUILD_BYTES ((size_t)64 << 20)
 
-/* Parses an ELF image. path (NULL for memory images) locates debug files.
- * Returns a file with refs == 1, or NULL when the image is not usable ELF.
- * The table stays within the symbol budget: when .symtab (with .dynsym)
- * does not fit, .dynsym alone; when that does not either, no symbols (the
- * build id and segments still serve module+offset). */
-static elf_file *file_parse(cp_elf_reader *r, const char *path) {
-  if (cp_elf_open(r) != 0) {
-    cp_elf_close(r);
-    return NULL;
-  }
-  elf_file *f = calloc(1, sizeof *f);
-  sym_builder b = {0};
-  if (!f)
-    goto fail;
-  f->refs = 1;
-  cp_elf_build_id(r, f->build_id);
-
-  f->loads = calloc(r->phnum ? r->phnum : 1, sizeof *f->loads);
-  if (!f->loads)
-    goto fail;
-  for (size_t i = 0; i < r->phnum; i++) {
-    const cp_elf_phdr *ph = &r->phdrs[i];
-    if (ph->p_type == PT_LOAD)
-      f->loads[f->nloads++] = (load_segment){
-          ph->p_offset, ph->p_vaddr, ph->p_filesz, ph->p_memsz, ph->p_flags};
-  }
-  size_t fixed = sizeof *f + (r->phnum ? r->phnum : 1) * sizeof *f->loads;
-
+/* Builds f's table from r (path, NULL for memory images, locates debug
+ * files) within the symbol budget: when .symtab (with .dynsym) does not
+ * fit, .dynsym alone; when that does not either, no symbols (the build id
+ * and segments still serve module+offset). 0, or -1 (out of memory). */
+static int file_build_table(elf_file *f, const cp_elf_reader *r,
+                            const char *path) {
+  uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  cp_debug("symbols: pid %d reads the symbol table of %s", (int)getpid(),
+           path ? path : "[vdso]");
+  size_t fixed = f->bytes;
   uint64_t est = table_estimate(r);
   make_room_locked(est > SIZE_MAX - fixed ? SIZE_MAX : (size_t)est + fixed);
   size_t room = symbols.budget > symbols.table_bytes
@@ -565,13 +634,13 @@ static elf_file *file_parse(cp_elf_reader *r, const char *path) {
   size_t build =
       symbols.budget > MIN_BUILD_BYTES ? symbols.budget : MIN_BUILD_BYTES;
   room = room > fixed ? room - fixed : 0;
-  b.limit = build;
-  b.table_room = room;
+  sym_builder b = {.limit = build, .table_room = room};
   if (!__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
     cp_elf_reader dbg;
     cp_own_fd dbg_own;
     if (collect_tables(r, SHT_SYMTAB, &b) == 0 &&
         cp_elf_open_debug(r, path, f->build_id, &dbg, &dbg_own)) {
+      cp_debug("symbols: the functions of %s from its debug file", path);
       collect_tables(&dbg, SHT_SYMTAB, &b);
       cp_elf_close_debug(&dbg, &dbg_own);
     }
@@ -600,18 +669,60 @@ static elf_file *file_parse(cp_elf_reader *r, const char *path) {
       rc = 0;
     }
   }
-  if (rc != 0)
-    goto fail;
   builder_free(&b);
-  cp_elf_close(r);
-  build_page_index(f);
-  f->bytes = fixed + f->nsyms * sizeof *f->syms +
-             f->npages * sizeof *f->page_first + f->strtab_bytes;
+  if (rc == 0) {
+    build_page_index(f);
+    size_t table = f->nsyms * sizeof *f->syms +
+                   f->npages * sizeof *f->page_first + f->strtab_bytes;
+    f->bytes += table;
+    symbols.table_bytes += table;
+  }
+  spend(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began);
+  return rc;
+}
+
+/* Parses an ELF image: its build id, its segments and, unless may_defer and
+ * the build gate puts it off, its table (file_build_table). path: as
+ * there. Returns a file with refs == 1, or NULL when the image is not
+ * usable ELF. */
+static elf_file *file_parse(cp_elf_reader *r, const char *path, int may_defer) {
+  if (cp_elf_open(r) != 0) {
+    cp_elf_close(r);
+    return NULL;
+  }
+  elf_file *f = calloc(1, sizeof *f);
+  if (!f)
+    goto fail;
+  f->refs = 1;
+  cp_elf_build_id(r, f->build_id);
+
+  f->loads = calloc(r->phnum ? r->phnum : 1, sizeof *f->loads);
+  if (!f->loads)
+    goto fail;
+  for (size_t i = 0; i < r->phnum; i++) {
+    const cp_elf_phdr *ph = &r->phdrs[i];
+    if (ph->p_type == PT_LOAD)
+      f->loads[f->nloads++] = (load_segment){
+          ph->p_offset, ph->p_vaddr, ph->p_filesz, ph->p_memsz, ph->p_flags};
+  }
+  f->bytes = sizeof *f + (r->phnum ? r->phnum : 1) * sizeof *f->loads;
   symbols.table_bytes += f->bytes;
+
+  if (may_defer && path && !__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
+    uint64_t est = build_estimate(r, path, f->build_id);
+    if (!build_allowed(est)) {
+      f->table_deferred = 1;
+      f->build_estimate_ns = est;
+      cp_elf_close(r);
+      return f;
+    }
+  }
+  if (file_build_table(f, r, path) != 0)
+    goto fail;
+  cp_elf_close(r);
   return f;
 
 fail:
-  builder_free(&b);
   cp_elf_close(r);
   if (f)
     file_free(f);
@@ -631,9 +742,17 @@ static void file_unref(elf_file *f) {
   file_free(f);
 }
 
+/* Whether st is the file f was read from. */
+static int same_file(const elf_file *f, const struct stat *st) {
+  return f->dev == st->st_dev && f->ino == st->st_ino &&
+         f->size == st->st_size && f->mtime.tv_sec == st->st_mtim.tv_sec &&
+         f->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
 /* The symbol table of the file at path (open_path is what to open, which may
- * be a /proc/self/map_files link), from the cache or freshly parsed. Takes a
- * reference. NULL when unreadable or not ELF. */
+ * be a /proc/self/map_files link), from the cache or freshly parsed (its
+ * table possibly put off). Takes a reference. NULL when unreadable or not
+ * ELF. */
 static elf_file *file_get(const char *open_path, const char *path) {
   struct stat st;
   cp_own_fd own;
@@ -643,21 +762,30 @@ static elf_file *file_get(const char *open_path, const char *path) {
     return NULL;
   }
   for (elf_file *f = symbols.files; f; f = f->next) {
-    if (f->dev == st.st_dev && f->ino == st.st_ino && f->size == st.st_size &&
-        f->mtime.tv_sec == st.st_mtim.tv_sec &&
-        f->mtime.tv_nsec == st.st_mtim.tv_nsec) {
+    if (same_file(f, &st)) {
       cp_own_close(&own);
       f->refs++;
       return f;
     }
   }
   cp_elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size};
-  cp_debug("symbols: pid %d reads the symbol table of %s", (int)getpid(), path);
-  elf_file *f = file_parse(&r, path);
+  elf_file *f = file_parse(&r, path, 1);
   cp_own_close(&own);
   if (!f) {
     cp_debug("symbols: %s is not a usable ELF file", path);
     return NULL;
+  }
+  if (f->table_deferred) {
+    f->open_path = strdup(open_path);
+    f->path = strdup(path);
+    if (!f->open_path || !f->path) {
+      file_unref(f);
+      return NULL;
+    }
+    cp_debug("symbols: pid %d puts off the symbol table of %s (about %llu "
+             "us): over the cap of its CPU so far",
+             (int)getpid(), path,
+             (unsigned long long)(f->build_estimate_ns / 1000));
   }
   f->dev = st.st_dev;
   f->ino = st.st_ino;
@@ -667,6 +795,215 @@ static elf_file *file_get(const char *open_path, const char *path) {
   f->next = symbols.files;
   symbols.files = f;
   return f;
+}
+
+/* f opened again into *r (its descriptor in *own): 0, or -1 when it cannot
+ * be opened or is no longer the file it was. */
+static int file_reopen(const elf_file *f, cp_elf_reader *r, cp_own_fd *own) {
+  struct stat st;
+  int fd = cp_own_open_regular(own, f->open_path, &st);
+  if (fd < 0)
+    return -1;
+  *r = (cp_elf_reader){.fd = fd, .size = (uint64_t)st.st_size};
+  if (!same_file(f, &st) || cp_elf_open(r) != 0) {
+    cp_elf_close(r);
+    cp_own_close(own);
+    return -1;
+  }
+  return 0;
+}
+
+/* Builds the table put off for f. */
+static void file_build_deferred(elf_file *f) {
+  f->table_deferred = 0;
+  cp_elf_reader r;
+  cp_own_fd own;
+  if (file_reopen(f, &r, &own) != 0)
+    return; /* gone or changed: its addresses stay unnamed */
+  if (file_build_table(f, &r, f->path) != 0)
+    file_drop_names(f); /* out of memory: no names */
+  cp_elf_close(&r);
+  cp_own_close(&own);
+}
+
+/* The symbol sections a table of r would be built from, in its order (its
+ * .symtab, else its debug file's, then its .dynsym), into out[0..max); the
+ * debug file, when used, opened into *dbg. How many, or SIZE_MAX when
+ * there are more than max. */
+static size_t scan_sources(const cp_elf_reader *r, const char *path,
+                           const char *build_id, cp_elf_reader *dbg,
+                           cp_own_fd *dbg_own, int *has_dbg,
+                           cp_elf_symbols *out, size_t max) {
+  size_t n = 0, symtabs = 0;
+  *has_dbg = 0;
+  const cp_elf_reader *from[2] = {r, NULL};
+  for (size_t i = 0; i < r->shnum; i++)
+    symtabs += r->shdrs[i].sh_type == SHT_SYMTAB && r->shdrs[i].sh_size > 0;
+  if (symtabs == 0 && cp_elf_open_debug(r, path, build_id, dbg, dbg_own)) {
+    *has_dbg = 1;
+    from[0] = dbg;
+  }
+  const uint32_t types[2] = {SHT_SYMTAB, SHT_DYNSYM};
+  from[1] = r;
+  for (size_t k = 0; k < 2; k++) {
+    const cp_elf_reader *src = from[k];
+    for (size_t i = 0; i < src->shnum; i++) {
+      const cp_elf_shdr *sh = &src->shdrs[i];
+      if (sh->sh_type != types[k] || sh->sh_size == 0)
+        continue;
+      cp_elf_symbols t;
+      if (cp_elf_symbols_of(src, sh, &t) != 0)
+        continue;
+      if (n == max)
+        return SIZE_MAX;
+      out[n++] = t;
+    }
+  }
+  return n;
+}
+
+/* The range of f's scans holding address a, or NULL. */
+static scan_range *range_find(const elf_file *f, uint64_t a) {
+  size_t lo = 0, hi = f->nranges; /* first range starting above a */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (f->ranges[mid].lo <= a)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo > 0 && a < f->ranges[lo - 1].hi)
+    return &f->ranges[lo - 1];
+  return NULL;
+}
+
+/* Keeps what a scan found (takes ans->name). Ranges of one file are the
+ * same or disjoint (the symbols' addresses and ends cut them). */
+static void range_add(elf_file *f, cp_scan_answer *ans) {
+  if (range_find(f, ans->lo) || ans->hi <= ans->lo) {
+    free(ans->name);
+    return;
+  }
+  scan_range *v = cp_grow_array(f->ranges, &f->ranges_cap, f->nranges + 1,
+                                sizeof *f->ranges);
+  if (!v) {
+    free(ans->name);
+    return;
+  }
+  f->ranges = v;
+  size_t i = f->nranges;
+  while (i > 0 && v[i - 1].lo > ans->lo) {
+    v[i] = v[i - 1];
+    i--;
+  }
+  v[i] = (scan_range){
+      .lo = ans->lo,
+      .hi = ans->hi,
+      .sym = {.start = ans->start,
+              .name = ans->name,
+              .size = 0,
+              .flags = ans->name && ans->name[0] == '_' && ans->name[1] == 'Z'
+                           ? SYM_MANGLED
+                           : 0},
+      .raw = ans->name};
+  f->nranges++;
+  size_t add = sizeof *v + (ans->name ? strlen(ans->name) + 1 : 0);
+  f->bytes += add;
+  symbols.table_bytes += add;
+}
+
+/* Names addrs[0..n) (sorted, distinct, none in a range yet) of f by one
+ * scan; an address the scan leaves to the table marks f for building. */
+static void file_scan(elf_file *f, const uint64_t *addrs, size_t n) {
+  uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  cp_elf_reader r, dbg;
+  cp_own_fd own, dbg_own;
+  int has_dbg = 0;
+  cp_scan_answer *ans = calloc(n, sizeof *ans);
+  if (!ans || file_reopen(f, &r, &own) != 0) {
+    free(ans);
+    f->scan_undecided = 1;
+    return;
+  }
+  cp_elf_symbols secs[SCAN_MAX_SECTIONS];
+  size_t nsecs = scan_sources(&r, f->path, f->build_id, &dbg, &dbg_own,
+                              &has_dbg, secs, SCAN_MAX_SECTIONS);
+  size_t named = 0;
+  if (nsecs == SIZE_MAX || cp_scan_names(secs, nsecs, addrs, n, ans) != 0) {
+    f->scan_undecided = 1;
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      if (!ans[i].known) {
+        f->scan_undecided = 1;
+        continue;
+      }
+      named += ans[i].name != NULL;
+      range_add(f, &ans[i]);
+    }
+  }
+  if (has_dbg)
+    cp_elf_close_debug(&dbg, &dbg_own);
+  cp_elf_close(&r);
+  cp_own_close(&own);
+  free(ans);
+  uint64_t took = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - began;
+  f->scan_spent_ns += took;
+  spend(took);
+  __atomic_add_fetch(&scans, 1, __ATOMIC_RELAXED);
+  cp_debug("symbols: pid %d named %zu of %zu addresses of %s by a scan (%llu "
+           "us)%s",
+           (int)getpid(), named, n, f->path, (unsigned long long)(took / 1000),
+           f->scan_undecided ? "; its table decides the rest" : "");
+}
+
+static sym_entry *file_find(const elf_file *f, uint64_t elf_address);
+
+/* Whether f's put-off table is to be built now: the gate allows it, the
+ * scans have cost what it would, a scan could not tell, or its ranges are
+ * many. */
+static int build_due(const elf_file *f) {
+  return f->scan_undecided || f->scan_spent_ns >= f->build_estimate_ns ||
+         f->nranges >= SCAN_MAX_RANGES || build_allowed(f->build_estimate_ns);
+}
+
+/* Makes sure f can name addrs[0..n) (any order): builds its put-off table
+ * when due, else scans for those no range holds. */
+static void file_prepare(elf_file *f, const uint64_t *addrs, size_t n) {
+  if (!f->table_deferred)
+    return;
+  uint64_t want[CP_SCAN_MAX];
+  size_t k = 0;
+  for (size_t i = 0; i < n && k <= CP_SCAN_MAX; i++) {
+    if (range_find(f, addrs[i]))
+      continue;
+    if (k == CP_SCAN_MAX) {
+      k++; /* too many for one scan */
+      break;
+    }
+    want[k++] = addrs[i];
+  }
+  if (k == 0)
+    return;
+  if (k <= CP_SCAN_MAX && !build_due(f)) {
+    qsort(want, k, sizeof *want, cmp_u64);
+    size_t d = 0;
+    for (size_t i = 0; i < k; i++)
+      if (d == 0 || want[d - 1] != want[i])
+        want[d++] = want[i];
+    file_scan(f, want, d);
+    if (!f->scan_undecided)
+      return;
+  }
+  file_build_deferred(f);
+}
+
+/* The symbol covering elf_address in f: from its table, or from its scans'
+ * ranges while the table is put off (file_prepare first). */
+static sym_entry *file_name(elf_file *f, uint64_t elf_address) {
+  if (!f->table_deferred)
+    return file_find(f, elf_address);
+  scan_range *r = range_find(f, elf_address);
+  return r && r->sym.name ? &r->sym : NULL;
 }
 
 /* The symbol covering elf_address, or NULL. */
@@ -733,7 +1070,7 @@ static elf_file *map_load_file(const map_rec *m) {
     cp_elf_reader r = {.fd = -1,
                        .memory = (const unsigned char *)(uintptr_t)m->pub.start,
                        .size = m->pub.limit - m->pub.start};
-    return file_parse(&r, NULL);
+    return file_parse(&r, NULL, 0);
   }
   if (m->path[0] != '/')
     return NULL;
@@ -1053,9 +1390,9 @@ static map_rec *map_of_locked(uint64_t pc) {
   return m;
 }
 
-/* Resolves pc in m, under the lock, reading m's file unless may_read is 0
- * (then returns 1 when it is not read yet). Returns 2 when the lock was
- * let go to resolve the demangler: the caller starts again. */
+/* Resolves pc in m, under the lock, reading m's file (or scanning it)
+ * unless may_read is 0 (then returns 1 when that is needed). Returns 2 when
+ * the lock was let go to resolve the demangler: the caller starts again. */
 static int lookup_in_locked(map_rec *m, uint64_t pc, cp_symbol *out,
                             int may_read) {
   out->mapping = &m->pub;
@@ -1068,15 +1405,20 @@ static int lookup_in_locked(map_rec *m, uint64_t pc, cp_symbol *out,
     if (m->file)
       cp_fork_hints_put(pc, cp_fork_hints_path_hash(m->path));
   }
+  out->elf_address = pc + m->elf_delta;
   if (m->file) {
     /* Not evicted before the caller marks its generation: at least as
      * recent as every live one. */
     m->file->last_used_tick = ++symbols.tick;
     if (m->file->last_used_gen < symbols.oldest_live_gen)
       m->file->last_used_gen = symbols.oldest_live_gen;
+    if (m->file->table_deferred && !range_find(m->file, out->elf_address)) {
+      if (!may_read)
+        return 1;
+      file_prepare(m->file, &out->elf_address, 1);
+    }
   }
-  out->elf_address = pc + m->elf_delta;
-  sym_entry *s = m->file ? file_find(m->file, out->elf_address) : NULL;
+  sym_entry *s = m->file ? file_name(m->file, out->elf_address) : NULL;
   if (s && sym_needs_demangling(s) && !demangler_is_resolved()) {
     pthread_mutex_unlock(&symbols_lock);
     demangler_resolve();
@@ -1118,6 +1460,32 @@ int cp_symbols_lookup_in(const cp_mapping *mapping, uint64_t pc,
                 1);
 }
 
+void cp_symbols_lookup_batch(const cp_mapping *mapping, const uint64_t *pcs,
+                             size_t n, const char **functions) {
+  map_rec *m = (map_rec *)((char *)mapping - offsetof(map_rec, pub));
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < CP_SCAN_MAX ? n - done : CP_SCAN_MAX;
+    uint64_t elf[CP_SCAN_MAX];
+    symbols_lock_acquire();
+    if (!m->file_read) {
+      map_read_file(m);
+      if (m->file) /* as lookup_in_locked */
+        cp_fork_hints_put(pcs[done], cp_fork_hints_path_hash(m->path));
+    }
+    for (size_t i = 0; i < k; i++)
+      elf[i] = pcs[done + i] + m->elf_delta;
+    if (m->file)
+      file_prepare(m->file, elf, k); /* one scan for the lot */
+    pthread_mutex_unlock(&symbols_lock);
+    for (size_t i = 0; i < k; i++) {
+      cp_symbol sym;
+      lookup(m, pcs[done + i], &sym, 1);
+      functions[done + i] = sym.function;
+    }
+    done += k;
+  }
+}
+
 void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen) {
   if (!m)
     return;
@@ -1150,6 +1518,16 @@ void cp_symbols_collect(uint64_t oldest_gen) {
 }
 
 static void free_all_locked(void) {
+  for (int again = 1; again;) { /* file_unref edits the list */
+    again = 0;
+    for (elf_file *f = symbols.files; f && !again; f = f->next) {
+      if (f->kept_for_files) {
+        f->kept_for_files = 0;
+        file_unref(f);
+        again = 1;
+      }
+    }
+  }
   for (size_t i = 0; i < symbols.nmaps; i++)
     map_free(symbols.maps[i]);
   free(symbols.maps);
@@ -1172,6 +1550,8 @@ void cp_symbols_after_fork_parent(void) { cp_fork_hints_after_fork_parent(); }
 void cp_symbols_after_fork_child(void) {
   cp_fork_hints_after_fork_child();
   lines_read = lines_had = 0; /* the child's own from now on */
+  __atomic_store_n(&spent_ns, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&scans, 0, __ATOMIC_RELAXED);
   /* Only the forking thread lives here. The lock was free at the fork: no
    * update was half done, and the tables describe this address space, the
    * parent's copied. They are kept, so that each child of a forking server
@@ -1225,7 +1605,15 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
     build_id[0] = '\0';
   symbols_lock_acquire();
   elf_file *f = file_get(path, path);
-  sym_entry *s = f ? file_find(f, elf_address) : NULL;
+  if (f && !f->kept_for_files) {
+    f->kept_for_files = 1;
+    f->refs++;
+  }
+  if (f) {
+    f->last_used_tick = ++symbols.tick;
+    file_prepare(f, &elf_address, 1);
+  }
+  sym_entry *s = f ? file_name(f, elf_address) : NULL;
   if (s)
     sym_demangle(f, s);
   if (s && function_size)
@@ -1235,6 +1623,60 @@ int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
   file_unref(f);
   pthread_mutex_unlock(&symbols_lock);
   return s ? 0 : -1;
+}
+
+int cp_symbols_scan_file(const char *path, const uint64_t *elf_addresses,
+                         size_t n, char **functions, int *known) {
+  for (size_t i = 0; i < n; i++) {
+    functions[i] = NULL;
+    known[i] = 0;
+  }
+  if (n > CP_SCAN_MAX)
+    return -1;
+  demangler_resolve();
+  struct stat st;
+  cp_own_fd own, dbg_own;
+  if (cp_own_open_regular(&own, path, &st) < 0)
+    return -1;
+  cp_elf_reader r = {.fd = own.fd, .size = (uint64_t)st.st_size}, dbg;
+  int rc = -1, has_dbg = 0;
+  cp_scan_answer *ans = calloc(n ? n : 1, sizeof *ans);
+  if (ans && cp_elf_open(&r) == 0) {
+    char build_id[CP_ELF_BUILD_ID_LEN];
+    cp_elf_build_id(&r, build_id);
+    cp_elf_symbols secs[SCAN_MAX_SECTIONS];
+    size_t nsecs = scan_sources(&r, path, build_id, &dbg, &dbg_own, &has_dbg,
+                                secs, SCAN_MAX_SECTIONS);
+    if (nsecs != SIZE_MAX &&
+        cp_scan_names(secs, nsecs, elf_addresses, n, ans) == 0) {
+      rc = 0;
+      for (size_t i = 0; i < n; i++) {
+        known[i] = ans[i].known;
+        char *plain = ans[i].name ? cp_symbols_demangle(ans[i].name) : NULL;
+        functions[i] = plain ? plain : ans[i].name;
+        if (plain)
+          free(ans[i].name);
+      }
+    }
+  }
+  if (has_dbg)
+    cp_elf_close_debug(&dbg, &dbg_own);
+  cp_elf_close(&r);
+  cp_own_close(&own);
+  free(ans);
+  return rc;
+}
+
+void cp_symbols_set_build_gate(cp_symbols_build_gate gate) {
+  __atomic_store_n(&build_gate, gate, __ATOMIC_RELEASE);
+}
+
+uint64_t cp_symbols_spent_ns(void) {
+  return __atomic_load_n(&spent_ns, __ATOMIC_RELAXED);
+}
+
+uint64_t cp_symbols_scans(void) {
+  return __atomic_load_n(&scans, __ATOMIC_RELAXED);
 }
 
 void cp_symbols_set_budget(size_t bytes) {

@@ -68,6 +68,13 @@ int cp_symbols_lookup_cached(uint64_t pc, cp_symbol *out);
 int cp_symbols_lookup_in(const cp_mapping *mapping, uint64_t pc,
                          cp_symbol *out);
 
+/* Resolves pcs[0..n) of one mapping (as cp_symbols_lookup_in each, the
+ * function names into functions[0..n), NULL where none), reading the
+ * mapping's file once: where its table is put off (the build gate), one
+ * scan of its symbol sections names them all. */
+void cp_symbols_lookup_batch(const cp_mapping *mapping, const uint64_t *pcs,
+                             size_t n, const char **functions);
+
 /* Records that generation `gen` references mapping m. */
 void cp_symbols_mark_used(const cp_mapping *m, uint64_t gen);
 
@@ -96,6 +103,23 @@ void cp_symbols_after_fork_parent(void);
 #define CP_SYMBOLS_DEFAULT_BUDGET ((size_t)128 << 20)
 void cp_symbols_set_budget(size_t bytes);
 
+/* The gate a file's symbol table asks before it is built: estimate_ns is
+ * what building it would cost (CP_SYMBOLS_BUILD_NS_PER_BYTE a byte of its
+ * symbol sections and their names), spent_ns what this process spent on
+ * tables and scans so far. Refused, the table is put off: addresses in the
+ * file are named by scans of its symbol sections (symbol_scan.h), which
+ * read what those addresses need, until the gate allows the table, the
+ * scans have cost what it would, or a scan cannot tell an address (docs/
+ * symbols.md, "Short-lived processes"). NULL, the default: every table is
+ * built. */
+typedef int (*cp_symbols_build_gate)(uint64_t estimate_ns, uint64_t spent_ns);
+#define CP_SYMBOLS_BUILD_NS_PER_BYTE 8
+void cp_symbols_set_build_gate(cp_symbols_build_gate gate);
+/* CPU this process spent building symbol tables and scanning, and the
+ * scans made (since its start, or in a child since the fork). */
+uint64_t cp_symbols_spent_ns(void);
+uint64_t cp_symbols_scans(void);
+
 /* Bytes the symbol tables take now. */
 size_t cp_symbols_memory_used(void);
 
@@ -108,6 +132,13 @@ size_t cp_symbols_memory_used(void);
 int cp_symbols_resolve_file(const char *path, uint64_t elf_address,
                             char *function, size_t function_size,
                             char *build_id, size_t build_id_size);
+
+/* For tests: names elf_addresses[0..n) (sorted, distinct, at most 256) of
+ * the file at path by one scan of its symbol sections, as a put-off table
+ * does (symbol_scan.h): functions[i] the demangled name (malloc'd) or NULL,
+ * known[i] 0 where only the table can tell. 0, or -1 (unreadable). */
+int cp_symbols_scan_file(const char *path, const uint64_t *elf_addresses,
+                         size_t n, char **functions, int *known);
 
 /* Whether files are read for function names (CONTPROF_SYMBOLIZE=local, the
  * default) or for their build ids and segments only (none: the profile is

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "aggregator/elf_image.h"
 #include "common.h"
 #include "test.h"
 
@@ -388,6 +389,8 @@ static void write_whole(const char *path, const void *data, size_t size) {
   close(fd);
 }
 
+static size_t scans_compared; /* damaged files a scan named */
+
 /* Resolves in a damaged copy; only surviving matters. Returns the result. */
 static int resolve_damaged(const char *path, const void *data, size_t size,
                            uint64_t elf_address) {
@@ -397,6 +400,18 @@ static int resolve_damaged(const char *path, const void *data, size_t size,
                                    build_id, sizeof build_id);
   CHECK(rc == 0 || function[0] == '\0');
   CHECK(strlen(build_id) <= 128);
+  /* A scan of the damaged file names it as its table does, or leaves it
+   * to the table. */
+  char *scanned = NULL;
+  int known = 0;
+  if (cp_symbols_scan_file(path, &elf_address, 1, &scanned, &known) == 0 &&
+      known) {
+    CHECK_EQ_INT(scanned != NULL, rc == 0);
+    if (scanned && rc == 0)
+      CHECK(strncmp(scanned, function, sizeof function - 1) == 0);
+    scans_compared++;
+  }
+  free(scanned);
   return rc;
 }
 
@@ -498,6 +513,9 @@ static void test_corrupt_elf_files(void) {
   free(pristine);
   unlink(path);
   rmdir(dir);
+  printf("%zu damaged copies named by a scan as by their table\n",
+         scans_compared);
+  CHECK(scans_compared > 100);
 }
 
 /* A stripped copy with a .gnu_debuglink finds its symbols in the debug file. */
@@ -523,7 +541,8 @@ static void test_debuglink(void) {
                                          sizeof build_id),
                  0);
     CHECK_EQ_STR(function, "local_helper");
-    unlink(debug); /* without it the static function is unknown */
+    unlink(debug);      /* without it the static function is unknown */
+    cp_symbols_reset(); /* the table read with it is kept until then */
     CHECK_EQ_INT(cp_symbols_resolve_file(stripped, s.elf_address, function,
                                          sizeof function, build_id,
                                          sizeof build_id),
@@ -651,6 +670,268 @@ static void test_tables_stay_within_budget(void) {
       dlclose(handles[i]);
 }
 
+/* ---- Scans against tables ------------------------------------------------ */
+
+static int u64_cmp(const void *pa, const void *pb) {
+  uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+  return a < b ? -1 : a > b;
+}
+
+/* Appends addresses around every function symbol of r's sections of type
+ * `type` (its start, the next byte, its middle, last byte, end, the byte
+ * after, a page later), every `stride`-th symbol. */
+static void add_symbol_addresses(const cp_elf_reader *r, uint32_t type,
+                                 size_t stride, uint64_t **v, size_t *n,
+                                 size_t *cap) {
+  for (size_t i = 0; i < r->shnum; i++) {
+    cp_elf_symbols t;
+    if (r->shdrs[i].sh_type != type ||
+        cp_elf_symbols_of(r, &r->shdrs[i], &t) != 0)
+      continue;
+    for (uint64_t k = 0; k < t.count; k += stride) {
+      cp_elf_sym sym;
+      if (cp_elf_read(r, t.symtab->sh_offset + k * sizeof sym, sizeof sym,
+                      &sym) != 0 ||
+          !cp_elf_is_function(&t, &sym))
+        continue;
+      uint64_t a = sym.st_value, z = sym.st_size;
+      uint64_t around[] = {a,     a + 1,     a + z / 2, a + z - 1,
+                           a + z, a + z + 1, a + 4096};
+      if (*n + CP_ARRAY_SIZE(around) > *cap) {
+        *cap = *cap ? *cap * 2 : 4096;
+        *v = realloc(*v, *cap * sizeof **v);
+      }
+      for (size_t j = 0; j < CP_ARRAY_SIZE(around); j++)
+        (*v)[(*n)++] = around[j];
+    }
+  }
+}
+
+/* Names addresses around the functions of path (and of its debug file) by
+ * scans and by its table, and checks that every address a scan names is
+ * named the same by the table. Returns how many it compared; *undecided:
+ * how many the scans left to the table. */
+static size_t compare_scans(const char *path, size_t stride,
+                            size_t *undecided) {
+  *undecided = 0;
+  struct stat st;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0 || fstat(fd, &st) != 0)
+    return 0;
+  cp_elf_reader r = {.fd = fd, .size = (uint64_t)st.st_size}, dbg;
+  uint64_t *v = NULL;
+  size_t n = 0, cap = 0;
+  if (cp_elf_open(&r) == 0) {
+    char build_id[CP_ELF_BUILD_ID_LEN];
+    cp_elf_build_id(&r, build_id);
+    cp_own_fd own;
+    if (cp_elf_open_debug(&r, path, build_id, &dbg, &own)) {
+      add_symbol_addresses(&dbg, SHT_SYMTAB, stride, &v, &n, &cap);
+      cp_elf_close_debug(&dbg, &own);
+    }
+    add_symbol_addresses(&r, SHT_SYMTAB, stride, &v, &n, &cap);
+    add_symbol_addresses(&r, SHT_DYNSYM, stride, &v, &n, &cap);
+  }
+  cp_elf_close(&r);
+  close(fd);
+  if (n)
+    qsort(v, n, sizeof *v, u64_cmp);
+  size_t d = 0;
+  for (size_t i = 0; i < n; i++)
+    if (d == 0 || v[d - 1] != v[i])
+      v[d++] = v[i];
+  size_t compared = 0, differ = 0;
+  char *names[256];
+  int known[256];
+  for (size_t at = 0; at < d; at += 256) {
+    size_t k = d - at < 256 ? d - at : 256;
+    if (cp_symbols_scan_file(path, v + at, k, names, known) != 0) {
+      CHECK(!"the scan reads the file");
+      break;
+    }
+    for (size_t i = 0; i < k; i++) {
+      char table[4096], id[256];
+      int rc = cp_symbols_resolve_file(path, v[at + i], table, sizeof table, id,
+                                       sizeof id);
+      if (!known[i]) {
+        (*undecided)++;
+      } else {
+        compared++;
+        const char *scan = names[i] ? names[i] : "";
+        if ((rc == 0) != (names[i] != NULL) ||
+            strncmp(scan, table, sizeof table - 1) != 0) {
+          if (differ++ < 5)
+            printf("%s: %#llx: scan \"%s\", table \"%s\"\n", path,
+                   (unsigned long long)v[at + i], scan, table);
+        }
+      }
+      free(names[i]);
+    }
+  }
+  CHECK_EQ_INT(differ, 0);
+  free(v);
+  return compared;
+}
+
+/* What a short-lived process names by scanning its objects' symbol
+ * sections (its tables put off) is what their tables name: around every
+ * function of this binary, libc (its debug file's .symtab when installed)
+ * and, when present, GCC's cc1 (.dynsym only, 28,000 C++ functions). */
+static void test_scans_name_as_tables(void) {
+  Dl_info info;
+  struct link_map *map = NULL;
+  CHECK(dladdr1((void *)(uintptr_t)&printf, &info, (void **)&map,
+                RTLD_DL_LINKMAP) != 0);
+  const char *files[] = {test_exe(), map ? map->l_name : "",
+                         "/usr/lib/gcc/x86_64-linux-gnu/12/cc1"};
+  size_t strides[] = {1, 1, 7};
+  for (size_t i = 0; i < CP_ARRAY_SIZE(files); i++) {
+    if (access(files[i], R_OK) != 0) {
+      printf("skip %s: not here\n", files[i]);
+      continue;
+    }
+    size_t undecided;
+    size_t compared = compare_scans(files[i], strides[i], &undecided);
+    printf("%s: %zu addresses named by scans as by the table, %zu left to "
+           "the table\n",
+           files[i], compared, undecided);
+    CHECK(compared > 500);
+    CHECK(undecided * 20 < compared); /* the scan decides nearly all */
+  }
+  cp_symbols_reset();
+}
+
+/* A small ELF file of random function symbols over two sections: sizes 0,
+ * small, spanning others and huge; aliases of every rank; names tied,
+ * empty and past the string table's end; local, global and weak. */
+static size_t random_symbols_elf(unsigned char *buf, size_t cap) {
+  static const char pool[] = "\0f\0_f\0__f\0g\0_g\0a_b\0___x\0f\0zz\0";
+  const size_t pool_names[] = {0, 1, 3, 6, 10, 12, 15, 19, 24, 26};
+  size_t nsyms = 2 + rng() % 40;
+  ElfW(Ehdr) eh = {0};
+  ElfW(Shdr) sh[6] = {{0}};
+  static const char shstr[] = "\0.text\0.symtab\0.strtab\0.shstrtab\0.text2";
+  size_t off = sizeof eh;
+  size_t sym_off = off, sym_len = (nsyms + 1) * sizeof(ElfW(Sym));
+  size_t str_off = sym_off + sym_len, str_len = sizeof pool;
+  size_t shstr_off = str_off + str_len;
+  size_t sh_off = (shstr_off + sizeof shstr + 7) & ~(size_t)7;
+  size_t total = sh_off + sizeof sh;
+  if (total > cap)
+    return 0;
+  memset(buf, 0, total);
+  memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_ident[EI_DATA] = ELFDATA2LSB;
+  eh.e_ident[EI_VERSION] = EV_CURRENT;
+  eh.e_type = ET_DYN;
+  eh.e_machine = EM_X86_64;
+  eh.e_version = EV_CURRENT;
+  eh.e_ehsize = sizeof eh;
+  eh.e_shoff = sh_off;
+  eh.e_shentsize = sizeof(ElfW(Shdr));
+  eh.e_shnum = 6;
+  eh.e_shstrndx = 4;
+  memcpy(buf, &eh, sizeof eh);
+  sh[1] = (ElfW(Shdr)){.sh_name = 1,
+                       .sh_type = SHT_PROGBITS,
+                       .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
+                       .sh_addr = 0x1000,
+                       .sh_size = 0x300};
+  sh[2] = (ElfW(Shdr)){.sh_name = 7,
+                       .sh_type = SHT_SYMTAB,
+                       .sh_offset = sym_off,
+                       .sh_size = sym_len,
+                       .sh_link = 3,
+                       .sh_entsize = sizeof(ElfW(Sym))};
+  sh[3] = (ElfW(Shdr)){.sh_name = 15,
+                       .sh_type = SHT_STRTAB,
+                       .sh_offset = str_off,
+                       .sh_size = str_len};
+  sh[4] = (ElfW(Shdr)){.sh_name = 23,
+                       .sh_type = SHT_STRTAB,
+                       .sh_offset = shstr_off,
+                       .sh_size = sizeof shstr};
+  sh[5] = (ElfW(Shdr)){.sh_name = 33,
+                       .sh_type = SHT_PROGBITS,
+                       .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
+                       .sh_addr = 0x1300,
+                       .sh_size = 0x80};
+  memcpy(buf + sh_off, sh, sizeof sh);
+  memcpy(buf + str_off, pool, str_len);
+  memcpy(buf + shstr_off, shstr, sizeof shstr);
+  static const unsigned char binds[] = {STB_LOCAL, STB_GLOBAL, STB_WEAK};
+  for (size_t i = 1; i <= nsyms; i++) {
+    ElfW(Sym) sym = {0};
+    uint64_t r = rng();
+    sym.st_value = 0x1000 + (r >> 8) % 0x3a0; /* past .text2 too */
+    static const uint64_t sizes[] = {0, 0, 0, 1, 4, 16, 48, 0x120, 1ull << 33};
+    sym.st_size = sizes[(r >> 20) % CP_ARRAY_SIZE(sizes)];
+    sym.st_info = ELF64_ST_INFO(binds[(r >> 28) % 3],
+                                (r >> 32) % 9 ? STT_FUNC : STT_NOTYPE);
+    sym.st_shndx = (r >> 36) % 4 ? 1 : 5;
+    sym.st_name = (r >> 40) % 13 ? pool_names[(r >> 44) % 10]
+                                 : (uint32_t)(str_len - 1 + (r >> 48) % 3);
+    memcpy(buf + sym_off + i * sizeof sym, &sym, sizeof sym);
+  }
+  return total;
+}
+
+/* Random symbol tables: every address a scan names, from below the first
+ * symbol to past the last, is named as the table names it, and the scans
+ * leave some to the table (nested symbols) without naming them wrong. */
+static void test_scans_of_random_tables(void) {
+  char dir[] = "/tmp/contprof_scan_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char path[256];
+  snprintf(path, sizeof path, "%s/random.so", dir);
+  unsigned char buf[8192];
+  size_t compared = 0, undecided = 0, named = 0, differ = 0;
+  for (int iter = 0; iter < 300; iter++) {
+    size_t size = random_symbols_elf(buf, sizeof buf);
+    CHECK(size > 0);
+    write_whole(path, buf, size);
+    cp_symbols_reset(); /* no table of an earlier file under this name */
+    uint64_t addrs[256];
+    for (uint64_t base = 0xff8; base < 0x1400; base += 256) {
+      for (size_t i = 0; i < 256; i++)
+        addrs[i] = base + i;
+      char *names[256];
+      int known[256];
+      CHECK_EQ_INT(cp_symbols_scan_file(path, addrs, 256, names, known), 0);
+      for (size_t i = 0; i < 256; i++) {
+        char function[256];
+        int rc = cp_symbols_resolve_file(path, addrs[i], function,
+                                         sizeof function, NULL, 0);
+        if (!known[i]) {
+          undecided++;
+        } else {
+          compared++;
+          named += names[i] != NULL;
+          if ((rc == 0) != (names[i] != NULL) ||
+              (names[i] && strcmp(names[i], function) != 0)) {
+            if (differ++ < 5)
+              printf("iteration %d, %#llx: scan \"%s\", table \"%s\"\n", iter,
+                     (unsigned long long)addrs[i],
+                     names[i] ? names[i] : "(none)",
+                     rc == 0 ? function : "(none)");
+          }
+        }
+        free(names[i]);
+      }
+    }
+  }
+  printf("random tables: %zu addresses named by scans as by the table (%zu "
+         "with a name), %zu left to the table, %zu differ\n",
+         compared, named, undecided, differ);
+  CHECK_EQ_INT(differ, 0);
+  CHECK(named > compared / 4);
+  CHECK(undecided > 0);
+  cp_symbols_reset();
+  unlink(path);
+  rmdir(dir);
+}
+
 static void test_reset_frees_everything(void) { cp_symbols_reset(); }
 
 TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
@@ -661,4 +942,5 @@ TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
           T(test_lookups_after_reset_and_in_forked_child),
           T(test_concurrent_lookups), T(test_corrupt_elf_files),
           T(test_debuglink), T(test_tables_stay_within_budget),
+          T(test_scans_name_as_tables), T(test_scans_of_random_tables),
           T(test_reset_frees_everything))
