@@ -410,8 +410,9 @@ static void log_line_counts(void) {
   logged_put_off = put_off;
   cp_debug("symbols: pid %d read the lines of %" PRIu64
            " addresses from debug information and had those of %" PRIu64
-           "; %" PRIu64 " lookups found theirs put off (the cap)",
-           (int)getpid(), read, had, put_off);
+           "; %" PRIu64 " lookups found theirs put off (the cap); %" PRIu64
+           " scans named addresses without a symbol table",
+           (int)getpid(), read, had, put_off, cp_symbols_scans());
 }
 
 int cp_export_pprof_with(const cp_generation *g, const cp_export_meta *m,

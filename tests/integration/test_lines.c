@@ -285,7 +285,8 @@ static int64_t line_of(const char *dir, const char *fn) {
 /* A process of a tenth of a second reads the debug information that fits
  * in CONTPROF_MAX_OVERHEAD_PCT of its CPU (its own: a few kB) and puts off
  * libc's (libc6-dbg's 14 MB, about 30 ms: three times its life), whose
- * frames keep their function names without lines; with the cap off it
+ * frames keep their function names without lines (named by a scan: libc's
+ * symbol table is put off too); with the cap off it
  * reads both, and so does one that has forked (its children would inherit
  * what it read). `contprof symbolize` gives the put-off frames their lines
  * (docs/symbols.md, "Short-lived processes"). */
@@ -321,6 +322,13 @@ static void test_short_process_reads_what_fits(void) {
         strstr(r->out, "puts off reading the debug information "
                        "of /usr/lib/x86_64-linux-gnu/libc.so.6") != NULL;
     CHECK_EQ_INT(put_off, c == 0);
+    /* libc's symbol table too (3 ms): its frames are named by a scan. */
+    int scanned =
+        strstr(r->out, "puts off the symbol table of "
+                       "/usr/lib/x86_64-linux-gnu/libc.so.6") != NULL &&
+        strstr(r->out, "addresses of /usr/lib/x86_64-linux-gnu/libc.so.6 "
+                       "by a scan") != NULL;
+    CHECK_EQ_INT(scanned, c == 0);
     libc_line[c] = line_of(dir, "__libc_start_call_main");
     own_line[c] = line_of(dir, "heavy_mix");
     printf("cap %s%%%s: __libc_start_call_main line %lld, heavy_mix line "
