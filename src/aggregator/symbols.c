@@ -1518,15 +1518,15 @@ void cp_symbols_collect(uint64_t oldest_gen) {
 }
 
 static void free_all_locked(void) {
-  for (int again = 1; again;) { /* file_unref edits the list */
-    again = 0;
-    for (elf_file *f = symbols.files; f && !again; f = f->next) {
-      if (f->kept_for_files) {
-        f->kept_for_files = 0;
-        file_unref(f);
-        again = 1;
-      }
+  /* The tables cp_symbols_resolve_file keeps; file_unref edits the list. */
+  for (elf_file *f = symbols.files; f;) {
+    if (!f->kept_for_files) {
+      f = f->next;
+      continue;
     }
+    f->kept_for_files = 0;
+    file_unref(f);
+    f = symbols.files; /* from the start: f may be gone */
   }
   for (size_t i = 0; i < symbols.nmaps; i++)
     map_free(symbols.maps[i]);
