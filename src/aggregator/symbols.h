@@ -106,7 +106,7 @@ void cp_symbols_set_budget(size_t bytes);
 /* The gate a file's symbol table asks before it is built: estimate_ns is
  * what building it would cost (CP_SYMBOLS_BUILD_NS_PER_BYTE a byte of its
  * symbol sections and their names), spent_ns what this process spent on
- * tables and scans so far. Refused, the table is put off: addresses in the
+ * tables so far. Refused, the table is put off: addresses in the
  * file are named by scans of its symbol sections (symbol_scan.h), which
  * read what those addresses need, until the gate allows the table, the
  * scans have cost what it would, or a scan cannot tell an address (docs/
@@ -115,8 +115,9 @@ void cp_symbols_set_budget(size_t bytes);
 typedef int (*cp_symbols_build_gate)(uint64_t estimate_ns, uint64_t spent_ns);
 #define CP_SYMBOLS_BUILD_NS_PER_BYTE 8
 void cp_symbols_set_build_gate(cp_symbols_build_gate gate);
-/* CPU this process spent building symbol tables and scanning, and the
- * scans made (since its start, or in a child since the fork). */
+/* CPU this process spent building symbol tables (not scanning: a file's
+ * scans stop at its table's estimated cost), and the scans made, since its
+ * start (or in a child since the fork). */
 uint64_t cp_symbols_spent_ns(void);
 uint64_t cp_symbols_scans(void);
 
