@@ -427,6 +427,8 @@ static cp_generation *swap(uint64_t *drops, cp_period_stats *stats, int last) {
     cp_gen_set_defer_reads(old, 0);
     cp_gen_resolve_pending(old, NULL);
   }
+  if (last) /* the process's CPU, and the cap's allowance, at its largest */
+    cp_dwarf_ask_again();
   return old;
 }
 

@@ -1749,6 +1749,13 @@ void cp_dwarf_set_read_gate(cp_dwarf_read_gate gate) {
   pthread_mutex_unlock(&dwarf_lock);
 }
 
+void cp_dwarf_ask_again(void) {
+  lock_acquire();
+  for (module *m = st.modules; m; m = m->next)
+    m->deferred_at = 0; /* over DEFER_RETRY_NS ago */
+  pthread_mutex_unlock(&dwarf_lock);
+}
+
 uint64_t cp_dwarf_spent_ns(void) {
   return __atomic_load_n(&st.spent_ns, __ATOMIC_RELAXED);
 }

@@ -68,6 +68,10 @@ typedef int (*cp_dwarf_read_gate)(uint64_t estimate_ns, uint64_t spent_ns);
 #define CP_DWARF_READ_NS_PER_BYTE 2
 /* NULL (the default: `contprof symbolize`) reads every module. */
 void cp_dwarf_set_read_gate(cp_dwarf_read_gate gate);
+/* Has the next lookup of each put-off module ask the gate again, without
+ * waiting for the retry interval: at the last export, when the process's
+ * CPU, and so the allowance, is the largest it will be. */
+void cp_dwarf_ask_again(void);
 /* CPU this process spent opening modules (what the gate is given); without
  * a lock, for the symbol tables' gate (symbols.h) to count it too. */
 uint64_t cp_dwarf_spent_ns(void);
