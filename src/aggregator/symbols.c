@@ -998,13 +998,15 @@ static void file_prepare(elf_file *f, const uint64_t *addrs, size_t n) {
   file_build_deferred(f);
 }
 
-/* The symbol covering elf_address in f: from its table, or from its scans'
- * ranges while the table is put off (file_prepare first). */
+/* The symbol covering elf_address in f: from its scans' ranges, or its
+ * table (file_prepare first). */
 static sym_entry *file_name(elf_file *f, uint64_t elf_address) {
-  if (!f->table_deferred)
-    return file_find(f, elf_address);
-  scan_range *r = range_find(f, elf_address);
-  return r && r->sym.name ? &r->sym : NULL;
+  /* A range's answer is the table's: kept after the table is built (or
+   * could not be, the file gone), and the names given stay the same. */
+  scan_range *r = f->nranges ? range_find(f, elf_address) : NULL;
+  if (r)
+    return r->sym.name ? &r->sym : NULL;
+  return f->table_deferred ? NULL : file_find(f, elf_address);
 }
 
 /* The symbol covering elf_address, or NULL. */

@@ -932,6 +932,95 @@ static void test_scans_of_random_tables(void) {
   rmdir(dir);
 }
 
+static int refuse_builds(uint64_t estimate_ns, uint64_t spent_ns) {
+  (void)estimate_ns;
+  (void)spent_ns;
+  return 0;
+}
+
+static int allow_builds(uint64_t estimate_ns, uint64_t spent_ns) {
+  (void)estimate_ns;
+  (void)spent_ns;
+  return 1;
+}
+
+/* With every table put off (a short process over the cap), lookups and
+ * batches name the process's own functions and libc's by scans, the same
+ * names as the tables give; once the gate allows the tables, the names
+ * stay the same. */
+static void test_put_off_tables_name_by_scans(void) {
+  uint64_t pcs[] = {PC(local_helper),
+                    PC(symbols_test_exported),
+                    PC(getpid),
+                    PC(printf),
+                    PC(qsort),
+                    PC(local_helper) + 4,
+                    PC(fixture_method_pc),
+                    (uint64_t)fixture_method_pc()};
+  enum { N = sizeof pcs / sizeof pcs[0] };
+  char *want[N];
+  cp_symbols_reset();
+  for (size_t i = 0; i < N; i++) {
+    cp_symbol s;
+    cp_symbols_lookup(pcs[i], &s);
+    want[i] = s.function ? strdup(s.function) : NULL;
+  }
+  CHECK(want[0] && strcmp(want[0], "local_helper") == 0);
+
+  cp_symbols_set_build_gate(refuse_builds);
+  cp_symbols_reset();
+  uint64_t scans = cp_symbols_scans();
+  for (size_t i = 0; i < N; i++) { /* one at a time */
+    cp_symbol s;
+    cp_symbols_lookup(pcs[i], &s);
+    CHECK((s.function == NULL) == (want[i] == NULL));
+    if (s.function && want[i])
+      CHECK_EQ_STR(s.function, want[i]);
+  }
+  CHECK(cp_symbols_scans() > scans);
+
+  cp_symbols_reset(); /* in batches, by mapping */
+  for (size_t i = 0; i < N; i++) {
+    cp_symbol s;
+    cp_symbols_lookup_cached(pcs[i], &s);
+    CHECK(s.mapping != NULL);
+    if (!s.mapping)
+      continue;
+    uint64_t same[N];
+    size_t k = 0, at[N];
+    for (size_t j = 0; j < N; j++) {
+      cp_symbol t;
+      cp_symbols_lookup_cached(pcs[j], &t);
+      if (t.mapping == s.mapping) {
+        at[k] = j;
+        same[k++] = pcs[j];
+      }
+    }
+    const char *names[N];
+    cp_symbols_lookup_batch(s.mapping, same, k, names);
+    for (size_t j = 0; j < k; j++) {
+      CHECK((names[j] == NULL) == (want[at[j]] == NULL));
+      if (names[j] && want[at[j]])
+        CHECK_EQ_STR(names[j], want[at[j]]);
+    }
+  }
+
+  cp_symbols_set_build_gate(allow_builds); /* the tables, after the scans */
+  for (size_t i = 0; i < N; i++) {
+    cp_symbol s;
+    cp_symbols_lookup(pcs[i] + 1, &s); /* new addresses: no range holds */
+    cp_symbol t;
+    cp_symbols_lookup(pcs[i], &t);
+    CHECK((t.function == NULL) == (want[i] == NULL));
+    if (t.function && want[i])
+      CHECK_EQ_STR(t.function, want[i]);
+  }
+  cp_symbols_set_build_gate(NULL);
+  cp_symbols_reset();
+  for (size_t i = 0; i < N; i++)
+    free(want[i]);
+}
+
 static void test_reset_frees_everything(void) { cp_symbols_reset(); }
 
 TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
@@ -943,4 +1032,4 @@ TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
           T(test_concurrent_lookups), T(test_corrupt_elf_files),
           T(test_debuglink), T(test_tables_stay_within_budget),
           T(test_scans_name_as_tables), T(test_scans_of_random_tables),
-          T(test_reset_frees_everything))
+          T(test_put_off_tables_name_by_scans), T(test_reset_frees_everything))
