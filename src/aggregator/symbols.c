@@ -102,10 +102,10 @@ typedef struct elf_file {
    * disjoint), until the table is built: when the gate allows it, when the
    * scans have cost what the build would, or when a scan cannot tell. */
   int table_deferred;
-  int scan_undecided;
+  int scan_undecided; /* a scan left an address to the table */
   /* Held by cp_symbols_resolve_file's cache (a reference of its own): a
    * tool naming a profile's locations one by one builds each table once. */
-  int kept_for_files;     /* a scan left an address to the table */
+  int kept_for_files;
   char *open_path, *path; /* to open it again */
   uint64_t build_estimate_ns, scan_spent_ns;
   scan_range *ranges;
