@@ -8,6 +8,8 @@
 
 #include "config.h"
 
+#include "fuzz.h"
+
 #define MAX_VARS 64
 
 typedef struct fake_env {
@@ -24,12 +26,6 @@ static const char *fake_getenv(const char *name, void *ctx) {
   return NULL;
 }
 
-/* Any broken invariant is a finding: abort so libFuzzer saves the input. */
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond))                                                               \
-      __builtin_trap();                                                        \
-  } while (0)
 #define IN(v, lo, hi) EXPECT((v) >= (lo) && (v) <= (hi))
 
 static void check(const cp_config *c) {

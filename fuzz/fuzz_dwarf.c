@@ -23,12 +23,7 @@
 #include "aggregator/dwarf_line.h"
 #include "aggregator/symbols.h"
 
-/* Any broken invariant is a finding: abort so libFuzzer saves the input. */
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond))                                                               \
-      __builtin_trap();                                                        \
-  } while (0)
+#include "fuzz.h"
 
 /* dwarf.c demangles through symbols.c, which this target does not build
  * (names stay as they are; demangling is not what is fuzzed here). */

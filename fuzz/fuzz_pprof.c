@@ -1,8 +1,9 @@
 /* libFuzzer target for the pprof reader behind `contprof top`
  * (src/exporter/pprof_read.c): gunzip when the input is gzip, decode,
  * validate, then everything top does with a valid profile (the top table,
- * function names of every location, labels, every string printed escaped). Hostile input must give -1 and
- * a message, never a crash, a leak or an unbounded allocation. */
+ * function names of every location, labels, every string printed escaped).
+ * Hostile input must give -1 and a message, never a crash, a leak or an
+ * unbounded allocation. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,12 +11,7 @@
 
 #include "upload/spool.h"
 
-/* Any broken invariant is a finding: abort so libFuzzer saves the input. */
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond))                                                               \
-      __builtin_trap();                                                        \
-  } while (0)
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cp_spool_item *it = cp_spool_parse(data, size);

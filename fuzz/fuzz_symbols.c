@@ -22,12 +22,7 @@
 #include "aggregator/symbol_scan.h"
 #include "aggregator/symbols.h"
 
-/* Any broken invariant is a finding: abort so libFuzzer saves the input. */
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond))                                                               \
-      __builtin_trap();                                                        \
-  } while (0)
+#include "fuzz.h"
 
 #define MAX_SYMBOLS 48
 

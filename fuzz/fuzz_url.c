@@ -12,12 +12,7 @@
 #include "common.h"
 #include "upload/http.h"
 
-/* Any broken invariant is a finding: abort so libFuzzer saves the input. */
-#define EXPECT(cond)                                                           \
-  do {                                                                         \
-    if (!(cond))                                                               \
-      __builtin_trap();                                                        \
-  } while (0)
+#include "fuzz.h"
 
 /* The scheme://authority part of a shown URL (up to its path). */
 static size_t origin_len(const char *shown) {
@@ -82,9 +77,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     EXPECT(strncmp(base, "unix:///", 8) == 0);
 
   char url[8192], why[160];
-  if (kind != CP_URL_UNIX &&
-      cp_http_compose_url(base, target, url, sizeof url, why, sizeof why) ==
-          0) {
+  if (kind != CP_URL_UNIX && cp_http_compose_url(base, target, url, sizeof url,
+                                                 why, sizeof why) == 0) {
     EXPECT(kind != CP_URL_INVALID);
     EXPECT(*target == 0 || *target == '/');
     /* The request URL goes where the base goes. */
