@@ -862,6 +862,24 @@ static size_t scan_sources(const cp_elf_reader *r, const char *path,
   return n;
 }
 
+/* Names addrs[0..n) (sorted, distinct) of the image r (the file at path,
+ * with build id build_id) by one scan of the sections its table would be
+ * built from. 0, or -1 (more sections than a scan reads, a failed read). */
+static int scan_image(const cp_elf_reader *r, const char *path,
+                      const char *build_id, const uint64_t *addrs, size_t n,
+                      cp_scan_answer *ans) {
+  cp_elf_reader dbg;
+  cp_own_fd dbg_own;
+  int has_dbg = 0;
+  cp_elf_symbols secs[SCAN_MAX_SECTIONS];
+  size_t nsecs = scan_sources(r, path, build_id, &dbg, &dbg_own, &has_dbg, secs,
+                              SCAN_MAX_SECTIONS);
+  int rc = nsecs == SIZE_MAX ? -1 : cp_scan_names(secs, nsecs, addrs, n, ans);
+  if (has_dbg)
+    cp_elf_close_debug(&dbg, &dbg_own);
+  return rc;
+}
+
 /* The range of f's scans holding address a, or NULL. */
 static scan_range *range_find(const elf_file *f, uint64_t a) {
   size_t lo = 0, hi = f->nranges; /* first range starting above a */
@@ -916,20 +934,16 @@ static void range_add(elf_file *f, cp_scan_answer *ans) {
  * scan; an address the scan leaves to the table marks f for building. */
 static void file_scan(elf_file *f, const uint64_t *addrs, size_t n) {
   uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-  cp_elf_reader r, dbg;
-  cp_own_fd own, dbg_own;
-  int has_dbg = 0;
+  cp_elf_reader r;
+  cp_own_fd own;
   cp_scan_answer *ans = calloc(n, sizeof *ans);
   if (!ans || file_reopen(f, &r, &own) != 0) {
     free(ans);
     f->scan_undecided = 1;
     return;
   }
-  cp_elf_symbols secs[SCAN_MAX_SECTIONS];
-  size_t nsecs = scan_sources(&r, f->path, f->build_id, &dbg, &dbg_own,
-                              &has_dbg, secs, SCAN_MAX_SECTIONS);
   size_t named = 0;
-  if (nsecs == SIZE_MAX || cp_scan_names(secs, nsecs, addrs, n, ans) != 0) {
+  if (scan_image(&r, f->path, f->build_id, addrs, n, ans) != 0) {
     f->scan_undecided = 1;
   } else {
     for (size_t i = 0; i < n; i++) {
@@ -941,8 +955,6 @@ static void file_scan(elf_file *f, const uint64_t *addrs, size_t n) {
       range_add(f, &ans[i]);
     }
   }
-  if (has_dbg)
-    cp_elf_close_debug(&dbg, &dbg_own);
   cp_elf_close(&r);
   cp_own_close(&own);
   free(ans);
@@ -1638,20 +1650,16 @@ int cp_symbols_scan_file(const char *path, const uint64_t *elf_addresses,
     return -1;
   demangler_resolve();
   struct stat st;
-  cp_own_fd own, dbg_own;
+  cp_own_fd own;
   if (cp_own_open_regular(&own, path, &st) < 0)
     return -1;
-  cp_elf_reader r = {.fd = own.fd, .size = (uint64_t)st.st_size}, dbg;
-  int rc = -1, has_dbg = 0;
+  cp_elf_reader r = {.fd = own.fd, .size = (uint64_t)st.st_size};
+  int rc = -1;
   cp_scan_answer *ans = calloc(n ? n : 1, sizeof *ans);
   if (ans && cp_elf_open(&r) == 0) {
     char build_id[CP_ELF_BUILD_ID_LEN];
     cp_elf_build_id(&r, build_id);
-    cp_elf_symbols secs[SCAN_MAX_SECTIONS];
-    size_t nsecs = scan_sources(&r, path, build_id, &dbg, &dbg_own, &has_dbg,
-                                secs, SCAN_MAX_SECTIONS);
-    if (nsecs != SIZE_MAX &&
-        cp_scan_names(secs, nsecs, elf_addresses, n, ans) == 0) {
+    if (scan_image(&r, path, build_id, elf_addresses, n, ans) == 0) {
       rc = 0;
       for (size_t i = 0; i < n; i++) {
         known[i] = ans[i].known;
@@ -1662,8 +1670,6 @@ int cp_symbols_scan_file(const char *path, const uint64_t *elf_addresses,
       }
     }
   }
-  if (has_dbg)
-    cp_elf_close_debug(&dbg, &dbg_own);
   cp_elf_close(&r);
   cp_own_close(&own);
   free(ans);
