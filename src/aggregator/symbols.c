@@ -34,9 +34,10 @@
 /* A pc in no mapping re-reads /proc/self/maps even when no library was loaded
  * (code mapped without the dynamic loader), but at most this often. */
 #define FORCED_MAPS_READ_INTERVAL_NS 1000000000ull
-/* A scan reads at most this many symbol sections (a table's: .symtab or
- * its debug file's, and .dynsym); a file with more gets its table. */
-#define SCAN_MAX_SECTIONS 8
+/* A table is built from at most this many symbol sections (a .symtab or
+ * its debug file's, and a .dynsym: two in every file seen); the rest of a
+ * file that has more are not read, by the table or by a scan. */
+#define TABLE_MAX_SOURCES 8
 /* Ranges a file's scans keep before its table is built instead. */
 #define SCAN_MAX_RANGES 4096
 
@@ -307,23 +308,22 @@ static void builder_free(sym_builder *b) {
   free(b->v);
 }
 
-/* Adds the functions of one SHT_SYMTAB or SHT_DYNSYM section. The string
- * table is read whole and kept (the candidates' names, then the table's,
- * point into it); the symbols are read CP_ELF_SYMS_PER_READ at a time. */
-static void collect_symbols(const cp_elf_reader *r, const cp_elf_shdr *symtab,
-                            sym_builder *b) {
-  cp_elf_symbols t;
-  if (cp_elf_symbols_of(r, symtab, &t) != 0)
-    return;
-  uint64_t count = t.count;
+/* Adds the functions of one symbol section (one of table_sources'). The
+ * string table is read whole and kept (the candidates' names, then the
+ * table's, point into it); the symbols are read CP_ELF_SYMS_PER_READ at a
+ * time. */
+static void collect_symbols(const cp_elf_symbols *t, sym_builder *b) {
+  const cp_elf_reader *r = t->r;
+  const cp_elf_shdr *symtab = t->symtab;
+  uint64_t count = t->count;
   /* Room for every symbol as a candidate, reserved once: pages of it that
    * no function fills are never touched. */
   uint64_t want = b->n + count;
   uint64_t take =
-      (want > b->cap ? (want - b->cap) * sizeof *b->v : 0) + t.str_size + 1;
+      (want > b->cap ? (want - b->cap) * sizeof *b->v : 0) + t->str_size + 1;
   if (b->over || !builder_take(b, take))
     return;
-  char *strtab = cp_elf_read_alloc(r, t.str_offset, t.str_size);
+  char *strtab = cp_elf_read_alloc(r, t->str_offset, t->str_size);
   char **strtabs = strtab ? cp_grow_array(b->strtabs, &b->strtabs_cap,
                                           b->nstrtabs + 1, sizeof *strtabs)
                           : NULL;
@@ -343,7 +343,7 @@ static void collect_symbols(const cp_elf_reader *r, const cp_elf_shdr *symtab,
     return;
   }
   b->strtabs[b->nstrtabs++] = strtab;
-  b->strtab_bytes += t.str_size + 1;
+  b->strtab_bytes += t->str_size + 1;
   b->v = v;
   if (want > b->cap)
     b->cap = want;
@@ -357,7 +357,7 @@ static void collect_symbols(const cp_elf_reader *r, const cp_elf_shdr *symtab,
       const cp_elf_sym *s = &chunk[i];
       /* strtab is NUL-terminated at str_size, so every name ends. */
       const char *name = strtab + s->st_name;
-      if (!cp_elf_is_function(&t, s) || name[0] == '\0')
+      if (!cp_elf_is_function(t, s) || name[0] == '\0')
         continue;
       b->v[b->n++] = (sym_candidate){.start = s->st_value,
                                      .size = s->st_size,
@@ -367,20 +367,6 @@ static void collect_symbols(const cp_elf_reader *r, const cp_elf_shdr *symtab,
     }
   }
   free(chunk);
-}
-
-/* Adds the symbols of every section of type `type`; returns how many such
- * sections hold data. */
-static int collect_tables(const cp_elf_reader *r, uint32_t type,
-                          sym_builder *b) {
-  int found = 0;
-  for (size_t i = 0; i < r->shnum; i++) {
-    if (r->shdrs[i].sh_type == type && r->shdrs[i].sh_size > 0) {
-      found++;
-      collect_symbols(r, &r->shdrs[i], b);
-    }
-  }
-  return found;
 }
 
 static int candidate_cmp(const void *pa, const void *pb) {
@@ -572,42 +558,72 @@ static void make_room_locked(size_t need) {
   }
 }
 
-/* At most what the table of r's symbol sections keeps: an entry per
- * symbol (as large as an ELF symbol) and its names. */
-static uint64_t table_estimate(const cp_elf_reader *r) {
-  uint64_t est = 0;
-  for (size_t i = 0; i < r->shnum; i++) {
+/* The symbol sections a table of r is built from, in its order: r's
+ * .symtab, else its debug file's (docs/symbols.md, "Where debug
+ * information comes from"), then r's .dynsym; with dynsym_only, r's .dynsym
+ * alone. The table (file_build_table), what it would cost (build_estimate) and
+ * a scan (scan_image) all read this one list: a scan names an address as the
+ * table would only when both read the same sections. */
+typedef struct table_sources {
+  cp_elf_symbols secs[TABLE_MAX_SOURCES];
+  size_t n;
+  uint64_t bytes; /* of their symbols and string tables */
+  cp_elf_reader dbg;
+  cp_own_fd dbg_own;
+  int has_dbg; /* dbg is open (secs may point into it) */
+} table_sources;
+
+static void sources_add(table_sources *s, const cp_elf_reader *r,
+                        uint32_t type) {
+  for (size_t i = 0; i < r->shnum && s->n < TABLE_MAX_SOURCES; i++) {
     const cp_elf_shdr *sh = &r->shdrs[i];
-    if (sh->sh_type != SHT_SYMTAB && sh->sh_type != SHT_DYNSYM)
-      continue;
-    est += sh->sh_size;
-    if (sh->sh_link < r->shnum)
-      est += r->shdrs[sh->sh_link].sh_size;
+    if (sh->sh_type == type && sh->sh_size > 0 &&
+        cp_elf_symbols_of(r, sh, &s->secs[s->n]) == 0) {
+      s->bytes += sh->sh_size + s->secs[s->n].str_size;
+      s->n++;
+    }
   }
-  return est;
 }
 
-/* What building r's table would cost: its symbol sections and names at
- * CP_SYMBOLS_BUILD_NS_PER_BYTE, with its debug file's when the table would
- * come from there (a stripped library of a distribution with its debug
- * package: libc's is four times its own .dynsym). */
+/* Fills *s for r (the file at path, NULL for a memory image, with build id
+ * build_id); sources_close after. Not to be copied: secs point into it. */
+static void sources_open(table_sources *s, const cp_elf_reader *r,
+                         const char *path, const char *build_id,
+                         int dynsym_only) {
+  s->n = 0;
+  s->bytes = 0;
+  s->has_dbg = 0;
+  if (!dynsym_only) {
+    int symtab = 0;
+    for (size_t i = 0; i < r->shnum; i++)
+      symtab |= r->shdrs[i].sh_type == SHT_SYMTAB && r->shdrs[i].sh_size > 0;
+    if (symtab) {
+      sources_add(s, r, SHT_SYMTAB);
+    } else if (cp_elf_open_debug(r, path, build_id, &s->dbg, &s->dbg_own)) {
+      s->has_dbg = 1;
+      sources_add(s, &s->dbg, SHT_SYMTAB); /* its .dynsym has no contents */
+    }
+  }
+  sources_add(s, r, SHT_DYNSYM);
+}
+
+static void sources_close(table_sources *s) {
+  if (s->has_dbg)
+    cp_elf_close_debug(&s->dbg, &s->dbg_own);
+  s->has_dbg = 0;
+  s->n = 0;
+}
+
+/* What building r's table would cost: its sources' symbols and names at
+ * CP_SYMBOLS_BUILD_NS_PER_BYTE (a stripped library of a distribution with
+ * its debug package: libc's debug file's .symtab is four times its own
+ * .dynsym). */
 static uint64_t build_estimate(const cp_elf_reader *r, const char *path,
                                const char *build_id) {
-  uint64_t bytes = table_estimate(r);
-  int symtab = 0;
-  for (size_t i = 0; i < r->shnum; i++)
-    symtab |= r->shdrs[i].sh_type == SHT_SYMTAB && r->shdrs[i].sh_size > 0;
-  cp_elf_reader dbg;
-  cp_own_fd own;
-  if (!symtab && cp_elf_open_debug(r, path, build_id, &dbg, &own)) {
-    for (size_t i = 0; i < dbg.shnum; i++) {
-      const cp_elf_shdr *sh = &dbg.shdrs[i];
-      if (sh->sh_type == SHT_SYMTAB) /* not its .dynsym: no contents */
-        bytes += sh->sh_size +
-                 (sh->sh_link < dbg.shnum ? dbg.shdrs[sh->sh_link].sh_size : 0);
-    }
-    cp_elf_close_debug(&dbg, &own);
-  }
+  table_sources src;
+  sources_open(&src, r, path, build_id, 0);
+  uint64_t bytes = src.bytes;
+  sources_close(&src);
   return bytes * CP_SYMBOLS_BUILD_NS_PER_BYTE;
 }
 
@@ -625,8 +641,11 @@ static int file_build_table(elf_file *f, const cp_elf_reader *r,
   uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
   cp_debug("symbols: pid %d reads the symbol table of %s", (int)getpid(),
            path ? path : "[vdso]");
+  int names = !__atomic_load_n(&names_off, __ATOMIC_RELAXED);
+  table_sources src;
+  sources_open(&src, r, path, f->build_id, !names);
   size_t fixed = f->bytes;
-  uint64_t est = table_estimate(r);
+  uint64_t est = src.bytes; /* at most what the table keeps */
   make_room_locked(est > SIZE_MAX - fixed ? SIZE_MAX : (size_t)est + fixed);
   size_t room = symbols.budget > symbols.table_bytes
                     ? symbols.budget - symbols.table_bytes
@@ -635,24 +654,21 @@ static int file_build_table(elf_file *f, const cp_elf_reader *r,
       symbols.budget > MIN_BUILD_BYTES ? symbols.budget : MIN_BUILD_BYTES;
   room = room > fixed ? room - fixed : 0;
   sym_builder b = {.limit = build, .table_room = room};
-  if (!__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
-    cp_elf_reader dbg;
-    cp_own_fd dbg_own;
-    if (collect_tables(r, SHT_SYMTAB, &b) == 0 &&
-        cp_elf_open_debug(r, path, f->build_id, &dbg, &dbg_own)) {
-      cp_debug("symbols: the functions of %s from its debug file", path);
-      collect_tables(&dbg, SHT_SYMTAB, &b);
-      cp_elf_close_debug(&dbg, &dbg_own);
-    }
-    collect_tables(r, SHT_DYNSYM, &b);
-  }
+  if (src.has_dbg)
+    cp_debug("symbols: the functions of %s from its debug file", path);
+  for (size_t i = 0; names && i < src.n; i++)
+    collect_symbols(&src.secs[i], &b);
+  sources_close(&src);
   int rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
   if (rc == -2) {
     /* Too big with .symtab: the exported functions alone. */
     file_drop_names(f);
     builder_free(&b);
     b = (sym_builder){.limit = build, .table_room = room};
-    collect_tables(r, SHT_DYNSYM, &b);
+    sources_open(&src, r, path, f->build_id, 1);
+    for (size_t i = 0; i < src.n; i++)
+      collect_symbols(&src.secs[i], &b);
+    sources_close(&src);
     rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
     uint64_t now = cp_monotonic_ns();
     if (now - symbols.last_budget_warn_ns >= 60000000000ull ||
@@ -826,57 +842,16 @@ static void file_build_deferred(elf_file *f) {
   cp_own_close(&own);
 }
 
-/* The symbol sections a table of r would be built from, in its order (its
- * .symtab, else its debug file's, then its .dynsym), into out[0..max); the
- * debug file, when used, opened into *dbg. How many, or SIZE_MAX when
- * there are more than max. */
-static size_t scan_sources(const cp_elf_reader *r, const char *path,
-                           const char *build_id, cp_elf_reader *dbg,
-                           cp_own_fd *dbg_own, int *has_dbg,
-                           cp_elf_symbols *out, size_t max) {
-  size_t n = 0, symtabs = 0;
-  *has_dbg = 0;
-  const cp_elf_reader *from[2] = {r, NULL};
-  for (size_t i = 0; i < r->shnum; i++)
-    symtabs += r->shdrs[i].sh_type == SHT_SYMTAB && r->shdrs[i].sh_size > 0;
-  if (symtabs == 0 && cp_elf_open_debug(r, path, build_id, dbg, dbg_own)) {
-    *has_dbg = 1;
-    from[0] = dbg;
-  }
-  const uint32_t types[2] = {SHT_SYMTAB, SHT_DYNSYM};
-  from[1] = r;
-  for (size_t k = 0; k < 2; k++) {
-    const cp_elf_reader *src = from[k];
-    for (size_t i = 0; i < src->shnum; i++) {
-      const cp_elf_shdr *sh = &src->shdrs[i];
-      if (sh->sh_type != types[k] || sh->sh_size == 0)
-        continue;
-      cp_elf_symbols t;
-      if (cp_elf_symbols_of(src, sh, &t) != 0)
-        continue;
-      if (n == max)
-        return SIZE_MAX;
-      out[n++] = t;
-    }
-  }
-  return n;
-}
-
 /* Names addrs[0..n) (sorted, distinct) of the image r (the file at path,
  * with build id build_id) by one scan of the sections its table would be
- * built from. 0, or -1 (more sections than a scan reads, a failed read). */
+ * built from. 0, or -1 (a failed read). */
 static int scan_image(const cp_elf_reader *r, const char *path,
                       const char *build_id, const uint64_t *addrs, size_t n,
                       cp_scan_answer *ans) {
-  cp_elf_reader dbg;
-  cp_own_fd dbg_own;
-  int has_dbg = 0;
-  cp_elf_symbols secs[SCAN_MAX_SECTIONS];
-  size_t nsecs = scan_sources(r, path, build_id, &dbg, &dbg_own, &has_dbg, secs,
-                              SCAN_MAX_SECTIONS);
-  int rc = nsecs == SIZE_MAX ? -1 : cp_scan_names(secs, nsecs, addrs, n, ans);
-  if (has_dbg)
-    cp_elf_close_debug(&dbg, &dbg_own);
+  table_sources src;
+  sources_open(&src, r, path, build_id, 0);
+  int rc = cp_scan_names(src.secs, src.n, addrs, n, ans);
+  sources_close(&src);
   return rc;
 }
 
