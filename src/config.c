@@ -946,6 +946,22 @@ int cp_config_load(cp_config *cfg, const contprof_options *opts,
   return load(cfg, opts, (source){get, ctx});
 }
 
+double cp_config_rate(const cp_config *cfg, contprof_sample_kind kind,
+                      unsigned slowdown) {
+  double f = slowdown ? slowdown : 1;
+  switch (kind) {
+  case CONTPROF_KIND_CPU:
+    return cfg->cpu_hz / f;
+  case CONTPROF_KIND_WALL:
+    return cfg->wall_interval_ms * f;
+  case CONTPROF_KIND_ALLOC:
+  case CONTPROF_KIND_INUSE:
+    return (double)cfg->alloc_sample_bytes * f;
+  default:
+    return (double)cfg->lock_sample_ns * f;
+  }
+}
+
 void cp_config_free(cp_config *cfg) {
   free(cfg->service);
   free(cfg->env);

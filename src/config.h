@@ -138,6 +138,14 @@ int cp_config_setuid_allowed(void);
 const char *cp_config_getenv(const char *name);
 void cp_config_free(cp_config *cfg);
 
+/* The sampling rate of kind in force when its sampler's rate is slowed down
+ * by `slowdown` (the governor's factor, 1: as configured;
+ * docs/overhead.md, "The cap"), in its unit: cpu in Hz, wall the interval
+ * in ms, alloc and heap the mean bytes between samples, lock the mean wait
+ * in ns. */
+double cp_config_rate(const cp_config *cfg, contprof_sample_kind kind,
+                      unsigned slowdown);
+
 /* "cpu,wall" for a CP_PROFILE_* mask, into buf. */
 const char *cp_profiles_string(unsigned profiles, char *buf, size_t len);
 

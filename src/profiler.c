@@ -537,6 +537,64 @@ void contprof_stats(contprof_overhead *last_period,
     overhead_of(&total, since_start);
 }
 
+_Static_assert((int)CONTPROF_PROFILE_CPU == (int)CONTPROF_KIND_CPU &&
+                   (int)CONTPROF_PROFILE_WALL == (int)CONTPROF_KIND_WALL &&
+                   (int)CONTPROF_PROFILE_ALLOC == (int)CONTPROF_KIND_ALLOC &&
+                   (int)CONTPROF_PROFILE_HEAP == (int)CONTPROF_KIND_INUSE &&
+                   (int)CONTPROF_PROFILE_LOCK == (int)CONTPROF_KIND_LOCK &&
+                   (int)CONTPROF_PROFILE_TYPES == (int)CONTPROF_KIND_COUNT,
+               "the public profile indexes are the sample kinds");
+
+/* Fills what out->size has room for (at most what this version knows). */
+static void detailed_of(const cp_period_stats *s,
+                        contprof_detailed_stats *out) {
+  contprof_detailed_stats d;
+  memset(&d, 0, sizeof d);
+  d.size = sizeof d;
+  overhead_of(s, &d.overhead);
+  d.profiler_kernel_ns = s->kernel_ns;
+  d.profiler_drain_ns = s->drain_ns;
+  d.max_overhead_pct = s->max_overhead_pct;
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++) {
+    if (!(s->profiles & cp_kinds[k].profile))
+      continue;
+    int of = cp_kinds[k].sampled_as;
+    unsigned f = s->slowdown[of] ? s->slowdown[of] : 1;
+    d.profiles[k] = (contprof_profile_stats){
+        .enabled = 1,
+        .samples = s->samples[k],
+        .drops = s->drops[k],
+        .thinned = s->thinned[k],
+        .hooks_ns = s->hook_ns[k],
+        .kernel_ns = s->kernel_kind_ns[k],
+        .threads_cpu_ns = s->kind_threads_cpu_ns[k],
+        .sampling = s->rate[k],
+        .slowdown = f,
+        .slowdown_max = s->slowdown_max[of] > f ? s->slowdown_max[of] : f};
+  }
+  size_t size = out->size < sizeof d ? out->size : sizeof d;
+  memcpy(out, &d, size);
+  out->size = size;
+}
+
+int contprof_stats_detailed(contprof_detailed_stats *last_period,
+                            contprof_detailed_stats *since_start) {
+  /* The end of the first version's last field: the least a caller may
+   * give, whatever is appended later. */
+  const size_t first = offsetof(contprof_detailed_stats, profiles) +
+                       sizeof last_period->profiles;
+  if ((last_period && last_period->size < first) ||
+      (since_start && since_start->size < first))
+    return CONTPROF_ERR_INVALID;
+  cp_period_stats last, total;
+  cp_stats_read(&last, &total);
+  if (last_period)
+    detailed_of(&last, last_period);
+  if (since_start)
+    detailed_of(&total, since_start);
+  return CONTPROF_OK;
+}
+
 const char *contprof_strerror(int status) {
   switch (status) {
   case CONTPROF_OK:

@@ -20,6 +20,7 @@
 
 #include "aggregator/aggregator.h"
 #include "common.h"
+#include "config.h"
 #include "contprof/profiler.h"
 #include "stats.h"
 #include "trace.h"
@@ -104,6 +105,13 @@ static void close_period(int last) {
     sched.before_export(g);
   cp_stats_take(&stats);
   stats.memory_bytes = cp_agg_memory_used(g) + cp_stats_fixed_memory();
+  stats.profiles = meta.cfg->profiles;
+  stats.max_overhead_pct = meta.cfg->max_overhead_pct;
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    stats.rate[k] = stats.profiles & cp_kinds[k].profile
+                        ? cp_config_rate(meta.cfg, (contprof_sample_kind)k,
+                                         stats.slowdown[cp_kinds[k].sampled_as])
+                        : 0;
   meta.stats = &stats;
   /* A process that has recorded nothing yet (a short-lived program, such
    * as a shell's child under LD_PRELOAD) writes or uploads no profile.

@@ -380,6 +380,15 @@ void cp_stats_publish(const cp_period_stats *p) {
     st.total.thinned[k] += p->thinned[k];
   }
   st.total.memory_bytes = p->memory_bytes;
+  /* The rates and slowdowns in force now; the most slowdown in any
+   * period. */
+  st.total.profiles = p->profiles;
+  st.total.max_overhead_pct = p->max_overhead_pct;
+  memcpy(st.total.rate, p->rate, sizeof st.total.rate);
+  memcpy(st.total.slowdown, p->slowdown, sizeof st.total.slowdown);
+  for (int k = 0; k < CONTPROF_KIND_COUNT; k++)
+    if (p->slowdown_max[k] > st.total.slowdown_max[k])
+      st.total.slowdown_max[k] = p->slowdown_max[k];
   st.total.cpu_clocks_perf = p->cpu_clocks_perf;
   st.total.cpu_clocks_posix = p->cpu_clocks_posix;
   st.total.cpu_clocks_moved += p->cpu_clocks_moved;

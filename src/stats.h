@@ -121,6 +121,11 @@ typedef struct cp_period_stats {
   uint64_t memory_bytes;                      /* filled by the scheduler */
   unsigned slowdown[CONTPROF_KIND_COUNT];     /* at the period's end */
   unsigned slowdown_max[CONTPROF_KIND_COUNT]; /* the most in the period */
+  /* Filled by the scheduler from the configuration: the profiles on, the
+   * cap, and each kind's rate at the period's end (cp_config_rate). */
+  unsigned profiles;
+  double max_overhead_pct;
+  double rate[CONTPROF_KIND_COUNT];
   unsigned cpu_clocks_perf;  /* threads on perf task clocks, at the end */
   unsigned cpu_clocks_posix; /* threads on POSIX CPU timers, at the end */
   unsigned cpu_clocks_moved; /* threads moved from perf to POSIX, in it */

@@ -141,6 +141,58 @@ typedef struct contprof_overhead {
 void contprof_stats(contprof_overhead *last_period,
                     contprof_overhead *since_start);
 
+/* One profile type's part of contprof_detailed_stats: the per-profile
+ * comments of every profile (`samples.cpu=`, `sampling.cpu=`...). */
+typedef struct contprof_profile_stats {
+  int enabled;             /* the profile type is on (else all zeros) */
+  uint64_t samples;        /* taken (heap: live samples at the end) */
+  uint64_t drops;          /* dropped (ring full, nested handlers) */
+  uint64_t thinned;        /* of samples, taken at a raised mean (a filling
+                              ring) */
+  uint64_t hooks_ns;       /* of profiler_hooks_ns */
+  uint64_t kernel_ns;      /* of the kernel's side of the signals */
+  uint64_t threads_cpu_ns; /* of profiler_threads_cpu_ns: threads that work
+                              for this profile alone (the wall timer) */
+  double sampling;         /* the rate at the end: cpu in Hz, wall the
+                              interval in ms, alloc and heap the mean bytes
+                              between samples, lock the mean wait in ns */
+  unsigned slowdown;       /* how far the cap lowered that rate at the end
+                              (1: as configured) */
+  unsigned slowdown_max;   /* the most it did in the period (since start:
+                              in any period) */
+} contprof_profile_stats;
+
+/* Indexes of contprof_detailed_stats.profiles. */
+enum {
+  CONTPROF_PROFILE_CPU = 0,
+  CONTPROF_PROFILE_WALL = 1,
+  CONTPROF_PROFILE_ALLOC = 2,
+  CONTPROF_PROFILE_HEAP = 3,
+  CONTPROF_PROFILE_LOCK = 4,
+  CONTPROF_PROFILE_TYPES = 5
+};
+
+/* Everything the cost comments of a profile say (docs/overhead.md). The
+ * caller sets `size` to sizeof(contprof_detailed_stats): later versions
+ * only append fields, and fill no more than `size` bytes. */
+typedef struct contprof_detailed_stats {
+  size_t size;
+  contprof_overhead overhead;  /* as contprof_stats fills it */
+  uint64_t profiler_kernel_ns; /* of overhead.profiler_cpu_ns: the kernel's
+                                  side of the sampling signals (estimated) */
+  uint64_t profiler_drain_ns;  /* of the threads' CPU: draining the sample
+                                  ring */
+  double max_overhead_pct;     /* CONTPROF_MAX_OVERHEAD_PCT (0: no cap) */
+  contprof_profile_stats profiles[CONTPROF_PROFILE_TYPES];
+} contprof_detailed_stats;
+
+/* contprof_stats with every figure: fills *last_period and *since_start
+ * (either may be NULL) as contprof_stats does. CONTPROF_ERR_INVALID when a
+ * size is smaller than the first version's structure (then nothing is
+ * filled), else CONTPROF_OK. Thread-safe. */
+int contprof_stats_detailed(contprof_detailed_stats *last_period,
+                            contprof_detailed_stats *since_start);
+
 #ifdef __cplusplus
 }
 #endif

@@ -147,6 +147,7 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
       continue;
     int of = cp_kinds[k].sampled_as;
     unsigned f = s->slowdown[of] ? s->slowdown[of] : 1;
+    double rate = cp_config_rate(cfg, (contprof_sample_kind)k, f);
     switch (k) {
     case CONTPROF_KIND_CPU:
       /* Which clocks drive the samples: docs/signals.md, "Which clock". */
@@ -154,17 +155,17 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
                s->cpu_clocks_posix);
       add_comment(b, "cpu_clock_threads", buf);
       add_comment_u64(b, "cpu_clock_moved", s->cpu_clocks_moved);
-      snprintf(buf, sizeof buf, "%gHz", (double)cfg->cpu_hz / f);
+      snprintf(buf, sizeof buf, "%gHz", rate);
       break;
     case CONTPROF_KIND_WALL:
-      snprintf(buf, sizeof buf, "%dms", cfg->wall_interval_ms * (int)f);
+      snprintf(buf, sizeof buf, "%gms", rate);
       break;
     case CONTPROF_KIND_ALLOC:
     case CONTPROF_KIND_INUSE:
-      snprintf(buf, sizeof buf, "%.0fB", (double)cfg->alloc_sample_bytes * f);
+      snprintf(buf, sizeof buf, "%.0fB", rate);
       break;
     default:
-      snprintf(buf, sizeof buf, "%.0fns", (double)cfg->lock_sample_ns * f);
+      snprintf(buf, sizeof buf, "%.0fns", rate);
       break;
     }
     const char *name = cp_kinds[k].name;

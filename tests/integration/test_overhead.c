@@ -4,7 +4,9 @@
 #include <dirent.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,6 +60,74 @@ static void start_at_1000hz(const char *dir, const char *profiles) {
                         .cpu_hz = 1000,
                         .upload_period_s = 3600};
   CHECK_EQ_INT(contprof_start(&o), 0);
+}
+
+/* contprof_stats_detailed's last period against profile p's comments:
+ * every figure of each profile type, on or off, and last's totals. */
+static void check_detailed_stats(const pprof_profile *p,
+                                 const contprof_overhead *last) {
+  static const char *const names[CONTPROF_PROFILE_TYPES] = {
+      "cpu", "wall", "alloc", "heap", "lock"};
+  contprof_detailed_stats d = {.size = sizeof d};
+  CHECK_EQ_INT(contprof_stats_detailed(&d, NULL), CONTPROF_OK);
+  CHECK_EQ_INT(d.size, sizeof d);
+  CHECK_EQ_INT(d.overhead.samples, last->samples);
+  CHECK_EQ_INT(d.overhead.profiler_cpu_ns, last->profiler_cpu_ns);
+  CHECK_NEAR((double)d.profiler_kernel_ns, number(p, "profiler_kernel_ns"),
+             0.5);
+  CHECK_NEAR((double)d.profiler_drain_ns, number(p, "profiler_drain_ns"), 0.5);
+  CHECK_NEAR(d.max_overhead_pct, number(p, "max_overhead_pct"), 1e-9);
+  uint64_t samples = 0, hooks = 0;
+  for (int k = 0; k < CONTPROF_PROFILE_TYPES; k++) {
+    const contprof_profile_stats *s = &d.profiles[k];
+    char key[64];
+    snprintf(key, sizeof key, "samples.%s", names[k]);
+    int on = profile_comment(p, key) != NULL;
+    CHECK_EQ_INT(s->enabled, on);
+    if (!on) {
+      CHECK_EQ_INT(s->samples + s->drops + s->hooks_ns + s->slowdown, 0);
+      continue;
+    }
+#define SAME_AS_COMMENT(field, comment)                                        \
+  do {                                                                         \
+    snprintf(key, sizeof key, "%s.%s", comment, names[k]);                     \
+    CHECK_NEAR((double)s->field, number(p, key), 1e-6);                        \
+  } while (0)
+    SAME_AS_COMMENT(samples, "samples");
+    SAME_AS_COMMENT(drops, "drops");
+    SAME_AS_COMMENT(thinned, "thinned");
+    SAME_AS_COMMENT(hooks_ns, "profiler_hooks_ns");
+    SAME_AS_COMMENT(kernel_ns, "profiler_kernel_ns");
+    SAME_AS_COMMENT(threads_cpu_ns, "profiler_threads_cpu_ns");
+    SAME_AS_COMMENT(slowdown, "slowdown");
+    SAME_AS_COMMENT(slowdown_max, "slowdown_max");
+    SAME_AS_COMMENT(sampling, "sampling"); /* "1000Hz", "1ms": the number */
+#undef SAME_AS_COMMENT
+    samples += s->samples;
+    hooks += s->hooks_ns;
+  }
+  CHECK_EQ_INT(samples, last->samples);
+  CHECK_EQ_INT(hooks, last->profiler_hooks_ns);
+  /* The rates as configured, times the cap's slowdown (off in the tests). */
+  const contprof_profile_stats *cpu = &d.profiles[CONTPROF_PROFILE_CPU];
+  CHECK_NEAR(cpu->sampling * cpu->slowdown, 1000, 1e-9);
+  CHECK_NEAR(d.profiles[CONTPROF_PROFILE_WALL].sampling, 1, 1e-9);
+
+  /* A caller built against a later, larger structure gets this version's
+   * fields and its size; one that gives less than this version's is
+   * refused. */
+  struct {
+    contprof_detailed_stats d;
+    char later[64];
+  } big;
+  memset(&big, 0xa5, sizeof big);
+  big.d.size = sizeof big;
+  CHECK_EQ_INT(contprof_stats_detailed(NULL, &big.d), CONTPROF_OK);
+  CHECK_EQ_INT(big.d.size, sizeof big.d);
+  CHECK_EQ_INT((unsigned char)big.later[0], 0xa5);
+  contprof_detailed_stats small = {
+      .size = offsetof(contprof_detailed_stats, profiles)};
+  CHECK_EQ_INT(contprof_stats_detailed(&small, NULL), CONTPROF_ERR_INVALID);
 }
 
 /* Two threads spin 1.5 s of CPU each at 1000 Hz CPU sampling while 200 idle
@@ -160,6 +230,7 @@ static void test_profiler_cpu_matches_the_kernel(void) {
     CHECK(number(p, "profiler_rss_bytes") >= 2 * 1024 * 1024); /* the ring */
     CHECK_NEAR(number(p, "profiler_rss_bytes"), (double)last.profiler_rss_bytes,
                0.5);
+    check_detailed_stats(p, &last);
     pprof_profile_free(profiles[0]);
   }
 

@@ -32,7 +32,8 @@ from . import _contprof  # noqa: E402
 from . import _tasks  # noqa: E402
 
 __all__ = [
-    "ProfilerError", "start", "stop", "flush", "is_running", "labels",
+    "ProfilerError", "start", "stop", "flush", "is_running", "overhead",
+    "labels",
     "set_span", "set_endpoint", "OPTIONS"
 ]
 __version__ = _contprof.VERSION
@@ -165,6 +166,18 @@ def flush():
 
 def is_running():
     return _contprof.is_running()
+
+
+def overhead(since_start=False):
+    """What the profiler cost in the period of the last profile written
+    (zeros before the first), or with since_start=True summed since it
+    started: a dict named like the profiles' comments (docs/overhead.md):
+    profiler_cpu_ns, profiler_overhead_pct, samples, drops,
+    profiler_rss_bytes, max_overhead_pct, ... and under "profiles" each
+    profile type's samples, drops, thinned, hooks_ns, kernel_ns,
+    threads_cpu_ns, sampling (the rate in force: cpu in Hz, wall in ms,
+    alloc and heap in bytes, lock in ns), slowdown and slowdown_max."""
+    return _contprof.overhead(bool(since_start))
 
 
 class labels:

@@ -2572,6 +2572,77 @@ static PyObject *py_is_running(PyObject *self, PyObject *unused) {
   return PyBool_FromLong(cfg.running && contprof_is_running());
 }
 
+/* Sets d[key] = v (a new reference); 0, or -1 with an exception. */
+static int dict_take(PyObject *d, const char *key, PyObject *v) {
+  int rc = v ? PyDict_SetItemString(d, key, v) : -1;
+  Py_XDECREF(v);
+  return rc;
+}
+
+/* contprof_stats_detailed as a dict named like the profiles' comments
+ * (docs/overhead.md): the last period's, or with since_start the sums
+ * since the start. */
+static PyObject *py_overhead(PyObject *self, PyObject *args) {
+  (void)self;
+  int since_start = 0;
+  if (!PyArg_ParseTuple(args, "|p", &since_start))
+    return NULL;
+  contprof_detailed_stats s = {.size = sizeof s};
+  if (contprof_stats_detailed(since_start ? NULL : &s,
+                              since_start ? &s : NULL) != CONTPROF_OK) {
+    PyErr_SetString(PyExc_RuntimeError, "contprof_stats_detailed failed");
+    return NULL;
+  }
+  static const char *const names[CONTPROF_PROFILE_TYPES] = {
+      "cpu", "wall", "alloc", "heap", "lock"};
+  const contprof_overhead *o = &s.overhead;
+  PyObject *d = PyDict_New(), *per = PyDict_New();
+  if (!d || !per ||
+      dict_take(d, "profiler_cpu_ns",
+                PyLong_FromUnsignedLongLong(o->profiler_cpu_ns)) ||
+      dict_take(d, "profiler_threads_cpu_ns",
+                PyLong_FromUnsignedLongLong(o->profiler_threads_cpu_ns)) ||
+      dict_take(d, "profiler_hooks_ns",
+                PyLong_FromUnsignedLongLong(o->profiler_hooks_ns)) ||
+      dict_take(d, "profiler_kernel_ns",
+                PyLong_FromUnsignedLongLong(s.profiler_kernel_ns)) ||
+      dict_take(d, "profiler_drain_ns",
+                PyLong_FromUnsignedLongLong(s.profiler_drain_ns)) ||
+      dict_take(d, "process_cpu_ns",
+                PyLong_FromUnsignedLongLong(o->process_cpu_ns)) ||
+      dict_take(d, "profiler_overhead_pct",
+                PyFloat_FromDouble(o->profiler_overhead_pct)) ||
+      dict_take(d, "samples", PyLong_FromUnsignedLongLong(o->samples)) ||
+      dict_take(d, "drops", PyLong_FromUnsignedLongLong(o->drops)) ||
+      dict_take(d, "profiler_rss_bytes",
+                PyLong_FromUnsignedLongLong(o->profiler_rss_bytes)) ||
+      dict_take(d, "max_overhead_pct", PyFloat_FromDouble(s.max_overhead_pct)))
+    goto fail;
+  for (int k = 0; k < CONTPROF_PROFILE_TYPES; k++) {
+    const contprof_profile_stats *p = &s.profiles[k];
+    if (!p->enabled)
+      continue;
+    PyObject *e = Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:I,s:I}", "samples",
+        (unsigned long long)p->samples, "drops", (unsigned long long)p->drops,
+        "thinned", (unsigned long long)p->thinned, "hooks_ns",
+        (unsigned long long)p->hooks_ns, "kernel_ns",
+        (unsigned long long)p->kernel_ns, "threads_cpu_ns",
+        (unsigned long long)p->threads_cpu_ns, "sampling", p->sampling,
+        "slowdown", p->slowdown, "slowdown_max", p->slowdown_max);
+    if (dict_take(per, names[k], e))
+      goto fail;
+  }
+  if (PyDict_SetItemString(d, "profiles", per))
+    goto fail;
+  Py_DECREF(per);
+  return d;
+fail:
+  Py_XDECREF(d);
+  Py_XDECREF(per);
+  return NULL;
+}
+
 static PyObject *py_strerror(PyObject *self, PyObject *args) {
   (void)self;
   int rc;
@@ -3075,6 +3146,8 @@ static PyMethodDef methods[] = {
     {"stop", py_stop, METH_NOARGS, "stop() -> status"},
     {"flush", py_flush, METH_NOARGS, "flush() -> status"},
     {"is_running", py_is_running, METH_NOARGS, "is_running() -> bool"},
+    {"overhead", py_overhead, METH_VARARGS,
+     "overhead(since_start=False) -> dict: what the profiler cost"},
     {"strerror", py_strerror, METH_VARARGS, "strerror(status) -> str"},
     {"label_push", py_label_push, METH_VARARGS,
      "label_push(key, value) -> token"},

@@ -2,6 +2,7 @@
 environment variables (with their warnings, once), `python3 -m contprof`,
 and `pip install` (offline, with build isolation) into a fresh venv."""
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -186,3 +187,46 @@ contprof.stop()
         assert n.endswith("..."), n
         assert len(n.encode()) <= 255, n
     assert long_utf8[0][:-3].endswith("\u00e9")
+
+
+def test_overhead_says_what_the_profile_says(run_py):
+    run = run_py(BURN + '''
+import json
+import contprof
+assert contprof.overhead()["samples"] == 0  # nothing written yet
+contprof.start(profiles="cpu,alloc", upload_period=3600)
+blocks = []
+for i in range(20000):
+    blocks.append(bytearray(4096))
+    blocks = blocks[-100:]
+burn()
+contprof.flush()
+print(json.dumps(contprof.overhead()))
+burn()
+contprof.stop()
+print(json.dumps(contprof.overhead(since_start=True)))
+''')
+    last, total = [json.loads(l) for l in run.proc.stdout.splitlines()[-2:]]
+    p = pprof.read(run.files()[0])  # the flushed period's
+    for key in ("profiler_cpu_ns", "profiler_threads_cpu_ns",
+                "profiler_hooks_ns", "profiler_kernel_ns", "process_cpu_ns",
+                "profiler_rss_bytes", "profiler_drain_ns"):
+        assert last[key] == int(p.comment(key)), key
+    assert abs(last["profiler_overhead_pct"] -
+               float(p.comment("profiler_overhead_pct"))) < 0.001
+    assert last["max_overhead_pct"] == float(p.comment("max_overhead_pct"))
+    assert sorted(last["profiles"]) == ["alloc", "cpu"]
+    for name, s in last["profiles"].items():
+        assert s["samples"] == int(p.comment("samples." + name))
+        assert s["drops"] == int(p.comment("drops." + name))
+        assert s["hooks_ns"] == int(p.comment("profiler_hooks_ns." + name))
+        assert s["slowdown"] == int(p.comment("slowdown." + name))
+        rate = p.comment("sampling." + name).rstrip("HzmsB")
+        assert s["sampling"] == float(rate), (name, rate)
+    assert last["profiles"]["cpu"]["samples"] > 0
+    assert last["profiles"]["alloc"]["samples"] > 0
+    assert last["samples"] == sum(s["samples"]
+                                  for s in last["profiles"].values())
+    # Since the start: both profiles.
+    assert total["samples"] >= last["samples"]
+    assert total["process_cpu_ns"] > last["process_cpu_ns"]

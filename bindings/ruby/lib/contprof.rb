@@ -73,6 +73,16 @@ module Contprof
       Native.running?
     end
 
+    # What the profiler cost in the period of the last profile written
+    # (zeros before the first), or with since_start: true summed since it
+    # started: a Hash named like the profiles' comments (docs/overhead.md),
+    # with each profile type's figures under "profiles" (samples, drops,
+    # thinned, hooks_ns, kernel_ns, threads_cpu_ns, sampling: the rate in
+    # force, slowdown, slowdown_max).
+    def overhead(since_start: false)
+      Native.overhead(since_start)
+    end
+
     # Labels every sample taken on this thread inside the block:
     #   Contprof.labels(endpoint: "/checkout", customer: "42") { ... }
     # Labels are per native thread (not per Fiber) and nest.

@@ -1,5 +1,6 @@
 # CPU and wall profiles: shares of known work across methods and threads, a
 # sleeping thread, thread names, GC, and go tool pprof accepting the file.
+require "json"
 require_relative "helper"
 
 class TestCpuWall < Minitest::Test
@@ -34,6 +35,8 @@ class TestCpuWall < Minitest::Test
     puts sleeper.value # its life: the sleep, then waiting for the GVL
     collect
     Contprof.stop
+    require "json"
+    puts JSON.generate(Contprof.overhead) # the one profile's period
   RUBY
 
   # One run shared by the tests below; its directory goes at the end.
@@ -120,6 +123,24 @@ class TestCpuWall < Minitest::Test
     assert_equal %w[cpu-samples/count cpu-time/nanoseconds], p.types
     solo = p.total("cpu-time/nanoseconds") { |s| s.labels["thread name"] == "solo" && s.stack.include?("Object#solo") }
     assert_operator solo, :>, 0.25e9
+  end
+
+  # Contprof.overhead says what the profile's comments say.
+  def test_overhead_matches_the_profile
+    p = profile
+    out, = self.class.result
+    o = JSON.parse(out.lines.last)
+    %w[profiler_cpu_ns profiler_threads_cpu_ns profiler_hooks_ns
+       process_cpu_ns profiler_rss_bytes samples].each do |key|
+      assert_equal p.comment(key).to_i, o[key], key
+    end
+    assert_equal %w[cpu wall], o["profiles"].keys.sort
+    o["profiles"].each do |name, s|
+      assert_equal p.comment("samples.#{name}").to_i, s["samples"], name
+      assert_equal p.comment("profiler_hooks_ns.#{name}").to_i, s["hooks_ns"], name
+      assert_equal p.comment("sampling.#{name}").to_f, s["sampling"], name
+    end
+    assert_operator o["profiles"]["cpu"]["samples"], :>, 100
   end
 
   def test_metadata

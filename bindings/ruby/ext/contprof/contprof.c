@@ -1055,6 +1055,52 @@ static VALUE n_flush(VALUE self) {
   return c.rc == 0 ? Qtrue : Qfalse;
 }
 
+/* contprof_stats_detailed as a Hash named like the profiles' comments
+ * (docs/overhead.md): the last period's, or the sums since the start. */
+static VALUE n_overhead(VALUE self, VALUE since_start) {
+  (void)self;
+  contprof_detailed_stats s = {.size = sizeof s};
+  int total = RTEST(since_start);
+  if (contprof_stats_detailed(total ? NULL : &s, total ? &s : NULL) !=
+      CONTPROF_OK)
+    rb_raise(rb_eRuntimeError, "contprof_stats_detailed failed");
+  static const char *const names[CONTPROF_PROFILE_TYPES] = {
+      "cpu", "wall", "alloc", "heap", "lock"};
+  const contprof_overhead *o = &s.overhead;
+  VALUE h = rb_hash_new(), per = rb_hash_new();
+#define SET(hash, key, v) rb_hash_aset(hash, rb_str_new_cstr(key), v)
+  SET(h, "profiler_cpu_ns", ULL2NUM(o->profiler_cpu_ns));
+  SET(h, "profiler_threads_cpu_ns", ULL2NUM(o->profiler_threads_cpu_ns));
+  SET(h, "profiler_hooks_ns", ULL2NUM(o->profiler_hooks_ns));
+  SET(h, "profiler_kernel_ns", ULL2NUM(s.profiler_kernel_ns));
+  SET(h, "profiler_drain_ns", ULL2NUM(s.profiler_drain_ns));
+  SET(h, "process_cpu_ns", ULL2NUM(o->process_cpu_ns));
+  SET(h, "profiler_overhead_pct", DBL2NUM(o->profiler_overhead_pct));
+  SET(h, "samples", ULL2NUM(o->samples));
+  SET(h, "drops", ULL2NUM(o->drops));
+  SET(h, "profiler_rss_bytes", ULL2NUM(o->profiler_rss_bytes));
+  SET(h, "max_overhead_pct", DBL2NUM(s.max_overhead_pct));
+  for (int k = 0; k < CONTPROF_PROFILE_TYPES; k++) {
+    const contprof_profile_stats *p = &s.profiles[k];
+    if (!p->enabled)
+      continue;
+    VALUE e = rb_hash_new();
+    SET(e, "samples", ULL2NUM(p->samples));
+    SET(e, "drops", ULL2NUM(p->drops));
+    SET(e, "thinned", ULL2NUM(p->thinned));
+    SET(e, "hooks_ns", ULL2NUM(p->hooks_ns));
+    SET(e, "kernel_ns", ULL2NUM(p->kernel_ns));
+    SET(e, "threads_cpu_ns", ULL2NUM(p->threads_cpu_ns));
+    SET(e, "sampling", DBL2NUM(p->sampling));
+    SET(e, "slowdown", UINT2NUM(p->slowdown));
+    SET(e, "slowdown_max", UINT2NUM(p->slowdown_max));
+    SET(per, names[k], e);
+  }
+  SET(h, "profiles", per);
+#undef SET
+  return h;
+}
+
 static VALUE n_running_p(VALUE self) {
   (void)self;
   return st.running && contprof_is_running() ? Qtrue : Qfalse;
@@ -1206,6 +1252,7 @@ __attribute__((visibility("default"))) void Init_contprof(void) {
   rb_define_module_function(mNative, "stop", n_stop, 0);
   rb_define_module_function(mNative, "flush", n_flush, 0);
   rb_define_module_function(mNative, "running?", n_running_p, 0);
+  rb_define_module_function(mNative, "overhead", n_overhead, 1);
   rb_define_module_function(mNative, "after_fork_child", n_after_fork_child, 0);
   rb_define_module_function(mNative, "label_push", n_label_push, 2);
   rb_define_module_function(mNative, "label_pop", n_label_pop, 1);
