@@ -2,7 +2,8 @@
 # What each child of a forking process pays for the profiler state it
 # inherits: bench/fork_work holds FORK_HELD sampled blocks (allocation and
 # live-heap profiles, a 64-byte sampling mean: nearly every block tracked)
-# and forks FORK_CHILDREN children that allocate a little and _exit. The
+# and forks FORK_CHILDREN children that allocate a little and end with the
+# exit_group system call (no last profile, which _exit now writes). The
 # children's CPU and page faults per child, median over FORK_ROUNDS rounds
 # whose order rotates, for plain (no preload), this build, and, with
 # FORK_BASELINE_LIB, another build's preload.

@@ -753,6 +753,22 @@ int cp_profiler_before_exec(void) {
   return stopped;
 }
 
+int cp_profiler_before_exit(void) {
+  pid_t pid = (pid_t)syscall(SYS_getpid);
+  if (pid != atomic_load(&prof.pid))
+    return 0; /* not started here, or a vfork child: not ours to touch */
+  if (cp_signals_maybe_in_handler())
+    return 1; /* the profile is lost, as it was without this hook */
+  /* Once: a second _exit (another thread's, or one from the stop) goes
+   * straight on. */
+  static _Atomic pid_t exiting;
+  if (atomic_load(&prof.running) && atomic_exchange(&exiting, pid) != pid) {
+    cp_debug("pid %d ends with _exit: the last profile first", (int)pid);
+    contprof_stop();
+  }
+  return 1;
+}
+
 void cp_profiler_exec_failed(void) {
   pthread_mutex_lock(&prof.lock);
   if (prof.stopped_for_exec && !atomic_load(&prof.running)) {

@@ -8,6 +8,16 @@
  * to do (not running, or a vfork child, which must not touch it). */
 int cp_profiler_before_exec(void);
 
+/* Before _exit or _Exit on the calling thread (interpose/exit_calls.c): the
+ * last profile, as exit's atexit handler would write it, when the
+ * profiler runs in this process and this thread is not, as far as can be
+ * told, in a signal handler (samplers/signals.h,
+ * cp_signals_maybe_in_handler): the stop takes locks and allocates. Once
+ * per process. Returns 1 when the caller may look up the real _exit (this
+ * is the process that started the profiler: not a vfork child, whose
+ * dlsym could take its parent's locks), else 0. */
+int cp_profiler_before_exit(void);
+
 /* exec returned (failed) after cp_profiler_before_exec returned 1:
  * profiling starts again with the same settings. */
 void cp_profiler_exec_failed(void);

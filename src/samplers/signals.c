@@ -424,7 +424,7 @@ static _Atomic uint64_t app_entry[_NSIG];
 /* What the application set, as it reads it back. Under `lock`. */
 static struct sigaction app_act[_NSIG];
 
-/* Async-signal-safe, bounded: one TLS increment, then the application's
+/* Async-signal-safe, bounded: TLS increments, then the application's
  * handler. */
 static void cp_count_app_signal(int sig, siginfo_t *info, void *ucontext) {
   cp_thread.app_signals++;
@@ -432,10 +432,27 @@ static void cp_count_app_signal(int sig, siginfo_t *info, void *ucontext) {
   uintptr_t fn = (uintptr_t)(e & ~APP_SIGINFO);
   if (!fn)
     return; /* set to the default or ignored as this one came */
+  cp_thread.app_handler_depth++;
   if (e & APP_SIGINFO)
     ((void (*)(int, siginfo_t *, void *))fn)(sig, info, ucontext);
   else
     ((void (*)(int))fn)(sig);
+  cp_thread.app_handler_depth--;
+}
+
+int cp_signals_maybe_in_handler(void) {
+  if (cp_thread.app_handler_depth || cp_thread.in_handler)
+    return 1;
+  /* A handler of a synchronous signal (not wrapped: above) runs with its
+   * signal blocked, unless SA_NODEFER; code outside a handler seldom blocks
+   * one of them. */
+  sigset_t cur;
+  if (pthread_sigmask(SIG_BLOCK, NULL, &cur) != 0)
+    return 1;
+  for (size_t i = 0; i < sizeof synchronous / sizeof *synchronous; i++)
+    if (sigismember(&cur, synchronous[i]) == 1)
+      return 1;
+  return 0;
 }
 
 static int is_app_handler(const struct sigaction *sa) {

@@ -144,6 +144,14 @@ void cp_signals_exec_failed(void);
 int cp_signals_wrap_app(int sig, const struct sigaction *act,
                         struct sigaction *old);
 
+/* Whether the calling thread may be running a signal handler: one of the
+ * application's for an asynchronous signal (installed through
+ * cp_signals_wrap_app, counted while it runs), one of ours, or, told by
+ * the signal mask, one for a synchronous signal (a fault handler). Code
+ * that takes locks or allocates (the last profile at _exit) must not run
+ * there. Async-signal-safe. */
+int cp_signals_maybe_in_handler(void);
+
 /* In the child of fork: the lock is made anew (a lost thread may hold it). */
 void cp_signals_after_fork_child(void);
 

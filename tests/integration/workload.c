@@ -3,6 +3,14 @@
  *   shares THREADS SECONDS  threads split CPU time about 50/30/20 across three
  *                           functions; prints the true CPU ns of each
  *   exit3                   works briefly, exits with status 3
+ *   _exit, _Exit            works 0.3 s in work_alpha, ends with _exit(4) or
+ *                           _Exit(5) (no atexit handler runs)
+ *   handler-exit            works 0.3 s in work_alpha, then its SIGTERM
+ *                           handler ends it with _exit(6)
+ *   fork-_exit              forks a child that works 0.3 s in work_beta and
+ *                           ends with _exit(0); works 0.2 s in work_alpha
+ *   vfork-_exit N           N vfork children that end with _exit(0) at once,
+ *                           work_alpha 2 ms after each
  *   sigterm                 works briefly, dies of SIGTERM
  *   main-pthread-exit       main leaves with pthread_exit while a thread
  *                           works 0.3 s in work_beta and returns
@@ -647,6 +655,30 @@ static int exec_ignoring(void) {
   return 1;
 }
 
+static void exit_in_handler(int sig) {
+  (void)sig;
+  _exit(6);
+}
+
+/* The child ends at once: it never returns from here. */
+static __attribute__((noinline)) pid_t vfork_and_exit(void) {
+  pid_t pid = vfork();
+  if (pid == 0)
+    _exit(0);
+  return pid;
+}
+
+static int vfork_underscore_exit(int n) {
+  int ok = 0;
+  for (int i = 0; i < n; i++) {
+    pid_t pid = vfork_and_exit();
+    ok += wait_status(pid) == 0;
+    work_alpha(2000000);
+  }
+  printf("vfork_ok=%d\n", ok);
+  return ok == n ? 0 : 1;
+}
+
 static int vfork_exec(int n) {
   pthread_t t;
   pthread_create(&t, NULL, exec_helper, NULL);
@@ -1070,6 +1102,33 @@ int main(int argc, char **argv) {
     work_alpha(300000000);
     exit(3);
   }
+  if (strcmp(argv[1], "_exit") == 0) {
+    work_alpha(300000000);
+    _exit(4);
+  }
+  if (strcmp(argv[1], "_Exit") == 0) {
+    work_alpha(300000000);
+    _Exit(5);
+  }
+  if (strcmp(argv[1], "handler-exit") == 0) {
+    struct sigaction sa = {.sa_handler = exit_in_handler};
+    sigaction(SIGTERM, &sa, NULL);
+    work_alpha(300000000);
+    raise(SIGTERM);
+    return 1;
+  }
+  if (strcmp(argv[1], "fork-_exit") == 0) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      work_beta(300000000);
+      _exit(0);
+    }
+    work_alpha(200000000);
+    return wait_status(pid);
+  }
+  if (strcmp(argv[1], "vfork-_exit") == 0 && argc == 3)
+    return vfork_underscore_exit(atoi(argv[2]));
   if (strcmp(argv[1], "main-pthread-exit") == 0) {
     /* main leaves with pthread_exit; a worker computes, then returns: the
      * process ends with the worker (exit status 0). */

@@ -16,7 +16,7 @@ foreach(v NM MAP HOOKS OTHERS BINARIES)
 endforeach()
 
 # The interposed names: the map's `name;` lines (contprof_* is the API).
-file(STRINGS ${MAP} map_lines REGEX "^[ \t]+[a-z_0-9]+;")
+file(STRINGS ${MAP} map_lines REGEX "^[ \t]+[A-Za-z_0-9]+;")
 set(interposed "")
 foreach(line ${map_lines})
   string(STRIP "${line}" line)

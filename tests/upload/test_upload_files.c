@@ -462,8 +462,11 @@ static void test_spool_fifo(void) {
     setenv("DD_TRACE_AGENT_URL", "http://127.0.0.1:1", 1);
     setenv("CONTPROF_EXIT_TIMEOUT", "100ms", 1);
     setenv("CONTPROF_LOG_LEVEL", "warn", 1);
+    setenv("CONTPROF_CPU_HZ", "1000", 1);
     putenv(spool);
-    execl("/bin/true", "true", (char *)NULL);
+    /* A tenth of a second of CPU or more: its exit profile has samples. */
+    execl("/bin/sh", "sh", "-c",
+          "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done", (char *)NULL);
     _exit(127);
   }
   /* A deadline for a hang, far above what a start and exit take. */
@@ -483,16 +486,19 @@ static void test_spool_fifo(void) {
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   struct stat st;
   CHECK(lstat(path, &st) != 0); /* refused and removed */
-  /* What may be left is the child's own exit profile, kept because the agent
-   * is unreachable (a slow run, under ASan say, takes a CPU sample): a
-   * regular file named with the child's pid, never the FIFO. */
-  char names[8][256], own[32];
+  /* What is left is the child's own exit profile, kept because the agent
+   * is unreachable: a regular file named with the child's pid (".PID-TOKEN."
+   * while it holds the spool's lock file, ".PID." otherwise: spool.c),
+   * never the FIFO. */
+  char names[8][256], own[32], own_locked[32];
   snprintf(own, sizeof own, ".%d.", (int)pid);
+  snprintf(own_locked, sizeof own_locked, ".%d-", (int)pid);
   int n = count_entries(dir, ".spool", names);
   int open_dir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  CHECK(n <= 1);
+  CHECK_EQ_INT(n, 1);
   for (int i = 0; i < n && i < 8; i++) {
-    CHECK(strstr(names[i], own) != NULL);
+    CHECK(strstr(names[i], own) != NULL ||
+          strstr(names[i], own_locked) != NULL);
     CHECK(fstatat(open_dir, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 &&
           S_ISREG(st.st_mode));
   }
