@@ -452,6 +452,12 @@ int cp_signals_maybe_in_handler(void) {
   for (size_t i = 0; i < sizeof synchronous / sizeof *synchronous; i++)
     if (sigismember(&cur, synchronous[i]) == 1)
       return 1;
+  /* On the alternate signal stack, where fault handlers run (one set with
+   * SA_NODEFER leaves its signal unblocked). The system call: the
+   * sigaltstack hook is for the application's calls. */
+  stack_t ss;
+  if (syscall(SYS_sigaltstack, NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK))
+    return 1;
   return 0;
 }
 

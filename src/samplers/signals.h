@@ -146,8 +146,9 @@ int cp_signals_wrap_app(int sig, const struct sigaction *act,
 
 /* Whether the calling thread may be running a signal handler: one of the
  * application's for an asynchronous signal (installed through
- * cp_signals_wrap_app, counted while it runs), one of ours, or, told by
- * the signal mask, one for a synchronous signal (a fault handler). Code
+ * cp_signals_wrap_app, counted while it runs), one of ours, or one for a
+ * synchronous signal (a fault handler), told by the signal mask or by
+ * running on the alternate signal stack. Code
  * that takes locks or allocates (the last profile at _exit) must not run
  * there. Async-signal-safe. */
 int cp_signals_maybe_in_handler(void);

@@ -268,12 +268,14 @@ static void test_shell_writes_its_profile(void) {
   remove_dir(dir);
 }
 
-/* _exit from a signal handler (the application's, for SIGTERM): the stop,
- * which takes locks and allocates, is not made there; the process ends at
- * once with its status and the period's profile is lost, as without the
- * hook. */
+/* _exit from a signal handler (the application's, for SIGTERM; a fault
+ * handler with SA_NODEFER on an alternate stack, whose signal is not
+ * blocked): the stop, which takes locks and allocates, is not made there;
+ * the process ends at once with its status and the period's profile is
+ * lost, as without the hook. */
 static void test_underscore_exit_in_a_handler_ends_at_once(void) {
   remove_dir(run_exit_mode("handler-exit", NULL, 6, 0));
+  remove_dir(run_exit_mode("fault-exit", NULL, 8, 0));
 }
 
 /* A forked child that ends with _exit writes its profile (the parent its

@@ -7,6 +7,9 @@
  *                           _Exit(5) (no atexit handler runs)
  *   handler-exit            works 0.3 s in work_alpha, then its SIGTERM
  *                           handler ends it with _exit(6)
+ *   fault-exit              works 0.3 s in work_alpha, then faults; its
+ *                           SIGSEGV handler (SA_NODEFER, on an alternate
+ *                           stack) ends it with _exit(8)
  *   fork-_exit              forks a child that works 0.3 s in work_beta and
  *                           ends with _exit(0); works 0.2 s in work_alpha
  *   vfork-_exit N           N vfork children that end with _exit(0) at once,
@@ -658,7 +661,7 @@ static int exec_ignoring(void) {
 
 static void exit_in_handler(int sig) {
   (void)sig;
-  _exit(6);
+  _exit(sig == SIGSEGV ? 8 : 6);
 }
 
 /* The child ends at once: it never returns from here. */
@@ -1119,6 +1122,16 @@ int main(int argc, char **argv) {
     work_alpha(300000000);
     raise(SIGTERM);
     return 1;
+  }
+  if (strcmp(argv[1], "fault-exit") == 0) {
+    static char alt[65536];
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa = {.sa_handler = exit_in_handler,
+                           .sa_flags = SA_ONSTACK | SA_NODEFER};
+    sigaction(SIGSEGV, &sa, NULL);
+    work_alpha(300000000);
+    return *(volatile int *)(uintptr_t)8;
   }
   if (strcmp(argv[1], "fork-_exit") == 0) {
     fflush(stdout);
