@@ -614,17 +614,25 @@ static void sources_close(table_sources *s) {
   s->n = 0;
 }
 
-/* What building r's table would cost: its sources' symbols and names at
+/* The sources of r's table as file_build_table takes them: none while
+ * function names are off (CONTPROF_SYMBOLIZE), else sources_open's. */
+static void table_sources_open(table_sources *s, const cp_elf_reader *r,
+                               const char *path, const char *build_id) {
+  if (__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
+    s->n = 0;
+    s->bytes = 0;
+    s->has_dbg = 0;
+    return;
+  }
+  sources_open(s, r, path, build_id, 0);
+}
+
+/* What building a table from s would cost: its symbols and names at
  * CP_SYMBOLS_BUILD_NS_PER_BYTE (a stripped library of a distribution with
  * its debug package: libc's debug file's .symtab is four times its own
  * .dynsym). */
-static uint64_t build_estimate(const cp_elf_reader *r, const char *path,
-                               const char *build_id) {
-  table_sources src;
-  sources_open(&src, r, path, build_id, 0);
-  uint64_t bytes = src.bytes;
-  sources_close(&src);
-  return bytes * CP_SYMBOLS_BUILD_NS_PER_BYTE;
+static uint64_t build_estimate(const table_sources *s) {
+  return s->bytes * CP_SYMBOLS_BUILD_NS_PER_BYTE;
 }
 
 /* Building one table (its sections read whole, a sorting buffer) may take
@@ -633,19 +641,18 @@ static uint64_t build_estimate(const cp_elf_reader *r, const char *path,
 #define MIN_BUILD_BYTES ((size_t)64 << 20)
 
 /* Builds f's table from r (path, NULL for memory images, locates debug
- * files) within the symbol budget: when .symtab (with .dynsym) does not
- * fit, .dynsym alone; when that does not either, no symbols (the build id
- * and segments still serve module+offset). 0, or -1 (out of memory). */
+ * files) and src, its sources (table_sources_open, closed here), within
+ * the symbol budget: when .symtab (with .dynsym) does not fit, .dynsym
+ * alone; when that does not either, no symbols (the build id and segments
+ * still serve module+offset). began: the thread's CPU clock before src was
+ * opened (the build's cost, spent). 0, or -1 (out of memory). */
 static int file_build_table(elf_file *f, const cp_elf_reader *r,
-                            const char *path) {
-  uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+                            const char *path, table_sources *src,
+                            uint64_t began) {
   cp_debug("symbols: pid %d reads the symbol table of %s", (int)getpid(),
            path ? path : "[vdso]");
-  int names = !__atomic_load_n(&names_off, __ATOMIC_RELAXED);
-  table_sources src;
-  sources_open(&src, r, path, f->build_id, !names);
   size_t fixed = f->bytes;
-  uint64_t est = src.bytes; /* at most what the table keeps */
+  uint64_t est = src->bytes; /* at most what the table keeps */
   make_room_locked(est > SIZE_MAX - fixed ? SIZE_MAX : (size_t)est + fixed);
   size_t room = symbols.budget > symbols.table_bytes
                     ? symbols.budget - symbols.table_bytes
@@ -654,21 +661,22 @@ static int file_build_table(elf_file *f, const cp_elf_reader *r,
       symbols.budget > MIN_BUILD_BYTES ? symbols.budget : MIN_BUILD_BYTES;
   room = room > fixed ? room - fixed : 0;
   sym_builder b = {.limit = build, .table_room = room};
-  if (src.has_dbg)
+  if (src->has_dbg)
     cp_debug("symbols: the functions of %s from its debug file", path);
-  for (size_t i = 0; names && i < src.n; i++)
-    collect_symbols(&src.secs[i], &b);
-  sources_close(&src);
+  for (size_t i = 0; i < src->n; i++)
+    collect_symbols(&src->secs[i], &b);
+  sources_close(src);
   int rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
   if (rc == -2) {
     /* Too big with .symtab: the exported functions alone. */
     file_drop_names(f);
     builder_free(&b);
     b = (sym_builder){.limit = build, .table_room = room};
-    sources_open(&src, r, path, f->build_id, 1);
-    for (size_t i = 0; i < src.n; i++)
-      collect_symbols(&src.secs[i], &b);
-    sources_close(&src);
+    table_sources dyn;
+    sources_open(&dyn, r, path, f->build_id, 1);
+    for (size_t i = 0; i < dyn.n; i++)
+      collect_symbols(&dyn.secs[i], &b);
+    sources_close(&dyn);
     rc = b.failed ? -1 : b.over ? -2 : build_table(&b, f);
     uint64_t now = cp_monotonic_ns();
     if (now - symbols.last_budget_warn_ns >= 60000000000ull ||
@@ -724,16 +732,22 @@ static elf_file *file_parse(cp_elf_reader *r, const char *path, int may_defer) {
   f->bytes = sizeof *f + (r->phnum ? r->phnum : 1) * sizeof *f->loads;
   symbols.table_bytes += f->bytes;
 
+  /* One opening of the table's sources (its debug file's, perhaps) for
+   * both the gate's estimate and the build. */
+  uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  table_sources src;
+  table_sources_open(&src, r, path, f->build_id);
   if (may_defer && path && !__atomic_load_n(&names_off, __ATOMIC_RELAXED)) {
-    uint64_t est = build_estimate(r, path, f->build_id);
+    uint64_t est = build_estimate(&src);
     if (!build_allowed(est)) {
+      sources_close(&src);
       f->table_deferred = 1;
       f->build_estimate_ns = est;
       cp_elf_close(r);
       return f;
     }
   }
-  if (file_build_table(f, r, path) != 0)
+  if (file_build_table(f, r, path, &src, began) != 0)
     goto fail;
   cp_elf_close(r);
   return f;
@@ -836,7 +850,10 @@ static void file_build_deferred(elf_file *f) {
   cp_own_fd own;
   if (file_reopen(f, &r, &own) != 0)
     return; /* gone or changed: its addresses stay unnamed */
-  if (file_build_table(f, &r, f->path) != 0)
+  uint64_t began = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  table_sources src;
+  table_sources_open(&src, &r, f->path, f->build_id);
+  if (file_build_table(f, &r, f->path, &src, began) != 0)
     file_drop_names(f); /* out of memory: no names */
   cp_elf_close(&r);
   cp_own_close(&own);
