@@ -758,7 +758,7 @@ int cp_profiler_before_exit(void) {
   if (pid != atomic_load(&prof.pid))
     return 0; /* not started here, or a vfork child: not ours to touch */
   if (cp_signals_maybe_in_handler())
-    return 1; /* the profile is lost, as it was without this hook */
+    return 0; /* no stop, no dlsym: the profile is lost, as without the hook */
   /* Once: a second _exit (another thread's, or one from the stop) goes
    * straight on. */
   static _Atomic pid_t exiting;

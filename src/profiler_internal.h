@@ -13,9 +13,10 @@ int cp_profiler_before_exec(void);
  * profiler runs in this process and this thread is not, as far as can be
  * told, in a signal handler (samplers/signals.h,
  * cp_signals_maybe_in_handler): the stop takes locks and allocates. Once
- * per process. Returns 1 when the caller may look up the real _exit (this
- * is the process that started the profiler: not a vfork child, whose
- * dlsym could take its parent's locks), else 0. */
+ * per process. Returns 1 when the caller may look up the real _exit: this
+ * is the process that started the profiler (not a vfork child, whose
+ * dlsym could take its parent's locks) and the thread is not in a signal
+ * handler (dlsym takes the loader's lock); else 0. */
 int cp_profiler_before_exit(void);
 
 /* exec returned (failed) after cp_profiler_before_exec returned 1:

@@ -6,7 +6,8 @@
  * thread is not in a signal handler), then ends the process: through the
  * next definition of _exit (libc's, or a sanitizer's), or the system call
  * itself, which is all libc's does, when that one cannot be looked up (a
- * vfork child must not call dlsym: its parent's locks). */
+ * vfork child must not call dlsym, nor a signal handler: the loader's and
+ * its parent's locks). */
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
