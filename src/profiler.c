@@ -559,18 +559,17 @@ static void detailed_of(const cp_period_stats *s,
     if (!(s->profiles & cp_kinds[k].profile))
       continue;
     int of = cp_kinds[k].sampled_as;
-    unsigned f = s->slowdown[of] ? s->slowdown[of] : 1;
-    d.profiles[k] = (contprof_profile_stats){
-        .enabled = 1,
-        .samples = s->samples[k],
-        .drops = s->drops[k],
-        .thinned = s->thinned[k],
-        .hooks_ns = s->hook_ns[k],
-        .kernel_ns = s->kernel_kind_ns[k],
-        .threads_cpu_ns = s->kind_threads_cpu_ns[k],
-        .sampling = s->rate[k],
-        .slowdown = f,
-        .slowdown_max = s->slowdown_max[of] > f ? s->slowdown_max[of] : f};
+    d.profiles[k] =
+        (contprof_profile_stats){.enabled = 1,
+                                 .samples = s->samples[k],
+                                 .drops = s->drops[k],
+                                 .thinned = s->thinned[k],
+                                 .hooks_ns = s->hook_ns[k],
+                                 .kernel_ns = s->kernel_kind_ns[k],
+                                 .threads_cpu_ns = s->kind_threads_cpu_ns[k],
+                                 .sampling = s->rate[k],
+                                 .slowdown = cp_stats_slowdown(s, of),
+                                 .slowdown_max = cp_stats_slowdown_max(s, of)};
   }
   size_t size = out->size < sizeof d ? out->size : sizeof d;
   memcpy(out, &d, size);

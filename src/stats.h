@@ -138,6 +138,16 @@ void cp_stats_reset(void);
 /* In a fork child: the parent's threads are not ours. */
 void cp_stats_after_fork_child(void);
 
+/* The governor's slowdown of the sampler of kind `of` (a kind's sampled_as,
+ * kinds.h) at s's end, and the most in s; at least 1 (as configured). */
+static inline unsigned cp_stats_slowdown(const cp_period_stats *s, int of) {
+  return s->slowdown[of] ? s->slowdown[of] : 1;
+}
+static inline unsigned cp_stats_slowdown_max(const cp_period_stats *s, int of) {
+  unsigned f = cp_stats_slowdown(s, of);
+  return s->slowdown_max[of] > f ? s->slowdown_max[of] : f;
+}
+
 /* What the profiler cost in s: its threads, its handlers and hooks, and the
  * kernel's side of its signals. */
 static inline uint64_t cp_stats_profiler_ns(const cp_period_stats *s) {

@@ -146,7 +146,7 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
     if (!(cfg->profiles & cp_kinds[k].profile))
       continue;
     int of = cp_kinds[k].sampled_as;
-    unsigned f = s->slowdown[of] ? s->slowdown[of] : 1;
+    unsigned f = cp_stats_slowdown(s, of);
     double rate = cp_config_rate(cfg, (contprof_sample_kind)k, f);
     switch (k) {
     case CONTPROF_KIND_CPU:
@@ -175,7 +175,7 @@ static void add_rate_comments(pprof_builder *b, const cp_config *cfg,
     snprintf(key, sizeof key, "slowdown.%s", name);
     add_comment_u64(b, key, f);
     snprintf(key, sizeof key, "slowdown_max.%s", name);
-    add_comment_u64(b, key, s->slowdown_max[of] > f ? s->slowdown_max[of] : f);
+    add_comment_u64(b, key, cp_stats_slowdown_max(s, of));
   }
 }
 
