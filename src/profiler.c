@@ -752,11 +752,11 @@ int cp_profiler_before_exec(void) {
   return stopped;
 }
 
-int cp_profiler_before_exit(void) {
+int cp_profiler_before_exit(const void *caller_frame) {
   pid_t pid = (pid_t)syscall(SYS_getpid);
   if (pid != atomic_load(&prof.pid))
     return 0; /* not started here, or a vfork child: not ours to touch */
-  if (cp_signals_maybe_in_handler())
+  if (cp_signals_maybe_in_handler(caller_frame))
     return 0; /* no stop, no dlsym: the profile is lost, as without the hook */
   /* Once: a second _exit (another thread's, or one from the stop) goes
    * straight on. */

@@ -16,8 +16,9 @@ int cp_profiler_before_exec(void);
  * per process. Returns 1 when the caller may look up the real _exit: this
  * is the process that started the profiler (not a vfork child, whose
  * dlsym could take its parent's locks) and the thread is not in a signal
- * handler (dlsym takes the loader's lock); else 0. */
-int cp_profiler_before_exit(void);
+ * handler (dlsym takes the loader's lock); else 0. caller_frame: the
+ * hook's __builtin_frame_address(0). */
+int cp_profiler_before_exit(const void *caller_frame);
 
 /* exec returned (failed) after cp_profiler_before_exec returned 1:
  * profiling starts again with the same settings. */

@@ -44,10 +44,12 @@ typedef struct cp_thread_state {
    * through the sigaction hook; samplers/signals.h): a wait hook returns an
    * EINTR when one ran during the call, whatever our signals did. */
   unsigned app_signals;
-  /* How many of those handlers run on this thread now (one that leaves by
-   * longjmp stays counted: cp_signals_maybe_in_handler errs on the side of
-   * "in a handler"). */
+  /* How many of those handlers run on this thread now, and the frame of
+   * the outermost's wrapper: one that leaves by longjmp stays counted
+   * until the thread runs above that frame (cp_signals_maybe_in_handler)
+   * or a handler is entered above it. */
   unsigned app_handler_depth;
+  uintptr_t app_handler_frame;
   /* The kernel-cost measurement runs on this thread (one of ours), with a
    * sampling signal unblocked: the handlers hand it its own signals first
    * (samplers/kernel_cost.h). */

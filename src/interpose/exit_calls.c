@@ -22,7 +22,7 @@ static exit_fn real_exit;
 
 void _exit(int status) {
   exit_fn fn = __atomic_load_n(&real_exit, __ATOMIC_ACQUIRE);
-  if (cp_profiler_before_exit() && !fn) {
+  if (cp_profiler_before_exit(__builtin_frame_address(0)) && !fn) {
     fn = (exit_fn)cp_real_symbol("_exit", (void *)_exit);
     __atomic_store_n(&real_exit, fn, __ATOMIC_RELEASE);
   }

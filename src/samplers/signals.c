@@ -425,23 +425,45 @@ static _Atomic uint64_t app_entry[_NSIG];
 static struct sigaction app_act[_NSIG];
 
 /* Async-signal-safe, bounded: TLS increments, then the application's
- * handler. */
+ * handler. The handlers running are counted with the frame of the
+ * outermost's wrapper (this function): a handler left with longjmp or
+ * siglongjmp never comes back to uncount itself, and the thread is then
+ * known to be past it when it runs above that frame again (docs/signals.md,
+ * "How the process ends"). A handler entered above the frame counted runs
+ * after those were left: the count starts again from it. Both are put back
+ * as they were when the handler returns (one on the alternate stack may be
+ * above a handler it interrupted). */
 static void cp_count_app_signal(int sig, siginfo_t *info, void *ucontext) {
   cp_thread.app_signals++;
   uint64_t e = atomic_load_explicit(&app_entry[sig], memory_order_acquire);
   uintptr_t fn = (uintptr_t)(e & ~APP_SIGINFO);
   if (!fn)
     return; /* set to the default or ignored as this one came */
+  unsigned depth = cp_thread.app_handler_depth;
+  uintptr_t frame = cp_thread.app_handler_frame;
+  uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+  if (!depth || here > frame) {
+    cp_thread.app_handler_depth = 0;
+    cp_thread.app_handler_frame = here;
+  }
   cp_thread.app_handler_depth++;
   if (e & APP_SIGINFO)
     ((void (*)(int, siginfo_t *, void *))fn)(sig, info, ucontext);
   else
     ((void (*)(int))fn)(sig);
-  cp_thread.app_handler_depth--;
+  cp_thread.app_handler_depth = depth;
+  cp_thread.app_handler_frame = frame;
 }
 
-int cp_signals_maybe_in_handler(void) {
-  if (cp_thread.app_handler_depth || cp_thread.in_handler)
+int cp_signals_maybe_in_handler(const void *caller_frame) {
+  if (cp_thread.in_handler)
+    return 1;
+  /* Below the outermost counted handler's wrapper: in it (or in code that
+   * switched stacks, which the alternate-stack check below may tell).
+   * Above it, on the same stack: that handler was left with longjmp, and
+   * every handler it interrupted before it. */
+  if (cp_thread.app_handler_depth &&
+      (uintptr_t)caller_frame <= cp_thread.app_handler_frame)
     return 1;
   /* A handler of a synchronous signal (not wrapped: above) runs with its
    * signal blocked, unless SA_NODEFER; code outside a handler seldom blocks

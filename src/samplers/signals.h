@@ -146,12 +146,14 @@ int cp_signals_wrap_app(int sig, const struct sigaction *act,
 
 /* Whether the calling thread may be running a signal handler: one of the
  * application's for an asynchronous signal (installed through
- * cp_signals_wrap_app, counted while it runs), one of ours, or one for a
+ * cp_signals_wrap_app, counted while it runs; one left with longjmp no
+ * longer counts once the thread runs above it: caller_frame is the
+ * caller's __builtin_frame_address(0)), one of ours, or one for a
  * synchronous signal (a fault handler), told by the signal mask or by
- * running on the alternate signal stack. Code
- * that takes locks or allocates (the last profile at _exit) must not run
- * there. Async-signal-safe. */
-int cp_signals_maybe_in_handler(void);
+ * running on the alternate signal stack. Code that takes locks or
+ * allocates (the last profile at _exit) must not run there.
+ * Async-signal-safe. */
+int cp_signals_maybe_in_handler(const void *caller_frame);
 
 /* In the child of fork: the lock is made anew (a lost thread may hold it). */
 void cp_signals_after_fork_child(void);

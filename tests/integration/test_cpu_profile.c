@@ -266,6 +266,19 @@ static void test_shell_writes_its_profile(void) {
 static void test_underscore_exit_in_a_handler_ends_at_once(void) {
   remove_dir(run_ending(WORKLOAD, "handler-exit", NULL, 6, 0));
   remove_dir(run_ending(WORKLOAD, "fault-exit", NULL, 8, 0));
+  /* Also after another handler, deeper down, was left with siglongjmp. */
+  remove_dir(run_ending(WORKLOAD, "longjmp-handler-exit", NULL, 6, 0));
+}
+
+/* A handler left with siglongjmp is over: the _exit after it writes the
+ * last profile (the jump returns to the frame the signal interrupted, the
+ * closest the thread can be to the handler's frames). */
+static void test_underscore_exit_after_a_handler_left_with_longjmp(void) {
+  char *dir = run_ending(WORKLOAD, "longjmp-exit", NULL, 9, 1);
+  double alpha = seconds_of(dir, "work_alpha");
+  printf("longjmp-exit: work_alpha %.3f s of CPU (0.3 s burnt)\n", alpha);
+  CHECK_NEAR(alpha, 0.3, 0.11);
+  remove_dir(dir);
 }
 
 /* A forked child that ends with _exit writes its profile (the parent its
@@ -1019,6 +1032,7 @@ TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
           T(test_total_1000hz_4_threads), T(test_exit_status_passes_through),
           T(test_underscore_exit_writes_the_last_profile),
           T(test_underscore_exit_in_a_handler_ends_at_once),
+          T(test_underscore_exit_after_a_handler_left_with_longjmp),
           T(test_shell_writes_its_profile),
           T(test_children_ending_with_underscore_exit), T(test_run_options),
           T(test_main_pthread_exit_ends_the_process),

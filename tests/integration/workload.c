@@ -10,6 +10,12 @@
  *   fault-exit              works 0.3 s in work_alpha, then faults; its
  *                           SIGSEGV handler (SA_NODEFER, on an alternate
  *                           stack) ends it with _exit(8)
+ *   longjmp-exit            spins in main until a SIGALRM handler leaves
+ *                           with siglongjmp, works 0.3 s in work_alpha,
+ *                           ends with _exit(9)
+ *   longjmp-handler-exit    a SIGUSR1 handler, raised 32 KiB down the
+ *                           stack, leaves with siglongjmp; then a SIGTERM
+ *                           handler (raised from main) ends it with _exit(6)
  *   fork-_exit              forks a child that works 0.3 s in work_beta and
  *                           ends with _exit(0); works 0.2 s in work_alpha
  *   vfork-_exit N           N vfork children that end with _exit(0) at once,
@@ -101,6 +107,7 @@
 #include <link.h>
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -664,6 +671,55 @@ static void exit_in_handler(int sig) {
   _exit(sig == SIGSEGV ? 8 : 6);
 }
 
+static sigjmp_buf handler_exit_env;
+
+static void leave_with_longjmp(int sig) {
+  (void)sig;
+  siglongjmp(handler_exit_env, 1);
+}
+
+/* A handler left with siglongjmp: main was spinning in its own frame when
+ * SIGALRM came (the frame the jump returns to), then works and _exits: the
+ * last profile is written, the handler being over. */
+static int longjmp_exit(void) {
+  struct sigaction sa = {.sa_handler = leave_with_longjmp};
+  sigaction(SIGALRM, &sa, NULL);
+  if (sigsetjmp(handler_exit_env, 1) == 0) {
+    struct itimerval it = {.it_value = {.tv_usec = 20000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    for (volatile unsigned long spin = 0;; spin++)
+      ;
+  }
+  work_alpha(300000000);
+  _exit(9);
+}
+
+/* depth frames of 4 KiB each, then SIGUSR1 at the bottom. */
+static __attribute__((noinline)) int raise_deep(int depth) {
+  volatile char pad[4096];
+  pad[0] = (char)depth;
+  if (depth == 0)
+    raise(SIGUSR1);
+  else
+    raise_deep(depth - 1);
+  return pad[0];
+}
+
+/* The first handler, 32 KiB down the stack, is left with siglongjmp; the
+ * second, entered higher up, calls _exit: it is in a handler, and the
+ * process ends at once. */
+static int longjmp_handler_exit(void) {
+  struct sigaction sa = {.sa_handler = leave_with_longjmp};
+  sigaction(SIGUSR1, &sa, NULL);
+  struct sigaction term = {.sa_handler = exit_in_handler};
+  sigaction(SIGTERM, &term, NULL);
+  work_alpha(100000000);
+  if (sigsetjmp(handler_exit_env, 1) == 0)
+    raise_deep(8);
+  raise(SIGTERM);
+  return 1;
+}
+
 /* The child ends at once: it never returns from here. */
 static __attribute__((noinline)) pid_t vfork_and_exit(void) {
   pid_t pid = vfork();
@@ -1133,6 +1189,10 @@ int main(int argc, char **argv) {
     work_alpha(300000000);
     return *(volatile int *)(uintptr_t)8;
   }
+  if (strcmp(argv[1], "longjmp-exit") == 0)
+    return longjmp_exit();
+  if (strcmp(argv[1], "longjmp-handler-exit") == 0)
+    return longjmp_handler_exit();
   if (strcmp(argv[1], "fork-_exit") == 0) {
     fflush(stdout);
     pid_t pid = fork();
