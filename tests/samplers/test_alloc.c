@@ -458,6 +458,56 @@ static void test_threads_stress(void) {
   contprof_stop();
 }
 
+/* Addresses of one filter bucket, one per thread, each tracked, looked up
+ * and untracked over and over: the bucket's bit must be set whenever one of
+ * them is tracked, however the threads' adds and removes interleave (the
+ * free hook reads the bit alone: a clear bit there would leave a freed
+ * block in the live heap for good). */
+#define FILTER_THREADS 4
+static uintptr_t filter_addrs[FILTER_THREADS];
+static _Atomic int filter_misses;
+
+static void *filter_thread(void *arg) {
+  uintptr_t addr = filter_addrs[(uintptr_t)arg];
+  for (int i = 0; i < 200000; i++) {
+    cp_heap_entry *e = cp_heap_entry_take();
+    if (!e)
+      continue;
+    e->tid = 0;
+    e->labels = 0;
+    e->count = 1;
+    e->bytes = 8;
+    e->nframes = 0;
+    e->truncated = 0;
+    cp_heap_entry_publish(e, addr);
+    if (!cp_heap_may_track(addr))
+      filter_misses++;
+    if (!cp_heap_untrack(addr))
+      filter_misses++;
+  }
+  return NULL;
+}
+
+static void test_filter_bucket_shared_by_threads(void) {
+  CHECK_EQ_INT(start_sampling_everything(), 0);
+  contprof_stop(); /* the table stays; nothing else is tracked meanwhile */
+  /* High, 8-aligned addresses no allocator hands out here, all in the
+   * bucket of the first. */
+  uintptr_t a = (uintptr_t)0x7e0000000000ull;
+  size_t bucket = cp_heap_filter_of(a);
+  size_t n = 0;
+  for (; n < FILTER_THREADS; a += 8)
+    if (cp_heap_filter_of(a) == bucket)
+      filter_addrs[n++] = a;
+  pthread_t t[FILTER_THREADS];
+  for (uintptr_t i = 0; i < FILTER_THREADS; i++)
+    pthread_create(&t[i], NULL, filter_thread, (void *)i);
+  for (int i = 0; i < FILTER_THREADS; i++)
+    pthread_join(t[i], NULL);
+  CHECK_EQ_INT(filter_misses, 0);
+  CHECK_EQ_INT(cp_heap_may_track(filter_addrs[0]), 0);
+}
+
 /* Blocks of the bootstrap arena (what the hooks hand out while the real
  * allocator is being found), taken before anything else of the test runs:
  * a thread that is resolving gets them. */
@@ -505,6 +555,7 @@ int main(void) {
       T(test_entries_kept_by_a_thread_come_back),
       T(test_fork_child_hands_each_entry_out_once),
       T(test_threads_stress),
+      T(test_filter_bucket_shared_by_threads),
   };
   int failed = 0;
   for (size_t i = 0; i < CP_ARRAY_SIZE(tests); i++) {
