@@ -287,7 +287,11 @@ void cp_heap_thread_end(void) {
 }
 
 /* Async-signal-safe: saturating increment (255 stays: always look up),
- * then the bucket's bit, before the address is published. */
+ * then the bucket's bit, before the address is published. Set by every
+ * add, even one that finds it set: the change it counts is what keeps a
+ * remove that read the word before from clearing it (filter_remove); an
+ * add that skipped it could publish while the add that took the count from
+ * 0 had yet to set it, or after a remove read the word. */
 static void filter_add(size_t i) {
   uint8_t v = atomic_load(&filter_count[i]);
   while (v != 255 && !atomic_compare_exchange_weak(&filter_count[i], &v,
