@@ -38,7 +38,7 @@ static inline __attribute__((always_inline)) int cp_alloc_count(size_t size) {
 }
 
 /* Hot path, async-signal-safe: whether p may be in the live table (then
- * call cp_alloc_on_free before freeing it). One load from a 16 KiB filter. */
+ * call cp_alloc_on_free before freeing it). One load from a 64 KiB filter. */
 static inline __attribute__((always_inline)) int
 cp_alloc_may_track(const void *p) {
   return cp_heap_may_track((uintptr_t)p);

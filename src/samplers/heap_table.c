@@ -19,11 +19,7 @@
 
 cp_heap_gate cp_heap_tracking;
 cp_heap_gate cp_heap_filter_on;
-_Alignas(64) _Atomic uint64_t cp_heap_filter[1u << (CP_HEAP_FILTER_BITS - 5)];
-/* Per bucket, the live addresses that hash there (255: saturated); its bit
- * in cp_heap_filter is set while this is not 0. Written by samples and the
- * frees of tracked blocks only, never read by the free hook. */
-static _Atomic uint8_t filter_count[1u << CP_HEAP_FILTER_BITS];
+_Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS];
 
 static struct {
   size_t capacity;         /* entries */
@@ -120,24 +116,9 @@ int cp_heap_init(size_t capacity, size_t max_frames) {
   return 0;
 }
 
-/* The filter's counts and words are read and written in one total order
- * (seq_cst, what x86's locked instructions give anyway): an add and a
- * remove of the same bucket each write one location and read the other. */
-static void filter_bit_set(size_t i) {
-  _Atomic uint64_t *w = &cp_heap_filter[i >> 5];
-  uint64_t bit = 1ull << CP_HEAP_FILTER_BIT(i);
-  uint64_t cur = atomic_load(w);
-  /* The change count goes up (modulo 2^32) with the bit: a remove that
-   * read the word before fails its swap. */
-  while (!atomic_compare_exchange_weak(w, &cur,
-                                       (cur | bit) + CP_HEAP_FILTER_CHANGE)) {
-  }
-}
-
 void cp_heap_mark_always(uintptr_t addr) {
-  size_t i = filter_of(addr);
-  atomic_store_explicit(&filter_count[i], 255, memory_order_relaxed);
-  filter_bit_set(i);
+  atomic_store_explicit(&cp_heap_filter[filter_of(addr)], 255,
+                        memory_order_relaxed);
   atomic_store_explicit(&cp_heap_filter_on.on, 1, memory_order_release);
 }
 
@@ -286,45 +267,22 @@ void cp_heap_thread_end(void) {
   stash_leave();
 }
 
-/* Async-signal-safe: saturating increment (255 stays: always look up),
- * then the bucket's bit, before the address is published. Set by every
- * add, even one that finds it set: the change it counts is what keeps a
- * remove that read the word before from clearing it (filter_remove); an
- * add that skipped it could publish while the add that took the count from
- * 0 had yet to set it, or after a remove read the word. */
+/* Async-signal-safe: saturating increment (255 stays: always look up). */
 static void filter_add(size_t i) {
-  uint8_t v = atomic_load(&filter_count[i]);
-  while (v != 255 && !atomic_compare_exchange_weak(&filter_count[i], &v,
-                                                   (uint8_t)(v + 1))) {
+  uint8_t v = atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed);
+  while (v != 255 && !atomic_compare_exchange_weak_explicit(
+                         &cp_heap_filter[i], &v, (uint8_t)(v + 1),
+                         memory_order_release, memory_order_relaxed)) {
   }
-  filter_bit_set(i);
 }
 
-/* Async-signal-safe, lock-free (a swap fails only when another thread
- * changed the word). The remove that empties the bucket clears its bit
- * unless the count went up again: it reads the word, then the count, and
- * swaps the word only if nothing set a bit in it since. An add whose set
- * came before that read is seen by the count's read (the add counts
- * first); one whose set came after fails the swap (the word's change
- * count); one whose set comes after the swap sets the bit again. So no
- * published address's bit is ever clear, not even for a moment. */
+/* Async-signal-safe. */
 static void filter_remove(size_t i) {
-  uint8_t v = atomic_load(&filter_count[i]);
-  while (
-      v != 255 && v != 0 &&
-      !atomic_compare_exchange_weak(&filter_count[i], &v, (uint8_t)(v - 1))) {
-  }
-  if (v != 1)
-    return; /* not the one that emptied it */
-  _Atomic uint64_t *w = &cp_heap_filter[i >> 5];
-  uint64_t bit = 1ull << CP_HEAP_FILTER_BIT(i);
-  for (;;) {
-    uint64_t cur = atomic_load(w);
-    if (atomic_load(&filter_count[i]) != 0 || !(cur & bit))
-      return;
-    if (atomic_compare_exchange_strong(w, &cur,
-                                       (cur & ~bit) + CP_HEAP_FILTER_CHANGE))
-      return;
+  uint8_t v = atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed);
+  while (v != 255 && v != 0 &&
+         !atomic_compare_exchange_weak_explicit(
+             &cp_heap_filter[i], &v, (uint8_t)(v - 1), memory_order_relaxed,
+             memory_order_relaxed)) {
   }
 }
 
@@ -450,14 +408,10 @@ void cp_heap_after_fork_child(void) {
   /* Only the buckets in use are written: each first write to a page of the
    * filter copies it from the parent. Saturated ones stay (they may hold a
    * block of cp_heap_mark_always's, which the child may free). */
-  for (size_t i = 0; i < sizeof filter_count; i++) {
-    uint8_t v = atomic_load_explicit(&filter_count[i], memory_order_relaxed);
-    if (v && v != 255) {
-      atomic_store_explicit(&filter_count[i], 0, memory_order_relaxed);
-      atomic_fetch_and_explicit(&cp_heap_filter[i >> 5],
-                                ~(1ull << CP_HEAP_FILTER_BIT(i)),
-                                memory_order_relaxed);
-    }
+  for (size_t i = 0; i < sizeof cp_heap_filter; i++) {
+    uint8_t v = atomic_load_explicit(&cp_heap_filter[i], memory_order_relaxed);
+    if (v && v != 255)
+      atomic_store_explicit(&cp_heap_filter[i], 0, memory_order_relaxed);
   }
   /* Not faulted in here, on the thread that forked (1 MiB at the default
    * capacity, 256 faults: 2 ms of the child's CPU on this VM, before it

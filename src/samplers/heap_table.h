@@ -8,8 +8,8 @@
  * allocated so only the peak of live entries is touched), an open-addressing
  * table of 2 x capacity address slots pointing into the pool, and a
  * counting filter so that the free of an untracked pointer usually costs one
- * load from a 16 KiB array of bits. The table is created once and kept for the
- * life of the process: a hook that loaded it may still be using it. */
+ * load from a 64 KiB array. The table is created once and kept for the life
+ * of the process: a hook that loaded it may still be using it. */
 #ifndef CP_HEAP_TABLE_H
 #define CP_HEAP_TABLE_H
 
@@ -62,14 +62,7 @@ void cp_heap_thread_end(void);
 /* Whether the heap profile ever ran in this process (set once with the
  * table, never cleared: what it tracked stays tracked after a stop), alone
  * on its cache line; and per filter bucket, the live addresses that hash
- * there (255: saturated, always look), counted in heap_table.c, and a bit
- * in cp_heap_filter, set while that count is not 0, which is all the free
- * hook reads: 16 KiB, where a byte per bucket, read by the hook, was 64
- * KiB, its every lookup a likely miss of the first-level cache on a
- * malloc-heavy thread (docs/benchmarks.md, "A bit per bucket"). A word
- * holds 32 buckets' bits (bits 0-31) and a count of its changes (bits
- * 32-63), so that a bit is cleared only by a compare-and-swap that no set
- * came between (heap_table.c, filter_remove). 65,536 buckets: a free whose
+ * there (255: saturated, always look). 65,536 buckets: a free whose
  * bucket is not empty looks the address up in the slots (a cache miss), and
  * with 4,096 buckets a process holding 4 GiB of live heap (8,192 tracked
  * samples at the default mean) sent 86% of its frees there, its
@@ -91,13 +84,8 @@ typedef struct cp_heap_gate {
 extern cp_heap_gate cp_heap_tracking __attribute__((visibility("hidden")));
 extern cp_heap_gate cp_heap_filter_on __attribute__((visibility("hidden")));
 #define CP_HEAP_FILTER_BITS 16
-extern _Alignas(64) _Atomic uint64_t
-    cp_heap_filter[1u << (CP_HEAP_FILTER_BITS - 5)]
+extern _Alignas(64) _Atomic uint8_t cp_heap_filter[1u << CP_HEAP_FILTER_BITS]
     __attribute__((visibility("hidden")));
-/* Bucket i's bit in its word cp_heap_filter[i >> 5]; the word's bits 32-63
- * count its changes. */
-#define CP_HEAP_FILTER_BIT(i) ((i)&31u)
-#define CP_HEAP_FILTER_CHANGE (1ull << 32)
 
 /* The filter's bucket of addr: the top bits of a multiplicative hash, which
  * depend on every bit of the address (three instructions on the free hook's
@@ -112,14 +100,11 @@ static inline size_t cp_heap_filter_of(uintptr_t addr) {
  * predictable branch on a read-mostly flag; after, a hash and one load from
  * the filter, laid out to follow with no taken branch. */
 static inline int cp_heap_may_track(uintptr_t addr) {
-  size_t i = cp_heap_filter_of(addr);
   return __builtin_expect(
              atomic_load_explicit(&cp_heap_filter_on.on, memory_order_relaxed),
              1) &&
-         ((atomic_load_explicit(&cp_heap_filter[i >> 5],
-                                memory_order_relaxed) >>
-           CP_HEAP_FILTER_BIT(i)) &
-          1);
+         atomic_load_explicit(&cp_heap_filter[cp_heap_filter_of(addr)],
+                              memory_order_relaxed) != 0;
 }
 
 /* Async-signal-safe: every free of a block at addr must reach the free

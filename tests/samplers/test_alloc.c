@@ -459,10 +459,12 @@ static void test_threads_stress(void) {
 }
 
 /* Addresses of one filter bucket, one per thread, each tracked, looked up
- * and untracked over and over: the bucket's bit must be set whenever one of
- * them is tracked, however the threads' adds and removes interleave (the
- * free hook reads the bit alone: a clear bit there would leave a freed
- * block in the live heap for good). */
+ * and untracked over and over: the filter must answer "may be tracked"
+ * whenever one of them is tracked, however the threads' adds and removes
+ * interleave (the free hook reads the filter alone: a wrong "no" there, even
+ * for a moment, leaves a freed block in the live heap for good). A bit per
+ * bucket, tried (docs/benchmarks.md, "A bit per bucket"), failed this twice
+ * before it was right. */
 #define FILTER_THREADS 4
 static uintptr_t filter_addrs[FILTER_THREADS];
 static _Atomic int filter_misses;
