@@ -31,6 +31,10 @@
 # `perf record -a` over the middle of each run's load, then per variant the
 # median share of the machine's samples in contprof's threads, in its code
 # on the server's threads, and in copy-on-write faults taken by its code;
+# and the server's samples per request against plain's, split into the
+# server's own code, the kernel on its threads, contprof's code there and
+# contprof's threads: what the profiler's own figures count (its code and
+# threads) and what they cannot (the rest running slower or more);
 # REAL_PERF_ARGS: perf record's sampling words, `-g -F 999` by default,
 # e.g. `--call-graph dwarf,8192 -F 499` for callers in code built without
 # frame pointers),
@@ -339,8 +343,18 @@ for s in "${servers[@]}"; do
   *) bench_die "unknown server $s (nginx, postgres)" ;;
   esac
   for ((r = 1; r <= REAL_REPEATS; r++)); do
-    # Each variant goes first in turn.
-    order=("${variants[@]:$(((r - 1) % ${#variants[@]}))}" "${variants[@]:0:$(((r - 1) % ${#variants[@]}))}")
+    # Each variant goes first in turn, and every other round in reverse, so
+    # that no variant always runs after the same one (with three, a plain
+    # rotation did: the second profiled variant then always followed the
+    # first, which a run's effect on the next would have charged to it).
+    # Two variants: AB BA BA AB; three: every order in 6 rounds.
+    k=$(((r - 1) / 2 % ${#variants[@]}))
+    order=("${variants[@]:k}" "${variants[@]:0:k}")
+    if ((r % 2 == 0)); then
+      for ((i = 0, j = ${#order[@]} - 1; i < j; i++, j--)); do
+        t=${order[i]} order[i]=${order[j]} order[j]=$t
+      done
+    fi
     for v in "${order[@]}"; do
       if [[ $s == nginx ]]; then nginx_run "$v" "$r"; else pg_run "$v" "$r"; fi
     done
@@ -398,6 +412,51 @@ if rows:
     print("| %s | %s | %.2f%% | %.2f%% | %.2f%% |" % (sys.argv[1], sys.argv[2], *med))
 ' "$s" "$v"
     done
+  done
+  # The same samples per request: each run's samples (the perf window is
+  # the same length in every run) over its throughput, by part.
+  echo
+  echo "the server's samples per request against plain's (median over repeats; parts in points of plain's total)"
+  echo "| server | variant | total | the server's code | the kernel on its threads | contprof's code there | contprof's threads |"
+  echo "|---|---|---|---|---|---|---|"
+  for s in "${servers[@]}"; do
+    comm=$([[ $s == nginx ]] && echo nginx || echo postgres)
+    for f in "$tmp/perf.$s".*.data; do
+      [[ -f $f ]] || continue
+      run=${f#"$tmp/perf.$s."}
+      run=${run%.data}
+      perf script -i "$f" -F comm,ip,dso --hide-call-graph 2>/dev/null | awk -v run="$run" -v comm="$comm" '
+        { c = $1; dso = $NF
+          if (c ~ /^contprof-/) threads++
+          else if (c == comm) {
+            if (dso ~ /kernel/) kernel++
+            else if (dso ~ /libcontprof/) code++
+            else own++ } }
+        END { printf "%s %d %d %d %d\n", run, own, kernel, code, threads }'
+    done | python3 -c '
+import statistics, sys
+server, results = sys.argv[1], sys.argv[2]
+tps = {}
+for l in open(results):
+    w = l.split()
+    if len(w) > 3 and w[0] == server:
+        tps[(w[1], w[2])] = float(w[3])
+per = {}
+for l in sys.stdin:
+    w = l.split()
+    variant, rep = w[0].rsplit(".", 1)
+    t = tps.get((variant, rep))
+    if t:
+        per.setdefault(variant, []).append([int(x) / t for x in w[1:]])
+if "plain" not in per:
+    sys.exit(0)
+med = {v: [statistics.median(r[i] for r in rows) for i in range(4)] for v, rows in per.items()}
+base = sum(med["plain"])
+for v in sorted(med, key=lambda v: (v != "plain", v)):
+    m = med[v]
+    parts = ["%+.1f" % (100 * (m[i] - med["plain"][i]) / base) for i in range(4)]
+    print("| %s | %s | %+.1f%% | %s |" % (server, v, 100 * (sum(m) / base - 1), " | ".join(parts)))
+' "$s" "$results"
   done
 fi
 
