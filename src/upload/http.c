@@ -573,6 +573,30 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg) {
   return take; /* less than len: libcurl ends the transfer */
 }
 
+/* A 3xx: the profile was not taken, and the server says it belongs
+ * elsewhere. Redirects are not followed: the request carries the backend's
+ * credentials, and a redirect may point at any host. Nor is the profile
+ * dropped: the URL is a setting that the user corrects, and the next process
+ * started with it delivers what this one spooled. So it is kept and tried
+ * again with the backoff, and the message says where the server pointed
+ * (without credentials or query) in place of the body. */
+static cp_http_outcome redirected(CURL *e, cp_http_response *resp) {
+  const char *to = NULL;
+  char shown[160] = "";
+  if (curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
+    cp_http_redact_url(to, shown, sizeof shown);
+  if (*shown)
+    snprintf(resp->message, sizeof resp->message,
+             "redirected to %s; redirects are not followed: set the URL to "
+             "where the backend is",
+             shown);
+  else
+    snprintf(resp->message, sizeof resp->message,
+             "a redirect; redirects are not followed: set the URL to where "
+             "the backend is");
+  return CP_HTTP_RETRY;
+}
+
 cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
                              cp_http_response *resp) {
   memset(resp, 0, sizeof *resp);
@@ -730,6 +754,8 @@ cp_http_outcome cp_http_post(cp_http_client *c, const cp_http_request *r,
     long s = resp->status;
     if (s >= 200 && s < 300)
       out = CP_HTTP_OK;
+    else if (s >= 300 && s < 400)
+      out = redirected(e, resp);
     else if (s >= 500 || s == 429 || s == 408 || s == 0)
       out = CP_HTTP_RETRY;
     else

@@ -35,7 +35,8 @@ typedef struct cp_http_request {
 
 typedef enum cp_http_outcome {
   CP_HTTP_OK,       /* 2xx */
-  CP_HTTP_RETRY,    /* network error, timeout, 5xx, 429, 408 */
+  CP_HTTP_RETRY,    /* network error, timeout, 5xx, 429, 408, 3xx (a
+                       redirect, not followed: kept for a corrected URL) */
   CP_HTTP_REJECTED, /* other status: the server will never accept it */
   CP_HTTP_ABORTED,  /* the deadline passed or cp_http_abort was called */
   CP_HTTP_UNUSABLE, /* not sent: the target is not a /-path, or libcurl

@@ -57,7 +57,8 @@ typedef struct test_server {
   /* Answer with a body announced as 1 GB: reply_body written again and
    * again, every 10 ms, until the client closes the connection. */
   int endless_body;
-  int retry_after; /* seconds: a Retry-After header on 429 and 503 */
+  int retry_after;    /* seconds: a Retry-After header on 429 and 503 */
+  char location[256]; /* a Location header on 3xx, when set */
 } test_server;
 
 static inline int srv_read_exact(int fd, uint8_t *buf, size_t len) {
@@ -149,9 +150,11 @@ static inline void *srv_conn_thread(void *arg) {
     char body[256];
     snprintf(body, sizeof body, "%s", s->reply_body);
     int endless = s->endless_body;
-    char extra[64] = "";
+    char extra[320] = "";
     if (s->retry_after && (status == 429 || status == 503))
       snprintf(extra, sizeof extra, "Retry-After: %d\r\n", s->retry_after);
+    if (*s->location && status >= 300 && status < 400)
+      snprintf(extra, sizeof extra, "Location: %s\r\n", s->location);
     pthread_mutex_unlock(&s->lock);
     if (endless && status) {
       char head[256];
@@ -178,7 +181,7 @@ static inline void *srv_conn_thread(void *arg) {
       }
       return NULL;
     }
-    char resp[512];
+    char resp[1024];
     int n = snprintf(resp, sizeof resp,
                      "HTTP/1.1 %d Status\r\nContent-Type: text/plain\r\n"
                      "%sContent-Length: %zu\r\n\r\n%s",

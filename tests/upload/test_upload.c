@@ -857,6 +857,47 @@ static void test_400_not_retried(void) {
   srv_stop(srv);
 }
 
+/* A redirect (a proxy's http-to-https 308, a moved path) is not followed:
+ * the request carries the backend's credentials. Nor is the profile
+ * dropped: it is kept and retried, the message says where the server
+ * pointed without the credentials or query in that URL, and once the
+ * server answers 200 everything is delivered in order. */
+static void test_redirect_kept_not_followed(void) {
+  test_server *srv = srv_start(NULL);
+  srv->script[0] = 308;
+  srv->script[1] = 301;
+  srv->nscript = 2;
+  snprintf(srv->location, sizeof srv->location,
+           "https://user:hunter2@elsewhere.example:4443/moved?token=s3cret");
+  cp_config cfg;
+  capture_start();
+  cp_sink *s = fault_sink(srv, &cfg, NULL);
+  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
+  for (int i = 0; i < 3; i++)
+    send_one(s, &cfg, (uint64_t)i, g);
+  CHECK_EQ_INT(wait_delivered(srv, 3, 5000), 3);
+  finish(s, 2000);
+  char *err = capture_end();
+  CHECK_EQ_INT(count_lines_with(err, "HTTP 308"), 1);
+  CHECK_EQ_INT(count_lines_with(err,
+                                "redirected to "
+                                "https://***@elsewhere.example:4443/moved;"),
+               1);
+  CHECK_EQ_INT(count_lines_with(err, "kept"), 1);
+  CHECK(!strstr(err, "hunter2") && !strstr(err, "s3cret"));
+  long seqs[8];
+  size_t n = delivered_seqs(srv, seqs, 8);
+  CHECK_EQ_INT(n, 3);
+  for (size_t i = 0; i < n; i++)
+    CHECK_EQ_INT(seqs[i], (long)i);
+  CHECK_EQ_INT(srv->nreqs, 5); /* two redirected, then three delivered */
+  for (size_t i = 0; i < srv->nreqs; i++)
+    CHECK_EQ_STR(srv->reqs[i].method, "POST"); /* every one to us */
+  cp_gen_destroy(g);
+  cp_config_free(&cfg);
+  srv_stop(srv);
+}
+
 static double now_s(void) { return (double)cp_monotonic_ns() / 1e9; }
 
 /* A 200 whose body never ends (1 GB announced, trickled): delivered as
@@ -1765,6 +1806,7 @@ TEST_MAIN(T(test_config), T(test_container_id), T(test_datadog_agent),
           T(test_pyroscope_families), T(test_pyroscope_limits),
           T(test_backend_down_then_up), T(test_500), T(test_429),
           T(test_retry_after_is_honoured), T(test_400_not_retried),
+          T(test_redirect_kept_not_followed),
           T(test_long_body_and_echoed_secret), T(test_spool_full),
           T(test_hung_server_exit_deadline), T(test_spool_dir_restart),
           T(test_spool_written_while_down),
