@@ -396,10 +396,15 @@ if [[ ${REAL_PERF:-0} == 1 ]]; then
         [[ -f $f ]] || continue
         # One record per sample: its thread's name, then its frames, leaf
         # first. The first frame outside the kernel says whose code it is.
-        perf script -i "$f" -F comm,ip,sym,dso 2>/dev/null | awk '
+        # A sample whose chain is empty has no frame there: its own address
+        # (the same samples in the same order, one line each) says instead.
+        perf script -i "$f" -F comm,ip,dso --hide-call-graph 2>/dev/null >"$tmp/own-addresses"
+        perf script -i "$f" -F comm,ip,sym,dso 2>/dev/null | awk -v own="$tmp/own-addresses" '
           BEGIN { RS = "" }
           { n++; split($0, l, "\n"); user = ""
+            if ((getline mine < own) <= 0) mine = ""
             for (i = 2; i <= length(l); i++) if (l[i] !~ /kernel/) { user = l[i]; break }
+            if (length(l) < 2 && mine !~ /kernel/) user = mine
             if (l[1] ~ /^ *contprof-/) threads++
             else if (user ~ /libcontprof/) code++
             if (user ~ /libcontprof/ && $0 ~ /do_wp_page|wp_page_copy/) cow++ }
@@ -414,11 +419,9 @@ if rows:
     done
   done
   # The same samples per request: each run's samples (the perf window is
-  # the same length in every run) over its throughput, by part. By each
-  # sample's own address, a second pass over the data: with call chains
-  # perf prints no frame at all for a sample whose chain is empty (44 of
-  # 276 samples in contprof's code in one PostgreSQL run), which the table
-  # above, reading the chains, counts as nobody's.
+  # the same length in every run) over its throughput, by part, by each
+  # sample's own address (a kernel sample is the kernel's here, where the
+  # table above gives it to the code that called into the kernel).
   echo
   echo "the server's samples per request against plain's (median over repeats; parts in points of plain's total)"
   echo "| server | variant | total | the server's code | the kernel on its threads | contprof's code there | contprof's threads |"
