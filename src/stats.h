@@ -25,16 +25,25 @@ void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns);
 /* Times a handler or a sampled hook, on the thread's CPU clock: wall time
  * would also count the time the thread waits to run again when it is
  * preempted inside the handler, which on a loaded machine was most of it
- * (90 us a sample against 16 us of CPU). The clock is a system call (0.5-0.8
- * us here, several times a sampled allocation's own 0.12 us), so one call in
+ * (90 us a sample against 16 us of CPU). The clock is a system call (0.5-1.2
+ * us here, several times a sampled allocation's own cost), so one call in
  * CP_STATS_HOOK_EVERY of each kind on each thread, at a random phase, is
  * timed and counts for that many: the cost of one sample varies little, and
  * the estimate stays unbiased. At 8, timing cost more than the samples it
- * timed (docs/benchmarks.md, "Timing the hooks"). Both are
+ * timed (docs/benchmarks.md, "Timing the hooks"). What the two reads' system
+ * calls add to the interval is taken off (cp_stats_calibrate). Both are
  * async-signal-safe; begin returns 0 when this call is not timed. */
 #define CP_STATS_HOOK_EVERY 64
 uint64_t cp_stats_hook_begin(contprof_sample_kind kind);
 void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
+
+/* Measures, once per process (a fork's child keeps it: the same machine),
+ * what two back-to-back reads of the thread's CPU clock take at least, the
+ * part of each timed interval that is the reads' own system calls (over a
+ * microsecond on a VM): cp_stats_hook_end takes it off. 16 system calls;
+ * not in a handler. cp_stats_clock_pair_ns: that figure, -1 before. */
+void cp_stats_calibrate(void);
+int64_t cp_stats_clock_pair_ns(void);
 
 /* Samples of kind made outside the aggregator's ring (the live-heap
  * snapshot at each export); added to the next cp_stats_take. */

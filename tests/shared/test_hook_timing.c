@@ -1,0 +1,80 @@
+/* Timing the handlers and hooks (src/stats.c): one call in
+ * CP_STATS_HOOK_EVERY is timed on the thread's CPU clock, a system call
+ * whose own cost lands in the interval it times. Taken off, a call that
+ * does nothing is reported as next to nothing (it was reported as one
+ * pair of clock reads, over a microsecond on a VM: more than a sampled
+ * allocation costs), and a call that works is reported at what its work
+ * costs. */
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "common.h"
+#include "stats.h"
+#include "test.h"
+
+#define TIMED 4000 /* timed calls per measurement */
+
+static uint64_t alloc_hook_ns(void) {
+  cp_stats_totals t;
+  cp_stats_totals_read(&t);
+  return t.hook_ns[CONTPROF_KIND_ALLOC];
+}
+
+static volatile uint64_t sink;
+static void work(int rounds) {
+  uint64_t x = sink + 1;
+  for (int i = 0; i < rounds; i++)
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+  sink = x;
+}
+
+/* The average reported for the timed calls among TIMED *
+ * CP_STATS_HOOK_EVERY calls of work(rounds), in ns a timed call. */
+static double reported_per_timed_call(int rounds) {
+  uint64_t before = alloc_hook_ns();
+  for (int i = 0; i < TIMED * CP_STATS_HOOK_EVERY; i++) {
+    uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
+    if (began)
+      work(rounds);
+    cp_stats_hook_end(CONTPROF_KIND_ALLOC, began);
+  }
+  return (double)(alloc_hook_ns() - before) / CP_STATS_HOOK_EVERY / TIMED;
+}
+
+static void test_clock_pair_measured(void) {
+  cp_stats_calibrate();
+  int64_t pair = cp_stats_clock_pair_ns();
+  printf("  two back-to-back reads of the thread's CPU clock: %lld ns\n",
+         (long long)pair);
+  CHECK(pair >= 0 && pair < 1000000);
+  cp_stats_calibrate(); /* once per process: the figure stays */
+  CHECK_EQ_INT(cp_stats_clock_pair_ns(), pair);
+}
+
+static void test_empty_call_reported_as_nothing(void) {
+  cp_stats_calibrate();
+  double pair = (double)cp_stats_clock_pair_ns();
+  double empty = reported_per_timed_call(0);
+  printf("  an empty call: %.0f ns reported (a pair of reads: %.0f ns)\n",
+         empty, pair);
+  /* What is left is how much more than the least pair a pair takes on
+   * average: a fraction of it. */
+  CHECK(empty < 0.5 * pair + 50);
+}
+
+static void test_work_reported_at_its_cost(void) {
+  cp_stats_calibrate();
+  const int rounds = 20000; /* about 20 us */
+  /* Its cost measured apart: 2,000 runs between two reads. */
+  uint64_t t0 = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  for (int i = 0; i < 2000; i++)
+    work(rounds);
+  double cost = (double)(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 2000;
+  double reported = reported_per_timed_call(rounds);
+  printf("  a call of %.0f ns: %.0f ns reported\n", cost, reported);
+  CHECK(reported > 0.8 * cost && reported < 1.25 * cost);
+}
+
+TEST_MAIN(T(test_clock_pair_measured), T(test_empty_call_reported_as_nothing),
+          T(test_work_reported_at_its_cost))
