@@ -40,8 +40,9 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
 /* Measures, once per process (a fork's child keeps it: the same machine),
  * what two back-to-back reads of the thread's CPU clock take at least, the
  * part of each timed interval that is the reads' own system calls (over a
- * microsecond on a VM): cp_stats_hook_end takes it off. 16 system calls;
- * not in a handler. cp_stats_clock_pair_ns: that figure, -1 before. */
+ * microsecond on a VM): cp_stats_hook_end takes it off from then on. 16
+ * system calls; not in a handler (the profiler calls it after its first
+ * drain). cp_stats_clock_pair_ns: that figure, -1 before. */
 void cp_stats_calibrate(void);
 int64_t cp_stats_clock_pair_ns(void);
 
