@@ -13,13 +13,13 @@
  * application's ran, even if ours came too (the handlers are counted:
  * samplers/signals.h, cp_signals_wrap_app; docs/signals.md).
  *
- * Also wrapped: ppoll, pselect and epoll_pwait (like poll, select and
- * epoll_wait), and sem_timedwait and sem_clockwait (a futex wait with a
- * timeout is not restarted either: glibc returns EINTR; sem_wait without a
- * timeout is). The calls that wait for signals are in signal_calls.c, the
+ * Also wrapped: ppoll, pselect, epoll_pwait and epoll_pwait2 (like poll,
+ * select and epoll_wait), and sem_timedwait and sem_clockwait (a futex wait
+ * with a timeout is not restarted either: glibc returns EINTR; sem_wait without
+ * a timeout is). The calls that wait for signals are in signal_calls.c, the
  * socket calls with timeouts in socket_calls.c. Other calls that signal(7)
  * lists as never restarted are not wrapped (docs/signals.md): System V
- * msgrcv, msgsnd, semop, semtimedop, io_getevents, epoll_pwait2.
+ * msgrcv, msgsnd, semop, semtimedop, io_getevents.
  *
  * Each of these hooks also tells the wall sampler that the thread blocks in
  * it (PARKED), so that a thread that blocks again where it blocked before
@@ -291,6 +291,31 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
       return rc;
     if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
       return 0;
+  }
+}
+
+/* glibc 2.35+: epoll_pwait with a timespec (NULL: no timeout). Under a C
+ * library without it the hook fails with ENOSYS, as the call would. */
+int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
+                 const struct timespec *timeout, const sigset_t *sigmask) {
+  typedef int (*fn_t)(int, struct epoll_event *, int, const struct timespec *,
+                      const sigset_t *);
+  CP_REAL(fn_t, epoll_pwait2);
+  PARKED_IF(ts_may_block(timeout));
+  int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
+  struct timespec left;
+  const struct timespec *t = timeout;
+  for (;;) {
+    cp_signals_seen before = cp_signals_seen_now();
+    int rc = fn_epoll_pwait2(epfd, events, maxevents, t, sigmask);
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
+      return rc;
+    if (timeout) {
+      left = ts_left(deadline);
+      if (left.tv_sec == 0 && left.tv_nsec == 0)
+        return 0; /* the time ran out meanwhile */
+      t = &left;
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 /* Blocking calls that signals interrupt (nanosleep, sleep, usleep,
- * clock_nanosleep, poll, select, epoll_wait, and socket calls on sockets with
+ * clock_nanosleep, poll, select, epoll_wait, epoll_pwait, epoll_pwait2,
+ * ppoll, pselect, and socket calls on sockets with
  * SO_RCVTIMEO or SO_SNDTIMEO: recv, recvfrom, accept, send, connect), each
  * made while the wall sampler signals this thread: every one must take its
  * full time and return what it would without the profiler. Then an
@@ -230,6 +231,25 @@ int main(int argc, char **argv) {
   t = now();
   rc = epoll_wait(ep, &ev, 1, 300);
   check("epoll_wait", rc == 0, now() - t, 0.3);
+
+  t = now();
+  rc = epoll_pwait(ep, &ev, 1, 300, NULL);
+  check("epoll_pwait", rc == 0, now() - t, 0.3);
+
+  struct timespec wait_ts = {0, 300000000};
+  t = now();
+  rc = epoll_pwait2(ep, &ev, 1, &wait_ts, NULL);
+  check("epoll_pwait2", rc == 0, now() - t, 0.3);
+
+  t = now();
+  rc = ppoll(&pfd, 1, &wait_ts, NULL);
+  check("ppoll", rc == 0, now() - t, 0.3);
+
+  t = now();
+  FD_ZERO(&set);
+  FD_SET(fds[0], &set);
+  rc = pselect(fds[0] + 1, &set, NULL, NULL, &wait_ts, NULL);
+  check("pselect", rc == 0 && !FD_ISSET(fds[0], &set), now() - t, 0.3);
 
   socket_calls();
 

@@ -130,6 +130,7 @@ add_test(NAME test_alloc_api COMMAND test_alloc_api)
 # Blocking calls are not cut short by the wall sampler's signals.
 add_executable(blocking_calls integration/blocking_calls.c)
 target_link_libraries(blocking_calls PRIVATE Threads::Threads)
+target_compile_definitions(blocking_calls PRIVATE _GNU_SOURCE) # ppoll
 set_target_properties(blocking_calls PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 add_test(NAME test_blocking_calls
