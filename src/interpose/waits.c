@@ -17,9 +17,9 @@
  * select and epoll_wait), and sem_timedwait and sem_clockwait (a futex wait
  * with a timeout is not restarted either: glibc returns EINTR; sem_wait without
  * a timeout is). The calls that wait for signals are in signal_calls.c, the
- * socket calls with timeouts in socket_calls.c. Other calls that signal(7)
- * lists as never restarted are not wrapped (docs/signals.md): System V
- * msgrcv, msgsnd, semop, semtimedop, io_getevents.
+ * socket calls with timeouts in socket_calls.c, and System V IPC waits
+ * (semop, semtimedop, msgrcv, msgsnd) below. io_getevents (libaio's, which
+ * returns -EINTR) is not wrapped (docs/signals.md).
  *
  * Each of these hooks also tells the wall sampler that the thread blocks in
  * it (PARKED), so that a thread that blocks again where it blocked before
@@ -35,7 +35,9 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/msg.h>
 #include <sys/select.h>
+#include <sys/sem.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -339,6 +341,79 @@ int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
   for (;;) {
     cp_signals_seen before = cp_signals_seen_now();
     int rc = fn_sem_clockwait(sem, clock, abstime);
+    if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before))
+      return rc;
+  }
+}
+
+/* System V IPC waits, never restarted after a handler (signal(7)). An
+ * interrupted call did nothing (a semop's operations are all made or none;
+ * msgrcv took no message, msgsnd queued none), so it is made again; a
+ * semtimedop for the time left, failing with EAGAIN as its timeout does
+ * when that ran out meanwhile. Parked only when it may block (an operation
+ * without IPC_NOWAIT). */
+static int sem_ops_may_block(const struct sembuf *sops, size_t nsops) {
+  for (size_t i = 0; i < nsops; i++)
+    if (!(sops[i].sem_flg & IPC_NOWAIT))
+      return 1;
+  return 0;
+}
+
+int semop(int semid, struct sembuf *sops, size_t nsops) {
+  typedef int (*fn_t)(int, struct sembuf *, size_t);
+  CP_REAL(fn_t, semop);
+  PARKED_IF(sem_ops_may_block(sops, nsops));
+  for (;;) {
+    cp_signals_seen before = cp_signals_seen_now();
+    int rc = fn_semop(semid, sops, nsops);
+    if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before))
+      return rc;
+  }
+}
+
+int semtimedop(int semid, struct sembuf *sops, size_t nsops,
+               const struct timespec *timeout) {
+  typedef int (*fn_t)(int, struct sembuf *, size_t, const struct timespec *);
+  CP_REAL(fn_t, semtimedop);
+  PARKED_IF(sem_ops_may_block(sops, nsops) && ts_may_block(timeout));
+  int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
+  struct timespec left;
+  const struct timespec *t = timeout;
+  for (;;) {
+    cp_signals_seen before = cp_signals_seen_now();
+    int rc = fn_semtimedop(semid, sops, nsops, t);
+    if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before))
+      return rc;
+    if (timeout) {
+      left = ts_left(deadline);
+      if (left.tv_sec == 0 && left.tv_nsec == 0) {
+        errno = EAGAIN; /* the time ran out meanwhile */
+        return -1;
+      }
+      t = &left;
+    }
+  }
+}
+
+ssize_t msgrcv(int msqid, void *msgp, size_t msgsz, long msgtyp, int msgflg) {
+  typedef ssize_t (*fn_t)(int, void *, size_t, long, int);
+  CP_REAL(fn_t, msgrcv);
+  PARKED_IF(!(msgflg & IPC_NOWAIT));
+  for (;;) {
+    cp_signals_seen before = cp_signals_seen_now();
+    ssize_t rc = fn_msgrcv(msqid, msgp, msgsz, msgtyp, msgflg);
+    if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
+      return rc;
+  }
+}
+
+int msgsnd(int msqid, const void *msgp, size_t msgsz, int msgflg) {
+  typedef int (*fn_t)(int, const void *, size_t, int);
+  CP_REAL(fn_t, msgsnd);
+  PARKED_IF(!(msgflg & IPC_NOWAIT));
+  for (;;) {
+    cp_signals_seen before = cp_signals_seen_now();
+    int rc = fn_msgsnd(msqid, msgp, msgsz, msgflg);
     if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
   }

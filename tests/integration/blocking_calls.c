@@ -1,7 +1,8 @@
 /* Blocking calls that signals interrupt (nanosleep, sleep, usleep,
  * clock_nanosleep, poll, select, epoll_wait, epoll_pwait, epoll_pwait2,
- * ppoll, pselect, and socket calls on sockets with
- * SO_RCVTIMEO or SO_SNDTIMEO: recv, recvfrom, accept, send, connect), each
+ * ppoll, pselect, System V semop, semtimedop and msgrcv, and socket calls on
+ * sockets with SO_RCVTIMEO or SO_SNDTIMEO: recv, recvfrom, accept, send,
+ * connect), each
  * made while the wall sampler signals this thread: every one must take its
  * full time and return what it would without the profiler. Then an
  * application signal must still interrupt nanosleep and recv with EINTR.
@@ -20,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/msg.h>
 #include <sys/select.h>
+#include <sys/sem.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -189,6 +192,57 @@ static int race(int rounds) {
   return 0;
 }
 
+/* System V IPC waits: a semaphore posted and a message sent 300 ms later
+ * by another thread, and a semtimedop that times out. A kernel without
+ * System V IPC (some containers) skips them with a line. */
+static int sysv_sem = -1, sysv_queue = -1;
+struct sysv_msg {
+  long type;
+  char text[16];
+};
+
+static void *sysv_post_later(void *arg) {
+  (void)arg;
+  struct timespec d = {0, 300000000};
+  nanosleep(&d, NULL);
+  struct sembuf up = {0, 1, 0};
+  semop(sysv_sem, &up, 1);
+  nanosleep(&d, NULL);
+  struct sysv_msg m = {1, "hello"};
+  msgsnd(sysv_queue, &m, sizeof m.text, 0);
+  return NULL;
+}
+
+static void sysv_waits(void) {
+  sysv_sem = semget(IPC_PRIVATE, 1, IPC_CREAT | 0600);
+  sysv_queue = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+  if (sysv_sem < 0 || sysv_queue < 0) {
+    printf("%-16s skipped: no System V IPC here (%s)\n", "semop, msgrcv",
+           strerror(errno));
+  } else {
+    struct sembuf down = {0, -1, 0};
+    struct timespec wait_ts = {0, 300000000};
+    double t = now();
+    int rc = semtimedop(sysv_sem, &down, 1, &wait_ts);
+    check("semtimedop", rc == -1 && errno == EAGAIN, now() - t, 0.3);
+    pthread_t th;
+    pthread_create(&th, NULL, sysv_post_later, NULL);
+    t = now();
+    rc = semop(sysv_sem, &down, 1);
+    check("semop", rc == 0, now() - t, 0.3);
+    t = now();
+    struct sysv_msg m;
+    ssize_t n = msgrcv(sysv_queue, &m, sizeof m.text, 0, 0);
+    check("msgrcv", n == (ssize_t)sizeof m.text && strcmp(m.text, "hello") == 0,
+          now() - t, 0.3);
+    pthread_join(th, NULL);
+  }
+  if (sysv_sem >= 0)
+    semctl(sysv_sem, 0, IPC_RMID);
+  if (sysv_queue >= 0)
+    msgctl(sysv_queue, IPC_RMID, NULL);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "race") == 0)
     return race(atoi(argv[2]));
@@ -252,6 +306,7 @@ int main(int argc, char **argv) {
   check("pselect", rc == 0 && !FD_ISSET(fds[0], &set), now() - t, 0.3);
 
   socket_calls();
+  sysv_waits();
 
   /* The application's own signal still interrupts. */
   struct sigaction sa;
