@@ -223,6 +223,20 @@ static struct timespec ts_left(int64_t deadline_ns) {
   return ns_ts(deadline_ns - ts_ns(&now));
 }
 
+/* Before a call with a relative timespec timeout (NULL: none) is made
+ * again: *t becomes the time left until deadline_ns, in *left. 0 when it
+ * ran out meanwhile (the caller returns what its timeout returns). */
+static int time_left(const struct timespec *timeout, int64_t deadline_ns,
+                     struct timespec *left, const struct timespec **t) {
+  if (!timeout)
+    return 1;
+  *left = ts_left(deadline_ns);
+  if (left->tv_sec == 0 && left->tv_nsec == 0)
+    return 0;
+  *t = left;
+  return 1;
+}
+
 int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
           const sigset_t *sigmask) {
   typedef int (*fn_t)(struct pollfd *, nfds_t, const struct timespec *,
@@ -237,12 +251,8 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
     int rc = fn_ppoll(fds, nfds, t, sigmask);
     if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
-    if (timeout) {
-      left = ts_left(deadline);
-      if (left.tv_sec == 0 && left.tv_nsec == 0)
-        return 0; /* the time ran out meanwhile */
-      t = &left;
-    }
+    if (!time_left(timeout, deadline, &left, &t))
+      return 0;
   }
 }
 
@@ -263,19 +273,15 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
     if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     fd_sets_restore(&sets);
-    if (timeout) {
-      left = ts_left(deadline);
-      if (left.tv_sec == 0 && left.tv_nsec == 0) {
-        /* The time ran out meanwhile: nothing is ready. */
-        if (readfds)
-          FD_ZERO(readfds);
-        if (writefds)
-          FD_ZERO(writefds);
-        if (exceptfds)
-          FD_ZERO(exceptfds);
-        return 0;
-      }
-      t = &left;
+    if (!time_left(timeout, deadline, &left, &t)) {
+      /* Nothing is ready. */
+      if (readfds)
+        FD_ZERO(readfds);
+      if (writefds)
+        FD_ZERO(writefds);
+      if (exceptfds)
+        FD_ZERO(exceptfds);
+      return 0;
     }
   }
 }
@@ -312,12 +318,8 @@ int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
     int rc = fn_epoll_pwait2(epfd, events, maxevents, t, sigmask);
     if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
-    if (timeout) {
-      left = ts_left(deadline);
-      if (left.tv_sec == 0 && left.tv_nsec == 0)
-        return 0; /* the time ran out meanwhile */
-      t = &left;
-    }
+    if (!time_left(timeout, deadline, &left, &t))
+      return 0;
   }
 }
 
@@ -384,13 +386,9 @@ int semtimedop(int semid, struct sembuf *sops, size_t nsops,
     int rc = fn_semtimedop(semid, sops, nsops, t);
     if (rc == 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
-    if (timeout) {
-      left = ts_left(deadline);
-      if (left.tv_sec == 0 && left.tv_nsec == 0) {
-        errno = EAGAIN; /* the time ran out meanwhile */
-        return -1;
-      }
-      t = &left;
+    if (!time_left(timeout, deadline, &left, &t)) {
+      errno = EAGAIN;
+      return -1;
     }
   }
 }

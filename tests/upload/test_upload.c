@@ -752,6 +752,15 @@ static size_t wait_delivered(test_server *srv, size_t n, int timeout_ms) {
   return got;
 }
 
+/* Profiles 0..n-1 were each delivered once, in order. */
+static void check_delivered_in_order(test_server *srv, size_t n) {
+  long seqs[64];
+  size_t got = delivered_seqs(srv, seqs, 64);
+  CHECK_EQ_INT(got, n);
+  for (size_t i = 0; i < got; i++)
+    CHECK_EQ_INT(seqs[i], (long)i);
+}
+
 static void test_backend_down_then_up(void) {
   test_server *srv = srv_create(NULL); /* bound, not listening: refused */
   cp_config cfg;
@@ -767,11 +776,7 @@ static void test_backend_down_then_up(void) {
   finish(s, 2000);
   char *err = capture_end();
   CHECK_EQ_INT(count_lines_with(err, "cannot reach"), 1);
-  long seqs[8];
-  size_t n = delivered_seqs(srv, seqs, 8);
-  CHECK_EQ_INT(n, 3);
-  for (size_t i = 0; i < n; i++)
-    CHECK_EQ_INT(seqs[i], (long)i);
+  check_delivered_in_order(srv, 3);
   cp_gen_destroy(g);
   cp_config_free(&cfg);
   srv_stop(srv);
@@ -793,11 +798,7 @@ static void test_retry_status(int status) {
   CHECK_EQ_INT(wait_delivered(srv, 3, 5000), 3);
   finish(s, 2000);
   capture_end();
-  long seqs[8];
-  size_t n = delivered_seqs(srv, seqs, 8);
-  CHECK_EQ_INT(n, 3);
-  for (size_t i = 0; i < n; i++)
-    CHECK_EQ_INT(seqs[i], (long)i);
+  check_delivered_in_order(srv, 3);
   CHECK_EQ_INT(srv->nreqs, 6); /* 3 failures retried, nothing duplicated */
   cp_gen_destroy(g);
   cp_config_free(&cfg);
@@ -885,11 +886,7 @@ static void test_redirect_kept_not_followed(void) {
                1);
   CHECK_EQ_INT(count_lines_with(err, "kept"), 1);
   CHECK(!strstr(err, "hunter2") && !strstr(err, "s3cret"));
-  long seqs[8];
-  size_t n = delivered_seqs(srv, seqs, 8);
-  CHECK_EQ_INT(n, 3);
-  for (size_t i = 0; i < n; i++)
-    CHECK_EQ_INT(seqs[i], (long)i);
+  check_delivered_in_order(srv, 3);
   CHECK_EQ_INT(srv->nreqs, 5); /* two redirected, then three delivered */
   for (size_t i = 0; i < srv->nreqs; i++)
     CHECK_EQ_STR(srv->reqs[i].method, "POST"); /* every one to us */
@@ -1159,11 +1156,7 @@ static void test_spool_written_while_down(void) {
   CHECK_EQ_INT(wait_delivered(srv, 4, 5000), 4);
   finish(s, 2000);
   capture_end();
-  long seqs[8];
-  size_t n = delivered_seqs(srv, seqs, 8);
-  CHECK_EQ_INT(n, 4);
-  for (size_t i = 0; i < n; i++)
-    CHECK_EQ_INT(seqs[i], (long)i);
+  check_delivered_in_order(srv, 4);
   CHECK_EQ_INT(count_spool_files(dir, "x", &leaked), 0);
   rmdir(dir);
   cp_gen_destroy(g);
