@@ -782,13 +782,10 @@ static void test_backend_down_then_up(void) {
   srv_stop(srv);
 }
 
-static void test_retry_status(int status) {
-  test_server *srv = srv_start(NULL);
-  srv->script[0] = status;
-  srv->script[1] = status;
-  srv->script[2] = 200;
-  srv->script[3] = status;
-  srv->nscript = 4;
+/* Sends profiles 0, 1 and 2 to srv through a sink, waits until the three
+ * are delivered (5 s at most) and stops the sink; returns what it logged
+ * meanwhile (capture_end's). */
+static char *send_three(test_server *srv) {
   cp_config cfg;
   capture_start();
   cp_sink *s = fault_sink(srv, &cfg, NULL);
@@ -797,11 +794,22 @@ static void test_retry_status(int status) {
     send_one(s, &cfg, (uint64_t)i, g);
   CHECK_EQ_INT(wait_delivered(srv, 3, 5000), 3);
   finish(s, 2000);
-  capture_end();
-  check_delivered_in_order(srv, 3);
-  CHECK_EQ_INT(srv->nreqs, 6); /* 3 failures retried, nothing duplicated */
+  char *err = capture_end();
   cp_gen_destroy(g);
   cp_config_free(&cfg);
+  return err;
+}
+
+static void test_retry_status(int status) {
+  test_server *srv = srv_start(NULL);
+  srv->script[0] = status;
+  srv->script[1] = status;
+  srv->script[2] = 200;
+  srv->script[3] = status;
+  srv->nscript = 4;
+  send_three(srv);
+  check_delivered_in_order(srv, 3);
+  CHECK_EQ_INT(srv->nreqs, 6); /* 3 failures retried, nothing duplicated */
   srv_stop(srv);
 }
 
@@ -870,15 +878,7 @@ static void test_redirect_kept_not_followed(void) {
   srv->nscript = 2;
   snprintf(srv->location, sizeof srv->location,
            "https://user:hunter2@elsewhere.example:4443/moved?token=s3cret");
-  cp_config cfg;
-  capture_start();
-  cp_sink *s = fault_sink(srv, &cfg, NULL);
-  cp_generation *g = make_generation(20, CONTPROF_KIND_CPU, 0, 0);
-  for (int i = 0; i < 3; i++)
-    send_one(s, &cfg, (uint64_t)i, g);
-  CHECK_EQ_INT(wait_delivered(srv, 3, 5000), 3);
-  finish(s, 2000);
-  char *err = capture_end();
+  char *err = send_three(srv);
   CHECK_EQ_INT(count_lines_with(err, "HTTP 308"), 1);
   CHECK_EQ_INT(count_lines_with(err,
                                 "redirected to "
@@ -890,8 +890,6 @@ static void test_redirect_kept_not_followed(void) {
   CHECK_EQ_INT(srv->nreqs, 5); /* two redirected, then three delivered */
   for (size_t i = 0; i < srv->nreqs; i++)
     CHECK_EQ_STR(srv->reqs[i].method, "POST"); /* every one to us */
-  cp_gen_destroy(g);
-  cp_config_free(&cfg);
   srv_stop(srv);
 }
 
