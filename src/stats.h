@@ -30,12 +30,20 @@ void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns);
  * CP_STATS_HOOK_EVERY of each kind on each thread, at a random phase, is
  * timed and counts for that many: the cost of one sample varies little, and
  * the estimate stays unbiased. At 8, timing cost more than the samples it
- * timed (docs/benchmarks.md, "Timing the hooks"). What the two reads' system
+ * timed (docs/benchmarks.md, "Timing the hooks"); where they are rare, one
+ * in CP_STATS_HOOK_RARE is. What the two reads' system
  * calls add to the interval is taken off (cp_stats_calibrate). Both are
  * async-signal-safe; begin returns 0 when this call is not timed. */
 #define CP_STATS_HOOK_EVERY 64
+/* One in this many where the kind's calls are rare on the thread (stats.c:
+ * rarer than one per 0.5 ms of its CPU). */
+#define CP_STATS_HOOK_RARE 8
 uint64_t cp_stats_hook_begin(contprof_sample_kind kind);
 void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
+/* Between begin and end of a timed call: how many calls it counts for
+ * (CP_STATS_HOOK_EVERY or CP_STATS_HOOK_RARE); the handlers count the
+ * signals they time as many times. Async-signal-safe. */
+uint32_t cp_stats_hook_weight(contprof_sample_kind kind);
 
 /* Measures, once per process (a fork's child keeps it: the same machine),
  * what two back-to-back reads of the thread's CPU clock take at least, the

@@ -428,11 +428,12 @@ static void cpu_record(void *ucontext, int64_t weight, int64_t quantity,
 }
 
 /* Async-signal-safe: the handlers count the signals they time (began: not
- * 0), each for CP_STATS_HOOK_EVERY, by the path it took in the kernel, whose
- * cost there the stats bill once measured (kernel_cost.h). */
+ * 0), each for as many calls as it stands for, by the path it took in the
+ * kernel, whose cost there the stats bill once measured (kernel_cost.h). */
 static void count_signal(uint64_t began, cp_signal_path path) {
   if (began)
-    cp_stats_count_signals(CONTPROF_KIND_CPU, path, CP_STATS_HOOK_EVERY);
+    cp_stats_count_signals(CONTPROF_KIND_CPU, path,
+                           cp_stats_hook_weight(CONTPROF_KIND_CPU));
 }
 
 /* Async-signal-safe, bounded (one pass over the descriptor bitmap when

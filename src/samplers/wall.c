@@ -756,12 +756,12 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   }
   int in_syscall = cp_signal_in_syscall(ucontext);
   /* The kernel's side of a signal that found its thread running (timed
-   * ones count for CP_STATS_HOOK_EVERY): delivery and sigreturn, as
+   * ones count for the calls they stand for): delivery and sigreturn, as
    * measured (kernel_cost.h). One that found it blocked woke it, and the
    * wakeup is counted by wakeup_cost. */
   if (began && !in_syscall)
     cp_stats_count_signals(CONTPROF_KIND_WALL, CP_SIGNAL_QUEUED,
-                           CP_STATS_HOOK_EVERY);
+                           cp_stats_hook_weight(CONTPROF_KIND_WALL));
   wall_slot *s = slot_at((uint32_t)value);
   pid_t tid = cp_gettid();
   if (!s || atomic_load_explicit(&s->tid, memory_order_acquire) != tid ||

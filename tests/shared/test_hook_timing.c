@@ -5,6 +5,7 @@
  * pair of clock reads, over a microsecond on a VM: more than a sampled
  * allocation costs), and a call that works is reported at what its work
  * costs. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
@@ -76,5 +77,52 @@ static void test_work_reported_at_its_cost(void) {
   CHECK(reported > 0.8 * cost && reported < 1.25 * cost);
 }
 
+/* Calls a thread makes rarely (here one per 0.6 ms of its CPU) are timed
+ * one in CP_STATS_HOOK_RARE, each counting for as many: the sum still
+ * comes to what they cost. Calls made back to back go back to one in
+ * CP_STATS_HOOK_EVERY. On a thread of its own: the windows of the calls
+ * before would otherwise reach into these. */
+typedef struct rare_run {
+  double cost, reported;
+  unsigned weight_rare, weight_after;
+} rare_run;
+
+static void *rare_calls(void *arg) {
+  rare_run *r = arg;
+  const int rounds = 20000, calls = 400;
+  uint64_t t0 = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  for (int i = 0; i < 500; i++)
+    work(rounds);
+  r->cost = (double)(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 500;
+  int spin = (int)(600000.0 / (r->cost / rounds)); /* 0.6 ms of CPU */
+  uint64_t before = alloc_hook_ns();
+  for (int i = 0; i < calls; i++) {
+    work(spin);
+    uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
+    work(rounds);
+    cp_stats_hook_end(CONTPROF_KIND_ALLOC, began);
+  }
+  r->reported = (double)(alloc_hook_ns() - before) / calls;
+  r->weight_rare = cp_stats_hook_weight(CONTPROF_KIND_ALLOC);
+  reported_per_timed_call(0); /* back to back */
+  r->weight_after = cp_stats_hook_weight(CONTPROF_KIND_ALLOC);
+  return NULL;
+}
+
+static void test_rare_calls_timed_more_often(void) {
+  cp_stats_calibrate();
+  rare_run r = {0};
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, rare_calls, &r), 0);
+  pthread_join(t, NULL);
+  printf("  400 calls of %.0f ns, one per 0.6 ms: %.0f ns each reported; "
+         "one in %u timed, then one in %u back to back\n",
+         r.cost, r.reported, r.weight_rare, r.weight_after);
+  CHECK_EQ_INT(r.weight_rare, CP_STATS_HOOK_RARE);
+  CHECK_EQ_INT(r.weight_after, CP_STATS_HOOK_EVERY);
+  CHECK(r.reported > 0.75 * r.cost && r.reported < 1.33 * r.cost);
+}
+
 TEST_MAIN(T(test_clock_pair_measured), T(test_empty_call_reported_as_nothing),
-          T(test_work_reported_at_its_cost))
+          T(test_work_reported_at_its_cost),
+          T(test_rare_calls_timed_more_often))
