@@ -31,9 +31,9 @@ void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns);
  * timed and counts for that many: the cost of one sample varies little, and
  * the estimate stays unbiased. At 8, timing cost more than the samples it
  * timed (docs/benchmarks.md, "Timing the hooks"); where they are rare, one
- * in CP_STATS_HOOK_RARE is. What the two reads' system
- * calls add to the interval is taken off (cp_stats_calibrate). Both are
- * async-signal-safe; begin returns 0 when this call is not timed. */
+ * in CP_STATS_HOOK_RARE is. What the two reads' system calls add to the
+ * interval is taken off (cp_stats_calibrate). Both are async-signal-safe;
+ * begin returns 0 when this call is not timed. */
 #define CP_STATS_HOOK_EVERY 64
 /* One in this many where the kind's calls are rare on the thread (stats.c:
  * rarer than one per 0.5 ms of its CPU). */

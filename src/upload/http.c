@@ -585,15 +585,10 @@ static cp_http_outcome redirected(CURL *e, cp_http_response *resp) {
   char shown[160] = "";
   if (curl_easy_getinfo(e, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
     cp_http_redact_url(to, shown, sizeof shown);
-  if (*shown)
-    snprintf(resp->message, sizeof resp->message,
-             "redirected to %s; redirects are not followed: set the URL to "
-             "where the backend is",
-             shown);
-  else
-    snprintf(resp->message, sizeof resp->message,
-             "a redirect; redirects are not followed: set the URL to where "
-             "the backend is");
+  snprintf(resp->message, sizeof resp->message,
+           "%s%s; redirects are not followed: set the URL to where the "
+           "backend is",
+           *shown ? "redirected to " : "a redirect", shown);
   return CP_HTTP_RETRY;
 }
 

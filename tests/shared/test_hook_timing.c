@@ -30,6 +30,15 @@ static void work(int rounds) {
   sink = x;
 }
 
+/* What work(rounds) costs, measured apart: n runs between two reads of
+ * the thread's CPU clock, in ns a run. */
+static double cost_of(int rounds, int n) {
+  uint64_t t0 = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  for (int i = 0; i < n; i++)
+    work(rounds);
+  return (double)(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / n;
+}
+
 /* The average reported for the timed calls among TIMED *
  * CP_STATS_HOOK_EVERY calls of work(rounds), in ns a timed call. */
 static double reported_per_timed_call(int rounds) {
@@ -67,11 +76,7 @@ static void test_empty_call_reported_as_nothing(void) {
 static void test_work_reported_at_its_cost(void) {
   cp_stats_calibrate();
   const int rounds = 20000; /* about 20 us */
-  /* Its cost measured apart: 2,000 runs between two reads. */
-  uint64_t t0 = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-  for (int i = 0; i < 2000; i++)
-    work(rounds);
-  double cost = (double)(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 2000;
+  double cost = cost_of(rounds, 2000);
   double reported = reported_per_timed_call(rounds);
   printf("  a call of %.0f ns: %.0f ns reported\n", cost, reported);
   CHECK(reported > 0.8 * cost && reported < 1.25 * cost);
@@ -90,10 +95,7 @@ typedef struct rare_run {
 static void *rare_calls(void *arg) {
   rare_run *r = arg;
   const int rounds = 20000, calls = 400;
-  uint64_t t0 = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-  for (int i = 0; i < 500; i++)
-    work(rounds);
-  r->cost = (double)(cp_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / 500;
+  r->cost = cost_of(rounds, 500);
   int spin = (int)(600000.0 / (r->cost / rounds)); /* 0.6 ms of CPU */
   uint64_t before = alloc_hook_ns();
   for (int i = 0; i < calls; i++) {
