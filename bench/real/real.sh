@@ -15,7 +15,8 @@
 # server's CPU per request per run (for postgres also while every backend
 # runs, one second before the end: without the backends' exit, when each
 # profiled one writes its profile),
-# the profiled/plain ratios (median over the repeats), and the top functions
+# the profiled/plain ratios (each repeat against the plain run of its
+# round: median [interquartile range] from 4 repeats), and the top functions
 # of the last profiled run's profiles (`contprof top`, all processes).
 #
 #   bench/real/real.sh [nginx] [postgres]        (default: both)
@@ -362,7 +363,7 @@ for s in "${servers[@]}"; do
 done
 
 echo
-echo "| server | plain: throughput/s, p99 ms, server CPU us per request (per repeat) | profiled | throughput ratio (median) | p99 ratio (median) | CPU per request ratio (median) | the same while running (median) |"
+echo "| server | plain: throughput/s, p99 ms, server CPU us per request (per repeat) | profiled | throughput ratio | p99 ratio | CPU per request ratio | the same while running |"
 echo "|---|---|---|---|---|---|---|"
 python3 - "$results" "${REAL_ENV:-}" "${REAL_ENV_B:-}" "${servers[@]}" <<'PY'
 import statistics, sys
@@ -378,9 +379,16 @@ for s in sys.argv[4:]:
         if not reps:
             continue
         fmt = lambda v: "; ".join("%.0f, %.2f, %.1f" % x[:3] for x in v)
-        ratio = lambda i: statistics.median(p[v][i] / p["plain"][i] for p in reps)
+        # Each repeat's ratio to the plain run of its round: the median, and
+        # the interquartile range, which shows how far the rounds moved.
+        def ratio(i):
+            r = sorted(p[v][i] / p["plain"][i] for p in reps)
+            if len(r) < 4:
+                return "%.3f" % statistics.median(r)
+            q = statistics.quantiles(r, n=4)
+            return "%.3f [%.3f, %.3f]" % (statistics.median(r), q[0], q[2])
         name = s + (" (%s)" % envs[v] if envs[v] else "")
-        print("| %s | %s | %s | %.3f | %.3f | %.3f | %.3f |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s |" % (
             name, fmt([p["plain"] for p in reps]), fmt([p[v] for p in reps]),
             ratio(0), ratio(1), ratio(2), ratio(3)))
 PY
