@@ -645,7 +645,11 @@ static _Atomic(fp_table *) table;
 static atomic_long readers;
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned table_gen;
-static atomic_ullong n_walked, n_fell_back;
+/* Walks handed to libunwind. No count of the walks that succeeded: a
+ * counter every walk adds to is a cache line every sampling thread writes,
+ * a transfer between cores at each sample (docs/benchmarks.md, "A counter
+ * on every walk"). */
+static atomic_ullong n_fell_back;
 
 /* The longest start of an rbp-frame function before its frame is made
  * that cannot hold a call: endbr64, push %rbp, mov %rsp,%rbp. */
@@ -1226,10 +1230,8 @@ static size_t fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
   if (max_frames == 0)
     goto fall_back;
   if (mode == CP_UNWIND_FP) {
-    size_t n = walk(NULL, r, &b, mode, first_is_exact, frames, slots,
-                    max_frames, truncated);
-    atomic_fetch_add_explicit(&n_walked, 1, memory_order_relaxed);
-    return n;
+    return walk(NULL, r, &b, mode, first_is_exact, frames, slots, max_frames,
+                truncated);
   }
   if (!dl_tracking_ok || walking)
     goto fall_back;
@@ -1248,7 +1250,6 @@ static size_t fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
     *truncated = 0;
     goto fall_back;
   }
-  atomic_fetch_add_explicit(&n_walked, 1, memory_order_relaxed);
   return n;
 fall_back:
   atomic_fetch_add_explicit(&n_fell_back, 1, memory_order_relaxed);
@@ -1356,7 +1357,6 @@ unsigned long long cp_fpwalk_fallbacks_before_table(void) {
 
 void cp_fpwalk_stats_get(cp_fpwalk_stats *out) {
   memset(out, 0, sizeof *out);
-  out->walked = atomic_load(&n_walked);
   out->fell_back = atomic_load(&n_fell_back);
   fp_table *t = atomic_load(&table);
   if (t) {

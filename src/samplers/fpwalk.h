@@ -90,10 +90,10 @@ size_t cp_fpwalk_slots(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
                        cp_unwind_mode mode, uint64_t *frames, uint64_t *slots,
                        size_t max_frames, int *truncated);
 
-/* Counters, for the test and the benchmark: walks that succeeded, walks
- * handed to libunwind, and the objects judged built with frame pointers. */
+/* Counters, for the benchmark and the debug log: walks handed to
+ * libunwind, and the objects judged built with frame pointers. */
 typedef struct cp_fpwalk_stats {
-  uint64_t walked, fell_back;
+  uint64_t fell_back;
   size_t objects, fp_objects;
 } cp_fpwalk_stats;
 void cp_fpwalk_stats_get(cp_fpwalk_stats *out);
