@@ -641,8 +641,12 @@ typedef struct fp_table {
 
 static _Atomic(fp_table *) table;
 /* Walks in progress, counted before they load `table`: a replaced table is
- * unmapped only after this was seen at 0 (no walk can still hold it). */
-static atomic_long readers;
+ * unmapped only after each count was seen at 0 (no walk can still hold it).
+ * One count per thread id modulo READER_SHARDS, each on its own cache line:
+ * a single count was a line that every sampling thread wrote twice a walk
+ * (docs/benchmarks.md, "A counter on every walk"). */
+#define READER_SHARDS 16
+static struct { _Alignas(64) atomic_long n; } readers[READER_SHARDS];
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned table_gen;
 /* Walks handed to libunwind. No count of the walks that succeeded: a
@@ -1236,7 +1240,8 @@ static size_t fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
   if (!dl_tracking_ok || walking)
     goto fall_back;
   walking = 1;
-  atomic_fetch_add_explicit(&readers, 1, memory_order_seq_cst);
+  atomic_long *reading = &readers[(unsigned)cp_gettid() % READER_SHARDS].n;
+  atomic_fetch_add_explicit(reading, 1, memory_order_seq_cst);
   fp_table *t = atomic_load_explicit(&table, memory_order_seq_cst);
   size_t n = 0;
   /* Not after a dlclose since the table was built: its objects' .eh_frame
@@ -1244,7 +1249,7 @@ static size_t fpwalk(const cp_fp_regs *r, uintptr_t alt_lo, uintptr_t alt_hi,
   if (t && atomic_load_explicit(&dl_closes, memory_order_acquire) == t->closes)
     n = walk(t, r, &b, mode, first_is_exact, frames, slots, max_frames,
              truncated);
-  atomic_fetch_sub_explicit(&readers, 1, memory_order_release);
+  atomic_fetch_sub_explicit(reading, 1, memory_order_release);
   walking = 0;
   if (n == 0) {
     *truncated = 0;
@@ -1280,8 +1285,14 @@ static void publish(fp_table *t) {
   fp_table *old = atomic_exchange(&table, t);
   if (!old)
     return;
+  /* A walk that counted itself after its count was seen at 0 loads the
+   * new table (the exchange came before that load, in the one order of
+   * sequentially consistent operations). */
+  int shard = 0;
   for (int i = 0; i < 1000; i++) {
-    if (atomic_load(&readers) == 0) {
+    while (shard < READER_SHARDS && atomic_load(&readers[shard].n) == 0)
+      shard++;
+    if (shard == READER_SHARDS) {
       munmap(old, old->bytes);
       return;
     }
@@ -1320,7 +1331,8 @@ void cp_fpwalk_after_fork_child(void) {
   /* The parent's other threads are gone: their walks and a rebuild in
    * progress with them. */
   pthread_mutex_init(&build_lock, NULL);
-  atomic_store(&readers, 0);
+  for (int i = 0; i < READER_SHARDS; i++)
+    atomic_store(&readers[i].n, 0);
 }
 
 void cp_fpwalk_init_later(void) { atomic_store(&table_wanted, 1); }
