@@ -116,7 +116,6 @@ static int shares(int threads, uint64_t mib) {
   return 0;
 }
 
-/* Keeps its blocks: the leak. */
 /* The leak mode pauses 1 ms after every PACE_BYTES allocated: at the test's
  * 16 KiB mean that is 128 samples, and the ring's 2,048 slots hold 16 such
  * bursts, so a drain thread that gets a share of a loaded machine keeps up
@@ -133,6 +132,7 @@ static void pace(uint64_t *since, size_t n) {
   }
 }
 
+/* Keeps its blocks: the leak. */
 NOINLINE static uint64_t leak_hold(void **keep, size_t max, size_t *count,
                                    uint64_t bytes, uint64_t *rng) {
   uint64_t done = 0, paced = 0;
