@@ -5,6 +5,7 @@
 #include "stats.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -210,9 +211,10 @@ void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns) {
  * Where calls are rare (a PostgreSQL backend's allocation samples: one per
  * 1-2 ms of its CPU), one in 64 left a process's figure on a dozen calls,
  * and one slow call (a page fault) moved it by half. A window is
- * CP_STATS_HOOK_RARE calls when the thread's CPU time between its last two
- * timed calls was at least HOOK_RARE_NS per call: its timing then costs at
- * most two clock reads per 4 ms of the thread's CPU (0.05% here).
+ * CP_STATS_HOOK_RARE calls when the time between its last two timed calls
+ * (on the clock the hooks are timed on: wall time where it is the vDSO's,
+ * else the thread's CPU) was at least HOOK_RARE_NS per call: its timing then
+ * costs at most two clock reads per 4 ms.
  *
  * hook_left: calls until the next timed one (0: no window yet); hook_rest:
  * calls after it to the end of its window; hook_len: its window's length;
@@ -226,32 +228,109 @@ static CP_TLS uint32_t hook_len[CONTPROF_KIND_COUNT];
 static CP_TLS uint32_t hook_span[CONTPROF_KIND_COUNT];
 static CP_TLS uint32_t hook_weight[CONTPROF_KIND_COUNT];
 static CP_TLS uint64_t hook_last_ns[CONTPROF_KIND_COUNT];
+static CP_TLS int hook_clock_of[CONTPROF_KIND_COUNT]; /* hook_last_ns's */
+static CP_TLS int
+    hook_cpu[CONTPROF_KIND_COUNT]; /* where the timed call began */
+static CP_TLS uint64_t hook_mean[CONTPROF_KIND_COUNT]; /* see recent_ns */
+
+/* The clock the hooks are timed on (docs/overhead.md, "Handlers and
+ * hooks"). CLOCK_MONOTONIC where the vDSO reads it without a system call
+ * (a pair of reads under CHEAP_PAIR_NS): 23 ns a read on this VM, where the
+ * thread's CPU clock is a system call of 1.2 us whose page-table switch
+ * leaves the code it times slower than it runs untimed (a sampled allocation
+ * was reported at 2-4 us, 0.3-1 us by every measure from outside). A wall
+ * clock also counts the time a thread spends preempted inside a call, so an
+ * interval that is long (over WALL_MAX_NS) or ends on another CPU than it
+ * began is not taken as the call's cost: it counts at the mean of the kind's
+ * other timed calls. Where the monotonic clock is a system call, the thread's
+ * CPU clock as before. hook_clock: the clock chosen, -1 until
+ * cp_stats_calibrate. */
+#define CHEAP_PAIR_NS 200
+#define WALL_MAX_NS 250000u
+static _Atomic int hook_clock = -1;
 
 /* What a timed interval holds besides the call it times: the end of the
- * first clock read's system call and the start of the second's, over a
- * microsecond on this VM, where a sampled allocation costs 0.3-2 us. The
- * least of CLOCK_PAIRS pairs of back-to-back reads (a floor: what a pair
- * costs at least), measured once per process by cp_stats_calibrate and
- * taken off every timed call. -1 until then. */
+ * first read and the start of the second (over a microsecond on this VM for
+ * the thread's CPU clock; tens of ns for the vDSO's). The least of
+ * CLOCK_PAIRS pairs of back-to-back reads (a floor: what a pair costs at
+ * least), measured once per process by cp_stats_calibrate and taken off
+ * every timed call. -1 until then. */
 #define CLOCK_PAIRS 8
 static _Atomic int64_t clock_pair_ns = -1;
+
+/* What the recent timed calls of each kind took whose intervals were the
+ * calls' alone: a moving average over about the last MEAN_OF of them, on
+ * the thread (hook_mean) and in the process (recent_ns, updated without a
+ * lock: an update lost to a race costs nothing). A preempted call counts at
+ * its thread's, or where the thread has none yet, the process's. */
+#define MEAN_OF 8
+static _Atomic uint64_t recent_ns[CONTPROF_KIND_COUNT];
+static _Atomic uint64_t preempted_calls[CONTPROF_KIND_COUNT];
+
+static uint64_t least_pair(clockid_t clock) {
+  uint64_t least = UINT64_MAX;
+  for (int i = 0; i < CLOCK_PAIRS; i++) {
+    uint64_t a = cp_clock_ns(clock);
+    uint64_t b = cp_clock_ns(clock);
+    if (b >= a && b - a < least)
+      least = b - a;
+  }
+  return least;
+}
+
+int cp_stats_choose_clock(void) {
+  int clock = atomic_load_explicit(&hook_clock, memory_order_relaxed);
+  if (clock >= 0)
+    return clock;
+  /* Three reads first (the first may fault the vDSO's data in): where the
+   * monotonic clock is a system call, sixteen are not worth the start's
+   * time. */
+  uint64_t a = cp_clock_ns(CLOCK_MONOTONIC), b = cp_clock_ns(CLOCK_MONOTONIC),
+           c = cp_clock_ns(CLOCK_MONOTONIC);
+  if (c >= b && c - b < CHEAP_PAIR_NS && b >= a) {
+    uint64_t least = least_pair(CLOCK_MONOTONIC);
+    if (least < CHEAP_PAIR_NS) {
+      atomic_store_explicit(&clock_pair_ns, (int64_t)least,
+                            memory_order_relaxed);
+      atomic_store_explicit(&hook_clock, CLOCK_MONOTONIC, memory_order_release);
+      return CLOCK_MONOTONIC;
+    }
+  }
+  atomic_store_explicit(&hook_clock, CLOCK_THREAD_CPUTIME_ID,
+                        memory_order_release);
+  return CLOCK_THREAD_CPUTIME_ID;
+}
 
 void cp_stats_calibrate(void) {
   if (atomic_load_explicit(&clock_pair_ns, memory_order_relaxed) >= 0)
     return;
-  uint64_t least = UINT64_MAX;
-  for (int i = 0; i < CLOCK_PAIRS; i++) {
-    uint64_t a = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    uint64_t b = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    if (b >= a && b - a < least)
-      least = b - a;
-  }
+  if (cp_stats_choose_clock() != CLOCK_THREAD_CPUTIME_ID)
+    return; /* measured with the choice */
+  uint64_t least = least_pair(CLOCK_THREAD_CPUTIME_ID);
   if (least != UINT64_MAX && least < 1000000)
     atomic_store_explicit(&clock_pair_ns, (int64_t)least, memory_order_relaxed);
 }
 
+void cp_stats_set_hook_clock(int clock) {
+  atomic_store_explicit(&hook_clock, clock, memory_order_release);
+  atomic_store_explicit(&clock_pair_ns, (int64_t)least_pair(clock),
+                        memory_order_relaxed);
+}
+
 int64_t cp_stats_clock_pair_ns(void) {
   return atomic_load_explicit(&clock_pair_ns, memory_order_relaxed);
+}
+
+int cp_stats_hook_clock(void) {
+  int clock = atomic_load_explicit(&hook_clock, memory_order_acquire);
+  return clock >= 0 ? clock : CLOCK_THREAD_CPUTIME_ID;
+}
+
+uint64_t cp_stats_preempted_calls(contprof_sample_kind kind) {
+  return (unsigned)kind < CONTPROF_KIND_COUNT
+             ? atomic_load_explicit(&preempted_calls[kind],
+                                    memory_order_relaxed)
+             : 0;
 }
 
 /* Starts the window after the current one (of len calls): its timed call
@@ -264,8 +343,9 @@ static void next_window(int kind, uint32_t len) {
   hook_len[kind] = len;
 }
 
-/* Async-signal-safe: a thread-local countdown, and one clock read (a system
- * call) in CP_STATS_HOOK_EVERY (or CP_STATS_HOOK_RARE) calls. */
+/* Async-signal-safe: a thread-local countdown, and two clock reads (the
+ * vDSO's, or a system call: cp_stats_hook_clock) and the CPU's number in
+ * CP_STATS_HOOK_EVERY (or CP_STATS_HOOK_RARE) calls. */
 uint64_t cp_stats_hook_begin(contprof_sample_kind kind) {
   if ((unsigned)kind >= CONTPROF_KIND_COUNT)
     return 0;
@@ -276,15 +356,19 @@ uint64_t cp_stats_hook_begin(contprof_sample_kind kind) {
   }
   if (--hook_left[kind])
     return 0;
-  uint64_t now = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  int clock = cp_stats_hook_clock();
+  uint64_t now = cp_clock_ns(clock);
   hook_weight[kind] = hook_len[kind];
-  /* The next window's length, from the CPU per call since the last timed
-   * call (a forked child's clock starts again at 0). */
-  uint64_t last = hook_last_ns[kind];
+  /* The next window's length, from the time per call since the last timed
+   * call (a forked child's CPU clock starts again at 0; a change of clock
+   * starts again). */
+  uint64_t last = hook_clock_of[kind] == clock ? hook_last_ns[kind] : 0;
   hook_last_ns[kind] = now;
+  hook_clock_of[kind] = clock;
   int rare = last && now > last && hook_span[kind] &&
              (now - last) / hook_span[kind] >= HOOK_RARE_NS;
   next_window(kind, rare ? CP_STATS_HOOK_RARE : CP_STATS_HOOK_EVERY);
+  hook_cpu[kind] = clock == CLOCK_MONOTONIC ? sched_getcpu() : -1;
   return now;
 }
 
@@ -294,16 +378,36 @@ uint32_t cp_stats_hook_weight(contprof_sample_kind kind) {
              : CP_STATS_HOOK_EVERY;
 }
 
-/* Async-signal-safe: a clock read and a relaxed atomic add. */
+/* Async-signal-safe: a clock read (and the CPU's number) and relaxed atomic
+ * adds. */
 void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
   if (!began || (unsigned)kind >= CONTPROF_KIND_COUNT)
     return;
-  uint64_t now = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  int clock = hook_clock_of[kind];
+  uint64_t now = cp_clock_ns(clock);
   int64_t pair = atomic_load_explicit(&clock_pair_ns, memory_order_relaxed);
   uint64_t reads = pair > 0 ? (uint64_t)pair : 0;
-  if (now > began + reads)
-    cp_stats_add_hook_ns(kind,
-                         (now - began - reads) * cp_stats_hook_weight(kind));
+  uint64_t took = now > began + reads ? now - began - reads : 0;
+  if (clock == CLOCK_MONOTONIC &&
+      (now - began > WALL_MAX_NS || sched_getcpu() != hook_cpu[kind])) {
+    /* Preempted, or migrated (which preempts): its length is not its
+     * cost. */
+    atomic_fetch_add_explicit(&preempted_calls[kind], 1, memory_order_relaxed);
+    took = hook_mean[kind]
+               ? hook_mean[kind]
+               : atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
+  } else {
+    hook_mean[kind] =
+        hook_mean[kind]
+            ? hook_mean[kind] - hook_mean[kind] / MEAN_OF + took / MEAN_OF
+            : took;
+    uint64_t r = atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
+    atomic_store_explicit(&recent_ns[kind],
+                          r ? r - r / MEAN_OF + took / MEAN_OF : took,
+                          memory_order_relaxed);
+  }
+  if (took)
+    cp_stats_add_hook_ns(kind, took * cp_stats_hook_weight(kind));
 }
 
 void cp_stats_set_fixed_memory(int which, uint64_t bytes) {

@@ -22,21 +22,19 @@ void cp_stats_thread_works_for(contprof_sample_kind kind);
  * application thread. */
 void cp_stats_add_hook_ns(contprof_sample_kind kind, uint64_t ns);
 
-/* Times a handler or a sampled hook, on the thread's CPU clock: wall time
- * would also count the time the thread waits to run again when it is
- * preempted inside the handler, which on a loaded machine was most of it
- * (90 us a sample against 16 us of CPU). The clock is a system call (0.5-1.2
- * us here, several times a sampled allocation's own cost), so one call in
- * CP_STATS_HOOK_EVERY of each kind on each thread, at a random phase, is
- * timed and counts for that many: the cost of one sample varies little, and
- * the estimate stays unbiased. At 8, timing cost more than the samples it
- * timed (docs/benchmarks.md, "Timing the hooks"); where they are rare, one
- * in CP_STATS_HOOK_RARE is. What the two reads' system calls add to the
- * interval is taken off (cp_stats_calibrate). Both are async-signal-safe;
- * begin returns 0 when this call is not timed. */
+/* Times a handler or a sampled hook: one call in CP_STATS_HOOK_EVERY of
+ * each kind on each thread, at a random phase, is timed and counts for that
+ * many (the cost of one sample varies little, and the estimate stays
+ * unbiased); where they are rare, one in CP_STATS_HOOK_RARE is. The clock is
+ * CLOCK_MONOTONIC where the vDSO reads it (tens of ns), an interval that was
+ * preempted counting at the mean of the others; else the thread's CPU clock,
+ * a system call (cp_stats_hook_clock; docs/overhead.md, "Handlers and
+ * hooks"). What the two reads add to the interval is taken off
+ * (cp_stats_calibrate). Both are async-signal-safe; begin returns 0 when
+ * this call is not timed. */
 #define CP_STATS_HOOK_EVERY 64
 /* One in this many where the kind's calls are rare on the thread (stats.c:
- * rarer than one per 0.5 ms of its CPU). */
+ * rarer than one per 0.5 ms). */
 #define CP_STATS_HOOK_RARE 8
 uint64_t cp_stats_hook_begin(contprof_sample_kind kind);
 void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
@@ -45,14 +43,28 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began);
  * signals they time as many times. Async-signal-safe. */
 uint32_t cp_stats_hook_weight(contprof_sample_kind kind);
 
-/* Measures, once per process (a fork's child keeps it: the same machine),
- * what two back-to-back reads of the thread's CPU clock take at least, the
- * part of each timed interval that is the reads' own system calls (over a
- * microsecond on a VM): cp_stats_hook_end takes it off from then on. 16
- * system calls; not in a handler (the profiler calls it after its first
- * drain). cp_stats_clock_pair_ns: that figure, -1 before. */
+/* Chooses, once per process (a fork's child keeps it: the same machine),
+ * the clock the hooks are timed on: CLOCK_MONOTONIC when a pair of its
+ * reads takes under 200 ns (the vDSO), measured then with 16 reads;
+ * else the thread's CPU clock. Returns it. Called at the start: a few
+ * reads of the vDSO, or two system calls. */
+int cp_stats_choose_clock(void);
+/* The clock chosen (CLOCK_THREAD_CPUTIME_ID until then). Async-signal-safe. */
+int cp_stats_hook_clock(void);
+/* Measures, once per process, what two back-to-back reads of that clock
+ * take at least, the part of each timed interval that is the reads' own
+ * (over a microsecond for the thread's CPU clock on a VM):
+ * cp_stats_hook_end takes it off from then on. For the CPU clock 16 system
+ * calls; not in a handler (the profiler calls it after its first drain).
+ * cp_stats_clock_pair_ns: that figure, -1 before. */
 void cp_stats_calibrate(void);
 int64_t cp_stats_clock_pair_ns(void);
+/* Tests: times the hooks on clock from now on, its pair measured. */
+void cp_stats_set_hook_clock(int clock);
+/* The timed calls of kind whose interval was preempted (longer than 250
+ * us of the monotonic clock, or ended on another CPU): counted at the mean
+ * of the others. */
+uint64_t cp_stats_preempted_calls(contprof_sample_kind kind);
 
 /* Samples of kind made outside the aggregator's ring (the live-heap
  * snapshot at each export); added to the next cp_stats_take. */
