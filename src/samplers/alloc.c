@@ -177,11 +177,11 @@ __attribute__((noinline, cold)) void cp_alloc_on_alloc(void *p, size_t size,
   /* The gap that ended here was drawn with tls_gap_mean: its sample is
    * weighted with that mean, whatever the governor or the ring's pressure
    * set meanwhile. */
+  uint64_t began = p ? cp_stats_hook_begin(CONTPROF_KIND_ALLOC) : 0;
   double mean = tls_gap_mean;
   int thinned = tls_gap_thinned;
   draw_gap();
   if (p) {
-    uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
     if (thinned)
       cp_stats_count_thinned(CONTPROF_KIND_ALLOC);
     record_sample(p, size, caller_ra, mean);
@@ -192,8 +192,14 @@ __attribute__((noinline, cold)) void cp_alloc_on_alloc(void *p, size_t size,
 }
 
 /* Hot path, async-signal-safe: stops tracking p before it is freed (after
- * the free, another thread could be handed the same address). */
-void cp_alloc_on_free(void *p) { cp_heap_untrack((uintptr_t)p); }
+ * the free, another thread could be handed the same address). Reached only
+ * for a block the live table's filter may hold; timed as the allocation
+ * sampler's cost. */
+void cp_alloc_on_free(void *p) {
+  uint64_t began = cp_stats_hook_begin(CONTPROF_KIND_ALLOC);
+  cp_heap_untrack((uintptr_t)p);
+  cp_stats_hook_end(CONTPROF_KIND_ALLOC, began);
+}
 
 /* --- the sampler interface --------------------------------------------- */
 
