@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "random.h"
+#include "thread_state.h"
 
 /* Our threads: the aggregator, the uploader, one per HTTP sink, the wall
  * timer, and a binding's sampler threads. More are not counted (said once). */
@@ -231,7 +232,8 @@ static CP_TLS uint64_t hook_last_ns[CONTPROF_KIND_COUNT];
 static CP_TLS int hook_clock_of[CONTPROF_KIND_COUNT]; /* hook_last_ns's */
 static CP_TLS int
     hook_cpu[CONTPROF_KIND_COUNT]; /* where the timed call began */
-static CP_TLS uint64_t hook_mean[CONTPROF_KIND_COUNT]; /* see recent_ns */
+static CP_TLS uint64_t hook_mean[CONTPROF_KIND_COUNT];    /* see recent_ns */
+static CP_TLS uint64_t hook_wake_ns[CONTPROF_KIND_COUNT]; /* cp_thread's */
 
 /* The clock the hooks are timed on (docs/overhead.md, "Handlers and
  * hooks"). CLOCK_MONOTONIC where the vDSO reads it without a system call
@@ -369,6 +371,7 @@ uint64_t cp_stats_hook_begin(contprof_sample_kind kind) {
              (now - last) / hook_span[kind] >= HOOK_RARE_NS;
   next_window(kind, rare ? CP_STATS_HOOK_RARE : CP_STATS_HOOK_EVERY);
   hook_cpu[kind] = clock == CLOCK_MONOTONIC ? sched_getcpu() : -1;
+  hook_wake_ns[kind] = cp_thread.wake_ns;
   return now;
 }
 
@@ -388,6 +391,12 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
   int64_t pair = atomic_load_explicit(&clock_pair_ns, memory_order_relaxed);
   uint64_t reads = pair > 0 ? (uint64_t)pair : 0;
   uint64_t took = now > began + reads ? now - began - reads : 0;
+  if (clock == CLOCK_MONOTONIC) {
+    /* Less the aggregator's wake, which the woken thread may have run in
+     * (thread_state.h). */
+    uint64_t woke = cp_thread.wake_ns - hook_wake_ns[kind];
+    took = took > woke ? took - woke : 0;
+  }
   if (clock == CLOCK_MONOTONIC &&
       (now - began > WALL_MAX_NS || sched_getcpu() != hook_cpu[kind])) {
     /* Preempted, or migrated (which preempts): its length is not its

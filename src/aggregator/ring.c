@@ -13,6 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
+#include "thread_state.h"
+
 /* A slot's sequence number is stored minus its index, so that a fresh slot
  * holds 0 and creating the ring writes nothing. */
 typedef struct slot_header {
@@ -181,9 +184,13 @@ cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket, uint32_t kind,
         if ((first || used > (r->mask + 1) / 2) &&
             !atomic_exchange_explicit(&r->wake_pending, 1,
                                       memory_order_relaxed)) {
+          /* Timed: the woken thread may take this CPU before the call
+           * returns (thread_state.h, wake_ns). */
+          uint64_t t0 = cp_clock_ns(CLOCK_MONOTONIC);
           atomic_fetch_add_explicit(&r->wake_seq, 1, memory_order_release);
           syscall(SYS_futex, &r->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
                   0);
+          cp_thread.wake_ns += cp_clock_ns(CLOCK_MONOTONIC) - t0;
         }
         return sample_at(r, pos);
       }
