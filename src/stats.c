@@ -240,13 +240,13 @@ static CP_TLS uint64_t hook_wake_ns[CONTPROF_KIND_COUNT]; /* cp_thread's */
  * (a pair of reads under CHEAP_PAIR_NS): 23 ns a read on this VM, where the
  * thread's CPU clock is a system call of 1.2 us whose page-table switch
  * leaves the code it times slower than it runs untimed (a sampled allocation
- * was reported at 2-4 us, 0.3-1 us by every measure from outside). A wall
- * clock also counts the time a thread spends preempted inside a call, so an
+ * was reported at twice what a measure from outside gives). A wall clock
+ * also counts the time a thread spends preempted inside a call, so an
  * interval that is long (over WALL_MAX_NS) or ends on another CPU than it
- * began is not taken as the call's cost: it counts at the mean of the kind's
- * other timed calls. Where the monotonic clock is a system call, the thread's
- * CPU clock as before. hook_clock: the clock chosen, -1 until
- * cp_stats_calibrate. */
+ * began is not taken as the call's cost: it counts at the recent mean of
+ * the kind's other timed calls (recent_ns). Where the monotonic clock is a
+ * system call, the thread's CPU clock as before. hook_clock: the clock
+ * chosen, -1 until cp_stats_choose_clock. */
 #define CHEAP_PAIR_NS 200
 #define WALL_MAX_NS 250000u
 static _Atomic int hook_clock = -1;
