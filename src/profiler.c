@@ -128,13 +128,12 @@ static void drained(void) {
    * hooks are timed on the thread's CPU clock, 16 system calls a
    * short-lived process need not wait for): what the timed hooks take off
    * as the clock's own cost (docs/overhead.md, "Handlers and hooks"). The
-   * calls timed before it count the clock with them. */
+   * calls timed before it count the clock with them. The monotonic clock's
+   * is measured at the start, with its choice. */
   if (cp_stats_clock_pair_ns() < 0) {
     cp_stats_calibrate();
-    cp_debug("timing the hooks on the %s clock: two reads take %lld ns, "
-             "taken off each timed call",
-             cp_stats_hook_clock() == CLOCK_MONOTONIC ? "monotonic"
-                                                      : "thread's CPU",
+    cp_debug("timing the hooks on the thread's CPU clock: two reads take "
+             "%lld ns, taken off each timed call",
              (long long)cp_stats_clock_pair_ns());
   }
 }
@@ -358,7 +357,10 @@ static int start_configured(int forked_child) {
   cp_labels_set_memory_limit(prof.cfg.max_memory_bytes / 4);
   cp_labels_set_profiling(1);
   cp_stats_reset();
-  cp_stats_choose_clock();
+  if (cp_stats_choose_clock() == CLOCK_MONOTONIC)
+    cp_debug("timing the hooks on the monotonic clock: two reads take %lld "
+             "ns, taken off each timed call",
+             (long long)cp_stats_clock_pair_ns());
   /* Every thread of the profiler's own, whichever layer starts it, is
    * excluded from sampling before it runs, and follows the application's
    * capability changes (samplers/creds.h). */

@@ -269,6 +269,12 @@ static _Atomic int64_t clock_pair_ns = -1;
 static _Atomic uint64_t recent_ns[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t preempted_calls[CONTPROF_KIND_COUNT];
 
+/* The moving average mean after one more value, took (the first value
+ * where mean is 0). */
+static uint64_t moving_mean(uint64_t mean, uint64_t took) {
+  return mean ? mean - mean / MEAN_OF + took / MEAN_OF : took;
+}
+
 static uint64_t least_pair(clockid_t clock) {
   uint64_t least = UINT64_MAX;
   for (int i = 0; i < CLOCK_PAIRS; i++) {
@@ -396,24 +402,23 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
      * (thread_state.h). */
     uint64_t woke = cp_thread.wake_ns - hook_wake_ns[kind];
     took = took > woke ? took - woke : 0;
-  }
-  if (clock == CLOCK_MONOTONIC &&
-      (now - began > WALL_MAX_NS || sched_getcpu() != hook_cpu[kind])) {
-    /* Preempted, or migrated (which preempts): its length is not its
-     * cost. */
-    atomic_fetch_add_explicit(&preempted_calls[kind], 1, memory_order_relaxed);
-    took = hook_mean[kind]
-               ? hook_mean[kind]
-               : atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
-  } else {
-    hook_mean[kind] =
-        hook_mean[kind]
-            ? hook_mean[kind] - hook_mean[kind] / MEAN_OF + took / MEAN_OF
-            : took;
-    uint64_t r = atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
-    atomic_store_explicit(&recent_ns[kind],
-                          r ? r - r / MEAN_OF + took / MEAN_OF : took,
-                          memory_order_relaxed);
+    if (now - began > WALL_MAX_NS || sched_getcpu() != hook_cpu[kind]) {
+      /* Preempted, or migrated (which preempts): its length is not its
+       * cost. */
+      atomic_fetch_add_explicit(&preempted_calls[kind], 1,
+                                memory_order_relaxed);
+      took = hook_mean[kind]
+                 ? hook_mean[kind]
+                 : atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
+    } else {
+      hook_mean[kind] = moving_mean(hook_mean[kind], took);
+      atomic_store_explicit(
+          &recent_ns[kind],
+          moving_mean(
+              atomic_load_explicit(&recent_ns[kind], memory_order_relaxed),
+              took),
+          memory_order_relaxed);
+    }
   }
   if (took)
     cp_stats_add_hook_ns(kind, took * cp_stats_hook_weight(kind));
