@@ -373,6 +373,9 @@ static int start_configured(int forked_child) {
     cp_labels_set_profiling(0);
     return rc;
   }
+  /* A sample that pays for the unwinder's table wakes the drain thread,
+   * which asks cp_unwind_early_due after each drain (drained). */
+  cp_unwind_on_rent_paid(cp_agg_wake);
 
   size_t nsinks = 0;
   cp_sink **sinks = cp_sinks_create(&prof.cfg, &nsinks);

@@ -89,6 +89,13 @@ cp_ring *cp_agg_ring(void) {
   return atomic_load_explicit(&agg.ring, memory_order_acquire);
 }
 
+/* Async-signal-safe: the ring is never unmapped (cp_agg_stop). */
+void cp_agg_wake(void) {
+  cp_ring *r = cp_agg_ring();
+  if (r)
+    cp_ring_wake(r);
+}
+
 /* Caller holds agg.lock. A thread's name is looked up once per generation,
  * through the core's callback (the names live with the thread registry);
  * "" when unknown, so that it is not looked up again. Returns whether it

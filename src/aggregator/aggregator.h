@@ -42,6 +42,11 @@ void cp_agg_stop(void);
  * Async-signal-safe (one atomic load). */
 cp_ring *cp_agg_ring(void);
 
+/* Ends the drain thread's wait now: it drains and calls `drained`
+ * (cp_agg_start) without waiting for the tick. Async-signal-safe (an atomic
+ * increment and a futex wake); nothing while the aggregator is stopped. */
+void cp_agg_wake(void);
+
 /* Drains the ring, then hands back the current generation and installs a new
  * one. The caller owns the result. *drops receives the samples dropped by
  * producers since the previous swap, and stats (may be NULL) the samples

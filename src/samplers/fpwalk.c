@@ -1361,10 +1361,9 @@ void cp_fpwalk_refresh(void) {
   pthread_mutex_unlock(&build_lock);
 }
 
-unsigned long long cp_fpwalk_fallbacks_before_table(void) {
-  if (!atomic_load(&table_wanted) || atomic_load(&table))
-    return 0;
-  return atomic_load(&n_fell_back);
+int cp_fpwalk_table_pending(void) {
+  return atomic_load_explicit(&table_wanted, memory_order_relaxed) &&
+         !atomic_load_explicit(&table, memory_order_relaxed);
 }
 
 void cp_fpwalk_stats_get(cp_fpwalk_stats *out) {

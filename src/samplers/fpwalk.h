@@ -42,9 +42,10 @@ void cp_fpwalk_refresh(void);
  * dl_iterate_phdr. Not signal-safe. */
 int cp_fpwalk_refresh_due(void);
 
-/* While the table is wanted (cp_fpwalk_init_later) but not built: how many
- * walks fell back to libunwind so far. 0 otherwise. */
-unsigned long long cp_fpwalk_fallbacks_before_table(void);
+/* Whether the table is wanted (cp_fpwalk_init_later) but not built yet:
+ * every walk of `auto` falls back to libunwind meanwhile. Async-signal-safe
+ * (two atomic loads). */
+int cp_fpwalk_table_pending(void);
 
 /* In the child of fork: the build lock and the count of walks in progress
  * start afresh. */

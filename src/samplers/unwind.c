@@ -26,6 +26,7 @@
 #include <libunwind.h>
 #include <link.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -364,14 +365,59 @@ void cp_unwind_init(void) {
   done = 1;
 }
 
-/* The ski-rental rule again: building the walker's table costs a small
- * program about 3 ms, and a sample the walker takes costs 1 to 3 us less
- * than one libunwind takes (bench/alloc_overhead.sh's program took 44,000
- * allocation samples in its 0.7 s, all before the first tick). */
-#define EARLY_TABLE_FALLBACKS 1000
+/* The ski-rental rule again, on time measured: until the walker's table
+ * exists, `auto` hands every sample to libunwind, and each pays a rent, what
+ * libunwind took over what the walk would have (WALK_NS). Once the rents
+ * sum to what building the table costs (a small program's 3 ms here), it
+ * is built: never more than twice the cost of the best choice made in
+ * hindsight. The rent varies a hundredfold: a hook's stack from libunwind's
+ * trace cache costs about 1 us, a CPU sample's stepped from its signal's
+ * context 60 to 100 us in bench/cpu_work (libunwind blocks and unblocks
+ * every signal around its lookups, two system calls of 1.2 us here each
+ * time). A count of samples, the rule before (1,000), made a program
+ * sampled at 100 Hz wait for the tick, a second of samples at that price
+ * (bench/early_table.sh). One sample's rent is at most RENT_MAX_NS: a
+ * longer one was preempted. */
+#define TABLE_COST_NS 3000000ull
+#define WALK_NS 200ull
+#define RENT_MAX_NS 1000000ull
+static atomic_ullong rent_ns, rent_samples;
+static void (*rent_paid)(void);
+
+void cp_unwind_on_rent_paid(void (*wake)(void)) { rent_paid = wake; }
+
+/* When this unwind of libunwind's is one the walker would have taken, had
+ * its table existed: its start, else 0. Async-signal-safe. */
+static uint64_t rent_begin(int mode) {
+  if (mode != CP_UNWIND_AUTO || !cp_fpwalk_table_pending())
+    return 0;
+  return cp_monotonic_ns();
+}
+
+/* Adds the rent of the unwind begun at t0; the sample that completes
+ * the table's cost calls rent_paid once (it wakes the thread that asks
+ * cp_unwind_early_due). Async-signal-safe. */
+static void rent_end(uint64_t t0) {
+  if (!t0)
+    return;
+  uint64_t took = cp_monotonic_ns() - t0;
+  if (took <= WALK_NS)
+    return;
+  uint64_t rent = took - WALK_NS < RENT_MAX_NS ? took - WALK_NS : RENT_MAX_NS;
+  atomic_fetch_add_explicit(&rent_samples, 1, memory_order_relaxed);
+  uint64_t before =
+      atomic_fetch_add_explicit(&rent_ns, rent, memory_order_relaxed);
+  void (*wake)(void) = rent_paid;
+  if (before < TABLE_COST_NS && before + rent >= TABLE_COST_NS && wake) {
+    int saved = errno;
+    wake();
+    errno = saved;
+  }
+}
 
 int cp_unwind_early_due(void) {
-  return cp_fpwalk_fallbacks_before_table() >= EARLY_TABLE_FALLBACKS;
+  return cp_fpwalk_table_pending() &&
+         atomic_load_explicit(&rent_ns, memory_order_relaxed) >= TABLE_COST_NS;
 }
 
 int cp_unwind_tick_due(void) {
@@ -380,6 +426,12 @@ int cp_unwind_tick_due(void) {
 }
 
 void cp_unwind_tick(void) {
+  if (cp_unwind_early_due())
+    cp_debug("unwinder: its table is built before the first tick: %llu "
+             "samples sent to libunwind meanwhile took %.1f ms more than "
+             "walks would have",
+             (unsigned long long)atomic_load(&rent_samples),
+             (double)atomic_load(&rent_ns) / 1e6);
   cp_fpwalk_refresh();
   if (!__atomic_load_n(&trace_ok, __ATOMIC_ACQUIRE))
     cp_unwind_warm_up();
@@ -561,7 +613,9 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
     frames[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     return 1; /* a fork is in progress: the leaf only */
   }
+  uint64_t rent = rent_begin(mode);
   size_t n = unwind_signal(uc, frames, max_frames, may_build_cache, truncated);
+  rent_end(rent);
   own_unwind_end();
   return n;
 }
@@ -588,7 +642,9 @@ size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
   }
   if (!own_unwind_begin())
     return 0;
+  uint64_t rent = rent_begin(unwind_mode);
   size_t n = unwind_from_context(uc, frames, slots, max_frames, truncated);
+  rent_end(rent);
   own_unwind_end();
   return n;
 }
@@ -693,9 +749,11 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
     frames[0] = caller_ra - 1; /* a fork is in progress: the caller only */
     return 1;
   }
+  uint64_t rent = rent_begin(mode);
   int got = step ? (int)unwind_from_context((ucontext_t *)&ctx, frames, NULL,
                                             capacity, truncated)
                  : unw_backtrace((void **)frames, (int)capacity);
+  rent_end(rent);
   own_unwind_end();
   cp_thread.in_handler = 0;
   *truncated = 0; /* decided below, from the frames the caller keeps */

@@ -27,10 +27,16 @@ void cp_unwind_tick(void);
  * dl_iterate_phdr. Not signal-safe. */
 int cp_unwind_tick_due(void);
 
-/* Before the first tick: whether the process has already sent so many
- * samples to libunwind (1,000) that cp_unwind_tick is worth making now.
- * Two atomic loads; the profiler asks after each drain. */
+/* Before the first tick: whether the samples `auto` sent to libunwind
+ * while the walker's table did not exist cost, over what the walks would
+ * have, as much as building it (3 ms): cp_unwind_tick is worth making now.
+ * Three atomic loads; the profiler asks after each drain. */
 int cp_unwind_early_due(void);
+
+/* The function a sample calls, once, when it makes cp_unwind_early_due
+ * true (the profiler's wakes its drain thread, which may be asleep until
+ * the tick). It must be async-signal-safe. Set before sampling. */
+void cp_unwind_on_rent_paid(void (*wake)(void));
 
 /* The segment of libunwind's code, [*lo, *hi): 1, or 0 when libunwind is
  * linked into the executable (no range then). Not signal-safe. */

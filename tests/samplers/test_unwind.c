@@ -207,6 +207,18 @@ static __attribute__((noinline)) void *many_thread(void *arg) {
   return NULL;
 }
 
+static int woken; /* rent_paid's calls */
+static void count_wake(void) { woken++; }
+static size_t sample_frames; /* the last on_sample's */
+
+static void on_sample(int sig, siginfo_t *si, void *ctx) {
+  (void)sig;
+  (void)si;
+  uint64_t frames[64 + CP_UNWIND_SLACK];
+  int truncated;
+  sample_frames = cp_unwind_signal(ctx, frames, 64, 1, &truncated);
+}
+
 static void test_here_before_the_walker_table(void) {
   setup();
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) == -1); /* no table */
@@ -238,16 +250,30 @@ static void test_here_before_the_walker_table(void) {
   CHECK(many->n[39] == before.n);
   free(many);
 
-  /* A process whose walks fell back 1,000 times before the first tick gets
-   * the walker's table soon after (cp_unwind_early_due, asked after each
-   * drain). */
+  /* A process whose samples went to libunwind before the first tick, for
+   * as much more time than walks would have taken as building the walker's
+   * table costs (3 ms), gets the table soon after (cp_unwind_early_due,
+   * asked after each drain); the sample that completes it wakes the drain
+   * thread, once. Here the signals' stacks are stepped from their context
+   * (no trace cache before the tick), each a few us. */
+  cp_unwind_on_rent_paid(count_wake);
   CHECK(!cp_unwind_early_due());
   CHECK(cp_unwind_tick_due());
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) == -1); /* not yet */
-  uint64_t frames[64];
-  for (int i = 0; i < 1000; i++)
-    chain_b(frames, 64);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sample;
+  sa.sa_flags = SA_SIGINFO;
+  sigaction(SIGUSR2, &sa, NULL);
+  int signals = 0;
+  while (!cp_unwind_early_due() && signals < 100000) {
+    raise(SIGUSR2);
+    signals++;
+  }
+  printf("%d samples stepped from their context paid for the table\n", signals);
   CHECK(cp_unwind_early_due());
+  CHECK_EQ_INT(woken, 1);
+  CHECK(sample_frames >= 3);
   cp_unwind_tick();
   CHECK(cp_fpwalk_object_has_fp((uintptr_t)chain_a) != -1);
   CHECK(!cp_unwind_early_due());
