@@ -44,7 +44,7 @@ variant_env() {
   *)
     _e=(LD_PRELOAD="$(bench_preload "$1")" CONTPROF_PROFILES=cpu
       CONTPROF_MAX_OVERHEAD_PCT=0 CONTPROF_OUTPUT_DIR="$2")
-    [[ $1 == dwarf ]] && _e+=(CONTPROF_UNWIND=dwarf)
+    if [[ $1 == dwarf ]]; then _e+=(CONTPROF_UNWIND=dwarf); fi
     ;;
   esac
 }
