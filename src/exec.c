@@ -19,9 +19,11 @@
  *
  * A vfork child (which shares the parent's memory and runs on the parent's
  * stack) must not touch the profiler: its pid is not the one the profiler
- * started in, and then only the environment is edited. Profiling does not
- * follow into posix_spawn's children through these hooks (glibc execs there
- * internally); they get LD_PRELOAD as is.
+ * started in, and then only the environment is edited. posix_spawn execs
+ * inside glibc, in a child that shares the caller's memory (CLONE_VM |
+ * CLONE_VFORK): its hooks (cp_spawn_begin, cp_spawn_end) edit the
+ * environment as for exec and leave ignored signals ignored, but stop
+ * nothing, since the caller goes on.
  *
  * Stack: a few hundred bytes, whatever the environment's size (a thread's
  * stack may be small, and a vfork child runs on its parent's). The
@@ -185,5 +187,18 @@ void cp_exec_came_back(cp_exec_env *m, int stopped) {
   cp_signals_exec_failed();
   if (stopped)
     cp_profiler_exec_failed();
+  release_env(m);
+}
+
+char *const *cp_spawn_begin(char *const *envp, cp_exec_env *m) {
+  reclaim_env();
+  *m = (cp_exec_env){0};
+  char *const *env = exec_environment(envp, m);
+  cp_signals_before_spawn();
+  return env;
+}
+
+void cp_spawn_end(cp_exec_env *m) {
+  cp_signals_after_spawn();
   release_env(m);
 }

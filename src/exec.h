@@ -24,4 +24,14 @@ char *const *cp_exec_begin(char *const *envp, cp_exec_env *m, int *stopped);
  * environment's copy is unmapped. */
 void cp_exec_came_back(cp_exec_env *m, int stopped);
 
+/* Around posix_spawn and posix_spawnp, whose child execs inside the C
+ * library: the environment the new image gets (as cp_exec_begin's, in *m),
+ * and the signals the application ignores under a handler of ours set to
+ * SIG_IGN, since the child resets every handled signal to the default
+ * where it keeps an ignored one ignored. The profiler goes on: the calling
+ * process continues. cp_spawn_end gives the handlers back and unmaps the
+ * copy (the call returns once the child has exec'd or exited). */
+char *const *cp_spawn_begin(char *const *envp, cp_exec_env *m);
+void cp_spawn_end(cp_exec_env *m);
+
 #endif

@@ -3,8 +3,13 @@
  * environment (src/exec.c: cp_exec_begin, which says what and why), calls
  * the real function, and starts profiling again if the exec came back.
  * Stack: a few hundred bytes whatever the environment's size (a vfork child
- * runs on its parent's stack). */
+ * runs on its parent's stack). And posix_spawn, posix_spawnp, whose child
+ * execs inside the C library (cp_spawn_begin). system() and popen() spawn
+ * through the C library's internal posix_spawn, which no hook sees: their
+ * children get the environment as it is and the default for a signal the
+ * application ignores under a handler of ours (docs/signals.md). */
 #include <errno.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <unistd.h>
@@ -64,6 +69,41 @@ int execveat(int dirfd, const char *path, char *const argv[],
              char *const envp[], int flags) {
   CP_REAL(execveat_fn, execveat);
   EXEC_WITH(envp, fn_execveat(dirfd, path, argv, env, flags));
+}
+
+/* posix_spawn and posix_spawnp: the child execs inside the C library, so
+ * the environment and the ignored signals are prepared around the call
+ * (exec.c: cp_spawn_begin); the caller's profiling goes on. */
+typedef int (*posix_spawn_fn)(pid_t *, const char *,
+                              const posix_spawn_file_actions_t *,
+                              const posix_spawnattr_t *, char *const[],
+                              char *const[]);
+
+#define SPAWN_WITH(envp_in, call)                                              \
+  do {                                                                         \
+    cp_exec_env map_;                                                          \
+    char *const *env = cp_spawn_begin((envp_in), &map_);                       \
+    int rc_ = (call);                                                          \
+    int errno_ = errno;                                                        \
+    cp_spawn_end(&map_);                                                       \
+    errno = errno_;                                                            \
+    return rc_;                                                                \
+  } while (0)
+
+int posix_spawn(pid_t *pid, const char *path,
+                const posix_spawn_file_actions_t *actions,
+                const posix_spawnattr_t *attr, char *const argv[],
+                char *const envp[]) {
+  CP_REAL_OR(posix_spawn_fn, posix_spawn, ENOSYS);
+  SPAWN_WITH(envp, fn_posix_spawn(pid, path, actions, attr, argv, env));
+}
+
+int posix_spawnp(pid_t *pid, const char *file,
+                 const posix_spawn_file_actions_t *actions,
+                 const posix_spawnattr_t *attr, char *const argv[],
+                 char *const envp[]) {
+  CP_REAL_OR(posix_spawn_fn, posix_spawnp, ENOSYS);
+  SPAWN_WITH(envp, fn_posix_spawnp(pid, file, actions, attr, argv, env));
 }
 
 /* execl, execle, execlp: the arguments become an array on the stack (as

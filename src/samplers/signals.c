@@ -387,6 +387,18 @@ void cp_signals_exec_failed(void) {
   }
 }
 
+void cp_signals_before_spawn(void) {
+  pthread_mutex_lock(&lock);
+  cp_signals_before_exec();
+  pthread_mutex_unlock(&lock);
+}
+
+void cp_signals_after_spawn(void) {
+  pthread_mutex_lock(&lock);
+  cp_signals_exec_failed();
+  pthread_mutex_unlock(&lock);
+}
+
 unsigned long long cp_signal_sigio_absorbed(void) {
   return atomic_load_explicit(&sigio_absorbed, memory_order_relaxed);
 }

@@ -131,6 +131,14 @@ void cp_signals_on_app_handler(int sig, const struct sigaction *act);
  * Not async-signal-safe. */
 void cp_signals_before_exec(void);
 void cp_signals_exec_failed(void);
+/* The same around posix_spawn (exec.c), from a process that goes on: under
+ * the lock the sigaction hooks take, and the handlers are given back
+ * whatever the spawn's outcome. Meanwhile such a signal reaching the
+ * process is discarded, as the application asked (for a sampling signal
+ * the application ignores: the samples of that moment, a millisecond or
+ * so). Not async-signal-safe. */
+void cp_signals_before_spawn(void);
+void cp_signals_after_spawn(void);
 
 /* The sigaction hook's observer for any other signal: a handler the
  * application sets for an asynchronous signal is installed behind one of

@@ -2,7 +2,8 @@
  * chain profiles itself and none is killed by a sampling signal left
  * pending; not following removes the library from LD_PRELOAD; a failed exec
  * goes on profiling; short-lived children write no empty profile; vfork +
- * exec works; a large environment needs no stack. */
+ * exec works; a large environment needs no stack; posix_spawn's children
+ * get the same environment and ignored signals as exec's. */
 #include <signal.h>
 
 #include "harness.h"
@@ -115,6 +116,19 @@ static void test_exec_not_followed(void) {
   CHECK_EQ_INT(run_command(argv, NULL, r), 0);
   CHECK(strstr(r->out, "libcontprof_preload") != NULL);
   free(r);
+  /* The same for a child of posix_spawn. */
+  char *spawn[] = {CONTPROF, "run",    "--output",      dir,
+                   "--",     WORKLOAD, "spawn-preload", NULL};
+  r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(spawn, env, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "LD_PRELOAD=[") != NULL);
+  CHECK(strstr(r->out, "libcontprof") == NULL);
+  free(r);
+  r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(spawn, NULL, r), 0);
+  CHECK(strstr(r->out, "libcontprof_preload") != NULL);
+  free(r);
   remove_dir(dir);
 }
 
@@ -131,6 +145,29 @@ static void test_exec_keeps_an_ignored_signal_ignored(void) {
   unsigned long long ign = 0;
   CHECK(line && sscanf(line, "SigIgn: %llx", &ign) == 1);
   CHECK(ign & (1ull << (SIGIO - 1)));
+  free(r);
+  remove_dir(dir);
+}
+
+/* The same through posix_spawn and posix_spawnp, whose child execs inside
+ * the C library and resets every handled signal to the default: each child
+ * has SIGIO ignored, and the parent gets the profiler's handler back. */
+static void test_spawn_keeps_an_ignored_signal_ignored(void) {
+  char *dir = make_temp_dir("spawn-ign");
+  run_result *r = run_workload(dir, NULL, "spawn-ignoring", NULL);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  CHECK(strstr(r->out, "after_spawn=ignored sigio_caught=1") != NULL);
+  int children = 0;
+  for (const char *line = strstr(r->out, "SigIgn:"); line;
+       line = strstr(line + 1, "SigIgn:")) {
+    unsigned long long ign = 0;
+    CHECK(sscanf(line, "SigIgn: %llx", &ign) == 1);
+    CHECK(ign & (1ull << (SIGIO - 1)));
+    children++;
+  }
+  CHECK_EQ_INT(children, 2);
+  if (children != 2)
+    printf("%s\n", r->out);
   free(r);
   remove_dir(dir);
 }
@@ -292,5 +329,6 @@ static void test_exec_big_environment_small_stack(void) {
 TEST_MAIN(T(test_exec_chain_is_followed), T(test_exec_not_followed),
           T(test_failed_exec_keeps_profiling),
           T(test_exec_keeps_an_ignored_signal_ignored),
+          T(test_spawn_keeps_an_ignored_signal_ignored),
           T(test_short_lived_children_write_no_empty_profile),
           T(test_vfork_exec), T(test_exec_big_environment_small_stack))

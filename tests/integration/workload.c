@@ -55,6 +55,10 @@
  *                           SIGIO, works 1.5 s, fails an exec, prints
  *                           what it reads back for SIGIO, then execs
  *                           grep to print its SigIgn line
+ *   spawn-ignoring          the same up to the exec, then posix_spawn and
+ *                           posix_spawnp of grep printing the child's
+ *                           SigIgn line, then what it reads for SIGIO
+ *   spawn-preload           posix_spawn of itself with print-preload
  *   vfork-exec N            vfork + exec /bin/true N times while working
  *   print-preload           prints LD_PRELOAD
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
@@ -109,6 +113,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -638,15 +643,11 @@ static int exec_fail(void) {
 
 static void install_own_handler(int sig);
 
-static int exec_ignoring(void) {
-  install_own_handler(SIGPROF);
-  signal(SIGIO, SIG_IGN);
-  work_gamma(1500000000);
-  char *none[] = {"nowhere", NULL};
-  execv("/nonexistent/contprof-test", none);
+/* What the kernel has for SIGIO: whether it is caught (by the profiler's
+ * guard) and whether the application reads it back as ignored. */
+static void print_sigio(const char *when) {
   struct sigaction now;
   sigaction(SIGIO, NULL, &now);
-  /* What the kernel has: caught (the profiler's guard) if it moved. */
   unsigned long long caught = 0;
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
@@ -655,15 +656,59 @@ static int exec_ignoring(void) {
       break;
   if (f)
     fclose(f);
-  printf("after_failed_exec=%s sigio_caught=%d\n",
+  printf("%s=%s sigio_caught=%d\n", when,
          now.sa_handler == SIG_IGN ? "ignored" : "other",
          !!(caught & (1ull << (SIGIO - 1))));
   fflush(stdout);
+}
+
+static int exec_ignoring(void) {
+  install_own_handler(SIGPROF);
+  signal(SIGIO, SIG_IGN);
+  work_gamma(1500000000);
+  char *none[] = {"nowhere", NULL};
+  execv("/nonexistent/contprof-test", none);
+  print_sigio("after_failed_exec");
   work_gamma(100000000);
   char *argv[] = {"grep", "^SigIgn", "/proc/self/status", NULL};
   execv("/bin/grep", argv);
   perror("execv grep");
   return 1;
+}
+
+/* As exec_ignoring, with posix_spawn and posix_spawnp: each child greps
+ * its own SigIgn line; then what the parent has for SIGIO. */
+static int spawn_ignoring(void) {
+  install_own_handler(SIGPROF);
+  signal(SIGIO, SIG_IGN);
+  work_gamma(1500000000); /* the profiler moves at its first tick */
+  char *argv[] = {"grep", "^SigIgn", "/proc/self/status", NULL};
+  extern char **environ;
+  pid_t pid;
+  int status;
+  for (int p = 0; p < 2; p++) {
+    int rc = p ? posix_spawnp(&pid, "grep", NULL, NULL, argv, environ)
+               : posix_spawn(&pid, "/bin/grep", NULL, NULL, argv, environ);
+    if (rc != 0 || waitpid(pid, &status, 0) != pid) {
+      printf("spawn failed: %s\n", strerror(rc));
+      return 1;
+    }
+  }
+  print_sigio("after_spawn");
+  work_gamma(100000000);
+  return 0;
+}
+
+/* posix_spawn of this program printing its LD_PRELOAD. */
+static int spawn_preload(const char *self) {
+  char *argv[] = {(char *)self, "print-preload", NULL};
+  extern char **environ;
+  pid_t pid;
+  int status;
+  int rc = posix_spawn(&pid, self, NULL, NULL, argv, environ);
+  if (rc != 0 || waitpid(pid, &status, 0) != pid)
+    return 1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 static void exit_in_handler(int sig) {
@@ -1250,6 +1295,10 @@ int main(int argc, char **argv) {
     return exec_fail();
   if (strcmp(argv[1], "exec-ignoring") == 0)
     return exec_ignoring();
+  if (strcmp(argv[1], "spawn-ignoring") == 0)
+    return spawn_ignoring();
+  if (strcmp(argv[1], "spawn-preload") == 0)
+    return spawn_preload(argv[0]);
   if (strcmp(argv[1], "vfork-exec") == 0 && argc == 3)
     return vfork_exec(atoi(argv[2]));
   if (strcmp(argv[1], "print-preload") == 0) {
