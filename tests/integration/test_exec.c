@@ -99,36 +99,28 @@ static void test_exec_not_followed(void) {
   free(r);
   remove_dir(dir);
 
-  /* The exec'd program's LD_PRELOAD no longer names the library. */
+  /* The exec'd program's LD_PRELOAD no longer names the library, nor a
+   * child's of posix_spawn; followed (the default), it does. */
   dir = make_temp_dir("exec-env");
-  char *argv[] = {
+  char *exec[] = {
       CONTPROF, "run",     "--output", dir,
       "--",     "/bin/sh", "-c",       "exec " WORKLOAD " print-preload",
       NULL};
-  r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, env, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
-  CHECK(strstr(r->out, "LD_PRELOAD=[") != NULL);
-  CHECK(strstr(r->out, "libcontprof") == NULL);
-  free(r);
-  /* Followed (the default), it does. */
-  r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
-  CHECK(strstr(r->out, "libcontprof_preload") != NULL);
-  free(r);
-  /* The same for a child of posix_spawn. */
   char *spawn[] = {CONTPROF, "run",    "--output",      dir,
                    "--",     WORKLOAD, "spawn-preload", NULL};
-  r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(spawn, env, r), 0);
-  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
-  CHECK(strstr(r->out, "LD_PRELOAD=[") != NULL);
-  CHECK(strstr(r->out, "libcontprof") == NULL);
-  free(r);
-  r = calloc(1, sizeof *r);
-  CHECK_EQ_INT(run_command(spawn, NULL, r), 0);
-  CHECK(strstr(r->out, "libcontprof_preload") != NULL);
-  free(r);
+  char **runs[] = {exec, spawn};
+  for (size_t i = 0; i < 2; i++) {
+    r = calloc(1, sizeof *r);
+    CHECK_EQ_INT(run_command(runs[i], env, r), 0);
+    CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+    CHECK(strstr(r->out, "LD_PRELOAD=[") != NULL);
+    CHECK(strstr(r->out, "libcontprof") == NULL);
+    free(r);
+    r = calloc(1, sizeof *r);
+    CHECK_EQ_INT(run_command(runs[i], NULL, r), 0);
+    CHECK(strstr(r->out, "libcontprof_preload") != NULL);
+    free(r);
+  }
   remove_dir(dir);
 }
 
