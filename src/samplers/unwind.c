@@ -427,8 +427,8 @@ int cp_unwind_tick_due(void) {
 
 void cp_unwind_tick(void) {
   if (cp_unwind_early_due())
-    cp_debug("unwinder: its table is built before the first tick: %llu "
-             "samples sent to libunwind meanwhile took %.1f ms more than "
+    cp_debug("unwinder: building its table, paid for: the %llu samples "
+             "sent to libunwind while it was awaited took %.1f ms more than "
              "walks would have",
              (unsigned long long)atomic_load(&rent_samples),
              (double)atomic_load(&rent_ns) / 1e6);
