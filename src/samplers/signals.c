@@ -219,7 +219,20 @@ int cp_signal_move_to_rt(int old, cp_signal_handler handler,
   return sig;
 }
 
-void cp_signals_after_fork_child(void) { pthread_mutex_init(&lock, NULL); }
+/* Spawns in progress, under `lock` (cp_signals_before_spawn): the
+ * handlers come back when the last ends, not while another thread's child
+ * may still be made. */
+static int spawning;
+
+void cp_signals_after_fork_child(void) {
+  pthread_mutex_init(&lock, NULL);
+  /* Forked while another thread spawned: the dispositions it set aside
+   * came with the fork, and that thread did not. */
+  if (spawning) {
+    spawning = 0;
+    cp_signals_exec_failed();
+  }
+}
 
 void cp_signals_discard_pending(void) {
   sigset_t ours, old;
@@ -389,13 +402,15 @@ void cp_signals_exec_failed(void) {
 
 void cp_signals_before_spawn(void) {
   pthread_mutex_lock(&lock);
-  cp_signals_before_exec();
+  if (spawning++ == 0)
+    cp_signals_before_exec();
   pthread_mutex_unlock(&lock);
 }
 
 void cp_signals_after_spawn(void) {
   pthread_mutex_lock(&lock);
-  cp_signals_exec_failed();
+  if (--spawning == 0)
+    cp_signals_exec_failed();
   pthread_mutex_unlock(&lock);
 }
 

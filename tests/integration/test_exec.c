@@ -143,7 +143,11 @@ static void test_exec_keeps_an_ignored_signal_ignored(void) {
 
 /* The same through posix_spawn and posix_spawnp, whose child execs inside
  * the C library and resets every handled signal to the default: each child
- * has SIGIO ignored, and the parent gets the profiler's handler back. */
+ * has SIGIO ignored, also while another thread spawns, and the parent gets
+ * the profiler's handler back. (The handlers come back with the last of
+ * concurrent spawns: one thread's end between another's start and its
+ * clone, a window of microseconds, is not caught here: 3 runs without
+ * that count passed too.) */
 static void test_spawn_keeps_an_ignored_signal_ignored(void) {
   char *dir = make_temp_dir("spawn-ign");
   run_result *r = run_workload(dir, NULL, "spawn-ignoring", NULL);
@@ -157,8 +161,8 @@ static void test_spawn_keeps_an_ignored_signal_ignored(void) {
     CHECK(ign & (1ull << (SIGIO - 1)));
     children++;
   }
-  CHECK_EQ_INT(children, 2);
-  if (children != 2)
+  CHECK_EQ_INT(children, 42); /* 2, then 2 threads' 20 at once */
+  if (children != 42)
     printf("%s\n", r->out);
   free(r);
   remove_dir(dir);

@@ -57,7 +57,8 @@
  *                           grep to print its SigIgn line
  *   spawn-ignoring          the same up to the exec, then posix_spawn and
  *                           posix_spawnp of grep printing the child's
- *                           SigIgn line, then what it reads for SIGIO
+ *                           SigIgn line, then 2 threads 20 such spawns
+ *                           each at once, then what it reads for SIGIO
  *   spawn-preload           posix_spawn of itself with print-preload
  *   vfork-exec N            vfork + exec /bin/true N times while working
  *   print-preload           prints LD_PRELOAD
@@ -676,8 +677,25 @@ static int exec_ignoring(void) {
   return 1;
 }
 
+#define SPAWNING_THREADS 2
+#define SPAWNS_PER_THREAD 20
+
+/* SPAWNS_PER_THREAD posix_spawn calls of grep printing its SigIgn line,
+ * each waited for; arg: the argv. */
+static void *spawn_thread(void *arg) {
+  extern char **environ;
+  for (int i = 0; i < SPAWNS_PER_THREAD; i++) {
+    pid_t pid;
+    int status;
+    if (posix_spawn(&pid, "/bin/grep", NULL, NULL, arg, environ) == 0)
+      waitpid(pid, &status, 0);
+  }
+  return NULL;
+}
+
 /* As exec_ignoring, with posix_spawn and posix_spawnp: each child greps
- * its own SigIgn line; then what the parent has for SIGIO. */
+ * its own SigIgn line; then SPAWNING_THREADS threads spawn at once; then
+ * what the parent has for SIGIO. */
 static int spawn_ignoring(void) {
   install_own_handler(SIGPROF);
   signal(SIGIO, SIG_IGN);
@@ -694,6 +712,11 @@ static int spawn_ignoring(void) {
       return 1;
     }
   }
+  pthread_t t[SPAWNING_THREADS];
+  for (int i = 0; i < SPAWNING_THREADS; i++)
+    pthread_create(&t[i], NULL, spawn_thread, argv);
+  for (int i = 0; i < SPAWNING_THREADS; i++)
+    pthread_join(t[i], NULL);
   print_sigio("after_spawn");
   work_gamma(100000000);
   return 0;
