@@ -57,8 +57,8 @@ typedef struct cp_thread_state {
   /* The wall sampler's slot of this thread, set by its signal handler: the
    * wait hooks publish there where the thread blocks (samplers/wall.h). */
   void *wall_slot;
-  /* Monotonic ns this thread spent in the system call that wakes the
-   * aggregator's thread from a sample (ring.c): the woken thread may run
+  /* Monotonic ns this thread spent in the system calls that wake the
+   * aggregator's thread (ring.c, cp_ring_wake): the woken thread may run
    * on this CPU at once, before the call returns, and a hook timed on the
    * monotonic clock leaves that time out (stats.c). */
   uint64_t wake_ns;

@@ -184,11 +184,7 @@ cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket, uint32_t kind,
         if ((first || used > (r->mask + 1) / 2) &&
             !atomic_exchange_explicit(&r->wake_pending, 1,
                                       memory_order_relaxed)) {
-          /* Timed: the woken thread may take this CPU before the call
-           * returns (thread_state.h, wake_ns). */
-          uint64_t t0 = cp_clock_ns(CLOCK_MONOTONIC);
           cp_ring_wake(r);
-          cp_thread.wake_ns += cp_clock_ns(CLOCK_MONOTONIC) - t0;
         }
         return sample_at(r, pos);
       }
@@ -221,10 +217,14 @@ void cp_ring_wait(cp_ring *r, uint64_t timeout_ns, int wake_on_sample) {
   syscall(SYS_futex, &r->wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
 }
 
-/* Async-signal-safe: also called from cp_ring_reserve. */
+/* Async-signal-safe: also called from samples (cp_ring_reserve, the
+ * unwinder's cp_agg_wake). Timed: the woken thread may take this CPU
+ * before the call returns (thread_state.h, wake_ns). */
 void cp_ring_wake(cp_ring *r) {
+  uint64_t t0 = cp_monotonic_ns();
   atomic_fetch_add_explicit(&r->wake_seq, 1, memory_order_release);
   syscall(SYS_futex, &r->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  cp_thread.wake_ns += cp_monotonic_ns() - t0;
 }
 
 const cp_raw_sample *cp_ring_peek(cp_ring *r) {
