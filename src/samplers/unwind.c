@@ -132,20 +132,27 @@ static CP_TLS int in_own_unwind; /* readable_page is ours to use */
 static CP_TLS uintptr_t readable_page[READABLE_PAGES];
 static CP_TLS unsigned readable_next;
 
-/* Starts one of our unwinds with libunwind on this thread: no page is known
- * readable yet. Returns 0 when a fork is in progress: libunwind's cache
- * lock must not be held across it (fork_guard.h), and the caller does
- * without. Async-signal-safe. */
-static int own_unwind_begin(void) {
+static uint64_t rent_begin(int mode);
+static void rent_end(uint64_t t0);
+static CP_TLS uint64_t own_unwind_rent; /* rent_begin's, for the end */
+
+/* Starts one of our unwinds with libunwind on this thread (the unwind mode
+ * asked for: mode): no page is known readable yet, and the unwind pays its
+ * rent while the walker's table is awaited (rent_begin). Returns 0 when a
+ * fork is in progress: libunwind's cache lock must not be held across it
+ * (fork_guard.h), and the caller does without. Async-signal-safe. */
+static int own_unwind_begin(int mode) {
   if (!cp_fork_guard_enter())
     return 0;
   for (int i = 0; i < READABLE_PAGES; i++)
     readable_page[i] = 0;
   in_own_unwind = 1;
+  own_unwind_rent = rent_begin(mode);
   return 1;
 }
 
 static void own_unwind_end(void) {
+  rent_end(own_unwind_rent);
   in_own_unwind = 0;
   cp_fork_guard_exit();
 }
@@ -609,13 +616,11 @@ size_t cp_unwind_signal_mode(void *ucontext, uint64_t *frames,
     if (n)
       return n;
   }
-  if (!own_unwind_begin()) {
+  if (!own_unwind_begin(mode)) {
     frames[0] = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
     return 1; /* a fork is in progress: the leaf only */
   }
-  uint64_t rent = rent_begin(mode);
   size_t n = unwind_signal(uc, frames, max_frames, may_build_cache, truncated);
-  rent_end(rent);
   own_unwind_end();
   return n;
 }
@@ -640,11 +645,9 @@ size_t cp_unwind_signal_slots(void *ucontext, uint64_t *frames, uint64_t *slots,
     if (n)
       return n;
   }
-  if (!own_unwind_begin())
+  if (!own_unwind_begin(unwind_mode))
     return 0;
-  uint64_t rent = rent_begin(unwind_mode);
   size_t n = unwind_from_context(uc, frames, slots, max_frames, truncated);
-  rent_end(rent);
   own_unwind_end();
   return n;
 }
@@ -744,16 +747,14 @@ size_t cp_unwind_here_mode(uint64_t *frames, size_t max_frames,
   } else {
     cp_unwind_warm_up();
   }
-  if (!own_unwind_begin()) {
+  if (!own_unwind_begin(mode)) {
     cp_thread.in_handler = 0;
     frames[0] = caller_ra - 1; /* a fork is in progress: the caller only */
     return 1;
   }
-  uint64_t rent = rent_begin(mode);
   int got = step ? (int)unwind_from_context((ucontext_t *)&ctx, frames, NULL,
                                             capacity, truncated)
                  : unw_backtrace((void **)frames, (int)capacity);
-  rent_end(rent);
   own_unwind_end();
   cp_thread.in_handler = 0;
   *truncated = 0; /* decided below, from the frames the caller keeps */
