@@ -138,9 +138,12 @@ static void release_env(env_map *m) {
 
 /* The environment the new image gets: envp itself when exec is followed or
  * when no LD_PRELOAD entry names this library; else a copy in which those
- * entries do not, in a mapping described in *m. If the mapping cannot be
- * made, envp as is (the new image then profiles itself). */
+ * entries do not, in a mapping described in *m (else *m is empty). If the
+ * mapping cannot be made, envp as is (the new image then profiles itself).
+ * First reclaims what a vfork child's exec left. */
 static char *const *exec_environment(char *const *envp, env_map *m) {
+  reclaim_env();
+  *m = (env_map){0};
   if (cp_profiler_follow_exec() || !envp)
     return envp;
   size_t n = 0, text = 0;
@@ -175,8 +178,6 @@ static char *const *exec_environment(char *const *envp, env_map *m) {
 }
 
 char *const *cp_exec_begin(char *const *envp, cp_exec_env *m, int *stopped) {
-  reclaim_env();
-  *m = (cp_exec_env){0};
   char *const *env = exec_environment(envp, m);
   *stopped = cp_profiler_before_exec();
   cp_signals_before_exec();
@@ -191,8 +192,6 @@ void cp_exec_came_back(cp_exec_env *m, int stopped) {
 }
 
 char *const *cp_spawn_begin(char *const *envp, cp_exec_env *m) {
-  reclaim_env();
-  *m = (cp_exec_env){0};
   char *const *env = exec_environment(envp, m);
   cp_signals_before_spawn();
   return env;
