@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the socket calls' hooks (src/interpose/socket_calls.c) add to each
 # call: bench/socket_calls (N recv calls with MSG_DONTWAIT on an empty
-# socket, then N send+recv pairs) plain, plain with one idle thread of its
+# socket, then N send+recv pairs; then N reads of an empty non-blocking
+# socket and N write+read pairs) plain, plain with one idle thread of its
 # own (what any thread beside the application's costs each call on a
 # descriptor), with this tree's preload library (CONTPROF_PROFILES=cpu, the
 # default) and, with BENCH_BASE_REF, with that commit's library,
@@ -40,5 +41,7 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for v in "${variants[@]}"; do
   recv=$(sed 's/.*recv_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
   pair=$(sed 's/.*pair_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
-  echo "$v: recv ${recv} ns a call, send+recv ${pair} ns a pair (median of $ROUNDS)"
+  rd=$(sed 's/.*read_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
+  rw=$(sed 's/.*rw_pair_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
+  echo "$v: recv ${recv} ns a call, send+recv ${pair} ns a pair, read ${rd} ns a call, write+read ${rw} ns a pair (median of $ROUNDS)"
 done

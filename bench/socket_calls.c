@@ -1,13 +1,15 @@
 /* What a socket call costs a process: N recv calls with MSG_DONTWAIT on an
  * empty Unix socket pair (each a system call that fails with EAGAIN at
  * once, the call an event loop makes when a socket has nothing more), then
- * N send+recv pairs of 64 bytes. Run plain and with a preloaded library to
+ * N send+recv pairs of 64 bytes, then the same with read on a non-blocking
+ * socket and write+read pairs. Run plain and with a preloaded library to
  * read what its socket hooks add per call (bench/socket_call_cost.sh).
  *
- *   socket_calls N
+ *   socket_calls N [thread]
  *
- * Prints `recv_ns=X pair_ns=Y`: wall ns per call and per pair (the thread
- * does nothing else). */
+ * Prints `recv_ns=X pair_ns=Y read_ns=Z rw_pair_ns=W`: wall ns per call
+ * and per pair (the thread does nothing else). */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +51,18 @@ int main(int argc, char **argv) {
         recv(sv[0], buf, sizeof buf, 0) != (ssize_t)sizeof buf)
       return 4;
   double t2 = now_ns();
-  printf("recv_ns=%.1f pair_ns=%.1f\n", (t1 - t0) / (double)n,
-         (t2 - t1) / (double)n);
+  fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+  for (long i = 0; i < n; i++)
+    if (read(sv[0], buf, sizeof buf) != -1)
+      return 5;
+  double t3 = now_ns();
+  for (long i = 0; i < n; i++)
+    if (write(sv[1], buf, sizeof buf) != (ssize_t)sizeof buf ||
+        read(sv[0], buf, sizeof buf) != (ssize_t)sizeof buf)
+      return 6;
+  double t4 = now_ns();
+  printf("recv_ns=%.1f pair_ns=%.1f read_ns=%.1f rw_pair_ns=%.1f\n",
+         (t1 - t0) / (double)n, (t2 - t1) / (double)n, (t3 - t2) / (double)n,
+         (t4 - t3) / (double)n);
   return 0;
 }

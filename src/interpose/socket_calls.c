@@ -2,33 +2,40 @@
  *
  * A blocking socket call is restarted after a handler with SA_RESTART (ours
  * have it), unless the socket has a timeout: with SO_RCVTIMEO (accept,
- * recv, recvfrom, recvmsg) or SO_SNDTIMEO (connect, send, sendto, sendmsg)
- * set, the kernel returns EINTR whatever SA_RESTART says (signal(7)). A wall
- * sample of a thread blocked in such a call then failed it after a few
- * milliseconds, where without the profiler it would have waited for data or
- * for its timeout (EAGAIN).
+ * recv, recvfrom, recvmsg, read, readv) or SO_SNDTIMEO (connect, send,
+ * sendto, sendmsg, write, writev) set, the kernel returns EINTR whatever
+ * SA_RESTART says (signal(7)). A wall sample of a thread blocked in such a
+ * call then failed it after a few milliseconds, where without the profiler
+ * it would have waited for data or for its timeout (EAGAIN).
  *
  * These hooks call the real function and, when one of our signals cut it
  * short (interpose/eintr.h), wait in poll for what the call waits for, for
  * the rest of the socket's timeout, and then make the call again (it finds
  * its data, or its connection made or refused) or fail it as the timeout
  * does. The timeout is counted from the call's start as the kernel counts
- * it: on the clock of the last tick (the coarse monotonic clock, read
- * before each call: 8 ns on this VM). That clock lags by up to a tick, up
- * to 7 ms here after a wakeup, so the deadline is a tick after the count's
- * end: at most a tick late, and early only by what the lag exceeds a tick
- * (the kernel's own timeouts, on its timer wheel, end 8-20 ms late here).
- * Without a clock, counting from the first EINTR, a call was up to 120 ms
- * late in test_blocking_calls: the wall sampler may signal a blocked thread
- * long after it blocked. The precise clock costs 29 ns a call here, paid on
- * every socket call of an event loop. An EINTR during which an
- * application's handler ran is returned as it is.
+ * it: on the clock of the last tick (the coarse monotonic clock: 6-8 ns a
+ * read on the VMs measured). That clock lags by up to a tick, up to 7 ms
+ * after a wakeup, so the deadline is a tick after the count's end: at most
+ * a tick late, and early only by what the lag exceeds a tick (the kernel's
+ * own timeouts, on its timer wheel, end 8-20 ms late here).
  *
- * Not covered (docs/signals.md): read, write, readv and writev on such a
- * socket (wrapping every read and write of a process for it would cost
- * every I/O call), recvmmsg and sendmmsg. A call made again after poll
- * said ready starts a full timeout of its own if another thread took the
- * data meanwhile. */
+ * The clock is read before a call only on a descriptor whose timeout the
+ * application set through setsockopt (hooked below: a bit per descriptor,
+ * set and never cleared), so that the reads and writes of files, pipes and
+ * sockets without timeouts pay no clock. A socket whose timeout was set
+ * otherwise (inherited across exec, received from another process, set by
+ * a raw system call, or reached through dup) has its timeout counted from
+ * the EINTR instead: it may end late by as long as the call had waited
+ * when the signal came (up to 120 ms in test_blocking_calls, whose wall
+ * sampler may signal a blocked thread long after it blocked). An EINTR
+ * during which an application's handler ran is returned as it is.
+ *
+ * The fortified entry points (__read_chk, __recv_chk, __recvfrom_chk: what
+ * -D_FORTIFY_SOURCE builds call when the buffer's size is known) are hooked
+ * too; the C library's own calls (stdio on a socket) are not seen. Not
+ * covered (docs/signals.md): recvmmsg and sendmmsg. A call made again
+ * after poll said ready starts a full timeout of its own if another thread
+ * took the data meanwhile. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -36,11 +43,35 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "interpose/eintr.h"
 #include "interpose/real.h"
+
+/* A bit per descriptor below MARKED_FDS: the application set a timeout on
+ * its socket (setsockopt). 128 KiB of zero pages until written; above it
+ * every descriptor counts as marked. */
+#define MARKED_FDS (1u << 20)
+static _Atomic uint64_t timeout_marks[MARKED_FDS / 64];
+
+/* Async-signal-safe. */
+static int timeout_marked(int fd) {
+  if ((unsigned)fd >= MARKED_FDS)
+    return 1;
+  return (int)((atomic_load_explicit(&timeout_marks[(unsigned)fd / 64],
+                                     memory_order_relaxed) >>
+                ((unsigned)fd % 64)) &
+               1);
+}
+
+/* The call's start on the coarse clock for a marked descriptor; 0 for
+ * another (resume counts from the EINTR). Async-signal-safe. */
+static int64_t call_start(int fd) {
+  return timeout_marked(fd) ? (int64_t)cp_clock_ns(CLOCK_MONOTONIC_COARSE) : 0;
+}
 
 /* The coarse clock's resolution (a tick); 10 ms if unknown. */
 static int64_t tick_ns(void) {
@@ -57,13 +88,14 @@ static int64_t tick_ns(void) {
   return t;
 }
 
-/* The call that began at `began` (CLOCK_MONOTONIC_COARSE) failed with an EINTR
- * of ours. What it waits for: `events` on fd, within the socket's timeout `opt`
- * (SO_RCVTIMEO or SO_SNDTIMEO). Waits in poll until fd is ready and returns
- * 1: make the call again. Returns 0 with errno set to what the call returns
- * otherwise: timed_out when the timeout ends first, EINTR when an
- * application's handler ran or fd has no timeout to read (not a socket:
- * the EINTR was not the socket's), poll's error. */
+/* The call that began at `began` (CLOCK_MONOTONIC_COARSE; 0: not read, the
+ * EINTR's moment stands for it) failed with an EINTR of ours. What it waits
+ * for: `events` on fd, within the socket's timeout `opt` (SO_RCVTIMEO or
+ * SO_SNDTIMEO). Waits in poll until fd is ready and returns 1: make the call
+ * again. Returns 0 with errno set to what the call returns otherwise: timed_out
+ * when the timeout ends first, EINTR when an application's handler ran or fd
+ * has no timeout to read (not a socket: the EINTR was not the socket's), poll's
+ * error. */
 static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
   typedef int (*poll_fn)(struct pollfd *, nfds_t, int);
   CP_REAL_OR(poll_fn, poll, (errno = EINTR, 0));
@@ -76,6 +108,8 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
   int64_t timeout = (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000;
   if (timeout <= 0)
     return 1; /* none (the kernel would have restarted it): again */
+  if (!began)
+    began = (int64_t)cp_clock_ns(CLOCK_MONOTONIC_COARSE);
   int64_t deadline = began + tick_ns() + timeout;
   for (;;) {
     int64_t left = deadline - (int64_t)cp_monotonic_ns();
@@ -95,10 +129,12 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
 }
 
 /* A hook's body: the real call `expr` (a ssize_t or int, -1 on error) on fd,
- * made again while our signals cut it short and resume() says so. */
+ * made again while our signals cut it short and resume() says so. Hot for
+ * read and write: two thread-local loads and a bit's test before the call
+ * on a descriptor without a timeout set. */
 #define RESUMING(fd, opt, events, timed_out, expr)                             \
   do {                                                                         \
-    int64_t began_ = (int64_t)cp_clock_ns(CLOCK_MONOTONIC_COARSE);             \
+    int64_t began_ = call_start(fd);                                           \
     for (;;) {                                                                 \
       cp_signals_seen before_ = cp_signals_seen_now();                         \
       __typeof__(expr) rc_ = (expr);                                           \
@@ -122,6 +158,23 @@ ssize_t recvfrom(int fd, void *restrict buf, size_t n, int flags,
   CP_REAL(fn_t, recvfrom);
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
            fn_recvfrom(fd, buf, n, flags, addr, len));
+}
+
+ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
+  typedef ssize_t (*fn_t)(int, void *, size_t, size_t, int);
+  CP_REAL(fn_t, __recv_chk);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           fn___recv_chk(fd, buf, n, buflen, flags));
+}
+
+ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n, size_t buflen,
+                       int flags, struct sockaddr *restrict addr,
+                       socklen_t *restrict len) {
+  typedef ssize_t (*fn_t)(int, void *, size_t, size_t, int, struct sockaddr *,
+                          socklen_t *);
+  CP_REAL(fn_t, __recvfrom_chk);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len));
 }
 
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
@@ -177,4 +230,64 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len) {
           ? EAGAIN
           : EINPROGRESS;
   RESUMING(fd, SO_SNDTIMEO, POLLOUT, timed_out, fn_connect(fd, addr, len));
+}
+
+/* read and write on any descriptor: only a socket with a timeout returns
+ * EINTR for one of our signals (the kernel restarts the others), and
+ * resume() returns such an EINTR as it is where getsockopt fails. */
+ssize_t read(int fd, void *buf, size_t n) {
+  typedef ssize_t (*fn_t)(int, void *, size_t);
+  CP_REAL(fn_t, read);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_read(fd, buf, n));
+}
+
+ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
+  typedef ssize_t (*fn_t)(int, void *, size_t, size_t);
+  CP_REAL(fn_t, __read_chk);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn___read_chk(fd, buf, n, buflen));
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int count) {
+  typedef ssize_t (*fn_t)(int, const struct iovec *, int);
+  CP_REAL(fn_t, readv);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_readv(fd, iov, count));
+}
+
+ssize_t write(int fd, const void *buf, size_t n) {
+  typedef ssize_t (*fn_t)(int, const void *, size_t);
+  CP_REAL(fn_t, write);
+  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_write(fd, buf, n));
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int count) {
+  typedef ssize_t (*fn_t)(int, const struct iovec *, int);
+  CP_REAL(fn_t, writev);
+  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_writev(fd, iov, count));
+}
+
+static int is_timeout_option(int name) {
+  if (name == SO_RCVTIMEO || name == SO_SNDTIMEO)
+    return 1;
+#ifdef SO_RCVTIMEO_NEW
+  if (name == SO_RCVTIMEO_NEW || name == SO_SNDTIMEO_NEW)
+    return 1;
+#endif
+#ifdef SO_RCVTIMEO_OLD
+  if (name == SO_RCVTIMEO_OLD || name == SO_SNDTIMEO_OLD)
+    return 1;
+#endif
+  return 0;
+}
+
+/* Marks fd once a timeout was set on its socket: its calls read the clock
+ * from then on. */
+int setsockopt(int fd, int level, int name, const void *value, socklen_t len) {
+  typedef int (*fn_t)(int, int, int, const void *, socklen_t);
+  CP_REAL(fn_t, setsockopt);
+  int rc = fn_setsockopt(fd, level, name, value, len);
+  if (rc == 0 && level == SOL_SOCKET && is_timeout_option(name) &&
+      (unsigned)fd < MARKED_FDS)
+    atomic_fetch_or_explicit(&timeout_marks[(unsigned)fd / 64],
+                             1ull << ((unsigned)fd % 64), memory_order_relaxed);
+  return rc;
 }
