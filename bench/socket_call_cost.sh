@@ -40,7 +40,7 @@ done
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for v in "${variants[@]}"; do
   recv=$(sed 's/.*recv_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
-  pair=$(sed 's/.*pair_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
+  pair=$(sed 's/.* pair_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
   rd=$(sed 's/.*read_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
   rw=$(sed 's/.*rw_pair_ns=\([0-9.]*\).*/\1/' "$work/$v.txt" | median)
   echo "$v: recv ${recv} ns a call, send+recv ${pair} ns a pair, read ${rd} ns a call, write+read ${rw} ns a pair (median of $ROUNDS)"

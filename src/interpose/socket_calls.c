@@ -2,11 +2,11 @@
  *
  * A blocking socket call is restarted after a handler with SA_RESTART (ours
  * have it), unless the socket has a timeout: with SO_RCVTIMEO (accept,
- * recv, recvfrom, recvmsg, read, readv) or SO_SNDTIMEO (connect, send,
- * sendto, sendmsg, write, writev) set, the kernel returns EINTR whatever
- * SA_RESTART says (signal(7)). A wall sample of a thread blocked in such a
- * call then failed it after a few milliseconds, where without the profiler
- * it would have waited for data or for its timeout (EAGAIN).
+ * recv, recvfrom, recvmsg, recvmmsg, read, readv) or SO_SNDTIMEO (connect,
+ * send, sendto, sendmsg, sendmmsg, write, writev) set, the kernel returns EINTR
+ * whatever SA_RESTART says (signal(7)). A wall sample of a thread blocked in
+ * such a call then failed it after a few milliseconds, where without the
+ * profiler it would have waited for data or for its timeout (EAGAIN).
  *
  * These hooks call the real function and, when one of our signals cut it
  * short (interpose/eintr.h), wait in poll for what the call waits for, for
@@ -32,10 +32,9 @@
  *
  * The fortified entry points (__read_chk, __recv_chk, __recvfrom_chk: what
  * -D_FORTIFY_SOURCE builds call when the buffer's size is known) are hooked
- * too; the C library's own calls (stdio on a socket) are not seen. Not
- * covered (docs/signals.md): recvmmsg and sendmmsg. A call made again
- * after poll said ready starts a full timeout of its own if another thread
- * took the data meanwhile. */
+ * too; the C library's own calls (stdio on a socket) are not seen. A call
+ * made again after poll said ready starts a full timeout of its own if another
+ * thread took the data meanwhile. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -181,6 +180,24 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
   typedef ssize_t (*fn_t)(int, struct msghdr *, int);
   CP_REAL(fn_t, recvmsg);
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_recvmsg(fd, msg, flags));
+}
+
+/* With nothing received, recvmmsg fails as recv does; the kernel writes
+ * what is left of its own timeout (the argument) back for the call made
+ * again. */
+int recvmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags,
+             struct timespec *timeout) {
+  typedef int (*fn_t)(int, struct mmsghdr *, unsigned int, int,
+                      struct timespec *);
+  CP_REAL(fn_t, recvmmsg);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           fn_recvmmsg(fd, msgs, n, flags, timeout));
+}
+
+int sendmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags) {
+  typedef int (*fn_t)(int, struct mmsghdr *, unsigned int, int);
+  CP_REAL(fn_t, sendmmsg);
+  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_sendmmsg(fd, msgs, n, flags));
 }
 
 ssize_t send(int fd, const void *buf, size_t n, int flags) {

@@ -14,12 +14,13 @@
  * samplers/signals.h, cp_signals_wrap_app; docs/signals.md).
  *
  * Also wrapped: ppoll, pselect, epoll_pwait and epoll_pwait2 (like poll,
- * select and epoll_wait), and sem_timedwait and sem_clockwait (a futex wait
- * with a timeout is not restarted either: glibc returns EINTR; sem_wait without
- * a timeout is). The calls that wait for signals are in signal_calls.c, the
- * socket calls with timeouts in socket_calls.c, and System V IPC waits
- * (semop, semtimedop, msgrcv, msgsnd) below. io_getevents (libaio's, which
- * returns -EINTR) is not wrapped (docs/signals.md).
+ * select and epoll_wait), the fortified __poll_chk and __ppoll_chk, and
+ * sem_timedwait and sem_clockwait (a futex wait with a timeout is not restarted
+ * either: glibc returns EINTR; sem_wait without a timeout is). The calls that
+ * wait for signals are in signal_calls.c, the socket calls with timeouts in
+ * socket_calls.c, and System V IPC waits (semop, semtimedop, msgrcv, msgsnd)
+ * below. io_getevents (libaio's, which returns -EINTR) is not wrapped
+ * (docs/signals.md).
  *
  * Each of these hooks also tells the wall sampler that the thread blocks in
  * it (PARKED), so that a thread that blocks again where it blocked before
@@ -254,6 +255,24 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
     if (!time_left(timeout, deadline, &left, &t))
       return 0;
   }
+}
+
+/* The fortified poll and ppoll, which -D_FORTIFY_SOURCE builds call for an
+ * array whose size the compiler knows and a count it does not (Debian
+ * builds its packages so): the C library's check, then the hooks above. */
+extern void __chk_fail(void) __attribute__((noreturn));
+
+int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen) {
+  if (fdslen / sizeof *fds < nfds)
+    __chk_fail();
+  return poll(fds, nfds, timeout);
+}
+
+int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+                const sigset_t *sigmask, size_t fdslen) {
+  if (fdslen / sizeof *fds < nfds)
+    __chk_fail();
+  return ppoll(fds, nfds, timeout, sigmask);
 }
 
 int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,

@@ -1,11 +1,11 @@
 /* Blocking calls that signals interrupt (nanosleep, sleep, usleep,
  * clock_nanosleep, poll, select, epoll_wait, epoll_pwait, epoll_pwait2,
- * ppoll, pselect, System V semop, semtimedop and msgrcv, and socket calls on
- * sockets with SO_RCVTIMEO or SO_SNDTIMEO: recv, recvfrom, accept, send,
- * connect, read, readv, write, writev), each
- * made while the wall sampler signals this thread: every one must take its
- * full time and return what it would without the profiler. Then an
- * application signal must still interrupt nanosleep and recv with EINTR.
+ * ppoll, pselect, the fortified poll and ppoll, System V semop, semtimedop and
+ * msgrcv, and socket calls on sockets with SO_RCVTIMEO or SO_SNDTIMEO: recv,
+ * recvfrom, accept, send, connect, read, readv, write, writev, recvmmsg,
+ * sendmmsg), each made while the wall sampler signals this thread: every one
+ * must take its full time and return what it would without the profiler. Then
+ * an application signal must still interrupt nanosleep and recv with EINTR.
  * Prints one line per call and exits 0 only if every result is right.
  *
  * `blocking_calls race ROUNDS` (bench/eintr_race.sh) measures instead how
@@ -132,6 +132,11 @@ static void socket_calls(void) {
   t = now();
   n = readv(sv[0], &iov, 1);
   check_socket("readv timeout", n == -1 && errno == EAGAIN, now() - t, 0.3);
+  struct mmsghdr mm = {.msg_hdr = {.msg_iov = &iov, .msg_iovlen = 1}};
+  t = now();
+  int got = recvmmsg(sv[0], &mm, 1, 0, NULL);
+  check_socket("recvmmsg timeout", got == -1 && errno == EAGAIN, now() - t,
+               0.3);
   /* A timeout that setsockopt's hook did not see (a raw system call):
    * counted from the interruption, so never early. */
   struct timeval raw = {0, 300000};
@@ -157,6 +162,11 @@ static void socket_calls(void) {
   t = now();
   n = writev(sv[1], &out, 1);
   check_socket("writev timeout", n == -1 && errno == EAGAIN, now() - t, 0.3);
+  struct mmsghdr mo = {.msg_hdr = {.msg_iov = &out, .msg_iovlen = 1}};
+  t = now();
+  int sent = sendmmsg(sv[1], &mo, 1, 0);
+  check_socket("sendmmsg timeout", sent == -1 && errno == EAGAIN, now() - t,
+               0.3);
   close(sv[0]);
   close(sv[1]);
 
@@ -350,6 +360,17 @@ int main(int argc, char **argv) {
   t = now();
   rc = ppoll(&pfd, 1, &wait_ts, NULL);
   check("ppoll", rc == 0, now() - t, 0.3);
+
+  /* With a count the compiler cannot check, this fortified build calls
+   * __poll_chk and __ppoll_chk. */
+  volatile nfds_t one = 1;
+  t = now();
+  rc = poll(&pfd, one, 300);
+  check("poll_chk", rc == 0, now() - t, 0.3);
+
+  t = now();
+  rc = ppoll(&pfd, one, &wait_ts, NULL);
+  check("ppoll_chk", rc == 0, now() - t, 0.3);
 
   t = now();
   FD_ZERO(&set);
