@@ -19,8 +19,7 @@
  * either: glibc returns EINTR; sem_wait without a timeout is). The calls that
  * wait for signals are in signal_calls.c, the socket calls with timeouts in
  * socket_calls.c, and System V IPC waits (semop, semtimedop, msgrcv, msgsnd)
- * below. io_getevents (libaio's, which returns -EINTR) is not wrapped
- * (docs/signals.md).
+ * and libaio's io_getevents and io_pgetevents below.
  *
  * Each of these hooks also tells the wall sampler that the thread blocks in
  * it (PARKED), so that a thread that blocks again where it blocked before
@@ -273,6 +272,56 @@ int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
   if (fdslen / sizeof *fds < nfds)
     __chk_fail();
   return ppoll(fds, nfds, timeout, sigmask);
+}
+
+/* libaio's io_getevents and io_pgetevents, wrappers of system calls that
+ * a signal interrupts whatever SA_RESTART says, and that return -EINTR
+ * (libaio sets no errno): made again for the time left after an EINTR of
+ * ours. No events were taken by an interrupted call (the system call
+ * returns those it took). Resolved in the object after ours (libaio.so);
+ * -ENOSYS without one, as there is nothing to wrap. */
+struct io_context;
+struct io_event;
+typedef int (*io_getevents_fn)(struct io_context *, long, long,
+                               struct io_event *, struct timespec *);
+typedef int (*io_pgetevents_fn)(struct io_context *, long, long,
+                                struct io_event *, struct timespec *,
+                                const sigset_t *);
+
+/* One of the two (the other NULL), with its arguments. */
+static int aio_wait(io_getevents_fn get, io_pgetevents_fn pget,
+                    struct io_context *ctx, long min_nr, long nr,
+                    struct io_event *events, struct timespec *timeout,
+                    const sigset_t *sigmask) {
+  int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
+  struct timespec left;
+  const struct timespec *t = timeout;
+  for (;;) {
+    cp_signals_seen before = cp_signals_seen_now();
+    int rc = get ? get(ctx, min_nr, nr, events, (struct timespec *)t)
+                 : pget(ctx, min_nr, nr, events, (struct timespec *)t, sigmask);
+    if (rc != -EINTR || !cp_eintr_is_ours(before))
+      return rc;
+    if (!time_left(timeout, deadline, &left, &t))
+      return 0; /* none came within the timeout */
+  }
+}
+
+int io_getevents(struct io_context *ctx, long min_nr, long nr,
+                 struct io_event *events, struct timespec *timeout) {
+  CP_REAL_OR(io_getevents_fn, io_getevents, -ENOSYS);
+  PARKED_IF(ts_may_block(timeout) && min_nr > 0);
+  return aio_wait(fn_io_getevents, NULL, ctx, min_nr, nr, events, timeout,
+                  NULL);
+}
+
+int io_pgetevents(struct io_context *ctx, long min_nr, long nr,
+                  struct io_event *events, struct timespec *timeout,
+                  const sigset_t *sigmask) {
+  CP_REAL_OR(io_pgetevents_fn, io_pgetevents, -ENOSYS);
+  PARKED_IF(ts_may_block(timeout) && min_nr > 0);
+  return aio_wait(NULL, fn_io_pgetevents, ctx, min_nr, nr, events, timeout,
+                  sigmask);
 }
 
 int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,

@@ -140,6 +140,26 @@ add_test(NAME test_blocking_calls
 set_tests_properties(test_blocking_calls PROPERTIES
   ENVIRONMENT "CONTPROF_WALL_INTERVAL_MS=1")
 
+# libaio's waits, likewise (when libaio is installed: scripts/deps test).
+find_library(CONTPROF_LIBAIO aio)
+find_path(CONTPROF_LIBAIO_INCLUDE libaio.h)
+if(CONTPROF_LIBAIO AND CONTPROF_LIBAIO_INCLUDE)
+  add_executable(aio_wait integration/aio_wait.c)
+  target_include_directories(aio_wait PRIVATE ${CONTPROF_LIBAIO_INCLUDE})
+  target_link_libraries(aio_wait PRIVATE ${CONTPROF_LIBAIO} Threads::Threads)
+  set_target_properties(aio_wait PROPERTIES
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME test_aio_wait
+    COMMAND ${CMAKE_BINARY_DIR}/contprof run --profiles wall,cpu
+            --output ${CMAKE_BINARY_DIR}/tests/aio-profiles --
+            ${CMAKE_BINARY_DIR}/tests/aio_wait)
+  set_tests_properties(test_aio_wait PROPERTIES
+    ENVIRONMENT "CONTPROF_WALL_INTERVAL_MS=1")
+else()
+  message(STATUS "libaio not found (scripts/deps test installs libaio-dev): "
+                 "test_aio_wait skipped")
+endif()
+
 # Hostile programs (signals, exits, dlopen) under every profile: they behave
 # exactly as without the profiler (test_hardening.c).
 add_executable(hostile_workload integration/hostile_workload.c)
