@@ -14,7 +14,9 @@
  *   action by exec).
  * - Followed (the default), the new image profiles itself as its own
  *   program with a new runtime-id. Not followed, the profiler's library is
- *   removed from LD_PRELOAD in the environment the new image gets.
+ *   removed from LD_PRELOAD in the environment the new image gets, and
+ *   from the process's own at start (cp_exec_leave_environ), for the
+ *   children that no hook sees started.
  * - If exec fails, profiling starts again where it was.
  *
  * A vfork child (which shares the parent's memory and runs on the parent's
@@ -175,6 +177,25 @@ static char *const *exec_environment(char *const *envp, env_map *m) {
   }
   copy[n] = NULL;
   return copy;
+}
+
+void cp_exec_leave_environ(void) {
+  if (cp_profiler_follow_exec())
+    return;
+  const char *value = getenv("LD_PRELOAD");
+  if (!value || !strip_preload(value, NULL))
+    return;
+  char *left = malloc(strlen(value) + 1);
+  if (!left)
+    return;
+  strip_preload(value, left);
+  /* Replaced in place, never removed: unsetenv moves the other entries,
+   * which a thread reading the environment meanwhile could miss. */
+  if (setenv("LD_PRELOAD", left, 1) != 0)
+    cp_warn("cannot take this library out of LD_PRELOAD (%s): programs "
+            "started by system() or popen() are profiled too",
+            strerror(errno));
+  free(left);
 }
 
 char *const *cp_exec_begin(char *const *envp, cp_exec_env *m, int *stopped) {

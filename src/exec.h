@@ -34,4 +34,13 @@ void cp_exec_came_back(cp_exec_env *m, int stopped);
 char *const *cp_spawn_begin(char *const *envp, cp_exec_env *m);
 void cp_spawn_end(cp_exec_env *m);
 
+/* When exec is not followed: this library leaves the process's own
+ * LD_PRELOAD (setenv: the value replaced in place), so that no child gets
+ * it, however it is started: system and popen, which spawn inside the C
+ * library where no hook sees them, a raw execve, a program that copies its
+ * environment for a child. The process keeps the library it has loaded.
+ * Called at each start (a no-op once removed, and when LD_PRELOAD does not
+ * name this library: linked into the program). */
+void cp_exec_leave_environ(void);
+
 #endif

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "contprof/profiler.h"
 #include "contprof/runtime.h"
+#include "exec.h"
 #include "fork_guard.h"
 #include "interpose/real.h"
 #include "labels.h"
@@ -408,6 +409,7 @@ static int start_configured(int forked_child) {
 
   prof.nactive = 0;
   atomic_store(&prof.follow_exec, prof.cfg.follow_exec);
+  cp_exec_leave_environ();
   for (size_t i = 0; i < CP_ARRAY_SIZE(all_samplers); i++) {
     const cp_sampler *s = all_samplers[i];
     if (!(native & s->profile))

@@ -60,6 +60,8 @@
  *                           SigIgn line, then 2 threads 20 such spawns
  *                           each at once, then what it reads for SIGIO
  *   spawn-preload           posix_spawn of itself with print-preload
+ *                           (its initial environment), then the
+ *                           shells of system() and popen() print theirs
  *   vfork-exec N            vfork + exec /bin/true N times while working
  *   print-preload           prints LD_PRELOAD
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
@@ -108,6 +110,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
 #include <math.h>
@@ -722,16 +725,49 @@ static int spawn_ignoring(void) {
   return 0;
 }
 
-/* posix_spawn of this program printing its LD_PRELOAD. */
+/* The environment this process started with, as the kernel keeps it
+ * (/proc/self/environ: setenv does not change it), in a static buffer. */
+static char **initial_environment(void) {
+  static char text[65536];
+  static char *vars[512];
+  int fd = open("/proc/self/environ", O_RDONLY);
+  ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+  if (fd >= 0)
+    close(fd);
+  size_t count = 0;
+  for (ssize_t i = 0; i < n && count < 511; i += (ssize_t)strlen(text + i) + 1)
+    vars[count++] = text + i;
+  vars[count] = NULL;
+  return vars;
+}
+
+/* posix_spawn of this program printing its LD_PRELOAD, given the
+ * environment this process started with (its LD_PRELOAD as it came: the
+ * spawn hook must edit it); then the shells of system() and popen()
+ * printing theirs, which come from the process's environment as it is
+ * now. */
 static int spawn_preload(const char *self) {
   char *argv[] = {(char *)self, "print-preload", NULL};
-  extern char **environ;
   pid_t pid;
   int status;
-  int rc = posix_spawn(&pid, self, NULL, NULL, argv, environ);
-  if (rc != 0 || waitpid(pid, &status, 0) != pid)
+  int rc = posix_spawn(&pid, self, NULL, NULL, argv, initial_environment());
+  if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0)
     return 1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  /* The shell that system() and popen() start prints what it got (a
+   * program it ran would get its exec hook's environment). */
+  const char *command = "echo \"LD_PRELOAD=[$LD_PRELOAD]\"";
+  fflush(stdout);
+  status = system(command);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return 1;
+  FILE *child = popen(command, "r");
+  if (!child)
+    return 1;
+  char line[4096];
+  while (fgets(line, sizeof line, child))
+    printf("popen: %s", line);
+  return pclose(child) == 0 ? 0 : 1;
 }
 
 static void exit_in_handler(int sig) {
