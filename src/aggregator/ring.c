@@ -160,12 +160,29 @@ void cp_ring_take_dropped(cp_ring *r, int64_t values[CP_NVALUES]) {
                                          memory_order_relaxed);
 }
 
+/* A slot's sequence number, read by a producer. In the ring's first lap
+ * the slot may lie on a page nothing has touched yet (the consumer faults
+ * the slots in ahead of the producers, but they outrun it in a burst): a
+ * load would map the zero page there, and the sample's first store then
+ * take a copy-on-write fault whose TLB flush interrupts every other CPU
+ * running the process (half of a fast allocator's page faults in its first
+ * 0.15 s, and the inter-processor interrupts with them). A locked add of
+ * zero reads it as a write does: one fault, no flush. The first lap only:
+ * afterwards every slot's page is in. Async-signal-safe. */
+static uint64_t producer_seq(const cp_ring *r, uint64_t pos) {
+  if (pos > r->mask)
+    return load_seq(r, pos, memory_order_acquire);
+  return atomic_fetch_add_explicit(&header_at(r, pos)->seq_minus_index, 0,
+                                   memory_order_acquire) +
+         (pos & r->mask);
+}
+
 /* Async-signal-safe, lock-free. */
 cp_raw_sample *cp_ring_reserve(cp_ring *r, uint64_t *ticket, uint32_t kind,
                                int64_t count, int64_t quantity) {
   uint64_t pos = atomic_load_explicit(&r->enqueue_pos, memory_order_relaxed);
   for (;;) {
-    uint64_t seq = load_seq(r, pos, memory_order_acquire);
+    uint64_t seq = producer_seq(r, pos);
     int64_t diff = (int64_t)seq - (int64_t)pos;
     if (diff == 0) {
       if (atomic_compare_exchange_weak_explicit(&r->enqueue_pos, &pos, pos + 1,
