@@ -234,8 +234,13 @@ cp_heap_entry *cp_heap_entry_take(void) {
     if (atomic_compare_exchange_weak_explicit(&heap.high_water, &hw, hw + 1,
                                               memory_order_relaxed,
                                               memory_order_relaxed)) {
+      /* An entry never handed out: its page may be untouched, and a load
+       * of its sequence count would map the zero page there, the store
+       * after it take a copy-on-write fault and flush the TLB of every
+       * CPU running the process. A locked add is one write fault. */
       cp_heap_entry *e = entry_at(hw);
-      begin_write(e);
+      atomic_fetch_add_explicit(&e->seq, 1, memory_order_relaxed);
+      atomic_thread_fence(memory_order_release);
       return e;
     }
   }
