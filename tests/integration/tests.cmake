@@ -127,34 +127,32 @@ target_include_directories(test_alloc_api PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(test_alloc_api PRIVATE _GNU_SOURCE)
 add_test(NAME test_alloc_api COMMAND test_alloc_api)
 
-# Blocking calls are not cut short by the wall sampler's signals.
-add_executable(blocking_calls integration/blocking_calls.c)
-target_link_libraries(blocking_calls PRIVATE Threads::Threads)
-target_compile_definitions(blocking_calls PRIVATE _GNU_SOURCE) # ppoll
-set_target_properties(blocking_calls PROPERTIES
-  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-add_test(NAME test_blocking_calls
-  COMMAND ${CMAKE_BINARY_DIR}/contprof run --profiles wall,cpu
-          --output ${CMAKE_BINARY_DIR}/tests/blocking-profiles --
-          ${CMAKE_BINARY_DIR}/tests/blocking_calls)
-set_tests_properties(test_blocking_calls PROPERTIES
-  ENVIRONMENT "CONTPROF_WALL_INTERVAL_MS=1")
+# Blocking calls are not cut short by the wall sampler's signals: a program
+# run under `contprof run --profiles wall,cpu` with a 1 ms wall interval,
+# which prints a line per call and fails if any call returned early.
+function(cp_wall_sampled_test name exe source)
+  add_executable(${exe} ${source})
+  target_link_libraries(${exe} PRIVATE Threads::Threads ${ARGN})
+  target_compile_definitions(${exe} PRIVATE _GNU_SOURCE) # ppoll
+  set_target_properties(${exe} PROPERTIES
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_BINARY_DIR}/contprof run --profiles wall,cpu
+            --output ${CMAKE_BINARY_DIR}/tests/${exe}-profiles --
+            ${CMAKE_BINARY_DIR}/tests/${exe})
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "CONTPROF_WALL_INTERVAL_MS=1")
+endfunction()
+cp_wall_sampled_test(test_blocking_calls blocking_calls
+  integration/blocking_calls.c)
 
 # libaio's waits, likewise (when libaio is installed: scripts/deps test).
 find_library(CONTPROF_LIBAIO aio)
 find_path(CONTPROF_LIBAIO_INCLUDE libaio.h)
 if(CONTPROF_LIBAIO AND CONTPROF_LIBAIO_INCLUDE)
-  add_executable(aio_wait integration/aio_wait.c)
+  cp_wall_sampled_test(test_aio_wait aio_wait integration/aio_wait.c
+    ${CONTPROF_LIBAIO})
   target_include_directories(aio_wait PRIVATE ${CONTPROF_LIBAIO_INCLUDE})
-  target_link_libraries(aio_wait PRIVATE ${CONTPROF_LIBAIO} Threads::Threads)
-  set_target_properties(aio_wait PROPERTIES
-    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  add_test(NAME test_aio_wait
-    COMMAND ${CMAKE_BINARY_DIR}/contprof run --profiles wall,cpu
-            --output ${CMAKE_BINARY_DIR}/tests/aio-profiles --
-            ${CMAKE_BINARY_DIR}/tests/aio_wait)
-  set_tests_properties(test_aio_wait PROPERTIES
-    ENVIRONMENT "CONTPROF_WALL_INTERVAL_MS=1")
 else()
   message(STATUS "libaio not found (scripts/deps test installs libaio-dev): "
                  "test_aio_wait skipped")
