@@ -129,8 +129,10 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
 
 /* A hook's body: the real call `expr` (a ssize_t or int, -1 on error) on fd,
  * made again while our signals cut it short and resume() says so. Hot for
- * read and write: two thread-local loads and a bit's test before the call
- * on a descriptor without a timeout set. */
+ * read and write: on a descriptor without a timeout set, a bit's test and
+ * two thread-local loads before the call, no clock (about 40 instructions
+ * a call with the saves of the registers a retry needs: docs/benchmarks.md,
+ * "read and write hooked"). */
 #define RESUMING(fd, opt, events, timed_out, expr)                             \
   do {                                                                         \
     int64_t began_ = call_start(fd);                                           \

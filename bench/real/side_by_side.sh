@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Two nginx servers loaded at the same time, one plain and one profiled
+# (every profile type, as bench/real/real.sh), so that what the machine
+# does meanwhile (a slower vCPU for seconds, another tenant) falls on both
+# alike. real.sh runs the variants one after the other, and on a shared
+# 2-vCPU VM its A/A control moved by 10 to 20 points between runs: more
+# than the targets it is meant to show (docs/benchmarks.md, "Real
+# servers").
+#
+# Each server: its own directory, port and 1 worker (nginx -p DIR), started
+# once as nobody and loaded by its own wrk (-t1, SBS_CONNS connections, a
+# 4 KiB static file) for SBS_SECONDS, SBS_REPEATS times; the two wrk start
+# together. Per repeat: each server's requests, p99 and CPU per request (its
+# master's and worker's CPU from /proc over the repeat, divided by the
+# requests served), and the ratio of the second server to the first. The
+# first phase runs plain against plain (the method's own noise), the second
+# plain against profiled; in each repeat of a phase the ports swap, so that
+# neither variant keeps the same port or wrk.
+#
+# Under this load both servers and both wrk share the 2 CPUs: the CPU per
+# request is the figure to read (what each request cost its server, both
+# under the same conditions). The throughput ratio says how the CPUs were
+# shared: the profiled server's own threads compete for them too.
+#
+#   bench/real/side_by_side.sh
+# Environment: SBS_REPEATS (10), SBS_SECONDS (10), SBS_WARMUP (3),
+# SBS_CONNS (16), SBS_PROFILES (cpu,wall,alloc,heap,lock), SBS_ENV (more
+# VAR=VALUE words for the profiled server), BENCH_BUILD_DIR.
+# Needs nginx-light and wrk (scripts/deps bench), run as root.
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+
+SBS_REPEATS=${SBS_REPEATS:-10}
+SBS_SECONDS=${SBS_SECONDS:-10}
+SBS_WARMUP=${SBS_WARMUP:-3}
+SBS_CONNS=${SBS_CONNS:-16}
+PORTS=(18091 18092)
+
+[[ $(id -u) -eq 0 ]] || bench_die "run as root (the servers run as nobody)"
+command -v nginx >/dev/null || bench_die "nginx missing (scripts/deps bench)"
+command -v wrk >/dev/null || bench_die "wrk missing (scripts/deps bench)"
+
+bench_build
+tmp=$(mktemp -d /tmp/contprof-sbs.XXXXXX)
+chmod 755 "$tmp"
+cp "$PRELOAD_LIB" "$tmp/libcontprof_preload.so"
+chmod 755 "$tmp/libcontprof_preload.so"
+head -c 4096 /dev/urandom | base64 -w 76 | head -c 4096 >"$tmp/index.html"
+chmod 644 "$tmp/index.html"
+masters=()
+
+stop_all() {
+  local m
+  for m in ${masters[@]+"${masters[@]}"}; do
+    kill -QUIT "$m" 2>/dev/null || true
+  done
+  for m in ${masters[@]+"${masters[@]}"}; do
+    for _ in $(seq 1 300); do
+      kill -0 "$m" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$m" 2>/dev/null || true
+  done
+  masters=()
+}
+trap 'stop_all; rm -rf "$tmp"' EXIT
+
+# start NAME PORT VARIANT: nginx in $tmp/NAME on PORT, plain or profiled;
+# appends its master's pid to masters.
+start() {
+  local d=$tmp/$1 env=()
+  mkdir -p "$d/www" "$d/temp" "$d/profiles"
+  cp "$tmp/index.html" "$d/www/"
+  cat >"$d/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $d/temp/body;
+  proxy_temp_path $d/temp/proxy;
+  fastcgi_temp_path $d/temp/fastcgi;
+  uwsgi_temp_path $d/temp/uwsgi;
+  scgi_temp_path $d/temp/scgi;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$2;
+    location / { root $d/www; }
+  }
+}
+EOF
+  chown -R nobody "$d"
+  chmod 700 "$d/profiles"
+  if [[ $3 == profiled ]]; then
+    env=("LD_PRELOAD=$tmp/libcontprof_preload.so"
+      "CONTPROF_PROFILES=${SBS_PROFILES:-cpu,wall,alloc,heap,lock}"
+      CONTPROF_EXPORT=file "CONTPROF_OUTPUT_DIR=$d/profiles"
+      "CONTPROF_SERVICE=nginx-$1")
+    read -ra extra <<<"${SBS_ENV:-}"
+    env+=(${extra[@]+"${extra[@]}"})
+  fi
+  setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups \
+    env ${env[@]+"${env[@]}"} nginx -c "$d/nginx.conf" -p "$d" 2>>"$d/stderr" &
+  masters+=($!)
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  bench_die "nginx $1 does not listen on 127.0.0.1:$2"
+}
+
+# tree_cpu MASTER: CPU seconds of the master and its children so far.
+tree_cpu() {
+  local stats=("/proc/$1/stat")
+  for p in $(pgrep -P "$1"); do stats+=("/proc/$p/stat"); done
+  cat "${stats[@]}" 2>/dev/null | awk -v hz="$(getconf CLK_TCK)" '
+    { sub(/^.*\) /, ""); s += $12 + $13 } END { printf "%.3f\n", s / hz }'
+}
+
+# wrk_figures FILE: "requests p99_ms"
+wrk_figures() {
+  awk '/requests in/ {n = $1}
+       $1 == "99%" {v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+                    p = (u == "us" ? v / 1000 : u == "s" ? v * 1000 : v)}
+       END {print n, p}' "$1"
+}
+
+# phase NAME VARIANT_A VARIANT_B: both servers started, SBS_REPEATS loads
+# at once; prints a line per repeat: "NAME r reqA p99A cpuA reqB p99B cpuB"
+# (cpu in us per request).
+phase() {
+  start a "${PORTS[0]}" "$2"
+  start b "${PORTS[1]}" "$3"
+  local ma=${masters[0]} mb=${masters[1]}
+  local r pa pb
+  for ((r = 1; r <= SBS_REPEATS; r++)); do
+    # Ports swap each repeat: each variant is loaded through either port.
+    if ((r % 2)); then pa=${PORTS[0]} pb=${PORTS[1]}; else pa=${PORTS[1]} pb=${PORTS[0]}; fi
+    # The servers were started with fixed ports; which wrk loads which is
+    # what swaps (A's figures always come from A's port).
+    [[ $r == 1 ]] && {
+      wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[0]}/index.html" >/dev/null &
+      wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[1]}/index.html" >/dev/null
+      wait
+    }
+    local ca0 cb0 ca1 cb1
+    ca0=$(tree_cpu "$ma")
+    cb0=$(tree_cpu "$mb")
+    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
+      "http://127.0.0.1:$pa/index.html" >"$tmp/wrk.$pa" &
+    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
+      "http://127.0.0.1:$pb/index.html" >"$tmp/wrk.$pb"
+    wait
+    ca1=$(tree_cpu "$ma")
+    cb1=$(tree_cpu "$mb")
+    local fa fb
+    fa=$(wrk_figures "$tmp/wrk.${PORTS[0]}")
+    fb=$(wrk_figures "$tmp/wrk.${PORTS[1]}")
+    echo "$1 $r $fa $ca0 $ca1 $fb $cb0 $cb1" | awk '{
+      printf "%s %s %d %.3f %.2f %d %.3f %.2f load=", $1, $2, $3, $4,
+        ($6 - $5) * 1e6 / $3, $7, $8, ($10 - $9) * 1e6 / $7 }'
+    cut -d' ' -f1 /proc/loadavg
+  done
+  stop_all
+  sleep 2
+}
+
+bench_machine
+echo "side by side: 2 nginx (1 worker each), each loaded by wrk -t1 -c$SBS_CONNS at the same time;" \
+  "$SBS_REPEATS repeats of ${SBS_SECONDS} s after ${SBS_WARMUP} s of warm-up"
+echo "per repeat: phase, repeat, then for the first and the second server: requests, p99 ms, server CPU us per request"
+phase aa plain plain >"$tmp/aa"
+cat "$tmp/aa"
+phase ab plain profiled >"$tmp/ab"
+cat "$tmp/ab"
+python3 - "$tmp/aa" "$tmp/ab" <<'PY'
+import statistics, sys
+def q(r):
+    r = sorted(r)
+    if len(r) < 4:
+        return "%.3f" % statistics.median(r)
+    a = statistics.quantiles(r, n=4)
+    return "%.3f [%.3f, %.3f]" % (statistics.median(r), a[0], a[2])
+print()
+print("| phase | second / first: requests | p99 | CPU per request |")
+print("|---|---|---|---|")
+for name, path in (("plain / plain (A/A)", sys.argv[1]), ("profiled / plain", sys.argv[2])):
+    rows = [l.split() for l in open(path) if l.strip()]
+    req = [int(w[5]) / int(w[2]) for w in rows]
+    p99 = [float(w[6]) / float(w[3]) for w in rows if float(w[3]) > 0]
+    cpu = [float(w[7]) / float(w[4]) for w in rows]
+    print("| %s | %s | %s | %s |" % (name, q(req), q(p99), q(cpu)))
+PY
+d=$tmp/b/profiles
+files=("$d"/*.pb.gz)
+if [[ -f ${files[0]} ]]; then
+  echo
+  echo "the profiled server's own account: $("$BENCH_BUILD_DIR/contprof" top "${files[@]}" --type cpu-time -n 1 2>&1 | grep '^Profiler overhead' || true)"
+fi
