@@ -141,19 +141,23 @@ phase() {
     if ((r % 2)); then pa=${PORTS[0]} pb=${PORTS[1]}; else pa=${PORTS[1]} pb=${PORTS[0]}; fi
     # The servers were started with fixed ports; which wrk loads which is
     # what swaps (A's figures always come from A's port).
-    [[ $r == 1 ]] && {
+    # (wait names the wrk it waits for: the servers are jobs of this shell.)
+    local other
+    if [[ $r == 1 ]]; then
       wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[0]}/index.html" >/dev/null &
+      other=$!
       wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[1]}/index.html" >/dev/null
-      wait
-    }
+      wait "$other"
+    fi
     local ca0 cb0 ca1 cb1
     ca0=$(tree_cpu "$ma")
     cb0=$(tree_cpu "$mb")
     wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
       "http://127.0.0.1:$pa/index.html" >"$tmp/wrk.$pa" &
+    other=$!
     wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
       "http://127.0.0.1:$pb/index.html" >"$tmp/wrk.$pb"
-    wait
+    wait "$other"
     ca1=$(tree_cpu "$ma")
     cb1=$(tree_cpu "$mb")
     local fa fb
