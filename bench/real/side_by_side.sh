@@ -14,8 +14,10 @@
 # master's and worker's CPU from /proc over the repeat, divided by the
 # requests served), and the ratio of the second server to the first. The
 # first phase runs plain against plain (the method's own noise), the second
-# plain against profiled; in each repeat of a phase the ports swap, so that
-# neither variant keeps the same port or wrk.
+# plain against profiled. Each server is pinned to one CPU, the two
+# swapped each repeat, and the ratios are taken per pair of repeats (the
+# geometric mean of the two), so that a vCPU slower than the other falls
+# on both; which wrk starts in the background swaps too.
 #
 # Under this load both servers and both wrk share the 2 CPUs: the CPU per
 # request is the figure to read (what each request cost its server, both
@@ -120,6 +122,14 @@ tree_cpu() {
     { sub(/^.*\) /, ""); s += $12 + $13 } END { printf "%.3f\n", s / hz }'
 }
 
+# pin MASTER CPU: the master, its children and all their threads on CPU.
+pin() {
+  local p
+  for p in "$1" $(pgrep -P "$1"); do
+    taskset -a -p -c "$2" "$p" >/dev/null
+  done
+}
+
 # wrk_figures FILE: "requests p99_ms"
 wrk_figures() {
   awk '/requests in/ {n = $1}
@@ -149,6 +159,13 @@ phase() {
       wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[1]}/index.html" >/dev/null
       wait "$other"
     fi
+    # Each server on a CPU of its own (every thread of its processes), the
+    # CPUs swapped each repeat: one vCPU of this VM may run slower than the
+    # other for minutes, which charged one server alone in unpinned runs
+    # (an A/A phase read 0.90-0.94 for the second server in 6 repeats of
+    # 20). The wrk processes go where the scheduler puts them.
+    pin "$ma" $(((r - 1) % 2))
+    pin "$mb" $((r % 2))
     local ca0 cb0 ca1 cb1
     ca0=$(tree_cpu "$ma")
     cb0=$(tree_cpu "$mb")
@@ -189,13 +206,17 @@ def q(r):
     a = statistics.quantiles(r, n=4)
     return "%.3f [%.3f, %.3f]" % (statistics.median(r), a[0], a[2])
 print()
-print("| phase | second / first: requests | p99 | CPU per request |")
+print("| phase (per pair of repeats) | second / first: requests | p99 | CPU per request |")
 print("|---|---|---|---|")
+# Per pair of repeats (each server once on each CPU): the geometric mean
+# of the pair's two ratios.
+def pairs(r):
+    return [(r[i] * r[i + 1]) ** 0.5 for i in range(0, len(r) - 1, 2)]
 for name, path in (("plain / plain (A/A)", sys.argv[1]), ("profiled / plain", sys.argv[2])):
     rows = [l.split() for l in open(path) if l.strip()]
-    req = [int(w[5]) / int(w[2]) for w in rows]
-    p99 = [float(w[6]) / float(w[3]) for w in rows if float(w[3]) > 0]
-    cpu = [float(w[7]) / float(w[4]) for w in rows]
+    req = pairs([int(w[5]) / int(w[2]) for w in rows])
+    p99 = pairs([float(w[6]) / float(w[3]) if float(w[3]) > 0 else 1.0 for w in rows])
+    cpu = pairs([float(w[7]) / float(w[4]) for w in rows])
     print("| %s | %s | %s | %s |" % (name, q(req), q(p99), q(cpu)))
 PY
 d=$tmp/b/profiles
