@@ -2,7 +2,8 @@
  * test_exec (the exec hooks must not put the environment on the stack):
  *   exec_bigenv exec PROGRAM [ARG...]
  *       a thread with a 128 KiB stack execs PROGRAM with the environment
- *       plus 20,000 variables; exits 126 if exec comes back
+ *       the program started with plus 20,000 variables; exits 126 if exec
+ *       comes back
  *   exec_bigenv vfork N PROGRAM [ARG...]
  *       the same thread vforks N times, each child execs PROGRAM with that
  *       environment; prints how many exited 0 and the growth of anonymous
@@ -15,23 +16,27 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "initial_env.h"
+
 #define EXTRA_VARS 20000
 #define STACK_BYTES (128 * 1024)
-
-extern char **environ;
 
 static char **big_env;
 static char **program_argv;
 static int vfork_count;
 
+/* The environment the program started with (its LD_PRELOAD as it came,
+ * which the hooks must edit when exec is not followed) and EXTRA_VARS
+ * more. */
 static char **make_env(void) {
+  char **start = initial_environment();
   size_t n = 0;
-  while (environ[n])
+  while (start[n])
     n++;
   char **env = calloc(n + EXTRA_VARS + 1, sizeof *env);
   if (!env)
     return NULL;
-  memcpy(env, environ, n * sizeof *env);
+  memcpy(env, start, n * sizeof *env);
   for (int i = 0; i < EXTRA_VARS; i++) {
     char buf[32];
     snprintf(buf, sizeof buf, "CP_PAD_%05d=x", i);

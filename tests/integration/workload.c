@@ -63,7 +63,7 @@
  *                           (its initial environment), then the
  *                           shells of system() and popen() print theirs
  *   vfork-exec N            vfork + exec /bin/true N times while working
- *   print-preload           prints LD_PRELOAD
+ *   print-preload           prints LD_PRELOAD as exec gave it
  *   own-sigprof             uses SIGPROF and ITIMER_PROF itself
  *   own-sigvtalrm           handles SIGVTALRM and sends it to itself
  *   deep                    works 300 frames deep
@@ -110,7 +110,6 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
 #include <math.h>
@@ -130,6 +129,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "initial_env.h"
 
 static uint64_t thread_cpu_ns(void) {
   struct timespec ts;
@@ -725,22 +726,6 @@ static int spawn_ignoring(void) {
   return 0;
 }
 
-/* The environment this process started with, as the kernel keeps it
- * (/proc/self/environ: setenv does not change it), in a static buffer. */
-static char **initial_environment(void) {
-  static char text[65536];
-  static char *vars[512];
-  int fd = open("/proc/self/environ", O_RDONLY);
-  ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
-  if (fd >= 0)
-    close(fd);
-  size_t count = 0;
-  for (ssize_t i = 0; i < n && count < 511; i += (ssize_t)strlen(text + i) + 1)
-    vars[count++] = text + i;
-  vars[count] = NULL;
-  return vars;
-}
-
 /* posix_spawn of this program printing its LD_PRELOAD, given the
  * environment this process started with (its LD_PRELOAD as it came: the
  * spawn hook must edit it); then the shells of system() and popen()
@@ -754,9 +739,12 @@ static int spawn_preload(const char *self) {
   if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
       WEXITSTATUS(status) != 0)
     return 1;
-  /* The shell that system() and popen() start prints what it got (a
+  /* The shell that system() and popen() start prints what it got, as
+   * the kernel keeps it (its own start would have edited $LD_PRELOAD; a
    * program it ran would get its exec hook's environment). */
-  const char *command = "echo \"LD_PRELOAD=[$LD_PRELOAD]\"";
+  const char *command =
+      "printf 'LD_PRELOAD=[%s]\\n' \"$(tr '\\0' '\\n' </proc/$$/environ | "
+      "sed -n 's/^LD_PRELOAD=//p')\"";
   fflush(stdout);
   status = system(command);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
@@ -1361,8 +1349,13 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "vfork-exec") == 0 && argc == 3)
     return vfork_exec(atoi(argv[2]));
   if (strcmp(argv[1], "print-preload") == 0) {
-    const char *v = getenv("LD_PRELOAD");
-    printf("LD_PRELOAD=[%s]\n", v ? v : "");
+    /* As exec gave it: the profiler's start may have edited the
+     * process's own since. */
+    const char *v = "";
+    for (char **e = initial_environment(); *e; e++)
+      if (strncmp(*e, "LD_PRELOAD=", 11) == 0)
+        v = *e + 11;
+    printf("LD_PRELOAD=[%s]\n", v);
     return 0;
   }
   if (strcmp(argv[1], "own-sigprof") == 0)
