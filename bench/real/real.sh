@@ -49,6 +49,7 @@
 # postgresql, run as root to switch users).
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/nginx.sh"
 
 REAL_REPEATS=${REAL_REPEATS:-3}
 REAL_SECONDS=${REAL_SECONDS:-15}
@@ -131,33 +132,7 @@ results=$tmp/results
 : >"$results"
 
 # --- nginx + wrk ----------------------------------------------------------
-nginx_setup() {
-  local d=$tmp/nginx
-  mkdir -p "$d/www" "$d/temp"
-  head -c 4096 /dev/urandom | base64 -w 76 | head -c 4096 >"$d/www/index.html"
-  cat >"$d/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes 2;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $d/temp/body;
-  proxy_temp_path $d/temp/proxy;
-  fastcgi_temp_path $d/temp/fastcgi;
-  uwsgi_temp_path $d/temp/uwsgi;
-  scgi_temp_path $d/temp/scgi;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    location / { root $d/www; }
-  }
-}
-EOF
-  chown -R nobody "$d"
-}
+nginx_setup() { nginx_dir "$tmp/nginx" "$NGINX_PORT" 2; }
 
 # server_cpu USER COMM: CPU seconds used so far by the server (its live
 # processes, and the children its master reaped), from /proc: one cat and

@@ -31,6 +31,7 @@
 # Needs nginx-light and wrk (scripts/deps bench), run as root.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/nginx.sh"
 
 SBS_REPEATS=${SBS_REPEATS:-10}
 SBS_SECONDS=${SBS_SECONDS:-10}
@@ -47,8 +48,6 @@ tmp=$(mktemp -d /tmp/contprof-sbs.XXXXXX)
 chmod 755 "$tmp"
 cp "$PRELOAD_LIB" "$tmp/libcontprof_preload.so"
 chmod 755 "$tmp/libcontprof_preload.so"
-head -c 4096 /dev/urandom | base64 -w 76 | head -c 4096 >"$tmp/index.html"
-chmod 644 "$tmp/index.html"
 masters=()
 
 stop_all() {
@@ -71,31 +70,10 @@ trap 'stop_all; rm -rf "$tmp"' EXIT
 # appends its master's pid to masters.
 start() {
   local d=$tmp/$1 env=()
-  mkdir -p "$d/www" "$d/temp" "$d/profiles"
-  cp "$tmp/index.html" "$d/www/"
-  cat >"$d/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes 1;
-pid $d/nginx.pid;
-error_log $d/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $d/temp/body;
-  proxy_temp_path $d/temp/proxy;
-  fastcgi_temp_path $d/temp/fastcgi;
-  uwsgi_temp_path $d/temp/uwsgi;
-  scgi_temp_path $d/temp/scgi;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$2;
-    location / { root $d/www; }
-  }
-}
-EOF
-  chown -R nobody "$d"
+  nginx_dir "$d" "$2" 1
+  mkdir -p "$d/profiles"
   chmod 700 "$d/profiles"
+  chown nobody "$d/profiles"
   if [[ $3 == profiled ]]; then
     env=("LD_PRELOAD=$tmp/libcontprof_preload.so"
       "CONTPROF_PROFILES=${SBS_PROFILES:-cpu,wall,alloc,heap,lock}"
