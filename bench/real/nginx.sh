@@ -1,5 +1,5 @@
 # Sourced by bench/real/real.sh and side_by_side.sh: what an nginx server
-# of theirs is made of.
+# of theirs is made of, and the wait for it to listen.
 
 # nginx_dir DIR PORT WORKERS: DIR/nginx.conf for a server of WORKERS worker
 # processes on 127.0.0.1:PORT serving DIR/www/index.html (4 KiB of text),
@@ -30,4 +30,14 @@ http {
 }
 CONF
   chown -R nobody "$d"
+}
+
+# wait_port PORT: returns once something listens on 127.0.0.1:PORT (at most
+# 10 s, then the benchmark stops).
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  bench_die "nothing listens on 127.0.0.1:$1"
 }

@@ -182,14 +182,6 @@ perf_wait() {
   perf_pid=""
 }
 
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  bench_die "nothing listens on 127.0.0.1:$1"
-}
-
 # nginx_run VARIANT REPEAT
 nginx_run() {
   local variant=$1 r=$2 env=() out=$tmp/nginx/$1-$2

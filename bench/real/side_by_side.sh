@@ -85,11 +85,7 @@ start() {
   setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups \
     env ${env[@]+"${env[@]}"} nginx -c "$d/nginx.conf" -p "$d" 2>>"$d/stderr" &
   masters+=($!)
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  bench_die "nginx $1 does not listen on 127.0.0.1:$2"
+  wait_port "$2"
 }
 
 # tree_cpu MASTER: CPU seconds of the master and its children so far.
