@@ -4,11 +4,16 @@
  * hook times are added, lock-free, by the samplers. */
 #include "stats.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "random.h"
@@ -275,6 +280,120 @@ static uint64_t moving_mean(uint64_t mean, uint64_t took) {
   return mean ? mean - mean / MEAN_OF + took / MEAN_OF : took;
 }
 
+/* Whether the kernel switched away from the thread inside a timed call
+ * (docs/overhead.md, "Handlers and hooks"). glibc registers each thread it
+ * makes with the kernel's restartable sequences (rseq): an area in the
+ * thread's TLS whose field rseq_cs user code points at the descriptor of a
+ * critical section. When the kernel preempts the thread, migrates it or
+ * delivers it a signal while the field points at a descriptor whose range
+ * does not hold where the thread is, it clears the field (the rseq ABI; a
+ * system call that does not switch leaves it). A timed call points it at
+ * switch_desc, whose range is empty, at its start, and finds it cleared at
+ * its end if anything else ran on the thread's CPU meanwhile, however
+ * briefly: the preemptions shorter than WALL_MAX_NS and our own handlers
+ * run inside a hook, which the interval's length alone let through (a
+ * woken thread of a test suite made 100 calls of 28 us read 47 us each).
+ * A host's steal time is still not seen: the guest's kernel never switched.
+ *
+ * The kernel checks the descriptor each time it reads it, the abort
+ * address's signature included, and kills the thread where it is wrong;
+ * so the field is used only where glibc owns the area (its __rseq_size set)
+ * and the kernel confirms the signature: registering the area again with it
+ * is refused with EBUSY for the same one, EPERM for another
+ * (switch_detection_start). switch_offset: the field's offset from the
+ * thread pointer, 0 where not used (glibc before 2.35, rseq turned off,
+ * another architecture): the interval's length and CPU alone then. */
+#if defined(__x86_64__) && defined(SYS_rseq)
+#define RSEQ_SIGNATURE 0x53053053u /* glibc's RSEQ_SIG on x86-64 */
+/* The abort address: after the signature, never jumped to (the range is
+ * empty); a trap if it were. */
+__asm__(".pushsection .text\n"
+        ".long 0x53053053\n"
+        ".globl cp_stats_rseq_abort\n"
+        ".hidden cp_stats_rseq_abort\n"
+        "cp_stats_rseq_abort:\n"
+        "ud2\n"
+        ".popsection\n");
+extern const char cp_stats_rseq_abort[];
+static struct {
+  uint32_t version, flags;
+  uint64_t start_ip, post_commit_offset, abort_ip;
+} switch_desc __attribute__((aligned(32)));
+#define RSEQ_CS_FIELD 8  /* struct rseq: cpu_id_start, cpu_id, rseq_cs */
+#define RSEQ_AREA_LEN 32 /* what glibc registers */
+#endif
+static _Atomic intptr_t switch_offset;
+
+/* At the start, on a thread glibc made (not in a handler): whether the
+ * kernel holds glibc's area with our signature. */
+static void switch_detection_start(void) {
+#if defined(__x86_64__) && defined(SYS_rseq)
+  const ptrdiff_t *offset = dlsym(RTLD_DEFAULT, "__rseq_offset");
+  const unsigned *size = dlsym(RTLD_DEFAULT, "__rseq_size");
+  if (!offset || !size || *size < RSEQ_CS_FIELD + sizeof(uint64_t))
+    return;
+  char *tp;
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+  unsigned len = *size > RSEQ_AREA_LEN ? *size : RSEQ_AREA_LEN;
+  int saved = errno;
+  long got = syscall(SYS_rseq, tp + *offset, len, 0, RSEQ_SIGNATURE);
+  int refused = got == -1 ? errno : 0;
+  errno = saved;
+  if (!got) /* this thread was not registered (not glibc's): as it was */
+    syscall(SYS_rseq, tp + *offset, len, 1 /* RSEQ_FLAG_UNREGISTER */,
+            RSEQ_SIGNATURE);
+  if (refused != EBUSY)
+    return;
+  switch_desc.start_ip = switch_desc.abort_ip =
+      (uint64_t)(uintptr_t)cp_stats_rseq_abort;
+  atomic_store_explicit(&switch_offset, *offset + RSEQ_CS_FIELD,
+                        memory_order_release);
+#endif
+}
+
+/* Async-signal-safe: the calling thread's rseq_cs field, or NULL. */
+static volatile uint64_t *switch_field(void) {
+#if defined(__x86_64__) && defined(SYS_rseq)
+  intptr_t offset = atomic_load_explicit(&switch_offset, memory_order_acquire);
+  if (!offset)
+    return NULL;
+  char *tp;
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+  return (volatile uint64_t *)(tp + offset);
+#else
+  return NULL;
+#endif
+}
+
+/* Async-signal-safe: marks the start of a timed interval. */
+static void switch_watch(void) {
+#if defined(__x86_64__) && defined(SYS_rseq)
+  volatile uint64_t *field = switch_field();
+  if (field)
+    *field = (uint64_t)(uintptr_t)&switch_desc;
+  atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* Async-signal-safe: whether the thread was switched away from since
+ * switch_watch; clears the field, so that a timed interval this one ran
+ * inside (a hook a handler of ours interrupted) sees it too. */
+static int switched_since_watch(void) {
+#if defined(__x86_64__) && defined(SYS_rseq)
+  atomic_signal_fence(memory_order_seq_cst);
+  volatile uint64_t *field = switch_field();
+  if (!field)
+    return 0;
+  int switched = *field != (uint64_t)(uintptr_t)&switch_desc;
+  *field = 0;
+  return switched;
+#else
+  return 0;
+#endif
+}
+
+int cp_stats_switch_detection(void) { return switch_field() != NULL; }
+
 static uint64_t least_pair(clockid_t clock) {
   uint64_t least = UINT64_MAX;
   for (int i = 0; i < CLOCK_PAIRS; i++) {
@@ -300,6 +419,7 @@ int cp_stats_choose_clock(void) {
     if (least < CHEAP_PAIR_NS) {
       atomic_store_explicit(&clock_pair_ns, (int64_t)least,
                             memory_order_relaxed);
+      switch_detection_start();
       atomic_store_explicit(&hook_clock, CLOCK_MONOTONIC, memory_order_release);
       return CLOCK_MONOTONIC;
     }
@@ -320,6 +440,8 @@ void cp_stats_calibrate(void) {
 }
 
 void cp_stats_set_hook_clock(int clock) {
+  if (clock == CLOCK_MONOTONIC)
+    switch_detection_start();
   atomic_store_explicit(&hook_clock, clock, memory_order_release);
   atomic_store_explicit(&clock_pair_ns, (int64_t)least_pair(clock),
                         memory_order_relaxed);
@@ -365,6 +487,8 @@ uint64_t cp_stats_hook_begin(contprof_sample_kind kind) {
   if (--hook_left[kind])
     return 0;
   int clock = cp_stats_hook_clock();
+  if (clock == CLOCK_MONOTONIC)
+    switch_watch();
   uint64_t now = cp_clock_ns(clock);
   hook_weight[kind] = hook_len[kind];
   /* The next window's length, from the time per call since the last timed
@@ -402,9 +526,11 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
      * (thread_state.h). */
     uint64_t woke = cp_thread.wake_ns - hook_wake_ns[kind];
     took = took > woke ? took - woke : 0;
-    if (now - began > WALL_MAX_NS || sched_getcpu() != hook_cpu[kind]) {
-      /* Preempted, or migrated (which preempts): its length is not its
-       * cost. */
+    int switched = switched_since_watch();
+    if (switched || now - began > WALL_MAX_NS ||
+        sched_getcpu() != hook_cpu[kind]) {
+      /* Preempted, interrupted by a signal, or migrated: its length is not
+       * its cost. */
       atomic_fetch_add_explicit(&preempted_calls[kind], 1,
                                 memory_order_relaxed);
       took = hook_mean[kind]

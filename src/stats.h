@@ -62,9 +62,14 @@ int64_t cp_stats_clock_pair_ns(void);
 /* Tests: times the hooks on clock from now on, its pair measured. */
 void cp_stats_set_hook_clock(int clock);
 /* The timed calls of kind whose interval was preempted (longer than 250
- * us of the monotonic clock, or ended on another CPU): counted at the mean
- * of the others. */
+ * us of the monotonic clock, ended on another CPU, or switched away from:
+ * below): counted at the mean of the others. */
 uint64_t cp_stats_preempted_calls(contprof_sample_kind kind);
+/* Whether a timed call also sees that its thread was switched away from
+ * for less than those 250 us (or interrupted by a signal): glibc's rseq
+ * area, where the kernel confirms it (stats.c). Set with the monotonic
+ * clock's choice. */
+int cp_stats_switch_detection(void);
 
 /* Samples of kind made outside the aggregator's ring (the live-heap
  * snapshot at each export); added to the next cp_stats_take. */
