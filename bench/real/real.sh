@@ -50,6 +50,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nginx.sh"
+source "$(dirname "$0")/postgres.sh"
 
 REAL_REPEATS=${REAL_REPEATS:-3}
 REAL_SECONDS=${REAL_SECONDS:-15}
@@ -59,7 +60,6 @@ REAL_PGBENCH_ARGS=${REAL_PGBENCH_ARGS:-}
 REAL_CLIENTS=${REAL_CLIENTS:-8}
 NGINX_PORT=18080
 PG_PORT=15432
-PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 servers=("$@")
 [[ ${#servers[@]} -eq 0 ]] && servers=(nginx postgres)
 
@@ -219,11 +219,7 @@ nginx_run() {
 # --- postgres + pgbench ---------------------------------------------------
 pg_setup() {
   local d=$tmp/pg
-  mkdir -p "$d/sock"
-  chown -R postgres "$d"
-  setpriv --reuid=postgres --regid="$(id -g postgres)" --clear-groups \
-    "$PG_BIN/initdb" -D "$d/data" -A trust -U postgres >"$d/initdb.log" 2>&1 ||
-    bench_die "initdb failed: $(tail -3 "$d/initdb.log")"
+  pg_initdb "$d"
   pg_start plain ""
   "$PG_BIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -i -s 5 postgres \
     >"$d/init.log" 2>&1 || bench_die "pgbench -i failed: $(tail -3 "$d/init.log")"
@@ -233,15 +229,10 @@ pg_setup() {
 pg_start() {
   local env=()
   [[ $1 == profiled* ]] && read -ra env <<<"$(profiled_env "$2" postgres "$1")"
-  run_as postgres ${env[@]+"${env[@]}"} -- "$PG_BIN/postgres" -D "$tmp/pg/data" \
-    -p "$PG_PORT" -k "$tmp/pg/sock" -c listen_addresses=127.0.0.1 \
-    -c synchronous_commit=off -c max_connections=50 \
-    2>>"$tmp/pg/server.log"
-  for _ in $(seq 1 200); do
-    "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" && return 0
-    sleep 0.1
-  done
-  bench_die "postgres did not start: $(tail -5 "$tmp/pg/server.log")"
+  local cmd
+  read -ra cmd <<<"$(pg_command "$tmp/pg" "$PG_PORT")"
+  run_as postgres ${env[@]+"${env[@]}"} -- "${cmd[@]}" 2>>"$tmp/pg/server.log"
+  pg_wait "$PG_PORT" "$tmp/pg/server.log"
 }
 
 # pg_run VARIANT REPEAT

@@ -1,47 +1,76 @@
 #!/usr/bin/env bash
-# Two nginx servers loaded at the same time, one plain and one profiled
-# (every profile type, as bench/real/real.sh), so that what the machine
-# does meanwhile (a slower vCPU for seconds, another tenant) falls on both
-# alike. real.sh runs the variants one after the other, and on a shared
-# 2-vCPU VM its A/A control moved by 10 to 20 points between runs: more
-# than the targets it is meant to show (docs/benchmarks.md, "Real
+# Two servers of one kind loaded at the same time, one plain and one
+# profiled (every profile type, as bench/real/real.sh), so that what the
+# machine does meanwhile (a slower vCPU for seconds, another tenant) falls
+# on both alike. real.sh runs the variants one after the other, and on a
+# shared 2-vCPU VM its A/A control moved by 10 to 20 points between runs:
+# more than the targets it is meant to show (docs/benchmarks.md, "Real
 # servers").
 #
-# Each server: its own directory, port and 1 worker (nginx -p DIR), started
-# once as nobody and loaded by its own wrk (-t1, SBS_CONNS connections, a
-# 4 KiB static file) for SBS_SECONDS, SBS_REPEATS times; the two wrk start
-# together. Per repeat: each server's requests, p99 and CPU per request (its
-# master's and worker's CPU from /proc over the repeat, divided by the
-# requests served), and the ratio of the second server to the first. The
-# first phase runs plain against plain (the method's own noise), the second
-# plain against profiled. Each server is pinned to one CPU, the two
-# swapped each repeat, and the ratios are taken per pair of repeats (the
-# geometric mean of the two), so that a vCPU slower than the other falls
-# on both; which wrk starts in the background swaps too.
+#   nginx     (the default) each server its own directory, port and 1
+#             worker (nginx -p DIR), started once as nobody and loaded by
+#             its own wrk (-t1, SBS_CONNS connections, a 4 KiB static
+#             file) for SBS_SECONDS; the server's CPU over the whole load.
+#   postgres  each server its own copy of one cluster (initdb, pgbench -i
+#             -s 5; synchronous_commit off, so that the server's CPU, not
+#             the disk, is measured), started as postgres and loaded by its
+#             own pgbench (TPC-B like, SBS_CLIENTS clients, 1 thread) for
+#             SBS_SECONDS + 2 s; what is measured is the window from 1 s
+#             after the clients connected to 1 s before they end, so that
+#             neither the backends' start nor their exit (where a profiled
+#             one writes its profile) counts: the transactions that ended
+#             in it (pgbench's per-transaction log), their p99, and the
+#             server's CPU over it.
 #
-# Under this load both servers and both wrk share the 2 CPUs: the CPU per
-# request is the figure to read (what each request cost its server, both
-# under the same conditions). The throughput ratio says how the CPUs were
-# shared: the profiled server's own threads compete for them too.
+# Both loads start together, SBS_REPEATS times. Per repeat: each server's
+# requests (transactions), p99 and CPU per request (its processes' CPU from
+# /proc over the window, divided by the requests served), and the ratio of
+# the second server to the first. The first phase runs plain against plain
+# (the method's own noise), the second plain against profiled. Each server
+# is pinned to one CPU (every thread of its processes, and the processes it
+# forks later), the two swapped each repeat, and the ratios are taken per
+# pair of repeats (the geometric mean of the two), so that a vCPU slower
+# than the other falls on both.
 #
-#   bench/real/side_by_side.sh
+# Under this load both servers and both load generators share the 2 CPUs:
+# the CPU per request is the figure to read (what each request cost its
+# server, both under the same conditions). The throughput ratio says how
+# the CPUs were shared: the profiled server's own threads compete for them
+# too.
+#
+#   bench/real/side_by_side.sh [nginx|postgres]
 # Environment: SBS_REPEATS (10), SBS_SECONDS (10), SBS_WARMUP (3),
-# SBS_CONNS (16), SBS_PROFILES (cpu,wall,alloc,heap,lock), SBS_ENV (more
-# VAR=VALUE words for the profiled server), BENCH_BUILD_DIR.
-# Needs nginx-light and wrk (scripts/deps bench), run as root.
+# SBS_CONNS (16, nginx), SBS_CLIENTS (4, postgres), SBS_PROFILES
+# (cpu,wall,alloc,heap,lock), SBS_ENV (more VAR=VALUE words for the
+# profiled server), BENCH_BUILD_DIR.
+# Needs nginx-light and wrk, or postgresql (scripts/deps bench); run as
+# root.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/nginx.sh"
+source "$(dirname "$0")/postgres.sh"
 
 SBS_REPEATS=${SBS_REPEATS:-10}
 SBS_SECONDS=${SBS_SECONDS:-10}
 SBS_WARMUP=${SBS_WARMUP:-3}
 SBS_CONNS=${SBS_CONNS:-16}
+SBS_CLIENTS=${SBS_CLIENTS:-4}
+server=${1:-nginx}
 PORTS=(18091 18092)
 
-[[ $(id -u) -eq 0 ]] || bench_die "run as root (the servers run as nobody)"
-command -v nginx >/dev/null || bench_die "nginx missing (scripts/deps bench)"
-command -v wrk >/dev/null || bench_die "wrk missing (scripts/deps bench)"
+[[ $(id -u) -eq 0 ]] || bench_die "run as root (the servers run as nobody or postgres)"
+case $server in
+nginx)
+  command -v nginx >/dev/null || bench_die "nginx missing (scripts/deps bench)"
+  command -v wrk >/dev/null || bench_die "wrk missing (scripts/deps bench)"
+  user=nobody
+  ;;
+postgres)
+  [[ -x $PG_BIN/postgres ]] || bench_die "postgresql missing (scripts/deps bench)"
+  user=postgres
+  ;;
+*) bench_die "unknown server $server (nginx, postgres)" ;;
+esac
 
 bench_build
 tmp=$(mktemp -d /tmp/contprof-sbs.XXXXXX)
@@ -50,10 +79,13 @@ cp "$PRELOAD_LIB" "$tmp/libcontprof_preload.so"
 chmod 755 "$tmp/libcontprof_preload.so"
 masters=()
 
+# Stops every server started: nginx's QUIT and PostgreSQL's INT (a fast
+# shutdown) let each process exit normally and write its profile.
 stop_all() {
-  local m
+  local m sig=QUIT
+  [[ $server == postgres ]] && sig=INT
   for m in ${masters[@]+"${masters[@]}"}; do
-    kill -QUIT "$m" 2>/dev/null || true
+    kill -"$sig" "$m" 2>/dev/null || true
   done
   for m in ${masters[@]+"${masters[@]}"}; do
     for _ in $(seq 1 300); do
@@ -66,26 +98,51 @@ stop_all() {
 }
 trap 'stop_all; rm -rf "$tmp"' EXIT
 
-# start NAME PORT VARIANT: nginx in $tmp/NAME on PORT, plain or profiled;
-# appends its master's pid to masters.
+# pg_cluster: one cluster, initialised for pgbench, in $tmp/cluster; each
+# server gets a copy (pg_dir).
+pg_cluster() {
+  local d=$tmp/cluster
+  pg_initdb "$d"
+  start cluster "${PORTS[0]}" plain
+  "$PG_BIN/pgbench" -h 127.0.0.1 -p "${PORTS[0]}" -U postgres -i -s 5 postgres \
+    >"$d/init.log" 2>&1 || bench_die "pgbench -i failed: $(tail -3 "$d/init.log")"
+  stop_all
+}
+
+# start NAME PORT VARIANT: a server in $tmp/NAME on PORT, plain or
+# profiled; appends its master's pid to masters (setpriv and env exec it).
 start() {
-  local d=$tmp/$1 env=()
-  nginx_dir "$d" "$2" 1
+  local d=$tmp/$1 env=() cmd
+  if [[ $server == nginx ]]; then
+    nginx_dir "$d" "$2" 1
+    cmd=(nginx -c "$d/nginx.conf" -p "$d")
+  else
+    if [[ $1 != cluster && ! -d $d/data ]]; then
+      mkdir -p "$d/sock"
+      cp -a "$tmp/cluster/data" "$d/data"
+      chown -R postgres "$d"
+    fi
+    read -ra cmd <<<"$(pg_command "$d" "$2")"
+  fi
   mkdir -p "$d/profiles"
   chmod 700 "$d/profiles"
-  chown nobody "$d/profiles"
+  chown "$user" "$d/profiles"
   if [[ $3 == profiled ]]; then
     env=("LD_PRELOAD=$tmp/libcontprof_preload.so"
       "CONTPROF_PROFILES=${SBS_PROFILES:-cpu,wall,alloc,heap,lock}"
       CONTPROF_EXPORT=file "CONTPROF_OUTPUT_DIR=$d/profiles"
-      "CONTPROF_SERVICE=nginx-$1")
+      "CONTPROF_SERVICE=$server-$1")
     read -ra extra <<<"${SBS_ENV:-}"
     env+=(${extra[@]+"${extra[@]}"})
   fi
-  setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups \
-    env ${env[@]+"${env[@]}"} nginx -c "$d/nginx.conf" -p "$d" 2>>"$d/stderr" &
+  setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups \
+    env ${env[@]+"${env[@]}"} "${cmd[@]}" 2>>"$d/stderr" &
   masters+=($!)
-  wait_port "$2"
+  if [[ $server == nginx ]]; then
+    wait_port "$2"
+  else
+    pg_wait "$2" "$d/stderr"
+  fi
 }
 
 # tree_cpu MASTER: CPU seconds of the master and its children so far.
@@ -96,7 +153,8 @@ tree_cpu() {
     { sub(/^.*\) /, ""); s += $12 + $13 } END { printf "%.3f\n", s / hz }'
 }
 
-# pin MASTER CPU: the master, its children and all their threads on CPU.
+# pin MASTER CPU: the master, its children and all their threads on CPU
+# (what the master forks later inherits it).
 pin() {
   local p
   for p in "$1" $(pgrep -P "$1"); do
@@ -112,6 +170,68 @@ wrk_figures() {
        END {print n, p}' "$1"
 }
 
+# pgbench_load PORT SECONDS [LOGDIR]: pgbench on the server at PORT (with
+# LOGDIR, its per-transaction log there).
+pgbench_load() {
+  local pgb=("$PG_BIN/pgbench" -h 127.0.0.1 -p "$1" -U postgres
+    -c "$SBS_CLIENTS" -j 1 -n -T "$2" postgres)
+  if [[ -z ${3:-} ]]; then
+    "${pgb[@]}" >/dev/null 2>&1
+    return
+  fi
+  rm -rf "$3" && mkdir -p "$3"
+  (cd "$3" && "${pgb[@]}" -l --log-prefix=tx >"$3/out" 2>&1)
+}
+
+# pg_figures LOGDIR T0 T1: "transactions p99_ms" of the transactions that
+# ended in [T0, T1) (epoch seconds). The log's lines: "client tx
+# latency_us script epoch_s epoch_us".
+pg_figures() {
+  cat "$1"/tx* | awk -v a="$2" -v b="$3" \
+    '{t = $5 + $6 / 1e6; if (t >= a && t < b) print $3}' | sort -n |
+    awk '{v[NR] = $1} END {i = int(NR * 0.99); if (i < 1) i = 1;
+                           printf "%d %.3f\n", NR, NR ? v[i] / 1000 : 0}'
+}
+
+# load_repeat MA MB: one load of both servers at once; sets fa, fb
+# ("requests p99_ms") and ca0 ca1 cb0 cb1 (their CPU seconds at the
+# window's ends). Which load starts in the background swaps with the
+# repeat ($r).
+load_repeat() {
+  local pa pb other
+  if ((r % 2)); then pa=${PORTS[0]} pb=${PORTS[1]}; else pa=${PORTS[1]} pb=${PORTS[0]}; fi
+  if [[ $server == nginx ]]; then
+    ca0=$(tree_cpu "$1")
+    cb0=$(tree_cpu "$2")
+    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
+      "http://127.0.0.1:$pa/index.html" >"$tmp/wrk.$pa" &
+    other=$!
+    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
+      "http://127.0.0.1:$pb/index.html" >"$tmp/wrk.$pb"
+    wait "$other"
+    ca1=$(tree_cpu "$1")
+    cb1=$(tree_cpu "$2")
+    fa=$(wrk_figures "$tmp/wrk.${PORTS[0]}")
+    fb=$(wrk_figures "$tmp/wrk.${PORTS[1]}")
+    return
+  fi
+  pgbench_load "$pa" $((SBS_SECONDS + 2)) "$tmp/tx.$pa" &
+  other=$!
+  pgbench_load "$pb" $((SBS_SECONDS + 2)) "$tmp/tx.$pb" &
+  local mine=$! t0 t1
+  sleep 1
+  ca0=$(tree_cpu "$1")
+  cb0=$(tree_cpu "$2")
+  t0=$(date +%s.%N)
+  sleep "$SBS_SECONDS"
+  ca1=$(tree_cpu "$1")
+  cb1=$(tree_cpu "$2")
+  t1=$(date +%s.%N)
+  wait "$other" "$mine"
+  fa=$(pg_figures "$tmp/tx.${PORTS[0]}" "$t0" "$t1")
+  fb=$(pg_figures "$tmp/tx.${PORTS[1]}" "$t0" "$t1")
+}
+
 # phase NAME VARIANT_A VARIANT_B: both servers started, SBS_REPEATS loads
 # at once; prints a line per repeat: "NAME r reqA p99A cpuA reqB p99B cpuB"
 # (cpu in us per request).
@@ -119,53 +239,46 @@ phase() {
   start a "${PORTS[0]}" "$2"
   start b "${PORTS[1]}" "$3"
   local ma=${masters[0]} mb=${masters[1]}
-  local r pa pb
+  local r fa fb ca0 ca1 cb0 cb1 other
   for ((r = 1; r <= SBS_REPEATS; r++)); do
-    # Ports swap each repeat: each variant is loaded through either port.
-    if ((r % 2)); then pa=${PORTS[0]} pb=${PORTS[1]}; else pa=${PORTS[1]} pb=${PORTS[0]}; fi
-    # The servers were started with fixed ports; which wrk loads which is
-    # what swaps (A's figures always come from A's port).
-    # (wait names the wrk it waits for: the servers are jobs of this shell.)
-    local other
     if [[ $r == 1 ]]; then
-      wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[0]}/index.html" >/dev/null &
-      other=$!
-      wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[1]}/index.html" >/dev/null
+      if [[ $server == nginx ]]; then
+        wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[0]}/index.html" >/dev/null &
+        other=$!
+        wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[1]}/index.html" >/dev/null
+      else
+        pgbench_load "${PORTS[0]}" "$SBS_WARMUP" &
+        other=$!
+        pgbench_load "${PORTS[1]}" "$SBS_WARMUP"
+      fi
       wait "$other"
     fi
     # Each server on a CPU of its own (every thread of its processes), the
     # CPUs swapped each repeat: one vCPU of this VM may run slower than the
     # other for minutes, which charged one server alone in unpinned runs
     # (an A/A phase read 0.90-0.94 for the second server in 6 repeats of
-    # 20). The wrk processes go where the scheduler puts them.
+    # 20). The load generators go where the scheduler puts them.
     pin "$ma" $(((r - 1) % 2))
     pin "$mb" $((r % 2))
-    local ca0 cb0 ca1 cb1
-    ca0=$(tree_cpu "$ma")
-    cb0=$(tree_cpu "$mb")
-    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
-      "http://127.0.0.1:$pa/index.html" >"$tmp/wrk.$pa" &
-    other=$!
-    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
-      "http://127.0.0.1:$pb/index.html" >"$tmp/wrk.$pb"
-    wait "$other"
-    ca1=$(tree_cpu "$ma")
-    cb1=$(tree_cpu "$mb")
-    local fa fb
-    fa=$(wrk_figures "$tmp/wrk.${PORTS[0]}")
-    fb=$(wrk_figures "$tmp/wrk.${PORTS[1]}")
+    load_repeat "$ma" "$mb"
     echo "$1 $r $fa $ca0 $ca1 $fb $cb0 $cb1" | awk '{
       printf "%s %s %d %.3f %.2f %d %.3f %.2f load=", $1, $2, $3, $4,
-        ($6 - $5) * 1e6 / $3, $7, $8, ($10 - $9) * 1e6 / $7 }'
+        $3 ? ($6 - $5) * 1e6 / $3 : 0, $7, $8, $7 ? ($10 - $9) * 1e6 / $7 : 0 }'
     cut -d' ' -f1 /proc/loadavg
   done
   stop_all
   sleep 2
 }
 
+[[ $server == postgres ]] && pg_cluster
 bench_machine
-echo "side by side: 2 nginx (1 worker each), each loaded by wrk -t1 -c$SBS_CONNS at the same time;" \
-  "$SBS_REPEATS repeats of ${SBS_SECONDS} s after ${SBS_WARMUP} s of warm-up"
+if [[ $server == nginx ]]; then
+  echo "side by side: 2 nginx (1 worker each), each loaded by wrk -t1 -c$SBS_CONNS at the same time;" \
+    "$SBS_REPEATS repeats of ${SBS_SECONDS} s after ${SBS_WARMUP} s of warm-up"
+else
+  echo "side by side: 2 PostgreSQL (copies of one cluster, scale 5), each loaded by pgbench -c$SBS_CLIENTS -j1 at the same time;" \
+    "$SBS_REPEATS repeats of a ${SBS_SECONDS} s window after ${SBS_WARMUP} s of warm-up"
+fi
 echo "per repeat: phase, repeat, then for the first and the second server: requests, p99 ms, server CPU us per request"
 phase aa plain plain >"$tmp/aa"
 cat "$tmp/aa"
