@@ -56,14 +56,17 @@
 #define MARKED_FDS (1u << 20)
 static _Atomic uint64_t timeout_marks[MARKED_FDS / 64];
 
+/* fd's word and bit in timeout_marks; fd below MARKED_FDS. */
+static _Atomic uint64_t *mark_word(int fd) {
+  return &timeout_marks[(unsigned)fd / 64];
+}
+static uint64_t mark_bit(int fd) { return 1ull << ((unsigned)fd % 64); }
+
 /* Async-signal-safe. */
 static int timeout_marked(int fd) {
-  if ((unsigned)fd >= MARKED_FDS)
-    return 1;
-  return (int)((atomic_load_explicit(&timeout_marks[(unsigned)fd / 64],
-                                     memory_order_relaxed) >>
-                ((unsigned)fd % 64)) &
-               1);
+  return (unsigned)fd >= MARKED_FDS ||
+         (atomic_load_explicit(mark_word(fd), memory_order_relaxed) &
+          mark_bit(fd));
 }
 
 /* The call's start on the coarse clock for a marked descriptor; 0 for
@@ -306,7 +309,6 @@ int setsockopt(int fd, int level, int name, const void *value, socklen_t len) {
   int rc = fn_setsockopt(fd, level, name, value, len);
   if (rc == 0 && level == SOL_SOCKET && is_timeout_option(name) &&
       (unsigned)fd < MARKED_FDS)
-    atomic_fetch_or_explicit(&timeout_marks[(unsigned)fd / 64],
-                             1ull << ((unsigned)fd % 64), memory_order_relaxed);
+    atomic_fetch_or_explicit(mark_word(fd), mark_bit(fd), memory_order_relaxed);
   return rc;
 }
