@@ -273,6 +273,10 @@ static _Atomic int64_t clock_pair_ns = -1;
 #define MEAN_OF 8
 static _Atomic uint64_t recent_ns[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t preempted_calls[CONTPROF_KIND_COUNT];
+/* The weight of the calls set aside while neither mean existed (the
+ * process's first timed calls of a kind, preempted): counted at the length
+ * of the next clean call. */
+static _Atomic uint64_t owed_weight[CONTPROF_KIND_COUNT];
 
 /* The moving average mean after one more value, took (the first value
  * where mean is 0). */
@@ -540,14 +544,22 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
       took = hook_mean[kind]
                  ? hook_mean[kind]
                  : atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
+      if (!took)
+        atomic_fetch_add_explicit(&owed_weight[kind],
+                                  cp_stats_hook_weight(kind),
+                                  memory_order_relaxed);
     } else {
       hook_mean[kind] = moving_mean(hook_mean[kind], took);
-      atomic_store_explicit(
-          &recent_ns[kind],
-          moving_mean(
-              atomic_load_explicit(&recent_ns[kind], memory_order_relaxed),
-              took),
-          memory_order_relaxed);
+      uint64_t recent =
+          atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
+      atomic_store_explicit(&recent_ns[kind], moving_mean(recent, took),
+                            memory_order_relaxed);
+      if (took &&
+          atomic_load_explicit(&owed_weight[kind], memory_order_relaxed)) {
+        uint64_t owed = atomic_exchange_explicit(&owed_weight[kind], 0,
+                                                 memory_order_relaxed);
+        cp_stats_add_hook_ns(kind, took * owed);
+      }
     }
   }
   if (took)
@@ -662,6 +674,7 @@ void cp_stats_after_fork_child(void) {
     atomic_store_explicit(&hook_ns[k], 0, memory_order_relaxed);
     atomic_store_explicit(&drained_samples[k], 0, memory_order_relaxed);
     atomic_store_explicit(&thinned[k], 0, memory_order_relaxed);
+    atomic_store_explicit(&owed_weight[k], 0, memory_order_relaxed);
     for (int p = 0; p < CP_SIGNAL_PATHS; p++)
       atomic_store_explicit(&signals[k][p], 0, memory_order_relaxed);
   }
