@@ -310,5 +310,10 @@ d=$tmp/b/profiles
 files=("$d"/*.pb.gz)
 if [[ -f ${files[0]} ]]; then
   echo
-  echo "the profiled server's own account: $("$BENCH_BUILD_DIR/contprof" top "${files[@]}" --type cpu-time -n 1 2>&1 | grep '^Profiler overhead' || true)"
+  # Every profile carries the header; cpu-time where it was profiled, else
+  # the files' own default type.
+  own() { "$BENCH_BUILD_DIR/contprof" top "${files[@]}" "$@" -n 1 2>&1 | grep '^Profiler overhead' || true; }
+  account=$(own --type cpu-time)
+  [[ -n $account ]] || account=$(own)
+  echo "the profiled server's own account: $account"
 fi
