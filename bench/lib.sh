@@ -57,6 +57,7 @@ bench_build() {
     -o "$BENCH_BIN/label_cost" "$src/label_cost.c" \
     -L"$BENCH_BUILD_DIR" -lcontprof -Wl,-rpath,"$BENCH_BUILD_DIR"
   $cc -O2 -Wall -Wextra -pthread -o "$BENCH_BIN/switch_cost" "$src/switch_cost.c"
+  $cc -O2 -Wall -Wextra -pthread -o "$BENCH_BIN/tick_cost" "$src/tick_cost.c"
   $cc -O2 -Wall -Wextra -pthread -o "$BENCH_BIN/primitive_cost" "$src/primitive_cost.c"
   $cc -O2 -Wall -Wextra -pthread -o "$BENCH_BIN/sample_clock_cost" "$src/sample_clock_cost.c"
   bench_build_base
