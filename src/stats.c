@@ -274,9 +274,14 @@ static _Atomic int64_t clock_pair_ns = -1;
 static _Atomic uint64_t recent_ns[CONTPROF_KIND_COUNT];
 static _Atomic uint64_t preempted_calls[CONTPROF_KIND_COUNT];
 /* The weight of the calls set aside while neither mean existed (the
- * process's first timed calls of a kind, preempted): counted at the length
- * of the next clean call. */
+ * process's first timed calls of a kind, preempted), and the clean calls
+ * of the kind so far, up to MEAN_OF: each of the first MEAN_OF clean calls
+ * counts an equal share of that weight at its own length, so that the
+ * whole is counted at their mean, which one slow call among them moves
+ * little (an interrupt's 25 us in a call of 27 doubled it). A process
+ * with fewer clean calls counts only their shares. */
 static _Atomic uint64_t owed_weight[CONTPROF_KIND_COUNT];
+static _Atomic uint32_t first_clean[CONTPROF_KIND_COUNT];
 
 /* The moving average mean after one more value, took (the first value
  * where mean is 0). */
@@ -554,12 +559,15 @@ void cp_stats_hook_end(contprof_sample_kind kind, uint64_t began) {
           atomic_load_explicit(&recent_ns[kind], memory_order_relaxed);
       atomic_store_explicit(&recent_ns[kind], moving_mean(recent, took),
                             memory_order_relaxed);
-      if (took &&
-          atomic_load_explicit(&owed_weight[kind], memory_order_relaxed)) {
-        uint64_t owed = atomic_exchange_explicit(&owed_weight[kind], 0,
-                                                 memory_order_relaxed);
-        cp_stats_add_hook_ns(kind, took * owed);
-      }
+      if (atomic_load_explicit(&first_clean[kind], memory_order_relaxed) <
+              MEAN_OF &&
+          atomic_fetch_add_explicit(&first_clean[kind], 1,
+                                    memory_order_relaxed) < MEAN_OF)
+        cp_stats_add_hook_ns(
+            kind,
+            took *
+                atomic_load_explicit(&owed_weight[kind], memory_order_relaxed) /
+                MEAN_OF);
     }
   }
   if (took)
@@ -675,6 +683,7 @@ void cp_stats_after_fork_child(void) {
     atomic_store_explicit(&drained_samples[k], 0, memory_order_relaxed);
     atomic_store_explicit(&thinned[k], 0, memory_order_relaxed);
     atomic_store_explicit(&owed_weight[k], 0, memory_order_relaxed);
+    atomic_store_explicit(&first_clean[k], 0, memory_order_relaxed);
     for (int p = 0; p < CP_SIGNAL_PATHS; p++)
       atomic_store_explicit(&signals[k][p], 0, memory_order_relaxed);
   }

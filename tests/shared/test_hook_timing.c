@@ -233,8 +233,8 @@ static void test_handler_inside_a_hook_counted_once(void) {
 }
 
 /* A process's first timed calls of a kind, set aside with no mean yet to
- * count them at (here each sleeps 2 ms inside), are counted at the first
- * clean call's length, not as nothing. On a thread of its own (no mean of
+ * count them at (here each sleeps 2 ms inside), are counted at the mean of
+ * the first clean calls, not as nothing. On a thread of its own (no mean of
  * its own), with a kind no other test times (none in the process). */
 #define FIRST_ASIDE 40
 typedef struct first_run {
@@ -286,10 +286,11 @@ static void test_first_calls_set_aside_still_count(void) {
          "(%llu set aside): %.0f ns each reported\n",
          2 * FIRST_ASIDE, r.cost, FIRST_ASIDE, (unsigned long long)r.set_aside,
          r.reported);
-  /* Without them, half. Half of the total stands on the one clean call
-   * that came first: the bound leaves it room to have read 1.8 times. */
+  /* Without them, half. Half of the total stands on the first 8 clean
+   * calls' mean: one of them slowed by an interrupt (25 us on a VM) moves
+   * the whole by some 6%. */
   CHECK(r.set_aside >= FIRST_ASIDE);
-  CHECK(r.reported > 0.7 * r.cost && r.reported < 1.45 * r.cost);
+  CHECK(r.reported > 0.8 * r.cost && r.reported < 1.25 * r.cost);
 }
 
 /* Beside two threads that spin (on two CPUs, the timed thread is
