@@ -42,7 +42,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -75,11 +74,18 @@ static atomic_int stop_waker;
 static pid_t worker_tid;
 static int waker_signals;
 static unsigned long waker_slack;
+#define TICK_SIGNAL (SIGRTMIN + 1)
 
 static int64_t ns(clockid_t c) {
   struct timespec t;
   clock_gettime(c, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* TICK_NS as a timespec (tv_nsec under a second: up to 1 s a tick). */
+static struct timespec tick_spec(void) {
+  return (struct timespec){.tv_sec = TICK_NS / 1000000000,
+                           .tv_nsec = TICK_NS % 1000000000};
 }
 
 static void on_tick(int sig) {
@@ -101,15 +107,17 @@ static void *waker(void *arg) {
     prctl(PR_SET_TIMERSLACK, waker_slack);
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
+  struct timespec tick = tick_spec();
   while (!atomic_load(&stop_waker)) {
-    t.tv_nsec += TICK_NS;
+    t.tv_sec += tick.tv_sec;
+    t.tv_nsec += tick.tv_nsec;
     if (t.tv_nsec >= 1000000000) {
       t.tv_sec++;
       t.tv_nsec -= 1000000000;
     }
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);
     if (waker_signals)
-      syscall(SYS_tgkill, getpid(), worker_tid, SIGRTMIN + 1);
+      syscall(SYS_tgkill, getpid(), worker_tid, TICK_SIGNAL);
     else
       atomic_fetch_add_explicit(&ticks, 1, memory_order_relaxed);
   }
@@ -125,16 +133,16 @@ static uint64_t run(int v, int64_t ms, int64_t *cpu_ns, int *nticks) {
   atomic_store(&stop_waker, 0);
   waker_signals = v == V_THREAD || v == V_THREAD_SLACK;
   waker_slack = v >= V_WAKE_SLACK ? SLACK_NS : 0;
-  int waking = v == V_WAKE || v == V_THREAD || v >= V_WAKE_SLACK;
+  int waking = v != V_NONE && v != V_POSIX;
   if (waking)
     pthread_create(&t, NULL, waker, NULL);
   if (v == V_POSIX) {
     struct sigevent ev = {.sigev_notify = SIGEV_THREAD_ID,
-                          .sigev_signo = SIGRTMIN + 1};
+                          .sigev_signo = TICK_SIGNAL};
     ev._sigev_un._tid = worker_tid;
     timer_create(CLOCK_MONOTONIC, &ev, &timer);
-    struct itimerspec it = {.it_interval = {0, TICK_NS},
-                            .it_value = {0, TICK_NS}};
+    struct itimerspec it = {.it_interval = tick_spec(),
+                            .it_value = tick_spec()};
     timer_settime(timer, 0, &it, NULL);
   }
   int64_t c0 = ns(CLOCK_PROCESS_CPUTIME_ID);
@@ -181,7 +189,7 @@ int main(int argc, char **argv) {
   pin();
   worker_tid = (pid_t)syscall(SYS_gettid);
   struct sigaction sa = {.sa_handler = on_tick, .sa_flags = SA_RESTART};
-  sigaction(SIGRTMIN + 1, &sa, NULL);
+  sigaction(TICK_SIGNAL, &sa, NULL);
   /* One cycle through every word in random order (Sattolo's shuffle). */
   nwords = kib * 1024 / sizeof *buf;
   buf = malloc(nwords * sizeof *buf);
