@@ -183,6 +183,19 @@ pgbench_load() {
   (cd "$3" && "${pgb[@]}" -l --log-prefix=tx >"$3/out" 2>&1)
 }
 
+# load PORT SECONDS [OUT]: the server's load generator on the server at
+# PORT: wrk (with OUT, its report with latencies there) or pgbench_load
+# (with OUT, its per-transaction log there).
+load() {
+  if [[ $server == postgres ]]; then
+    pgbench_load "$@"
+  elif [[ -z ${3:-} ]]; then
+    wrk -t1 -c"$SBS_CONNS" -d"${2}s" "http://127.0.0.1:$1/index.html" >/dev/null
+  else
+    wrk -t1 -c"$SBS_CONNS" -d"${2}s" --latency "http://127.0.0.1:$1/index.html" >"$3"
+  fi
+}
+
 # pg_figures LOGDIR T0 T1: "transactions p99_ms" of the transactions that
 # ended in [T0, T1) (epoch seconds). The log's lines: "client tx
 # latency_us script epoch_s epoch_us".
@@ -203,11 +216,9 @@ load_repeat() {
   if [[ $server == nginx ]]; then
     ca0=$(tree_cpu "$1")
     cb0=$(tree_cpu "$2")
-    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
-      "http://127.0.0.1:$pa/index.html" >"$tmp/wrk.$pa" &
+    load "$pa" "$SBS_SECONDS" "$tmp/wrk.$pa" &
     other=$!
-    wrk -t1 -c"$SBS_CONNS" -d"${SBS_SECONDS}s" --latency \
-      "http://127.0.0.1:$pb/index.html" >"$tmp/wrk.$pb"
+    load "$pb" "$SBS_SECONDS" "$tmp/wrk.$pb"
     wait "$other"
     ca1=$(tree_cpu "$1")
     cb1=$(tree_cpu "$2")
@@ -215,9 +226,9 @@ load_repeat() {
     fb=$(wrk_figures "$tmp/wrk.${PORTS[1]}")
     return
   fi
-  pgbench_load "$pa" $((SBS_SECONDS + 2)) "$tmp/tx.$pa" &
+  load "$pa" $((SBS_SECONDS + 2)) "$tmp/tx.$pa" &
   other=$!
-  pgbench_load "$pb" $((SBS_SECONDS + 2)) "$tmp/tx.$pb" &
+  load "$pb" $((SBS_SECONDS + 2)) "$tmp/tx.$pb" &
   local mine=$! t0 t1
   sleep 1
   ca0=$(tree_cpu "$1")
@@ -242,15 +253,9 @@ phase() {
   local r fa fb ca0 ca1 cb0 cb1 other
   for ((r = 1; r <= SBS_REPEATS; r++)); do
     if [[ $r == 1 ]]; then
-      if [[ $server == nginx ]]; then
-        wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[0]}/index.html" >/dev/null &
-        other=$!
-        wrk -t1 -c"$SBS_CONNS" -d"${SBS_WARMUP}s" "http://127.0.0.1:${PORTS[1]}/index.html" >/dev/null
-      else
-        pgbench_load "${PORTS[0]}" "$SBS_WARMUP" &
-        other=$!
-        pgbench_load "${PORTS[1]}" "$SBS_WARMUP"
-      fi
+      load "${PORTS[0]}" "$SBS_WARMUP" &
+      other=$!
+      load "${PORTS[1]}" "$SBS_WARMUP"
       wait "$other"
     fi
     # Each server on a CPU of its own (every thread of its processes), the
