@@ -82,19 +82,27 @@
 #define SWITCH_WINDOW_NS 100000000ull
 #define SWITCH_REQUESTS 64 /* threads waiting for the tick to move them */
 /* Which clock, the other end: a thread that blocked at most LONG_LIMIT
- * times per second of its CPU time (none in a window: it runs in bursts of
- * 100 ms of CPU or more) also leaves its perf task clock, when the sampling
- * period is at least LONG_MIN_TICKS of the kernel's ticks. A POSIX timer,
- * checked at the tick, then samples it as exactly (its samples fall where it
- * runs, a period apart) and costs no timer interrupt of its own: a perf task
- * clock's sample costs the thread 30 us of CPU on this VM, half of it its
- * hrtimer's interrupt (exits to the hypervisor), against about 6 us for a
- * POSIX timer's: 0.3% of a busy thread's CPU at 100 Hz against 0.06%
- * (bench/sample_clock_cost; docs/signals.md, "Which clock"). Such a thread
- * comes back to a perf task clock when it blocks more than BACK_LIMIT times per
- * CPU-second (bursts under 20 ms, which the tick would attribute poorly) and at
- * most SWITCH_LIMIT. */
+ * times per second of its CPU time (none in a window of 100 ms, LONG_WINDOWS
+ * times in a row: it runs in bursts of 300 ms of CPU or more) also leaves its
+ * perf task clock, when the sampling period is at least LONG_MIN_TICKS of the
+ * kernel's ticks. A POSIX timer, checked at the tick, then samples it as
+ * exactly (its samples fall where it runs, a period apart) and costs no timer
+ * interrupt of its own: a perf task clock's sample costs the thread 30 us of
+ * CPU on this VM, half of it its hrtimer's interrupt (exits to the hypervisor),
+ * against about 6 us for a POSIX timer's: 0.3% of a busy thread's CPU at 100 Hz
+ * against 0.06% (bench/sample_clock_cost; docs/signals.md, "Which clock"). Such
+ * a thread comes back to a perf task clock when it blocks more than BACK_LIMIT
+ * times per CPU-second (bursts under 20 ms, which the tick would attribute
+ * poorly) and at most SWITCH_LIMIT. */
 #define LONG_LIMIT 5
+/* A window holds few switches at the rates between the limits, so one
+ * window's count judges poorly: a thread that blocks 32 times a CPU-second has
+ * none in one window of 100 ms in 25, and one in 10 has more than 5 (over
+ * BACK_LIMIT), so that an nginx worker went between its clocks 13 times
+ * in 40 s. It leaves only after LONG_WINDOWS windows in a row with none
+ * (300 ms of its CPU without blocking); such a thread has them about once
+ * in 15,000 windows. */
+#define LONG_WINDOWS 3
 #define LONG_MIN_TICKS 2
 #define BACK_LIMIT 50
 /* What a move request asks (move_requests: tid | reason). */
@@ -167,7 +175,8 @@ static CP_TLS struct {
   unsigned gen;
   uint64_t cpu_ns;
   uint64_t window_cpu_ns, window_switches;
-  int moving; /* asked to leave perf in this run */
+  int moving;            /* asked to leave perf in this run */
+  unsigned long_windows; /* the last windows in a row judged long */
   /* The event whose interval was last drawn (perf_rearm), and the samples
    * left until the next draw. */
   int drawn_fd;
@@ -212,6 +221,7 @@ static int64_t perf_cpu_since_last(uint64_t *cpu_now) {
   if (perf_last.gen != gen) {
     perf_last.window_cpu_ns = 0; /* a new window starts at this sample */
     perf_last.moving = 0;
+    perf_last.long_windows = 0;
   }
   perf_last.gen = gen;
   perf_last.cpu_ns = now;
@@ -269,12 +279,12 @@ static int period_spans_ticks(void) {
  * CONTPROF_CPU_CLOCK=auto, judges the thread on a perf task clock by how
  * often it switched in its last window of CPU time, and asks the tick to
  * move it to a POSIX timer when that was more than SWITCH_LIMIT times per
- * CPU-second, or at most LONG_LIMIT (long bursts, with a period of
- * LONG_MIN_TICKS ticks or more). The thread measures itself so that the
- * profiler opens no file to learn it: a descriptor of ours open at the wrong
- * moment is one an application closing and reusing numbers would lose or
- * have closed (docs/security.md, "Descriptors shared with the
- * application"). A thread that rarely runs is judged rarely, and costs the
+ * CPU-second, or at most LONG_LIMIT in each of its last LONG_WINDOWS windows
+ * (long bursts, with a period of LONG_MIN_TICKS ticks or more). The thread
+ * measures itself so that the profiler opens no file to learn it: a descriptor
+ * of ours open at the wrong moment is one an application closing and reusing
+ * numbers would lose or have closed (docs/security.md, "Descriptors shared with
+ * the application"). A thread that rarely runs is judged rarely, and costs the
  * kernel little either way; a short-lived thread, which perf task clocks
  * serve best, ends before its first window does. */
 static void judge_switches(uint64_t cpu_now) {
@@ -295,11 +305,14 @@ static void judge_switches(uint64_t cpu_now) {
   perf_last.window_switches = (uint64_t)switches;
   if (!judged)
     return;
+  int long_window =
+      !switches_over(d_switches, d_ns, LONG_LIMIT) && period_spans_ticks();
+  perf_last.long_windows = long_window ? perf_last.long_windows + 1 : 0;
   if (switches_over(d_switches, d_ns, SWITCH_LIMIT)) {
     perf_last.moving =
         request_move(MOVE_SWITCHY, d_switches * 1000000000ull / d_ns);
-  } else if (!switches_over(d_switches, d_ns, LONG_LIMIT) &&
-             period_spans_ticks() && request_move(MOVE_LONG, 0)) {
+  } else if (perf_last.long_windows >= LONG_WINDOWS &&
+             request_move(MOVE_LONG, 0)) {
     perf_last.moving = 1;
     perf_last.long_gen = atomic_load_explicit(&cpu.gen, memory_order_relaxed);
     perf_last.window_left_ns = 0;
@@ -802,7 +815,7 @@ static void move_to_posix(thread_timer *t, int reason,
             "threads'",
             (int)t->tid, (unsigned long long)switches_per_cpu_s);
   else if (reason == MOVE_LONG && !cpu.long_logged++)
-    cp_info("thread %d runs in bursts of 100 ms of CPU or more: its CPU "
+    cp_info("thread %d runs in bursts of 300 ms of CPU or more: its CPU "
             "samples now come from a POSIX CPU timer, which the kernel checks "
             "at its tick (a perf task clock's own timer costs more at every "
             "sample); so will other such threads', and they come back to perf "

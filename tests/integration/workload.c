@@ -105,6 +105,13 @@
  *                           in work_beta in 2 ms bursts, each followed by a
  *                           0.3 ms sleep (a thread that starts blocking
  *                           often); prints the true CPU ns of each
+ *   random-blocks SECONDS MEAN_MS
+ *                           one thread works SECONDS of CPU in work_alpha
+ *                           in pieces of exponentially distributed length
+ *                           (mean MEAN_MS ms of CPU), each
+ *                           followed by a 0.1 ms sleep: a thread that
+ *                           blocks at random, 1000 / MEAN_MS times a
+ *                           CPU-second; prints the true CPU ns
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
@@ -316,6 +323,35 @@ static int phases(double long_s, double short_s) {
   pthread_join(t, NULL);
   printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 "\n", phase_truth[0],
          phase_truth[1]);
+  return 0;
+}
+
+/* random-blocks: the pieces' lengths (xorshift64, seeded from the clock:
+ * a fixed seed fixes where the long pieces are). */
+static void *random_blocks_thread(void *arg) {
+  double *p = arg; /* seconds, mean_ms */
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  uint64_t x = ((uint64_t)now.tv_nsec << 20 ^ (uint64_t)getpid()) | 1;
+  uint64_t start = thread_cpu_ns();
+  while (thread_cpu_ns() - start < (uint64_t)(p[0] * 1e9)) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
+    phase_truth[0] += work_alpha((uint64_t)(-log(1.0 - u) * p[1] * 1e6));
+    struct timespec nap = {0, 100000};
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+
+static int random_blocks(double seconds, double mean_ms) {
+  double p[2] = {seconds, mean_ms};
+  pthread_t t;
+  pthread_create(&t, NULL, random_blocks_thread, p);
+  pthread_join(t, NULL);
+  printf("work_alpha=%" PRIu64 "\n", phase_truth[0]);
   return 0;
 }
 
@@ -1373,5 +1409,7 @@ int main(int argc, char **argv) {
     return switchy(atof(argv[2]));
   if (strcmp(argv[1], "phases") == 0 && argc == 4)
     return phases(atof(argv[2]), atof(argv[3]));
+  if (strcmp(argv[1], "random-blocks") == 0 && argc == 4)
+    return random_blocks(atof(argv[2]), atof(argv[3]));
   return 2;
 }
