@@ -553,6 +553,19 @@ static void test_switching_threads_leave_perf(void) {
   check_switchy("auto", 1);
 }
 
+/* Whether a run's clock moves can be checked: it logged (info) that its
+ * samples come from perf task clocks, and the kernel's tick (the coarse
+ * clock's resolution, in *tick_us) is 1 to 5 ms, so that a 10 ms period
+ * spans two of them (docs/signals.md, "Which clock"). */
+static int clock_moves_checkable(const char *out, long *tick_us) {
+  struct timespec tick = {0, 0};
+  clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
+  *tick_us = tick.tv_nsec / 1000;
+  return tick.tv_sec == 0 && tick.tv_nsec >= 1000000 &&
+         tick.tv_nsec <= 5000000 &&
+         strstr(out, "from perf task clocks") != NULL;
+}
+
 /* A thread works 1.5 s of CPU without blocking, then 2 s in 2 ms bursts
  * each followed by a 0.3 ms sleep, at 100 Hz: with CONTPROF_CPU_CLOCK=auto
  * it leaves its perf task clock for a POSIX timer after its first 300 ms of
@@ -575,11 +588,8 @@ static void test_long_bursts_leave_perf_and_come_back(void) {
   const char *line = strstr(r->out, "work_alpha=");
   CHECK(line &&
         sscanf(line, "work_alpha=%llu work_beta=%llu", &alpha, &beta) == 2);
-  struct timespec tick = {0, 0};
-  clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
-  int ticks_fit =
-      tick.tv_sec == 0 && tick.tv_nsec >= 1000000 && tick.tv_nsec <= 5000000;
-  int perf = strstr(r->out, "from perf task clocks") != NULL;
+  long tick_us = 0;
+  int checkable = clock_moves_checkable(r->out, &tick_us);
   pprof_top top;
   pprof_profile *p = NULL;
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
@@ -589,9 +599,9 @@ static void test_long_bursts_leave_perf_and_come_back(void) {
     double got_beta = (double)top_cum(&top, "work_beta");
     printf("long bursts then short ones: moved %s (tick %ld us); work_alpha "
            "%.3f s of %.3f s, work_beta %.3f s of %.3f s\n",
-           moved ? moved : "?", tick.tv_nsec / 1000, got_alpha / 1e9,
-           (double)alpha / 1e9, got_beta / 1e9, (double)beta / 1e9);
-    if (!perf || !ticks_fit) {
+           moved ? moved : "?", tick_us, got_alpha / 1e9, (double)alpha / 1e9,
+           got_beta / 1e9, (double)beta / 1e9);
+    if (!checkable) {
       printf("perf task clocks refused here, or a tick over 5 ms: the moves "
              "are not checked\n");
     } else {
@@ -628,11 +638,8 @@ static void test_random_blockers_keep_their_clock(void) {
   unsigned long long alpha = 0;
   const char *line = strstr(r->out, "work_alpha=");
   CHECK(line && sscanf(line, "work_alpha=%llu", &alpha) == 1);
-  struct timespec tick = {0, 0};
-  clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
-  int ticks_fit =
-      tick.tv_sec == 0 && tick.tv_nsec >= 1000000 && tick.tv_nsec <= 5000000;
-  int perf = strstr(r->out, "from perf task clocks") != NULL;
+  long tick_us = 0;
+  int checkable = clock_moves_checkable(r->out, &tick_us);
   pprof_top top;
   pprof_profile *p = NULL;
   CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
@@ -641,9 +648,8 @@ static void test_random_blockers_keep_their_clock(void) {
     double got = (double)top_cum(&top, "work_alpha");
     printf("random blocks: moved %s (tick %ld us); work_alpha %.3f s of "
            "%.3f s\n",
-           moved ? moved : "?", tick.tv_nsec / 1000, got / 1e9,
-           (double)alpha / 1e9);
-    if (!perf || !ticks_fit)
+           moved ? moved : "?", tick_us, got / 1e9, (double)alpha / 1e9);
+    if (!checkable)
       printf("perf task clocks refused here, or a tick over 5 ms: the clock "
              "is not checked\n");
     else
