@@ -108,10 +108,10 @@
  *   random-blocks SECONDS MEAN_MS
  *                           one thread works SECONDS of CPU in work_alpha
  *                           in pieces of exponentially distributed length
- *                           (mean MEAN_MS ms of CPU), each
- *                           followed by a 0.1 ms sleep: a thread that
- *                           blocks at random, 1000 / MEAN_MS times a
- *                           CPU-second; prints the true CPU ns
+ *                           (mean MEAN_MS ms of CPU), each followed by a
+ *                           0.1 ms sleep: a thread that blocks at random,
+ *                           1000 / MEAN_MS times a CPU-second; prints the
+ *                           true CPU ns
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
