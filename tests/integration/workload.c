@@ -328,18 +328,23 @@ static int phases(double long_s, double short_s) {
 
 /* random-blocks: the pieces' lengths (xorshift64, seeded from the clock:
  * a fixed seed fixes where the long pieces are). */
+typedef struct {
+  double seconds, mean_ms;
+  uint64_t truth; /* work_alpha's true CPU ns */
+} random_blocks_args;
+
 static void *random_blocks_thread(void *arg) {
-  double *p = arg; /* seconds, mean_ms */
+  random_blocks_args *a = arg;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   uint64_t x = ((uint64_t)now.tv_nsec << 20 ^ (uint64_t)getpid()) | 1;
   uint64_t start = thread_cpu_ns();
-  while (thread_cpu_ns() - start < (uint64_t)(p[0] * 1e9)) {
+  while (thread_cpu_ns() - start < (uint64_t)(a->seconds * 1e9)) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
     double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
-    phase_truth[0] += work_alpha((uint64_t)(-log(1.0 - u) * p[1] * 1e6));
+    a->truth += work_alpha((uint64_t)(-log(1.0 - u) * a->mean_ms * 1e6));
     struct timespec nap = {0, 100000};
     nanosleep(&nap, NULL);
   }
@@ -347,11 +352,11 @@ static void *random_blocks_thread(void *arg) {
 }
 
 static int random_blocks(double seconds, double mean_ms) {
-  double p[2] = {seconds, mean_ms};
+  random_blocks_args a = {seconds, mean_ms, 0};
   pthread_t t;
-  pthread_create(&t, NULL, random_blocks_thread, p);
+  pthread_create(&t, NULL, random_blocks_thread, &a);
   pthread_join(t, NULL);
-  printf("work_alpha=%" PRIu64 "\n", phase_truth[0]);
+  printf("work_alpha=%" PRIu64 "\n", a.truth);
   return 0;
 }
 
