@@ -4,8 +4,11 @@
 # socket, then N send+recv pairs; then N reads of an empty non-blocking
 # socket and N write+read pairs) plain, plain with one idle thread of its
 # own (what any thread beside the application's costs each call on a
-# descriptor), with this tree's preload library (CONTPROF_PROFILES=cpu, the
-# default) and, with BENCH_BASE_REF, with that commit's library,
+# descriptor), the same with a thread that took a descriptor table of its
+# own (what is left of that cost: the C library's), with this tree's preload library (CONTPROF_PROFILES=cpu, the
+# default), the same with CONTPROF_DIRECT_CALLS=0 (every call through the C
+# library's function: docs/overhead.md, "One thread's system calls") and,
+# with BENCH_BASE_REF, with that commit's library,
 # interleaved for ROUNDS rounds whose order rotates; prints each variant's
 # median ns per call and per pair.
 #
@@ -20,13 +23,15 @@ bench_build
 work=$(mktemp -d /tmp/cp_bench_sock.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ${CC:-gcc} -O2 -Wall -Wextra -pthread -o "$work/socket_calls" "$bench_root/bench/socket_calls.c"
-variants=(plain plain-thread contprof)
+variants=(plain plain-thread plain-thread-own-table contprof contprof-libc)
 [[ -n $BASE_PRELOAD_LIB ]] && variants+=(base)
 run() {
   case $1 in
   plain) "$work/socket_calls" "$CALLS" ;;
   plain-thread) "$work/socket_calls" "$CALLS" thread ;;
+  plain-thread-own-table) "$work/socket_calls" "$CALLS" thread-own-table ;;
   contprof) CONTPROF_OUTPUT_DIR=$work LD_PRELOAD=$PRELOAD_LIB "$work/socket_calls" "$CALLS" ;;
+  contprof-libc) CONTPROF_DIRECT_CALLS=0 CONTPROF_OUTPUT_DIR=$work LD_PRELOAD=$PRELOAD_LIB "$work/socket_calls" "$CALLS" ;;
   base) CONTPROF_OUTPUT_DIR=$work LD_PRELOAD=$BASE_PRELOAD_LIB "$work/socket_calls" "$CALLS" ;;
   esac
 }

@@ -5,21 +5,44 @@
  * socket and write+read pairs. Run plain and with a preloaded library to
  * read what its socket hooks add per call (bench/socket_call_cost.sh).
  *
- *   socket_calls N [thread]
+ *   socket_calls N [thread|thread-own-table]
+ *
+ * `thread`: one idle thread beside the one that calls, as any profiler's
+ * thread; `thread-own-table`: the same thread with a descriptor table of
+ * its own (unshare(CLONE_FILES), then every descriptor of its copy closed),
+ * so that the kernel sees one user of the caller's table and only the C
+ * library's bookkeeping for a process of two threads remains
+ * (docs/overhead.md, "One thread's system calls").
  *
  * Prints `recv_ns=X pair_ns=Y read_ns=Z rw_pair_ns=W`: wall ns per call
  * and per pair (the thread does nothing else). */
+#define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 static void *idle(void *arg) {
   (void)arg;
+  for (;;)
+    pause();
+  return NULL;
+}
+
+static _Atomic int own_table_ready;
+
+static void *idle_own_table(void *arg) {
+  (void)arg;
+  if (unshare(CLONE_FILES) == 0)
+    syscall(SYS_close_range, 0u, ~0u, 0u);
+  own_table_ready = 1;
   for (;;)
     pause();
   return NULL;
@@ -37,6 +60,12 @@ int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[2], "thread") == 0 &&
       pthread_create(&t, NULL, idle, NULL) != 0)
     return 2;
+  if (argc > 2 && strcmp(argv[2], "thread-own-table") == 0) {
+    if (pthread_create(&t, NULL, idle_own_table, NULL) != 0)
+      return 2;
+    while (!own_table_ready)
+      sched_yield();
+  }
   int sv[2];
   if (n <= 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
     return 2;

@@ -866,6 +866,15 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
     cfg->follow_fork = 1;
   }
 
+  cfg->direct_calls = 1;
+  const char *direct = env_get(&src, "CONTPROF_DIRECT_CALLS");
+  if (direct && parse_bool(direct, &cfg->direct_calls) != 0) {
+    cp_warn("CONTPROF_DIRECT_CALLS='%s' is not a boolean (1/0, true/false); "
+            "using true",
+            direct);
+    cfg->direct_calls = 1;
+  }
+
   /* Read by the Python binding only (docs/python.md, "Native frames"). */
   cfg->python_native = 0;
   const char *py_native = env_get(&src, "CONTPROF_PYTHON_NATIVE");

@@ -64,12 +64,14 @@ typedef struct cp_config {
   int wall_threads_per_tick; /* CONTPROF_WALL_THREADS_PER_TICK */
   int timeline;              /* CONTPROF_TIMELINE: end_timestamp_ns labels */
   int follow_fork;           /* CONTPROF_FOLLOW_FORK: children profile too */
-  int follow_exec;           /* CONTPROF_FOLLOW_EXEC: exec'd programs too */
-  int python_native;         /* CONTPROF_PYTHON_NATIVE: mixed stacks */
-  int python_reads_direct;   /* CONTPROF_PYTHON_READS: direct (1), syscall */
-  long alloc_sample_bytes;   /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
-  long heap_max_tracked;     /* CONTPROF_HEAP_MAX_TRACKED: live-table size */
-  long lock_sample_ns;       /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */
+  int direct_calls;  /* CONTPROF_DIRECT_CALLS: one thread's calls skip glibc's
+                        cancellation bookkeeping (interpose/direct.h) */
+  int follow_exec;   /* CONTPROF_FOLLOW_EXEC: exec'd programs too */
+  int python_native; /* CONTPROF_PYTHON_NATIVE: mixed stacks */
+  int python_reads_direct; /* CONTPROF_PYTHON_READS: direct (1), syscall */
+  long alloc_sample_bytes; /* CONTPROF_ALLOC_SAMPLE_BYTES: Poisson mean */
+  long heap_max_tracked;   /* CONTPROF_HEAP_MAX_TRACKED: live-table size */
+  long lock_sample_ns;     /* CONTPROF_LOCK_SAMPLE_NS: Poisson mean */
   /* CONTPROF_MAX_OVERHEAD_PCT: the samplers slow down past it (governor.c);
    * 0: never. */
   double max_overhead_pct;

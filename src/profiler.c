@@ -421,6 +421,7 @@ static int start_configured(int forked_child) {
     }
     prof.active[prof.nactive++] = s;
   }
+  cp_interpose_direct_calls(prof.cfg.direct_calls);
   if (forked_child)
     cp_threads_start_forked(prof.active, prof.nactive);
   else

@@ -42,7 +42,10 @@
 # Environment: SBS_REPEATS (10), SBS_SECONDS (10), SBS_WARMUP (3),
 # SBS_CONNS (16, nginx), SBS_CLIENTS (4, postgres), SBS_PROFILES
 # (cpu,wall,alloc,heap,lock), SBS_ENV (more VAR=VALUE words for the
-# profiled server), BENCH_BUILD_DIR.
+# profiled server), SBS_BASE_ENV (set: the first server of the second
+# phase is profiled too, with these words instead of SBS_ENV's: two
+# settings side by side, such as SBS_BASE_ENV=CONTPROF_DIRECT_CALLS=0),
+# BENCH_BUILD_DIR.
 # Needs nginx-light and wrk, or postgresql (scripts/deps bench); run as
 # root.
 set -euo pipefail
@@ -127,12 +130,16 @@ start() {
   mkdir -p "$d/profiles"
   chmod 700 "$d/profiles"
   chown "$user" "$d/profiles"
-  if [[ $3 == profiled ]]; then
+  if [[ $3 == profiled || $3 == base ]]; then
     env=("LD_PRELOAD=$tmp/libcontprof_preload.so"
       "CONTPROF_PROFILES=${SBS_PROFILES:-cpu,wall,alloc,heap,lock}"
       CONTPROF_EXPORT=file "CONTPROF_OUTPUT_DIR=$d/profiles"
       "CONTPROF_SERVICE=$server-$1")
-    read -ra extra <<<"${SBS_ENV:-}"
+    if [[ $3 == base ]]; then
+      read -ra extra <<<"${SBS_BASE_ENV:-}"
+    else
+      read -ra extra <<<"${SBS_ENV:-}"
+    fi
     env+=(${extra[@]+"${extra[@]}"})
   fi
   setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups \
@@ -287,7 +294,7 @@ fi
 echo "per repeat: phase, repeat, then for the first and the second server: requests, p99 ms, server CPU us per request"
 phase aa plain plain >"$tmp/aa"
 cat "$tmp/aa"
-phase ab plain profiled >"$tmp/ab"
+phase ab "$([[ -n ${SBS_BASE_ENV:-} ]] && echo base || echo plain)" profiled >"$tmp/ab"
 cat "$tmp/ab"
 python3 - "$tmp/aa" "$tmp/ab" <<'PY'
 import statistics, sys

@@ -66,3 +66,5 @@ int cp_interpose_sees_dlclose(void) { return 0; }
 int cp_interpose_sees_sigaltstack(void) { return 0; }
 int cp_interpose_sees_sigaction(void) { return 0; }
 void cp_interpose_after_fork_child(void) {}
+void cp_interpose_direct_calls(int allowed) { (void)allowed; }
+void cp_interpose_threads_listed(size_t listed) { (void)listed; }

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 
 /* The next definition of name after this library in the lookup order
  * (handle RTLD_NEXT), or in the object `handle` names (RTLD_DEFAULT, libc's
@@ -109,5 +110,13 @@ void cp_interpose_resolve_all(void);
 /* In the child of fork (only the forking thread exists): forget state the
  * parent's other threads held (pthread_create's start slots). */
 void cp_interpose_after_fork_child(void);
+
+/* Direct system calls for an application of one thread (interpose/direct.h,
+ * docs/overhead.md "One thread's system calls"): whether the configuration
+ * allows them (CONTPROF_DIRECT_CALLS), and how many application threads the
+ * registry found at its last scan of /proc/self/task (0: not known, as
+ * while it is not running). */
+void cp_interpose_direct_calls(int allowed);
+void cp_interpose_threads_listed(size_t listed);
 
 #endif

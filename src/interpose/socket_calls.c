@@ -34,19 +34,26 @@
  * -D_FORTIFY_SOURCE builds call when the buffer's size is known) are hooked
  * too; the C library's own calls (stdio on a socket) are not seen. A call
  * made again after poll said ready starts a full timeout of its own if another
- * thread took the data meanwhile. */
+ * thread took the data meanwhile.
+ *
+ * While the application has one thread, each of these makes its system call
+ * itself rather than through the C library's function (interpose/direct.h):
+ * the C library's cancellation bookkeeping is for a canceller, and there is
+ * none. */
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "interpose/direct.h"
 #include "interpose/eintr.h"
 #include "interpose/real.h"
 
@@ -152,7 +159,12 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
 ssize_t recv(int fd, void *buf, size_t n, int flags) {
   typedef ssize_t (*fn_t)(int, void *, size_t, int);
   CP_REAL(fn_t, recv);
-  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_recv(fd, buf, n, flags));
+  CP_DIRECT_STATE(recv);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           CP_DIRECT_OR(recv,
+                        cp_direct_syscall(SYS_recvfrom, fd, (long)buf, (long)n,
+                                          flags, 0, 0),
+                        fn_recv(fd, buf, n, flags)));
 }
 
 ssize_t recvfrom(int fd, void *restrict buf, size_t n, int flags,
@@ -160,15 +172,26 @@ ssize_t recvfrom(int fd, void *restrict buf, size_t n, int flags,
   typedef ssize_t (*fn_t)(int, void *, size_t, int, struct sockaddr *,
                           socklen_t *);
   CP_REAL(fn_t, recvfrom);
+  CP_DIRECT_STATE(recvfrom);
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
-           fn_recvfrom(fd, buf, n, flags, addr, len));
+           CP_DIRECT_OR(recvfrom,
+                        cp_direct_syscall(SYS_recvfrom, fd, (long)buf, (long)n,
+                                          flags, (long)addr, (long)len),
+                        fn_recvfrom(fd, buf, n, flags, addr, len)));
 }
 
 ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
   typedef ssize_t (*fn_t)(int, void *, size_t, size_t, int);
   CP_REAL(fn_t, __recv_chk);
+  CP_DIRECT_STATE(__recv_chk);
+  /* Direct only where the check passes: the C library's aborts. */
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
-           fn___recv_chk(fd, buf, n, buflen, flags));
+           n <= buflen
+               ? CP_DIRECT_OR(__recv_chk,
+                              cp_direct_syscall(SYS_recvfrom, fd, (long)buf,
+                                                (long)n, flags, 0, 0),
+                              fn___recv_chk(fd, buf, n, buflen, flags))
+               : fn___recv_chk(fd, buf, n, buflen, flags));
 }
 
 ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n, size_t buflen,
@@ -177,14 +200,26 @@ ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n, size_t buflen,
   typedef ssize_t (*fn_t)(int, void *, size_t, size_t, int, struct sockaddr *,
                           socklen_t *);
   CP_REAL(fn_t, __recvfrom_chk);
+  CP_DIRECT_STATE(__recvfrom_chk);
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
-           fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len));
+           n <= buflen
+               ? CP_DIRECT_OR(
+                     __recvfrom_chk,
+                     cp_direct_syscall(SYS_recvfrom, fd, (long)buf, (long)n,
+                                       flags, (long)addr, (long)len),
+                     fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len))
+               : fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len));
 }
 
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
   typedef ssize_t (*fn_t)(int, struct msghdr *, int);
   CP_REAL(fn_t, recvmsg);
-  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_recvmsg(fd, msg, flags));
+  CP_DIRECT_STATE(recvmsg);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           CP_DIRECT_OR(
+               recvmsg,
+               cp_direct_syscall(SYS_recvmsg, fd, (long)msg, flags, 0, 0, 0),
+               fn_recvmsg(fd, msg, flags)));
 }
 
 /* With nothing received, recvmmsg fails as recv does; the kernel writes
@@ -195,20 +230,34 @@ int recvmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags,
   typedef int (*fn_t)(int, struct mmsghdr *, unsigned int, int,
                       struct timespec *);
   CP_REAL(fn_t, recvmmsg);
+  CP_DIRECT_STATE(recvmmsg);
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
-           fn_recvmmsg(fd, msgs, n, flags, timeout));
+           CP_DIRECT_OR(recvmmsg,
+                        cp_direct_syscall(SYS_recvmmsg, fd, (long)msgs, n,
+                                          flags, (long)timeout, 0),
+                        fn_recvmmsg(fd, msgs, n, flags, timeout)));
 }
 
 int sendmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags) {
   typedef int (*fn_t)(int, struct mmsghdr *, unsigned int, int);
   CP_REAL(fn_t, sendmmsg);
-  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_sendmmsg(fd, msgs, n, flags));
+  CP_DIRECT_STATE(sendmmsg);
+  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN,
+           CP_DIRECT_OR(
+               sendmmsg,
+               cp_direct_syscall(SYS_sendmmsg, fd, (long)msgs, n, flags, 0, 0),
+               fn_sendmmsg(fd, msgs, n, flags)));
 }
 
 ssize_t send(int fd, const void *buf, size_t n, int flags) {
   typedef ssize_t (*fn_t)(int, const void *, size_t, int);
   CP_REAL(fn_t, send);
-  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_send(fd, buf, n, flags));
+  CP_DIRECT_STATE(send);
+  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN,
+           CP_DIRECT_OR(send,
+                        cp_direct_syscall(SYS_sendto, fd, (long)buf, (long)n,
+                                          flags, 0, 0),
+                        fn_send(fd, buf, n, flags)));
 }
 
 ssize_t sendto(int fd, const void *buf, size_t n, int flags,
@@ -216,27 +265,46 @@ ssize_t sendto(int fd, const void *buf, size_t n, int flags,
   typedef ssize_t (*fn_t)(int, const void *, size_t, int,
                           const struct sockaddr *, socklen_t);
   CP_REAL(fn_t, sendto);
+  CP_DIRECT_STATE(sendto);
   RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN,
-           fn_sendto(fd, buf, n, flags, addr, len));
+           CP_DIRECT_OR(sendto,
+                        cp_direct_syscall(SYS_sendto, fd, (long)buf, (long)n,
+                                          flags, (long)addr, (long)len),
+                        fn_sendto(fd, buf, n, flags, addr, len)));
 }
 
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
   typedef ssize_t (*fn_t)(int, const struct msghdr *, int);
   CP_REAL(fn_t, sendmsg);
-  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_sendmsg(fd, msg, flags));
+  CP_DIRECT_STATE(sendmsg);
+  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN,
+           CP_DIRECT_OR(
+               sendmsg,
+               cp_direct_syscall(SYS_sendmsg, fd, (long)msg, flags, 0, 0, 0),
+               fn_sendmsg(fd, msg, flags)));
 }
 
 int accept(int fd, struct sockaddr *restrict addr, socklen_t *restrict len) {
   typedef int (*fn_t)(int, struct sockaddr *, socklen_t *);
   CP_REAL(fn_t, accept);
-  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_accept(fd, addr, len));
+  CP_DIRECT_STATE(accept);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           CP_DIRECT_OR(accept,
+                        cp_direct_syscall(SYS_accept, fd, (long)addr, (long)len,
+                                          0, 0, 0),
+                        fn_accept(fd, addr, len)));
 }
 
 int accept4(int fd, struct sockaddr *restrict addr, socklen_t *restrict len,
             int flags) {
   typedef int (*fn_t)(int, struct sockaddr *, socklen_t *, int);
   CP_REAL(fn_t, accept4);
-  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_accept4(fd, addr, len, flags));
+  CP_DIRECT_STATE(accept4);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           CP_DIRECT_OR(accept4,
+                        cp_direct_syscall(SYS_accept4, fd, (long)addr,
+                                          (long)len, flags, 0, 0),
+                        fn_accept4(fd, addr, len, flags)));
 }
 
 /* A TCP connection cut short goes on in the background: made again, connect
@@ -247,11 +315,16 @@ int accept4(int fd, struct sockaddr *restrict addr, socklen_t *restrict len,
 int connect(int fd, const struct sockaddr *addr, socklen_t len) {
   typedef int (*fn_t)(int, const struct sockaddr *, socklen_t);
   CP_REAL(fn_t, connect);
+  CP_DIRECT_STATE(connect);
   int timed_out =
       addr && len >= sizeof addr->sa_family && addr->sa_family == AF_UNIX
           ? EAGAIN
           : EINPROGRESS;
-  RESUMING(fd, SO_SNDTIMEO, POLLOUT, timed_out, fn_connect(fd, addr, len));
+  RESUMING(
+      fd, SO_SNDTIMEO, POLLOUT, timed_out,
+      CP_DIRECT_OR(connect,
+                   cp_direct_syscall(SYS_connect, fd, (long)addr, len, 0, 0, 0),
+                   fn_connect(fd, addr, len)));
 }
 
 /* read and write on any descriptor: only a socket with a timeout returns
@@ -260,31 +333,57 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len) {
 ssize_t read(int fd, void *buf, size_t n) {
   typedef ssize_t (*fn_t)(int, void *, size_t);
   CP_REAL(fn_t, read);
-  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_read(fd, buf, n));
+  CP_DIRECT_STATE(read);
+  RESUMING(
+      fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+      CP_DIRECT_OR(read,
+                   cp_direct_syscall(SYS_read, fd, (long)buf, (long)n, 0, 0, 0),
+                   fn_read(fd, buf, n)));
 }
 
 ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
   typedef ssize_t (*fn_t)(int, void *, size_t, size_t);
   CP_REAL(fn_t, __read_chk);
-  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn___read_chk(fd, buf, n, buflen));
+  CP_DIRECT_STATE(__read_chk);
+  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+           n <= buflen ? CP_DIRECT_OR(__read_chk,
+                                      cp_direct_syscall(SYS_read, fd, (long)buf,
+                                                        (long)n, 0, 0, 0),
+                                      fn___read_chk(fd, buf, n, buflen))
+                       : fn___read_chk(fd, buf, n, buflen));
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int count) {
   typedef ssize_t (*fn_t)(int, const struct iovec *, int);
   CP_REAL(fn_t, readv);
-  RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN, fn_readv(fd, iov, count));
+  CP_DIRECT_STATE(readv);
+  RESUMING(
+      fd, SO_RCVTIMEO, POLLIN, EAGAIN,
+      CP_DIRECT_OR(readv,
+                   cp_direct_syscall(SYS_readv, fd, (long)iov, count, 0, 0, 0),
+                   fn_readv(fd, iov, count)));
 }
 
 ssize_t write(int fd, const void *buf, size_t n) {
   typedef ssize_t (*fn_t)(int, const void *, size_t);
   CP_REAL(fn_t, write);
-  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_write(fd, buf, n));
+  CP_DIRECT_STATE(write);
+  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN,
+           CP_DIRECT_OR(
+               write,
+               cp_direct_syscall(SYS_write, fd, (long)buf, (long)n, 0, 0, 0),
+               fn_write(fd, buf, n)));
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int count) {
   typedef ssize_t (*fn_t)(int, const struct iovec *, int);
   CP_REAL(fn_t, writev);
-  RESUMING(fd, SO_SNDTIMEO, POLLOUT, EAGAIN, fn_writev(fd, iov, count));
+  CP_DIRECT_STATE(writev);
+  RESUMING(
+      fd, SO_SNDTIMEO, POLLOUT, EAGAIN,
+      CP_DIRECT_OR(writev,
+                   cp_direct_syscall(SYS_writev, fd, (long)iov, count, 0, 0, 0),
+                   fn_writev(fd, iov, count)));
 }
 
 static int is_timeout_option(int name) {

@@ -38,10 +38,12 @@
 #include <sys/msg.h>
 #include <sys/select.h>
 #include <sys/sem.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "interpose/direct.h"
 #include "interpose/eintr.h"
 #include "interpose/real.h"
 #include "samplers/wall.h"
@@ -144,11 +146,15 @@ int usleep(useconds_t usec) {
 int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   typedef int (*fn_t)(struct pollfd *, nfds_t, int);
   CP_REAL(fn_t, poll);
+  CP_DIRECT_STATE(poll);
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     cp_signals_seen before = cp_signals_seen_now();
-    int rc = fn_poll(fds, nfds, timeout);
+    int rc = CP_DIRECT_OR(
+        poll,
+        cp_direct_syscall(SYS_poll, (long)fds, (long)nfds, timeout, 0, 0, 0),
+        fn_poll(fds, nfds, timeout));
     if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     if (timeout > 0 && (timeout = ms_left(deadline)) == 0)
@@ -160,11 +166,15 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
                int timeout) {
   typedef int (*fn_t)(int, struct epoll_event *, int, int);
   CP_REAL(fn_t, epoll_wait);
+  CP_DIRECT_STATE(epoll_wait);
   PARKED_IF(timeout != 0);
   int64_t deadline = timeout > 0 ? deadline_after_ms(timeout) : 0;
   for (;;) {
     cp_signals_seen before = cp_signals_seen_now();
-    int rc = fn_epoll_wait(epfd, events, maxevents, timeout);
+    int rc = CP_DIRECT_OR(epoll_wait,
+                          cp_direct_syscall(SYS_epoll_wait, epfd, (long)events,
+                                            maxevents, timeout, 0, 0),
+                          fn_epoll_wait(epfd, events, maxevents, timeout));
     if (rc >= 0 || errno != EINTR || !cp_eintr_is_ours(before))
       return rc;
     if (timeout > 0 && (timeout = ms_left(deadline)) == 0)

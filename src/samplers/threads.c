@@ -20,6 +20,7 @@
 #include "common.h"
 #include "fpwalk.h"
 #include "heap_table.h"
+#include "interpose/real.h"
 #include "own_fd.h"
 #include "thread_state.h"
 
@@ -65,6 +66,14 @@ static int excluded(pid_t tid) {
   return 0;
 }
 
+/* Tells the interposition layer how many application threads are known
+ * (its direct calls: interpose/direct.h): at each change, and 0 while the
+ * registry is not running. A thread made past pthread_create counts from
+ * the scan that finds it. Caller holds reg.lock. */
+static void publish_count(void) {
+  cp_interpose_threads_listed(reg.active ? reg.ntids : 0);
+}
+
 /* Caller holds reg.lock. */
 static void announce_start(pid_t tid) {
   if (!reg.active || excluded(tid) || find(tid) >= 0)
@@ -78,6 +87,7 @@ static void announce_start(pid_t tid) {
     reg.cap = cap;
   }
   reg.tids[reg.ntids++] = tid;
+  publish_count();
   for (size_t i = 0; i < reg.nsamplers; i++)
     if (reg.samplers[i]->thread_started)
       reg.samplers[i]->thread_started(tid);
@@ -89,6 +99,7 @@ static void announce_exit(pid_t tid) {
   if (i < 0)
     return;
   reg.tids[i] = reg.tids[--reg.ntids];
+  publish_count();
   for (size_t s = 0; s < reg.nsamplers; s++)
     if (reg.samplers[s]->thread_exited)
       reg.samplers[s]->thread_exited(tid);
@@ -148,6 +159,8 @@ static void rescan(int ticks) {
   for (size_t i = 0; ticks && i < reg.nsamplers; i++)
     if (reg.samplers[i]->tick)
       reg.samplers[i]->tick();
+  if (!seen) /* not known */
+    cp_interpose_threads_listed(0);
   pthread_mutex_unlock(&reg.lock);
   free(seen);
 }
@@ -227,6 +240,7 @@ void cp_threads_stop(void) {
   reg.active = 0;
   reg.samplers = NULL;
   reg.nsamplers = 0;
+  publish_count();
   pthread_mutex_unlock(&reg.lock);
 }
 

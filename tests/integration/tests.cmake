@@ -146,6 +146,19 @@ endfunction()
 cp_wall_sampled_test(test_blocking_calls blocking_calls
   integration/blocking_calls.c)
 
+# The calls made directly while the application has one thread
+# (src/interpose/direct.h): the same results, an interposer behind ours
+# still called, cancellation as without the profiler (direct_calls.c).
+add_library(cp_direct_shim SHARED integration/direct_shim.c)
+set_target_properties(cp_direct_shim PROPERTIES
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+target_link_libraries(cp_direct_shim PRIVATE ${CMAKE_DL_LIBS})
+cp_wall_sampled_test(test_direct_calls direct_calls
+  integration/direct_calls.c ${CMAKE_DL_LIBS})
+add_dependencies(direct_calls cp_direct_shim)
+set_property(TEST test_direct_calls APPEND PROPERTY ENVIRONMENT
+  "LD_PRELOAD=$<TARGET_FILE:cp_direct_shim>")
+
 # libaio's waits, likewise (when libaio is installed: scripts/deps test).
 find_library(CONTPROF_LIBAIO aio)
 find_path(CONTPROF_LIBAIO_INCLUDE libaio.h)
