@@ -5,7 +5,7 @@
  * counts the writes it forwards). Checks that
  *
  * - each call returns what the C library's would: data, end of file,
- *   EAGAIN, ENOENT, ECONNREFUSED, EBADF, a timeout's 0;
+ *   EAGAIN, ENOENT, EEXIST, EBADF, a timeout's 0, a new file's mode;
  * - a read blocked on a socket with a receive timeout, signalled by the
  *   wall sampler, still waits its full time and fails with EAGAIN;
  * - the interposer behind ours sees every write;
@@ -17,6 +17,7 @@
  * Prints one line per check; exits 0 only if all are right. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -143,6 +145,60 @@ static void results(void) {
   close(sv[1]);
 }
 
+/* The fortified entry points, called as -D_FORTIFY_SOURCE builds do. */
+extern int __open_2(const char *path, int flags);
+extern int __openat_2(int dirfd, const char *path, int flags);
+
+static void file_results(void) {
+  char dir[] = "/tmp/cp_direct_files.XXXXXX";
+  if (!mkdtemp(dir))
+    exit(2);
+  char path[256];
+  snprintf(path, sizeof path, "%s/f", dir);
+  umask(022);
+  int fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0640);
+  struct stat st;
+  check("open, created",
+        fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) == 0640);
+  errno = 0;
+  check("open, exists",
+        open(path, O_CREAT | O_EXCL | O_RDWR, 0600) == -1 && errno == EEXIST);
+  check("pwrite", pwrite(fd, "0123456789", 10, 100) == 10);
+  char buf[16] = {0};
+  check("pread", pread(fd, buf, 4, 103) == 4 && !memcmp(buf, "3456", 4));
+  check("pread past the end", pread(fd, buf, 4, 200) == 0);
+  check("close", close(fd) == 0);
+  errno = 0;
+  check("close again", close(fd) == -1 && errno == EBADF);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+  fd = openat(dfd, "f", O_RDONLY);
+  check("openat",
+        fd >= 0 && pread(fd, buf, 2, 100) == 2 && !memcmp(buf, "01", 2));
+  close(fd);
+  errno = 0;
+  check("openat, no such file",
+        openat(dfd, "none", O_RDONLY) == -1 && errno == ENOENT);
+  fd = openat(dfd, "g", O_CREAT | O_WRONLY, 0604);
+  check("openat, created",
+        fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) == 0604);
+  close(fd);
+  fd = open(dir, O_TMPFILE | O_RDWR, 0600);
+  check("open, O_TMPFILE",
+        (fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) == 0600) ||
+            (fd == -1 && errno == EOPNOTSUPP));
+  if (fd >= 0)
+    close(fd);
+  fd = __open_2(path, O_RDONLY);
+  check("__open_2", fd >= 0 && close(fd) == 0);
+  fd = __openat_2(dfd, "f", O_RDONLY);
+  check("__openat_2", fd >= 0 && close(fd) == 0);
+  close(dfd);
+  unlinkat(AT_FDCWD, path, 0);
+  snprintf(path, sizeof path, "%s/g", dir);
+  unlink(path);
+  rmdir(dir);
+}
+
 static int cancel_pipe[2];
 static volatile int blocked;
 
@@ -217,6 +273,7 @@ int main(int argc, char **argv) {
     return self_cancel();
   usleep(100000); /* the profiler has started its threads */
   results();
+  file_results();
   long (*counted)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "cp_shim_calls");
   if (counted) {
     long before = counted();

@@ -1,0 +1,182 @@
+/* The file calls a server of one thread makes at every request: open,
+ * openat (and their 64-bit names and fortified entry points), pread,
+ * pwrite and close. The C library makes each a cancellation point, with
+ * two compare-and-swaps around the system call once the process has had a
+ * second thread (the profiler's count). While the application has one
+ * thread these hooks make the system call themselves, as the C library does
+ * for a process of one thread (interpose/direct.h; docs/overhead.md, "One
+ * thread's system calls"); otherwise, and where the function behind them is
+ * not the C library's, they forward the call. A signal of ours does not cut
+ * these short (SA_RESTART restarts them), so they do nothing else. */
+#undef _FORTIFY_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "interpose/direct.h"
+#include "interpose/real.h"
+
+/* Whether open's flags take a mode argument (as the C library reads it). */
+static int needs_mode(int flags) {
+  return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
+}
+
+/* The C library passes flags | O_LARGEFILE; O_LARGEFILE is 0 in x86-64's
+ * headers (the kernel sets it for 64-bit callers), the only place the
+ * calls are made directly. */
+#define OPENAT(name, dirfd, path, flags, mode, libc)                           \
+  CP_DIRECT_OR(name,                                                           \
+               cp_direct_syscall(SYS_openat, dirfd, (long)(path), flags,       \
+                                 (long)(mode), 0, 0),                          \
+               libc)
+
+int open(const char *path, int flags, ...) {
+  typedef int (*fn_t)(const char *, int, ...);
+  CP_REAL(fn_t, open);
+  CP_DIRECT_STATE(open);
+  mode_t mode = 0;
+  if (needs_mode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OPENAT(open, AT_FDCWD, path, flags, mode, fn_open(path, flags, mode));
+}
+
+int open64(const char *path, int flags, ...) {
+  typedef int (*fn_t)(const char *, int, ...);
+  CP_REAL(fn_t, open64);
+  CP_DIRECT_STATE(open64);
+  mode_t mode = 0;
+  if (needs_mode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OPENAT(open64, AT_FDCWD, path, flags, mode,
+                fn_open64(path, flags, mode));
+}
+
+int openat(int dirfd, const char *path, int flags, ...) {
+  typedef int (*fn_t)(int, const char *, int, ...);
+  CP_REAL(fn_t, openat);
+  CP_DIRECT_STATE(openat);
+  mode_t mode = 0;
+  if (needs_mode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OPENAT(openat, dirfd, path, flags, mode,
+                fn_openat(dirfd, path, flags, mode));
+}
+
+int openat64(int dirfd, const char *path, int flags, ...) {
+  typedef int (*fn_t)(int, const char *, int, ...);
+  CP_REAL(fn_t, openat64);
+  CP_DIRECT_STATE(openat64);
+  mode_t mode = 0;
+  if (needs_mode(flags)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return OPENAT(openat64, dirfd, path, flags, mode,
+                fn_openat64(dirfd, path, flags, mode));
+}
+
+/* The fortified entry points: flags that need a mode are the caller's
+ * error, which the C library's function reports (it aborts). */
+int __open_2(const char *path, int flags) {
+  typedef int (*fn_t)(const char *, int);
+  CP_REAL(fn_t, __open_2);
+  CP_DIRECT_STATE(__open_2);
+  if (needs_mode(flags))
+    return fn___open_2(path, flags);
+  return OPENAT(__open_2, AT_FDCWD, path, flags, 0, fn___open_2(path, flags));
+}
+
+int __open64_2(const char *path, int flags) {
+  typedef int (*fn_t)(const char *, int);
+  CP_REAL(fn_t, __open64_2);
+  CP_DIRECT_STATE(__open64_2);
+  if (needs_mode(flags))
+    return fn___open64_2(path, flags);
+  return OPENAT(__open64_2, AT_FDCWD, path, flags, 0,
+                fn___open64_2(path, flags));
+}
+
+int __openat_2(int dirfd, const char *path, int flags) {
+  typedef int (*fn_t)(int, const char *, int);
+  CP_REAL(fn_t, __openat_2);
+  CP_DIRECT_STATE(__openat_2);
+  if (needs_mode(flags))
+    return fn___openat_2(dirfd, path, flags);
+  return OPENAT(__openat_2, dirfd, path, flags, 0,
+                fn___openat_2(dirfd, path, flags));
+}
+
+int __openat64_2(int dirfd, const char *path, int flags) {
+  typedef int (*fn_t)(int, const char *, int);
+  CP_REAL(fn_t, __openat64_2);
+  CP_DIRECT_STATE(__openat64_2);
+  if (needs_mode(flags))
+    return fn___openat64_2(dirfd, path, flags);
+  return OPENAT(__openat64_2, dirfd, path, flags, 0,
+                fn___openat64_2(dirfd, path, flags));
+}
+
+int close(int fd) {
+  typedef int (*fn_t)(int);
+  CP_REAL(fn_t, close);
+  CP_DIRECT_STATE(close);
+  return CP_DIRECT_OR(close, cp_direct_syscall(SYS_close, fd, 0, 0, 0, 0, 0),
+                      fn_close(fd));
+}
+
+/* On x86-64 the offset is one argument. */
+#define PRW(name, nr, fd, buf, n, offset, libc)                                \
+  CP_DIRECT_OR(                                                                \
+      name,                                                                    \
+      cp_direct_syscall(nr, fd, (long)(buf), (long)(n), (long)(offset), 0, 0), \
+      libc)
+
+ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
+  typedef ssize_t (*fn_t)(int, void *, size_t, off_t);
+  CP_REAL(fn_t, pread);
+  CP_DIRECT_STATE(pread);
+  return PRW(pread, SYS_pread64, fd, buf, n, offset,
+             fn_pread(fd, buf, n, offset));
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off64_t offset) {
+  typedef ssize_t (*fn_t)(int, void *, size_t, off64_t);
+  CP_REAL(fn_t, pread64);
+  CP_DIRECT_STATE(pread64);
+  return PRW(pread64, SYS_pread64, fd, buf, n, offset,
+             fn_pread64(fd, buf, n, offset));
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset) {
+  typedef ssize_t (*fn_t)(int, const void *, size_t, off_t);
+  CP_REAL(fn_t, pwrite);
+  CP_DIRECT_STATE(pwrite);
+  return PRW(pwrite, SYS_pwrite64, fd, buf, n, offset,
+             fn_pwrite(fd, buf, n, offset));
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t offset) {
+  typedef ssize_t (*fn_t)(int, const void *, size_t, off64_t);
+  CP_REAL(fn_t, pwrite64);
+  CP_DIRECT_STATE(pwrite64);
+  return PRW(pwrite64, SYS_pwrite64, fd, buf, n, offset,
+             fn_pwrite64(fd, buf, n, offset));
+}
