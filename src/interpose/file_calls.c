@@ -25,114 +25,77 @@ static int needs_mode(int flags) {
   return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
 }
 
-/* The C library passes flags | O_LARGEFILE; O_LARGEFILE is 0 in x86-64's
- * headers (the kernel sets it for 64-bit callers), the only place the
- * calls are made directly. */
-#define OPENAT(name, dirfd, path, flags, mode, libc)                           \
-  CP_DIRECT_OR(name,                                                           \
-               cp_direct_syscall(SYS_openat, dirfd, (long)(path), flags,       \
-                                 (long)(mode), 0, 0),                          \
-               libc)
-
-int open(const char *path, int flags, ...) {
-  typedef int (*fn_t)(const char *, int, ...);
-  CP_REAL(fn_t, open);
-  CP_DIRECT_STATE(open);
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
-  return OPENAT(open, AT_FDCWD, path, flags, mode, fn_open(path, flags, mode));
+/* The open family's system call, as the C library makes it: it passes
+ * flags | O_LARGEFILE, and O_LARGEFILE is 0 in x86-64's headers (the
+ * kernel sets it for 64-bit callers), the only place the calls are made
+ * directly. */
+static int openat_syscall(int dirfd, const char *path, int flags, mode_t mode) {
+  return (int)cp_direct_syscall(SYS_openat, dirfd, (long)path, flags,
+                                (long)mode, 0, 0);
 }
 
-int open64(const char *path, int flags, ...) {
-  typedef int (*fn_t)(const char *, int, ...);
-  CP_REAL(fn_t, open64);
-  CP_DIRECT_STATE(open64);
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
+/* The mode argument, where the flags take one (as the C library reads
+ * it); 0 where they do not. */
+#define OPEN_MODE(mode, flags)                                                 \
+  mode_t mode = 0;                                                             \
+  if (needs_mode(flags)) {                                                     \
+    va_list ap_;                                                               \
+    va_start(ap_, flags);                                                      \
+    mode = va_arg(ap_, mode_t);                                                \
+    va_end(ap_);                                                               \
   }
-  return OPENAT(open64, AT_FDCWD, path, flags, mode,
-                fn_open64(path, flags, mode));
-}
 
-int openat(int dirfd, const char *path, int flags, ...) {
-  typedef int (*fn_t)(int, const char *, int, ...);
-  CP_REAL(fn_t, openat);
-  CP_DIRECT_STATE(openat);
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
+/* open and open64, openat and openat64: the same functions in the C
+ * library of a 64-bit system, each its own symbol. */
+#define OPEN_HOOK(name)                                                        \
+  int name(const char *path, int flags, ...) {                                 \
+    typedef int (*fn_t)(const char *, int, ...);                               \
+    CP_REAL(fn_t, name);                                                       \
+    CP_DIRECT_STATE(name);                                                     \
+    OPEN_MODE(mode, flags);                                                    \
+    return CP_DIRECT_OR(name, openat_syscall(AT_FDCWD, path, flags, mode),     \
+                        fn_##name(path, flags, mode));                         \
   }
-  return OPENAT(openat, dirfd, path, flags, mode,
-                fn_openat(dirfd, path, flags, mode));
-}
-
-int openat64(int dirfd, const char *path, int flags, ...) {
-  typedef int (*fn_t)(int, const char *, int, ...);
-  CP_REAL(fn_t, openat64);
-  CP_DIRECT_STATE(openat64);
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
+#define OPENAT_HOOK(name)                                                      \
+  int name(int dirfd, const char *path, int flags, ...) {                      \
+    typedef int (*fn_t)(int, const char *, int, ...);                          \
+    CP_REAL(fn_t, name);                                                       \
+    CP_DIRECT_STATE(name);                                                     \
+    OPEN_MODE(mode, flags);                                                    \
+    return CP_DIRECT_OR(name, openat_syscall(dirfd, path, flags, mode),        \
+                        fn_##name(dirfd, path, flags, mode));                  \
   }
-  return OPENAT(openat64, dirfd, path, flags, mode,
-                fn_openat64(dirfd, path, flags, mode));
-}
+OPEN_HOOK(open)
+OPEN_HOOK(open64)
+OPENAT_HOOK(openat)
+OPENAT_HOOK(openat64)
 
 /* The fortified entry points: flags that need a mode are the caller's
  * error, which the C library's function reports (it aborts). */
-int __open_2(const char *path, int flags) {
-  typedef int (*fn_t)(const char *, int);
-  CP_REAL(fn_t, __open_2);
-  CP_DIRECT_STATE(__open_2);
-  if (needs_mode(flags))
-    return fn___open_2(path, flags);
-  return OPENAT(__open_2, AT_FDCWD, path, flags, 0, fn___open_2(path, flags));
-}
-
-int __open64_2(const char *path, int flags) {
-  typedef int (*fn_t)(const char *, int);
-  CP_REAL(fn_t, __open64_2);
-  CP_DIRECT_STATE(__open64_2);
-  if (needs_mode(flags))
-    return fn___open64_2(path, flags);
-  return OPENAT(__open64_2, AT_FDCWD, path, flags, 0,
-                fn___open64_2(path, flags));
-}
-
-int __openat_2(int dirfd, const char *path, int flags) {
-  typedef int (*fn_t)(int, const char *, int);
-  CP_REAL(fn_t, __openat_2);
-  CP_DIRECT_STATE(__openat_2);
-  if (needs_mode(flags))
-    return fn___openat_2(dirfd, path, flags);
-  return OPENAT(__openat_2, dirfd, path, flags, 0,
-                fn___openat_2(dirfd, path, flags));
-}
-
-int __openat64_2(int dirfd, const char *path, int flags) {
-  typedef int (*fn_t)(int, const char *, int);
-  CP_REAL(fn_t, __openat64_2);
-  CP_DIRECT_STATE(__openat64_2);
-  if (needs_mode(flags))
-    return fn___openat64_2(dirfd, path, flags);
-  return OPENAT(__openat64_2, dirfd, path, flags, 0,
-                fn___openat64_2(dirfd, path, flags));
-}
+#define OPEN_2_HOOK(name)                                                      \
+  int name(const char *path, int flags) {                                      \
+    typedef int (*fn_t)(const char *, int);                                    \
+    CP_REAL(fn_t, name);                                                       \
+    CP_DIRECT_STATE(name);                                                     \
+    if (needs_mode(flags))                                                     \
+      return fn_##name(path, flags);                                           \
+    return CP_DIRECT_OR(name, openat_syscall(AT_FDCWD, path, flags, 0),        \
+                        fn_##name(path, flags));                               \
+  }
+#define OPENAT_2_HOOK(name)                                                    \
+  int name(int dirfd, const char *path, int flags) {                           \
+    typedef int (*fn_t)(int, const char *, int);                               \
+    CP_REAL(fn_t, name);                                                       \
+    CP_DIRECT_STATE(name);                                                     \
+    if (needs_mode(flags))                                                     \
+      return fn_##name(dirfd, path, flags);                                    \
+    return CP_DIRECT_OR(name, openat_syscall(dirfd, path, flags, 0),           \
+                        fn_##name(dirfd, path, flags));                        \
+  }
+OPEN_2_HOOK(__open_2)
+OPEN_2_HOOK(__open64_2)
+OPENAT_2_HOOK(__openat_2)
+OPENAT_2_HOOK(__openat64_2)
 
 int close(int fd) {
   typedef int (*fn_t)(int);
