@@ -1,10 +1,16 @@
-/* The thread family: pthread_create. The hook wraps every thread's start
- * routine so that the thread registry (samplers/threads.h) hears of the new
- * thread from the thread itself, before the application's routine runs, and
- * of its end in a cleanup handler that also runs on pthread_exit and
- * cancellation. The sampling signals stay blocked while the thread is made
- * (an unwinder interrupting the loader there could deadlock) and until it
- * is registered. */
+/* The thread family: pthread_create, pthread_cancel, thrd_create. The
+ * pthread_create hook wraps every thread's start routine so that the
+ * thread registry (samplers/threads.h) hears of the new thread from the
+ * thread itself, before the application's routine runs, and of its end in
+ * a cleanup handler that also runs on pthread_exit and cancellation. The
+ * sampling signals stay blocked while the thread is made (an unwinder
+ * interrupting the loader there could deadlock) and until it is
+ * registered.
+ *
+ * The hooks also count the application's threads, so that the process
+ * ends when its last one leaves with pthread_exit or is cancelled (the
+ * profiler's threads would keep it alive), and keep the flag of the direct
+ * calls (interpose/direct.h), which pthread_cancel and thrd_create end. */
 #include <errno.h>
 #include <gnu/libc-version.h>
 #include <pthread.h>
