@@ -8,17 +8,17 @@
  * pthread_cancel from another thread can end the call while it blocks. A
  * process is of one thread for glibc until its second thread is made, and
  * the profiler's threads count: an nginx worker or a PostgreSQL backend
- * with the profiler pays the bookkeeping at every call, about 33 ns here
+ * with the profiler pays the bookkeeping at every call, about 38 ns here
  * (docs/overhead.md, "One thread's system calls").
  *
  * The bookkeeping serves a canceller. While the application has one thread
- * and has never called pthread_cancel, no one can cancel it (the profiler's
- * threads never do), so the hooks of those calls make the system call
- * themselves, as glibc does for a process of one thread, with the same
- * system call and arguments. They do it only when the function they stand
- * in front of is the C library's (another interposer behind ours still
- * gets every call) and only while cp_direct_calls_on() says so
- * (interpose/thread_calls.c keeps it). */
+ * and has never called pthread_cancel (nor made a C11 thread), no one can
+ * cancel it (the profiler's threads never do), so the hooks of those calls
+ * make the system call themselves, as glibc does for a process of one
+ * thread, with the same system call and arguments. They do it only when
+ * the function they stand in front of is the C library's (another
+ * interposer behind ours still gets every call) and only while the flag
+ * cp_direct_calls says so (interpose/thread_calls.c keeps it). */
 #ifndef CP_INTERPOSE_DIRECT_H
 #define CP_INTERPOSE_DIRECT_H
 
@@ -27,9 +27,10 @@
 
 /* 1 while the application's calls may skip the bookkeeping: the profiler
  * allows it (CONTPROF_DIRECT_CALLS), the application has one thread (the
- * pthread_create hook's count and the registry's last scan of
- * /proc/self/task agree) and it never called pthread_cancel or thrd_create.
- * Written by thread_calls.c under its lock. */
+ * pthread_create hook's count and the thread registry's, which also holds
+ * the threads its scans of /proc/self/task found, are both 1) and it never
+ * called pthread_cancel or thrd_create. Written by thread_calls.c under its
+ * lock. */
 extern _Atomic int cp_direct_calls;
 
 /* Whether fn, a hook's real function, is the C library's: once per hook,
