@@ -171,6 +171,19 @@ static int parse_bool(const char *s, int *out) {
   return -1;
 }
 
+/* Boolean variable name: def when unset, else its value; a value that is
+ * not a boolean gets one warning and def. */
+static int bool_setting(const source *src, const char *name, int def) {
+  const char *v = env_get(src, name);
+  int on = def;
+  if (v && parse_bool(v, &on) != 0) {
+    cp_warn("%s='%s' is not a boolean (1/0, true/false); using %s", name, v,
+            def ? "true" : "false");
+    on = def;
+  }
+  return on;
+}
+
 /* Parses "cpu,wall" (commas or spaces). Unknown names are counted in *bad. */
 /* The next word of a list separated by commas and blanks, from *s into
  * word: 0 at the list's end. A word of len bytes or more comes back empty,
@@ -849,41 +862,13 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
     else
       cfg->max_overhead_pct = v;
   }
-  const char *timeline = env_get(&src, "CONTPROF_TIMELINE");
-  if (timeline && parse_bool(timeline, &cfg->timeline) != 0) {
-    cp_warn("CONTPROF_TIMELINE='%s' is not a boolean (1/0, true/false); "
-            "using false",
-            timeline);
-    cfg->timeline = 0;
-  }
+  cfg->timeline = bool_setting(&src, "CONTPROF_TIMELINE", 0);
 
-  cfg->follow_fork = 1;
-  const char *follow = env_get(&src, "CONTPROF_FOLLOW_FORK");
-  if (follow && parse_bool(follow, &cfg->follow_fork) != 0) {
-    cp_warn("CONTPROF_FOLLOW_FORK='%s' is not a boolean (1/0, true/false); "
-            "using true",
-            follow);
-    cfg->follow_fork = 1;
-  }
-
-  cfg->direct_calls = 1;
-  const char *direct = env_get(&src, "CONTPROF_DIRECT_CALLS");
-  if (direct && parse_bool(direct, &cfg->direct_calls) != 0) {
-    cp_warn("CONTPROF_DIRECT_CALLS='%s' is not a boolean (1/0, true/false); "
-            "using true",
-            direct);
-    cfg->direct_calls = 1;
-  }
+  cfg->follow_fork = bool_setting(&src, "CONTPROF_FOLLOW_FORK", 1);
+  cfg->direct_calls = bool_setting(&src, "CONTPROF_DIRECT_CALLS", 1);
 
   /* Read by the Python binding only (docs/python.md, "Native frames"). */
-  cfg->python_native = 0;
-  const char *py_native = env_get(&src, "CONTPROF_PYTHON_NATIVE");
-  if (py_native && parse_bool(py_native, &cfg->python_native) != 0) {
-    cp_warn("CONTPROF_PYTHON_NATIVE='%s' is not a boolean (1/0, true/false); "
-            "using false",
-            py_native);
-    cfg->python_native = 0;
-  }
+  cfg->python_native = bool_setting(&src, "CONTPROF_PYTHON_NATIVE", 0);
 
   /* Read by the Python binding only (docs/python.md, "Reading without
    * the GIL"). */
@@ -892,14 +877,7 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
       choice_setting(&src, "CONTPROF_PYTHON_READS", py_reads,
                      CP_ARRAY_SIZE(py_reads)) == 0;
 
-  cfg->follow_exec = 1;
-  const char *follow_exec = env_get(&src, "CONTPROF_FOLLOW_EXEC");
-  if (follow_exec && parse_bool(follow_exec, &cfg->follow_exec) != 0) {
-    cp_warn("CONTPROF_FOLLOW_EXEC='%s' is not a boolean (1/0, true/false); "
-            "using true",
-            follow_exec);
-    cfg->follow_exec = 1;
-  }
+  cfg->follow_exec = bool_setting(&src, "CONTPROF_FOLLOW_EXEC", 1);
 
   const char *dir = opts->output_dir ? opts->output_dir
                                      : env_get(&src, "CONTPROF_OUTPUT_DIR");
