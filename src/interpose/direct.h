@@ -30,12 +30,18 @@
  * pthread_create hook's count and the thread registry's, which also holds
  * the threads its scans of /proc/self/task found, are both 1) and it never
  * called pthread_cancel or thrd_create. Written by thread_calls.c under its
- * lock. */
-extern _Atomic int cp_direct_calls;
+ * lock, only when it changes; read at every call of every thread, so on a
+ * cache line of its own (the lock and the thread count beside it are
+ * written at every thread's start and end). */
+typedef struct cp_direct_flag {
+  _Alignas(64) _Atomic int on;
+  char pad[64 - sizeof(int)];
+} cp_direct_flag;
+extern cp_direct_flag cp_direct_calls;
 
 /* Whether fn, a hook's real function, is the C library's: once per hook,
  * kept in *state (-1: not asked yet). Not async-signal-safe the first time
- * (_dl_find_object, else dladdr). */
+ * (_dl_find_object, else dladdr). In real.c. */
 int cp_direct_is_libc(_Atomic signed char *state, void *fn);
 
 /* cp_direct_is_libc, its answer inline once known. Async-signal-safe
@@ -48,7 +54,7 @@ static inline int cp_direct_libc(_Atomic signed char *state, void *fn) {
 /* In a hook after CP_REAL(name): whether this call may be made directly.
  * One relaxed load when not. */
 #define CP_DIRECT(name)                                                        \
-  (atomic_load_explicit(&cp_direct_calls, memory_order_relaxed) &&             \
+  (atomic_load_explicit(&cp_direct_calls.on, memory_order_relaxed) &&          \
    cp_direct_libc(&direct_##name, (void *)fn_##name))
 #define CP_DIRECT_STATE(name) static _Atomic signed char direct_##name = -1
 
@@ -84,9 +90,14 @@ static inline long cp_direct_syscall(long nr, long a, long b, long c, long d,
 }
 #endif
 
-/* The call `direct` (a cp_direct_syscall) when CP_DIRECT(name), else
- * `libc` (the real function): the value of a hook's call. */
+/* The call `direct` (a cp_direct_syscall) when `ok` and CP_DIRECT(name),
+ * else `libc` (the real function): the value of a hook's call. `ok` is a
+ * condition of the call's own (a fortified call's check, which the C
+ * library's function reports). */
+#define CP_DIRECT_OR_WHEN(ok, name, direct, libc)                              \
+  ((ok) && CP_DIRECT_SUPPORTED && CP_DIRECT(name) ? (__typeof__(libc))(direct) \
+                                                  : (libc))
 #define CP_DIRECT_OR(name, direct, libc)                                       \
-  (CP_DIRECT_SUPPORTED && CP_DIRECT(name) ? (__typeof__(libc))(direct) : (libc))
+  CP_DIRECT_OR_WHEN(1, name, direct, libc)
 
 #endif

@@ -77,20 +77,18 @@ OPENAT_HOOK(openat64)
     typedef int (*fn_t)(const char *, int);                                    \
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
-    if (needs_mode(flags))                                                     \
-      return fn_##name(path, flags);                                           \
-    return CP_DIRECT_OR(name, openat_syscall(AT_FDCWD, path, flags, 0),        \
-                        fn_##name(path, flags));                               \
+    return CP_DIRECT_OR_WHEN(!needs_mode(flags), name,                         \
+                             openat_syscall(AT_FDCWD, path, flags, 0),         \
+                             fn_##name(path, flags));                          \
   }
 #define OPENAT_2_HOOK(name)                                                    \
   int name(int dirfd, const char *path, int flags) {                           \
     typedef int (*fn_t)(int, const char *, int);                               \
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
-    if (needs_mode(flags))                                                     \
-      return fn_##name(dirfd, path, flags);                                    \
-    return CP_DIRECT_OR(name, openat_syscall(dirfd, path, flags, 0),           \
-                        fn_##name(dirfd, path, flags));                        \
+    return CP_DIRECT_OR_WHEN(!needs_mode(flags), name,                         \
+                             openat_syscall(dirfd, path, flags, 0),            \
+                             fn_##name(dirfd, path, flags));                   \
   }
 OPEN_2_HOOK(__open_2)
 OPEN_2_HOOK(__open64_2)

@@ -3,9 +3,11 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "interpose/direct.h"
 #include "thread_state.h"
 
 /* _dl_find_object (glibc 2.35) answers from the loader's sorted table of
@@ -23,6 +25,15 @@ int cp_same_object(void *fn, void *self) {
   if (!fn || !self || !dladdr(fn, &a) || !dladdr(self, &b))
     return 0;
   return a.dli_fbase == b.dli_fbase;
+}
+
+int cp_direct_is_libc(_Atomic signed char *state, void *fn) {
+  signed char s = atomic_load_explicit(state, memory_order_relaxed);
+  if (s < 0) {
+    s = (signed char)cp_same_object(fn, (void *)gnu_get_libc_version);
+    atomic_store_explicit(state, s, memory_order_relaxed);
+  }
+  return s;
 }
 
 static void *checked(void *handle, const char *name, void *self,

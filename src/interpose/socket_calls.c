@@ -184,14 +184,12 @@ ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
   typedef ssize_t (*fn_t)(int, void *, size_t, size_t, int);
   CP_REAL(fn_t, __recv_chk);
   CP_DIRECT_STATE(__recv_chk);
-  /* Direct only where the check passes: the C library's aborts. */
+  /* Direct only where the check passes: the C library's reports it. */
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
-           n <= buflen
-               ? CP_DIRECT_OR(__recv_chk,
-                              cp_direct_syscall(SYS_recvfrom, fd, (long)buf,
-                                                (long)n, flags, 0, 0),
-                              fn___recv_chk(fd, buf, n, buflen, flags))
-               : fn___recv_chk(fd, buf, n, buflen, flags));
+           CP_DIRECT_OR_WHEN(n <= buflen, __recv_chk,
+                             cp_direct_syscall(SYS_recvfrom, fd, (long)buf,
+                                               (long)n, flags, 0, 0),
+                             fn___recv_chk(fd, buf, n, buflen, flags)));
 }
 
 ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n, size_t buflen,
@@ -202,13 +200,11 @@ ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n, size_t buflen,
   CP_REAL(fn_t, __recvfrom_chk);
   CP_DIRECT_STATE(__recvfrom_chk);
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
-           n <= buflen
-               ? CP_DIRECT_OR(
-                     __recvfrom_chk,
-                     cp_direct_syscall(SYS_recvfrom, fd, (long)buf, (long)n,
-                                       flags, (long)addr, (long)len),
-                     fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len))
-               : fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len));
+           CP_DIRECT_OR_WHEN(
+               n <= buflen, __recvfrom_chk,
+               cp_direct_syscall(SYS_recvfrom, fd, (long)buf, (long)n, flags,
+                                 (long)addr, (long)len),
+               fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len)));
 }
 
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
@@ -346,11 +342,10 @@ ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
   CP_REAL(fn_t, __read_chk);
   CP_DIRECT_STATE(__read_chk);
   RESUMING(fd, SO_RCVTIMEO, POLLIN, EAGAIN,
-           n <= buflen ? CP_DIRECT_OR(__read_chk,
-                                      cp_direct_syscall(SYS_read, fd, (long)buf,
-                                                        (long)n, 0, 0, 0),
-                                      fn___read_chk(fd, buf, n, buflen))
-                       : fn___read_chk(fd, buf, n, buflen));
+           CP_DIRECT_OR_WHEN(
+               n <= buflen, __read_chk,
+               cp_direct_syscall(SYS_read, fd, (long)buf, (long)n, 0, 0, 0),
+               fn___read_chk(fd, buf, n, buflen)));
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int count) {

@@ -12,7 +12,6 @@
  * profiler's threads would keep it alive), and keep the flag of the direct
  * calls (interpose/direct.h), which pthread_cancel and thrd_create end. */
 #include <errno.h>
-#include <gnu/libc-version.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -72,7 +71,7 @@ static struct {
   size_t listed; /* the registry's application threads; 0: not known */
 } direct = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-_Atomic int cp_direct_calls;
+cp_direct_flag cp_direct_calls;
 
 /* Caller holds direct.lock, having changed an input: the flag follows the
  * last change of any input (app_threads is changed before the lock is
@@ -81,7 +80,8 @@ _Atomic int cp_direct_calls;
 static void direct_update(void) {
   int on = direct.allowed && !direct.barred && direct.listed == 1 &&
            atomic_load(&app_threads) == 1;
-  atomic_store(&cp_direct_calls, on);
+  if (atomic_load_explicit(&cp_direct_calls.on, memory_order_relaxed) != on)
+    atomic_store(&cp_direct_calls.on, on);
 }
 
 static void direct_changed(void) {
@@ -109,15 +109,6 @@ static void direct_bar(void) {
   direct.barred = 1;
   direct_update();
   pthread_mutex_unlock(&direct.lock);
-}
-
-int cp_direct_is_libc(_Atomic signed char *state, void *fn) {
-  signed char s = atomic_load_explicit(state, memory_order_relaxed);
-  if (s < 0) {
-    s = (signed char)cp_same_object(fn, (void *)gnu_get_libc_version);
-    atomic_store_explicit(state, s, memory_order_relaxed);
-  }
-  return s;
 }
 
 /* In the child of fork: slots the parent's other threads held are never

@@ -67,9 +67,10 @@ static int excluded(pid_t tid) {
 }
 
 /* Tells the interposition layer how many application threads are known
- * (its direct calls: interpose/direct.h): at each change, and 0 while the
- * registry is not running. A thread made past pthread_create counts from
- * the scan that finds it. Caller holds reg.lock. */
+ * (its direct calls: interpose/direct.h), at each change: 0 once stopped
+ * (it announces every end) or when a scan fails (every thread ends then). A
+ * thread made past pthread_create counts from the scan that finds it.
+ * Caller holds reg.lock. */
 static void publish_count(void) {
   cp_interpose_threads_listed(reg.active ? reg.ntids : 0);
 }
@@ -159,8 +160,6 @@ static void rescan(int ticks) {
   for (size_t i = 0; ticks && i < reg.nsamplers; i++)
     if (reg.samplers[i]->tick)
       reg.samplers[i]->tick();
-  if (!seen) /* not known */
-    cp_interpose_threads_listed(0);
   pthread_mutex_unlock(&reg.lock);
   free(seen);
 }
@@ -240,7 +239,6 @@ void cp_threads_stop(void) {
   reg.active = 0;
   reg.samplers = NULL;
   reg.nsamplers = 0;
-  publish_count();
   pthread_mutex_unlock(&reg.lock);
 }
 
