@@ -45,7 +45,9 @@
 # profiled server), SBS_BASE_ENV (set: the first server of the second
 # phase is profiled too, with these words instead of SBS_ENV's: two
 # settings side by side, such as SBS_BASE_ENV=CONTPROF_DIRECT_CALLS=0),
-# BENCH_BUILD_DIR.
+# BENCH_BUILD_DIR, SBS_DETAIL (nginx: a file to append, per repeat and
+# server, each thread of the worker: "name:run_ms/wait_ms/voluntary
+# switches a second/involuntary a second/perf descriptors").
 # Needs nginx-light and wrk, or postgresql (scripts/deps bench); run as
 # root.
 set -euo pipefail
@@ -160,6 +162,32 @@ tree_cpu() {
     { sub(/^.*\) /, ""); s += $12 + $13 } END { printf "%.3f\n", s / hz }'
 }
 
+# threads MASTER: a line per thread of the master's children (nginx's
+# worker, PostgreSQL's backends): "pid/tid name run_ns wait_ns voluntary
+# involuntary perf_fds", from the kernel's schedstat and status (run: on a
+# CPU; wait: runnable, not running), perf_fds the process's perf event
+# descriptors (a thread on a perf task clock holds one).
+threads() {
+  local p t perf
+  for p in $(pgrep -P "$1"); do
+    perf=$(find /proc/"$p"/fd -lname 'anon_inode:*perf_event*' 2>/dev/null | wc -l)
+    for t in /proc/"$p"/task/*; do
+      printf '%s/%s %s %s %s %s %s\n' "$p" "${t##*/}" "$(tr ' ' _ <"$t/comm")" \
+        "$(cut -d' ' -f1,2 "$t/schedstat")" \
+        "$(awk '/^voluntary_ctxt/ {v = $2} /^nonvoluntary_ctxt/ {n = $2} END {print v, n}' "$t/status")" \
+        "$perf"
+    done 2>/dev/null
+  done
+}
+
+# thread_deltas BEFORE AFTER SECONDS: per thread of AFTER, what it used
+# since BEFORE: "name run_ms wait_ms voluntary/s involuntary/s perf_fds".
+thread_deltas() {
+  awk -v s="$3" 'NR == FNR {r[$1] = $3; w[$1] = $4; v[$1] = $5; n[$1] = $6; next}
+    {printf " %s:%.0f/%.0f/%.0f/%.0f/%d", $2, ($3 - r[$1]) / 1e6, ($4 - w[$1]) / 1e6,
+       ($5 - v[$1]) / s, ($6 - n[$1]) / s, $7}' "$1" "$2"
+}
+
 # pin MASTER CPU: the master, its children and all their threads on CPU
 # (what the master forks later inherits it).
 pin() {
@@ -221,6 +249,7 @@ load_repeat() {
   local pa pb other
   if ((r % 2)); then pa=${PORTS[0]} pb=${PORTS[1]}; else pa=${PORTS[1]} pb=${PORTS[0]}; fi
   if [[ $server == nginx ]]; then
+    [[ -z ${SBS_DETAIL:-} ]] || { threads "$1" >"$tmp/ta0"; threads "$2" >"$tmp/tb0"; }
     ca0=$(tree_cpu "$1")
     cb0=$(tree_cpu "$2")
     load "$pa" "$SBS_SECONDS" "$tmp/wrk.$pa" &
@@ -229,6 +258,17 @@ load_repeat() {
     wait "$other"
     ca1=$(tree_cpu "$1")
     cb1=$(tree_cpu "$2")
+    if [[ -n ${SBS_DETAIL:-} ]]; then
+      threads "$1" >"$tmp/ta1"
+      threads "$2" >"$tmp/tb1"
+      {
+        printf '%s first' "$r"
+        thread_deltas "$tmp/ta0" "$tmp/ta1" "$SBS_SECONDS"
+        printf '\n%s second' "$r"
+        thread_deltas "$tmp/tb0" "$tmp/tb1" "$SBS_SECONDS"
+        echo
+      } >>"$SBS_DETAIL"
+    fi
     fa=$(wrk_figures "$tmp/wrk.${PORTS[0]}")
     fb=$(wrk_figures "$tmp/wrk.${PORTS[1]}")
     return
@@ -257,6 +297,7 @@ phase() {
   start a "${PORTS[0]}" "$2"
   start b "${PORTS[1]}" "$3"
   local ma=${masters[0]} mb=${masters[1]}
+  [[ -z ${SBS_DETAIL:-} ]] || echo "phase $1: $2 $3" >>"$SBS_DETAIL"
   local r fa fb ca0 ca1 cb0 cb1 other
   for ((r = 1; r <= SBS_REPEATS; r++)); do
     if [[ $r == 1 ]]; then

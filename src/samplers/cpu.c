@@ -66,16 +66,17 @@
 #define CPUCLOCK_SCHED 2
 #define CPUCLOCK_PERTHREAD 4
 
-/* Which clock: a thread that blocks (switches out voluntarily) more often
- * than this per second of its CPU time leaves its perf task clock. At 5000,
- * the clock's kernel work at each switch (0.6 us in bench/switch_cost, about
- * 6 us in PostgreSQL's backends here: docs/signals.md) is 0.3-3% of the
- * thread's CPU. Not lower: a POSIX timer attributes the CPU of a thread that
- * runs in bursts shorter than the kernel's tick poorly (a vfork parent with
- * 2 ms bursts, 1,000-1,400 switches a CPU-second, moved at 1000: 0.23 s of
- * its 0.4 s in its work function, 0.39 s on its perf task clock). PostgreSQL
- * backends under pgbench block about 14,000 times a CPU-second. Preemptions
- * are not counted (thread_switches). */
+/* Which clock: a thread that switches out (blocks, or is preempted) more
+ * often than this per second of its CPU time leaves its perf task clock. At
+ * 5000, the clock's kernel work at each switch (0.6 us in bench/switch_cost,
+ * 1.4 us a preemption of an nginx worker, about 6 us in PostgreSQL's backends
+ * here: docs/signals.md) is 0.3-3% of the thread's CPU. Not lower: a POSIX
+ * timer attributes the CPU of a thread that runs in bursts shorter than the
+ * kernel's tick poorly (a vfork parent with 2 ms bursts, 1,000-1,400 switches
+ * a CPU-second, moved at 1000: 0.23 s of its 0.4 s in its work function, 0.39
+ * s on its perf task clock). PostgreSQL backends under pgbench block about
+ * 14,000 times a CPU-second; an nginx worker sharing its CPU with its load
+ * generator is preempted about 10,000 times. */
 #define SWITCH_LIMIT 5000
 /* A thread's switch rate is judged over each SWITCH_WINDOW_NS of its CPU
  * time: at the limit, that is 500 switches, enough to tell. */
@@ -110,6 +111,12 @@
 #define MOVE_LONG (2 << 28)    /* to a POSIX timer: long bursts */
 #define MOVE_BACK (3 << 28)    /* back to a perf task clock */
 #define MOVE_TID_MASK 0x0fffffff
+
+/* A thread's context switches (thread_switches). */
+typedef struct switch_counts {
+  uint64_t all;     /* blocked or preempted */
+  uint64_t blocked; /* voluntary */
+} switch_counts;
 
 typedef struct thread_timer {
   pid_t tid;
@@ -169,12 +176,13 @@ static inline int perf_fd_ours(int fd) {
 }
 
 /* The thread's CPU time at its last perf sample in this run (gen), and
- * its CPU time and voluntary switch count at the start of the window its
- * switch rate is judged over (thread_switches). */
+ * its CPU time and switch counts at the start of the window its switch
+ * rate is judged over (thread_switches). */
 static CP_TLS struct {
   unsigned gen;
   uint64_t cpu_ns;
-  uint64_t window_cpu_ns, window_switches;
+  uint64_t window_cpu_ns;
+  switch_counts window_switches;
   int moving;            /* asked to leave perf in this run */
   unsigned long_windows; /* the last windows in a row judged long */
   /* The event whose interval was last drawn (perf_rearm), and the samples
@@ -228,16 +236,30 @@ static int64_t perf_cpu_since_last(uint64_t *cpu_now) {
   return since;
 }
 
-/* The calling thread's voluntary switches so far (it blocked: each is
- * followed by a switch in), or -1. Preemptions are left out: a thread
- * preempted often shares an oversubscribed CPU, where a POSIX timer, checked
- * only at the tick, would miss most of its CPU time (docs/signals.md); that
- * is where the perf task clock is needed. */
-static int64_t thread_switches(void) {
+/* The calling thread's switches so far: all of them (a perf task clock's
+ * hrtimer is stopped and started at each, whether the thread blocked or
+ * was preempted), and the voluntary ones (it blocked), which tell how long
+ * its bursts are; 0 when they cannot be read. A preempted thread is found
+ * running at the kernel's ticks in proportion to its CPU time, so a POSIX
+ * timer weighs it right (docs/signals.md, "Which clock"). */
+static int thread_switches(switch_counts *out) {
   struct rusage ru;
   if (syscall(SYS_getrusage, RUSAGE_THREAD, &ru) != 0)
-    return -1;
-  return (int64_t)ru.ru_nvcsw;
+    return 0;
+  out->blocked = (uint64_t)ru.ru_nvcsw;
+  out->all = (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
+  return 1;
+}
+
+/* Switches from `from` to `to`, in *d; 0 when a count went back (a new
+ * thread reusing the slot's values). */
+static int switches_since(const switch_counts *from, const switch_counts *to,
+                          switch_counts *d) {
+  if (to->all < from->all || to->blocked < from->blocked)
+    return 0;
+  d->all = to->all - from->all;
+  d->blocked = to->blocked - from->blocked;
+  return 1;
 }
 
 /* Async-signal-safe, bounded: at most SWITCH_REQUESTS compare-and-swaps.
@@ -279,8 +301,9 @@ static int period_spans_ticks(void) {
  * CONTPROF_CPU_CLOCK=auto, judges the thread on a perf task clock by how
  * often it switched in its last window of CPU time, and asks the tick to
  * move it to a POSIX timer when that was more than SWITCH_LIMIT times per
- * CPU-second, or at most LONG_LIMIT in each of its last LONG_WINDOWS windows
- * (long bursts, with a period of LONG_MIN_TICKS ticks or more). The thread
+ * CPU-second (blocked or preempted), or when it blocked at most LONG_LIMIT
+ * times a CPU-second in each of its last LONG_WINDOWS windows (long bursts,
+ * with a period of LONG_MIN_TICKS ticks or more). The thread
  * measures itself so that the profiler opens no file to learn it: a descriptor
  * of ours open at the wrong moment is one an application closing and reusing
  * numbers would lose or have closed (docs/security.md, "Descriptors shared with
@@ -294,23 +317,21 @@ static void judge_switches(uint64_t cpu_now) {
   if (perf_last.window_cpu_ns &&
       cpu_now - perf_last.window_cpu_ns < SWITCH_WINDOW_NS)
     return;
-  int64_t switches = thread_switches();
-  if (switches < 0)
+  switch_counts now, d;
+  if (!thread_switches(&now))
     return;
   uint64_t d_ns = cpu_now - perf_last.window_cpu_ns;
-  uint64_t d_switches = (uint64_t)switches - perf_last.window_switches;
   int judged = perf_last.window_cpu_ns != 0 &&
-               (uint64_t)switches >= perf_last.window_switches;
+               switches_since(&perf_last.window_switches, &now, &d);
   perf_last.window_cpu_ns = cpu_now;
-  perf_last.window_switches = (uint64_t)switches;
+  perf_last.window_switches = now;
   if (!judged)
     return;
   int long_window =
-      !switches_over(d_switches, d_ns, LONG_LIMIT) && period_spans_ticks();
+      !switches_over(d.blocked, d_ns, LONG_LIMIT) && period_spans_ticks();
   perf_last.long_windows = long_window ? perf_last.long_windows + 1 : 0;
-  if (switches_over(d_switches, d_ns, SWITCH_LIMIT)) {
-    perf_last.moving =
-        request_move(MOVE_SWITCHY, d_switches * 1000000000ull / d_ns);
+  if (switches_over(d.all, d_ns, SWITCH_LIMIT)) {
+    perf_last.moving = request_move(MOVE_SWITCHY, d.all * 1000000000ull / d_ns);
   } else if (perf_last.long_windows >= LONG_WINDOWS &&
              request_move(MOVE_LONG, 0)) {
     perf_last.moving = 1;
@@ -323,7 +344,8 @@ static void judge_switches(uint64_t cpu_now) {
  * thread's sampled CPU time. On a POSIX timer sample (quantity: its CPU
  * time) of a thread that left its perf task clock for its long bursts in
  * this run: asks the tick to move it back when it blocked more than
- * BACK_LIMIT and at most SWITCH_LIMIT times per CPU-second in the window,
+ * BACK_LIMIT times per CPU-second in the window and switched (blocked or
+ * preempted) at most SWITCH_LIMIT times,
  * or when the period in force no longer spans LONG_MIN_TICKS ticks (the
  * governor sped sampling up again).
  * Its next perf sample, whenever that comes, starts a run of them afresh
@@ -337,19 +359,18 @@ static void judge_posix(int64_t quantity) {
   int first = perf_last.window_left_ns == 0; /* the first window starts */
   if (!first && (perf_last.window_left_ns -= quantity) > 0)
     return;
-  int64_t switches = thread_switches();
-  if (switches < 0)
+  switch_counts now, d;
+  if (!thread_switches(&now))
     return;
-  uint64_t d_switches = (uint64_t)switches - perf_last.window_switches;
   uint64_t d_ns =
       (uint64_t)((int64_t)SWITCH_WINDOW_NS - perf_last.window_left_ns);
-  int judged = !first && (uint64_t)switches >= perf_last.window_switches;
-  perf_last.window_switches = (uint64_t)switches;
+  int judged = !first && switches_since(&perf_last.window_switches, &now, &d);
+  perf_last.window_switches = now;
   perf_last.window_left_ns = (int64_t)SWITCH_WINDOW_NS;
   if (!judged)
     return;
-  int often = switches_over(d_switches, d_ns, BACK_LIMIT) &&
-              !switches_over(d_switches, d_ns, SWITCH_LIMIT);
+  int often = switches_over(d.blocked, d_ns, BACK_LIMIT) &&
+              !switches_over(d.all, d_ns, SWITCH_LIMIT);
   if ((often || !period_spans_ticks()) && request_move(MOVE_BACK, 0))
     perf_last.long_gen = ~gen;
 }
@@ -685,8 +706,9 @@ static void choose_clock(const cp_config *cfg) {
   cpu.perf_fd_floor = cp_own_fd_floor();
   cpu.nperf = 0;
   cpu.perf = cpu.perf_budget > 0;
-  int adapt =
-      cpu.perf && cfg->cpu_clock == CP_CPU_CLOCK_AUTO && thread_switches() >= 0;
+  switch_counts probe;
+  int adapt = cpu.perf && cfg->cpu_clock == CP_CPU_CLOCK_AUTO &&
+              thread_switches(&probe);
   struct timespec tick;
   cpu.tick_ns =
       clock_getres(CLOCK_MONOTONIC_COARSE, &tick) == 0

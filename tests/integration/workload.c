@@ -104,14 +104,25 @@
  *                           work_alpha without blocking, then SHORT seconds
  *                           in work_beta in 2 ms bursts, each followed by a
  *                           0.3 ms sleep (a thread that starts blocking
- *                           often); prints the true CPU ns of each
+ *                           often); prints the true CPU ns of each and how
+ *                           often the thread was preempted a CPU-second
  *   random-blocks SECONDS MEAN_MS
  *                           one thread works SECONDS of CPU in work_alpha
  *                           in pieces of exponentially distributed length
  *                           (mean MEAN_MS ms of CPU), each followed by a
  *                           0.1 ms sleep: a thread that blocks at random,
  *                           1000 / MEAN_MS times a CPU-second; prints the
- *                           true CPU ns
+ *                           true CPU ns and how often the thread was
+ *                           preempted a CPU-second
+ *   preempted SECONDS       one thread works SECONDS of CPU in work_alpha
+ *                           in pieces of 10 ms, each followed by a 0.1 ms
+ *                           sleep (100 blocks a CPU-second, an nginx
+ *                           worker's rate), on one CPU with a thread that
+ *                           sleeps 20 us at a time and preempts it at each
+ *                           wake (a server sharing its CPU with its
+ *                           clients); prints the true CPU ns, the worker's
+ *                           tid and its preemptions and blocks per second
+ *                           of its CPU
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
@@ -121,6 +132,7 @@
 #include <link.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -129,6 +141,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -299,9 +312,20 @@ static void *steady_thread(void *arg) {
   return NULL;
 }
 
+/* The calling thread's preemptions so far per second of its CPU time: a
+ * test that expects a thread to keep its clock, or to move for one reason,
+ * knows when the machine preempted it often enough to move it for that
+ * instead (docs/signals.md, "Which clock"). */
+static double preempted_per_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  double cpu_s = (double)thread_cpu_ns() / 1e9;
+  return cpu_s > 0 ? (double)ru.ru_nivcsw / cpu_s : 0;
+}
+
 /* phases: long bursts, then short ones. */
 static uint64_t phase_truth[2];
-static double phase_seconds[2];
+static double phase_seconds[2], phase_preempted;
 
 static void *phases_thread(void *arg) {
   (void)arg;
@@ -312,6 +336,7 @@ static void *phases_thread(void *arg) {
     struct timespec nap = {0, 300000};
     nanosleep(&nap, NULL);
   }
+  phase_preempted = preempted_per_cpu_s();
   return NULL;
 }
 
@@ -321,8 +346,9 @@ static int phases(double long_s, double short_s) {
   pthread_t t;
   pthread_create(&t, NULL, phases_thread, NULL);
   pthread_join(t, NULL);
-  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64 "\n", phase_truth[0],
-         phase_truth[1]);
+  printf("work_alpha=%" PRIu64 " work_beta=%" PRIu64
+         " preempted_per_cpu_s=%.0f\n",
+         phase_truth[0], phase_truth[1], phase_preempted);
   return 0;
 }
 
@@ -331,6 +357,7 @@ static int phases(double long_s, double short_s) {
 typedef struct {
   double seconds, mean_ms;
   uint64_t truth; /* work_alpha's true CPU ns */
+  double preempted;
 } random_blocks_args;
 
 static void *random_blocks_thread(void *arg) {
@@ -348,15 +375,65 @@ static void *random_blocks_thread(void *arg) {
     struct timespec nap = {0, 100000};
     nanosleep(&nap, NULL);
   }
+  a->preempted = preempted_per_cpu_s();
   return NULL;
 }
 
 static int random_blocks(double seconds, double mean_ms) {
-  random_blocks_args a = {seconds, mean_ms, 0};
+  random_blocks_args a = {seconds, mean_ms, 0, 0};
   pthread_t t;
   pthread_create(&t, NULL, random_blocks_thread, &a);
   pthread_join(t, NULL);
-  printf("work_alpha=%" PRIu64 "\n", a.truth);
+  printf("work_alpha=%" PRIu64 " preempted_per_cpu_s=%.0f\n", a.truth,
+         a.preempted);
+  return 0;
+}
+
+/* preempted: the worker and the waker on one CPU. */
+static cpu_set_t preempt_cpu;
+static _Atomic int preempt_stop;
+
+static void *preempting_thread(void *arg) {
+  (void)arg;
+  sched_setaffinity(0, sizeof preempt_cpu, &preempt_cpu);
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* wake every 20-30 us */
+  while (!atomic_load(&preempt_stop)) {
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+
+static void *preempted_thread(void *arg) {
+  double *seconds = arg;
+  sched_setaffinity(0, sizeof preempt_cpu, &preempt_cpu);
+  struct rusage before, after;
+  getrusage(RUSAGE_THREAD, &before);
+  uint64_t cpu0 = thread_cpu_ns(), truth = 0;
+  while (thread_cpu_ns() - cpu0 < (uint64_t)(*seconds * 1e9)) {
+    truth += work_alpha(10000000);
+    struct timespec nap = {0, 100000};
+    nanosleep(&nap, NULL);
+  }
+  double cpu_s = (double)(thread_cpu_ns() - cpu0) / 1e9;
+  getrusage(RUSAGE_THREAD, &after);
+  printf("work_alpha=%" PRIu64 " tid=%d preempted_per_cpu_s=%.0f "
+         "blocked_per_cpu_s=%.0f\n",
+         truth, (int)syscall(SYS_gettid),
+         (double)(after.ru_nivcsw - before.ru_nivcsw) / cpu_s,
+         (double)(after.ru_nvcsw - before.ru_nvcsw) / cpu_s);
+  return NULL;
+}
+
+static int preempted(double seconds) {
+  CPU_ZERO(&preempt_cpu);
+  CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &preempt_cpu);
+  pthread_t waker, worker;
+  pthread_create(&waker, NULL, preempting_thread, NULL);
+  pthread_create(&worker, NULL, preempted_thread, &seconds);
+  pthread_join(worker, NULL);
+  atomic_store(&preempt_stop, 1);
+  pthread_join(waker, NULL);
   return 0;
 }
 
@@ -1410,6 +1487,8 @@ int main(int argc, char **argv) {
                   : strcmp(argv[3], "rt-full-handler") == 0 ? 1
                   : strcmp(argv[3], "rt-full-ignore") == 0  ? 2
                                                             : 0);
+  if (strcmp(argv[1], "preempted") == 0 && argc == 3)
+    return preempted(atof(argv[2]));
   if (strcmp(argv[1], "switchy") == 0 && argc == 3)
     return switchy(atof(argv[2]));
   if (strcmp(argv[1], "phases") == 0 && argc == 4)
