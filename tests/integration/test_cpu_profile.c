@@ -681,14 +681,14 @@ static void test_random_blockers_keep_their_clock(void) {
 /* A thread that blocks 100 times a CPU-second, between the limits that
  * keep a perf task clock, but is preempted some 30,000 times (a thread on
  * its CPU sleeps 20 us at a time, as an nginx worker shares its CPU with
- * wrk) leaves its perf task clock with
- * CONTPROF_CPU_CLOCK=auto: the clock's hrtimer is stopped and started at
- * every switch, preemptions included (1 to 1.4 us each on this VM:
- * docs/signals.md, "Which clock"). The first thread to move is named in
- * the log; the sleeper, which blocks at every wake, uses too little CPU
- * to be judged first. Its CPU time stays in the samples' weights: 3 s of
- * work_alpha within 8%. Where the machine preempts it less than 7,000
- * times a CPU-second (the workload says), the move is not checked. */
+ * wrk) leaves its perf task clock with CONTPROF_CPU_CLOCK=auto: the
+ * clock's hrtimer is stopped and started at every switch, preemptions
+ * included (about 1.4 us each in an nginx worker on this VM: docs/signals.md,
+ * "Which clock"). The first thread to move is named in the log; the sleeper,
+ * which blocks at every wake, uses too little CPU to be judged first. Its CPU
+ * time stays in the samples' weights: 3 s of work_alpha within 8%. Where the
+ * machine preempts it less than 7,000 times a CPU-second (the workload says),
+ * the move is not checked. */
 static void test_preempted_threads_leave_perf(void) {
   char *dir = make_temp_dir("preempted");
   char cmd[1200];
