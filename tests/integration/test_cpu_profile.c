@@ -685,7 +685,8 @@ static void test_random_blockers_keep_their_clock(void) {
  * clock's hrtimer is stopped and started at every switch, preemptions
  * included (about 1.4 us each in an nginx worker on this VM: docs/signals.md,
  * "Which clock"). The first thread to move is named in the log; the sleeper,
- * which blocks at every wake, uses too little CPU to be judged first. Its CPU
+ * which blocks at every wake, runs about a third of the worker's CPU time
+ * and reaches the end of its first window of 100 ms of CPU later. Its CPU
  * time stays in the samples' weights: 3 s of work_alpha within 8%. Where the
  * machine preempts it less than 7,000 times a CPU-second (the workload says),
  * the move is not checked. */
