@@ -553,6 +553,17 @@ static void test_switching_threads_leave_perf(void) {
   check_switchy("auto", 1);
 }
 
+/* The workload with ARGS under contprof at 100 Hz, its profile in dir,
+ * with the info lines that say which clocks the threads moved to. */
+static run_result *run_clock_workload(const char *dir, const char *args) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd,
+           "CONTPROF_LOG_LEVEL=info exec %s run --hz 100 --output %s "
+           "--period 3600 -- %s %s 2>&1",
+           CONTPROF, dir, WORKLOAD, args);
+  return run_shell(cmd, NULL);
+}
+
 /* Whether a thread preempted this often a CPU-second (over its life) may
  * have had a window of 100 ms of CPU preempted more than 5,000 times, which
  * moves it off its perf task clock for that (docs/signals.md, "Which
@@ -584,12 +595,7 @@ static int clock_moves_checkable(const char *out, long *tick_us) {
  * the thread keeps its perf task clock: the moves are then not checked. */
 static void test_long_bursts_leave_perf_and_come_back(void) {
   char *dir = make_temp_dir("phases");
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd,
-           "CONTPROF_LOG_LEVEL=info exec %s run --hz 100 --output %s "
-           "--period 3600 -- %s phases 1.5 2 2>&1",
-           CONTPROF, dir, WORKLOAD);
-  run_result *r = run_shell(cmd, NULL);
+  run_result *r = run_clock_workload(dir, "phases 1.5 2");
   unsigned long long alpha = 0, beta = 0;
   double preempted = 0;
   const char *line = strstr(r->out, "work_alpha=");
@@ -640,12 +646,7 @@ static void test_long_bursts_leave_perf_and_come_back(void) {
  * samples' weights either way. */
 static void test_random_blockers_keep_their_clock(void) {
   char *dir = make_temp_dir("randomblocks");
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd,
-           "CONTPROF_LOG_LEVEL=info exec %s run --hz 100 --output %s "
-           "--period 3600 -- %s random-blocks 6 20 2>&1",
-           CONTPROF, dir, WORKLOAD);
-  run_result *r = run_shell(cmd, NULL);
+  run_result *r = run_clock_workload(dir, "random-blocks 6 20");
   unsigned long long alpha = 0;
   double preempted = 0;
   const char *line = strstr(r->out, "work_alpha=");
@@ -692,12 +693,7 @@ static void test_random_blockers_keep_their_clock(void) {
  * the move is not checked. */
 static void test_preempted_threads_leave_perf(void) {
   char *dir = make_temp_dir("preempted");
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd,
-           "CONTPROF_LOG_LEVEL=info exec %s run --hz 100 --output %s "
-           "--period 3600 -- %s preempted 3 2>&1",
-           CONTPROF, dir, WORKLOAD);
-  run_result *r = run_shell(cmd, NULL);
+  run_result *r = run_clock_workload(dir, "preempted 3");
   unsigned long long alpha = 0;
   int tid = 0;
   double preempted = 0;

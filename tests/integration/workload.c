@@ -116,13 +116,13 @@
  *                           preempted a CPU-second
  *   preempted SECONDS       one thread works SECONDS of CPU in work_alpha
  *                           in pieces of 10 ms, each followed by a 0.1 ms
- *                           sleep (100 blocks a CPU-second, an nginx
- *                           worker's rate), on one CPU with a thread that
- *                           sleeps 20 us at a time and preempts it at each
- *                           wake (a server sharing its CPU with its
- *                           clients); prints the true CPU ns, the worker's
- *                           tid and its preemptions and blocks per second
- *                           of its CPU
+ *                           sleep (100 blocks a CPU-second: between the
+ *                           limits of the clock's moves), on one CPU with
+ *                           a thread that sleeps 20 us at a time and
+ *                           preempts it at each wake (a server sharing its
+ *                           CPU with its clients); prints the true CPU ns,
+ *                           the worker's tid and its preemptions and blocks
+ *                           per second of its CPU
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
