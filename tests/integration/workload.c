@@ -316,11 +316,15 @@ static void *steady_thread(void *arg) {
  * test that expects a thread to keep its clock, or to move for one reason,
  * knows when the machine preempted it often enough to move it for that
  * instead (docs/signals.md, "Which clock"). */
+static double per_cpu_s(long count) {
+  double cpu_s = (double)thread_cpu_ns() / 1e9;
+  return cpu_s > 0 ? (double)count / cpu_s : 0;
+}
+
 static double preempted_per_cpu_s(void) {
   struct rusage ru;
   getrusage(RUSAGE_THREAD, &ru);
-  double cpu_s = (double)thread_cpu_ns() / 1e9;
-  return cpu_s > 0 ? (double)ru.ru_nivcsw / cpu_s : 0;
+  return per_cpu_s(ru.ru_nivcsw);
 }
 
 /* phases: long bursts, then short ones. */
@@ -407,21 +411,18 @@ static void *preempting_thread(void *arg) {
 static void *preempted_thread(void *arg) {
   double *seconds = arg;
   sched_setaffinity(0, sizeof preempt_cpu, &preempt_cpu);
-  struct rusage before, after;
-  getrusage(RUSAGE_THREAD, &before);
   uint64_t cpu0 = thread_cpu_ns(), truth = 0;
   while (thread_cpu_ns() - cpu0 < (uint64_t)(*seconds * 1e9)) {
     truth += work_alpha(10000000);
     struct timespec nap = {0, 100000};
     nanosleep(&nap, NULL);
   }
-  double cpu_s = (double)(thread_cpu_ns() - cpu0) / 1e9;
-  getrusage(RUSAGE_THREAD, &after);
+  struct rusage ru; /* over the thread's life, which is this */
+  getrusage(RUSAGE_THREAD, &ru);
   printf("work_alpha=%" PRIu64 " tid=%d preempted_per_cpu_s=%.0f "
          "blocked_per_cpu_s=%.0f\n",
-         truth, (int)syscall(SYS_gettid),
-         (double)(after.ru_nivcsw - before.ru_nivcsw) / cpu_s,
-         (double)(after.ru_nvcsw - before.ru_nvcsw) / cpu_s);
+         truth, (int)syscall(SYS_gettid), per_cpu_s(ru.ru_nivcsw),
+         per_cpu_s(ru.ru_nvcsw));
   return NULL;
 }
 
