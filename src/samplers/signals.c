@@ -595,15 +595,34 @@ void cp_signal_interrupted_call(const void *ucontext) {
     cp_thread.own_signals++;
 }
 
-int cp_signal_in_syscall(const void *ucontext) {
 #if defined(__x86_64__)
-  const ucontext_t *uc = ucontext;
+/* Where pc is against a `syscall` instruction (0f 05): 1 on it, 2 right
+ * after it, 0 elsewhere. Reads the code at pc, which was just executing,
+ * without crossing a page. */
+static int at_syscall(const ucontext_t *uc) {
   const unsigned char *pc =
       (const unsigned char *)uc->uc_mcontext.gregs[REG_RIP];
   uintptr_t offset = (uintptr_t)pc & 4095;
   if (offset <= 4094 && pc[0] == 0x0f && pc[1] == 0x05)
     return 1;
-  return offset >= 2 && pc[-2] == 0x0f && pc[-1] == 0x05;
+  return offset >= 2 && pc[-2] == 0x0f && pc[-1] == 0x05 ? 2 : 0;
+}
+#endif
+
+int cp_signal_in_syscall(const void *ucontext) {
+#if defined(__x86_64__)
+  return at_syscall(ucontext) != 0;
+#else
+  (void)ucontext;
+  return 1;
+#endif
+}
+
+int cp_signal_cut_call(const void *ucontext) {
+#if defined(__x86_64__)
+  const ucontext_t *uc = ucontext;
+  int at = at_syscall(uc);
+  return at == 1 || (at == 2 && uc->uc_mcontext.gregs[REG_RAX] == -EINTR);
 #else
   (void)ucontext;
   return 1;

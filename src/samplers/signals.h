@@ -91,6 +91,14 @@ void cp_signal_interrupted_call(const void *ucontext);
  * context counts as at a system call. */
 int cp_signal_in_syscall(const void *ucontext);
 
+/* Whether the signal cut short the system call its thread was in: the pc
+ * on the `syscall` instruction (rewound to restart the call) or right after
+ * it with EINTR in rax. A call that ran to its end before the signal was
+ * taken (rax its result) was not cut: the thread was busy in it, not
+ * blocked. Async-signal-safe, as cp_signal_in_syscall. Elsewhere than
+ * x86-64, every context counts as a cut call. */
+int cp_signal_cut_call(const void *ucontext);
+
 /* Adds the sampling signals installed so far to set / removes them from it.
  * Async-signal-safe. */
 void cp_signal_sampling_set(sigset_t *set);

@@ -684,14 +684,14 @@ static const parked_stack *still_parked(wall_slot *s, uint32_t *labels,
                                                                          : NULL;
 }
 
-/* Async-signal-safe: one clock read. The signal found its thread blocked
- * in a system call, and the timer read the thread's CPU clock just before
- * sending it: the CPU the thread used since is the kernel's work to wake it
- * and deliver the signal (on this VM 100-500 us, far more than the handler
- * itself: docs/overhead.md). It is counted as the wall sampler's cost, so
- * that profiler_overhead_pct and the cap see it. The way back (sigreturn,
- * the call restarted, the thread blocked again) costs about as much again
- * and is not measured: the figure is a lower bound. */
+/* Async-signal-safe: one clock read. The signal cut short the system call
+ * its thread was blocked in (cp_signal_cut_call), and the timer read the
+ * thread's CPU clock just before sending it: the CPU the thread used since
+ * is the kernel's work to wake it and deliver the signal (on this VM 100-500
+ * us, far more than the handler itself: docs/overhead.md). It is counted as the
+ * wall sampler's cost, so that profiler_overhead_pct and the cap see it. The
+ * way back (sigreturn, the call restarted, the thread blocked again) costs
+ * about as much again and is not measured: the figure is a lower bound. */
 static void wakeup_cost(uint64_t sent_cpu_ns) {
   uint64_t now = cp_clock_ns(CLOCK_THREAD_CPUTIME_ID);
   if (now > sent_cpu_ns && now - sent_cpu_ns < WAKEUP_MAX_NS)
@@ -755,11 +755,15 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
     return;
   }
   int in_syscall = cp_signal_in_syscall(ucontext);
+  /* Whether it woke the thread from a call it blocked in; not one taken as
+   * a call that ran to its end returned (a busy server's writev): the CPU
+   * the thread used since the timer's reading was the rest of that call. */
+  int cut = in_syscall && cp_signal_cut_call(ucontext);
   /* The kernel's side of a signal that found its thread running (timed
    * ones count for the calls they stand for): delivery and sigreturn, as
    * measured (kernel_cost.h). One that found it blocked woke it, and the
    * wakeup is counted by wakeup_cost. */
-  if (began && !in_syscall)
+  if (began && !cut)
     cp_stats_count_signals(CONTPROF_KIND_WALL, CP_SIGNAL_QUEUED,
                            cp_stats_hook_weight(CONTPROF_KIND_WALL));
   wall_slot *s = slot_at((uint32_t)value);
@@ -775,7 +779,7 @@ static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
   cp_thread.wall_slot = s;
   uint64_t sent =
       atomic_exchange_explicit(&s->sent_cpu_ns, 0, memory_order_relaxed);
-  if (sent && in_syscall)
+  if (sent && cut)
     wakeup_cost(sent);
   cp_ring *ring = cp_agg_ring();
   int nested = cp_thread.in_handler;

@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -277,8 +279,120 @@ static void test_application_handlers_are_counted(void) {
   CHECK(!(rb.sa_flags & SA_SIGINFO) && rb.sa_handler == SIG_DFL);
 }
 
+/* What a handler reads of the system call its signal found (the wall
+ * sampler counts a wakeup's cost only for a call the signal cut short:
+ * docs/overhead.md, "Waking a blocked thread for a wall sample"). */
+static volatile sig_atomic_t seen_in_syscall = -1, seen_cut = -1;
+
+static void context_handler(int sig, siginfo_t *info, void *uc) {
+  (void)sig;
+  (void)info;
+  seen_in_syscall = cp_signal_in_syscall(uc);
+  seen_cut = cp_signal_cut_call(uc);
+}
+
+static int block_pipe[2];
+static volatile int spinning, spin_stop;
+static volatile pid_t reader_tid;
+
+static void *blocked_reader(void *arg) {
+  (void)arg;
+  reader_tid = cp_gettid();
+  char c;
+  long r = syscall(SYS_read, block_pipe[0], &c, 1); /* no hook */
+  return (void *)(intptr_t)(r < 0 ? -errno : r);
+}
+
+static void *spinner(void *arg) {
+  (void)arg;
+  spinning = 1;
+  while (!spin_stop)
+    ;
+  return NULL;
+}
+
+/* Until the reader is in its read (/proc's syscall file: the number, 0,
+ * and its arguments while it blocks in it; "running" otherwise). */
+static void wait_blocked_in_read(void) {
+  for (int i = 0; i < 10000; i++) {
+    char path[64], line[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)reader_tid);
+    FILE *f = reader_tid ? fopen(path, "r") : NULL;
+    if (f) {
+      size_t n = fread(line, 1, sizeof line - 1, f);
+      fclose(f);
+      if (n >= 2 && line[0] == '0' && line[1] == ' ')
+        return;
+    }
+    usleep(1000);
+  }
+  CHECK(!"the reader never blocked in its read");
+}
+
+/* SIGUSR2 with flags, sent to a thread blocked in a raw read of an empty
+ * pipe: what the handler saw, and what the read returned (after a byte
+ * written once the handler ran). */
+static long signal_blocked_reader(int flags) {
+  struct sigaction sa = {0};
+  sa.sa_sigaction = context_handler;
+  sa.sa_flags = SA_SIGINFO | flags;
+  sigemptyset(&sa.sa_mask);
+  CHECK_EQ_INT(sigaction(SIGUSR2, &sa, NULL), 0);
+  CHECK_EQ_INT(pipe(block_pipe), 0);
+  seen_in_syscall = seen_cut = -1;
+  reader_tid = 0;
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, blocked_reader, NULL), 0);
+  wait_blocked_in_read();
+  pthread_kill(t, SIGUSR2);
+  for (int i = 0; i < 1000 && seen_cut < 0; i++)
+    usleep(1000);
+  CHECK_EQ_INT(write(block_pipe[1], "x", 1), 1);
+  void *r;
+  pthread_join(t, &r);
+  close(block_pipe[0]);
+  close(block_pipe[1]);
+  return (long)(intptr_t)r;
+}
+
+static void test_cut_calls_told_from_finished_ones(void) {
+#if !defined(__x86_64__)
+  return; /* every context counts as a cut call there */
+#endif
+  /* Blocked, restarted (SA_RESTART): the pc rewound onto the call. */
+  CHECK_EQ_INT(signal_blocked_reader(SA_RESTART), 1);
+  CHECK_EQ_INT(seen_in_syscall, 1);
+  CHECK_EQ_INT(seen_cut, 1);
+  /* Blocked, failed with EINTR (no SA_RESTART). */
+  CHECK_EQ_INT(signal_blocked_reader(0), -EINTR);
+  CHECK_EQ_INT(seen_in_syscall, 1);
+  CHECK_EQ_INT(seen_cut, 1);
+  /* A call that ran to its end: the signal a thread sends itself is taken
+   * as that call returns its result, 0. */
+  seen_in_syscall = seen_cut = -1;
+  CHECK_EQ_INT(syscall(SYS_tgkill, getpid(), cp_gettid(), SIGUSR2), 0);
+  CHECK_EQ_INT(seen_in_syscall, 1);
+  CHECK_EQ_INT(seen_cut, 0);
+  /* Running, in no system call. */
+  seen_in_syscall = seen_cut = -1;
+  spinning = spin_stop = 0;
+  pthread_t t;
+  CHECK_EQ_INT(pthread_create(&t, NULL, spinner, NULL), 0);
+  while (!spinning)
+    usleep(1000);
+  pthread_kill(t, SIGUSR2);
+  for (int i = 0; i < 1000 && seen_cut < 0; i++)
+    usleep(1000);
+  spin_stop = 1;
+  pthread_join(t, NULL);
+  CHECK_EQ_INT(seen_in_syscall, 0);
+  CHECK_EQ_INT(seen_cut, 0);
+  signal(SIGUSR2, SIG_DFL);
+}
+
 TEST_MAIN(T(test_install_picks_a_free_signal), T(test_reads_back_default),
           T(test_application_handler_is_chained), T(test_ignore_and_restore),
           T(test_other_signals_and_alt_stack_mask),
           T(test_waits_leave_our_signals_pending),
-          T(test_application_handlers_are_counted))
+          T(test_application_handlers_are_counted),
+          T(test_cut_calls_told_from_finished_ones))
