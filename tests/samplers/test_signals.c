@@ -329,6 +329,12 @@ static void wait_blocked_in_read(void) {
   CHECK(!"the reader never blocked in its read");
 }
 
+/* Until context_handler ran (at most a second). */
+static void wait_for_handler(void) {
+  for (int i = 0; i < 1000 && seen_cut < 0; i++)
+    usleep(1000);
+}
+
 /* SIGUSR2 with flags, sent to a thread blocked in a raw read of an empty
  * pipe: what the handler saw, and what the read returned (after a byte
  * written once the handler ran). */
@@ -345,8 +351,7 @@ static long signal_blocked_reader(int flags) {
   CHECK_EQ_INT(pthread_create(&t, NULL, blocked_reader, NULL), 0);
   wait_blocked_in_read();
   pthread_kill(t, SIGUSR2);
-  for (int i = 0; i < 1000 && seen_cut < 0; i++)
-    usleep(1000);
+  wait_for_handler();
   CHECK_EQ_INT(write(block_pipe[1], "x", 1), 1);
   void *r;
   pthread_join(t, &r);
@@ -381,8 +386,7 @@ static void test_cut_calls_told_from_finished_ones(void) {
   while (!spinning)
     usleep(1000);
   pthread_kill(t, SIGUSR2);
-  for (int i = 0; i < 1000 && seen_cut < 0; i++)
-    usleep(1000);
+  wait_for_handler();
   spin_stop = 1;
   pthread_join(t, NULL);
   CHECK_EQ_INT(seen_in_syscall, 0);
