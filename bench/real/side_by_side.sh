@@ -189,11 +189,13 @@ thread_deltas() {
 }
 
 # pin MASTER CPU: the master, its children and all their threads on CPU
-# (what the master forks later inherits it).
+# (what the master forks later inherits it). A child that ended between
+# the listing and its taskset (a PostgreSQL worker) is no failure.
 pin() {
   local p
   for p in "$1" $(pgrep -P "$1"); do
-    taskset -a -p -c "$2" "$p" >/dev/null
+    taskset -a -p -c "$2" "$p" >/dev/null 2>&1 || [[ ! -e /proc/$p ]] ||
+      taskset -a -p -c "$2" "$p" >/dev/null
   done
 }
 
