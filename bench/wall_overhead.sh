@@ -2,8 +2,9 @@
 # Overhead of the wall-clock sampler with many idle threads. bench/wall_work
 # (2 busy threads doing a fixed amount of work, plus IDLE threads waiting on a
 # condition variable) runs plain and under contprof with only the wall
-# profile (LD_PRELOAD=libcontprof_preload.so CONTPROF_PROFILES=wall, default
-# 10 ms interval and 16 threads per tick), for IDLE = 0, 200 and 1000, in
+# profile (LD_PRELOAD=libcontprof_preload.so CONTPROF_PROFILES=wall, the
+# default interval, 50 ms (10 ms before 2026-12-07), and 16 threads per
+# tick), for IDLE = 0, 200 and 1000, in
 # interleaved rounds whose order alternates. Each profiled run is divided by
 # the plain run of its round; the table has the median of those ratios and
 # their interquartile range, for wall time (fork to exit), CPU time (user +

@@ -829,8 +829,8 @@ static int load(cp_config *cfg, const contprof_options *opts, source src) {
                                        CP_ARRAY_SIZE(symbolize));
 
   int alloc_bytes, lock_ns;
-  if ((rc = int_setting(&src, "CONTPROF_WALL_INTERVAL_MS", 0, 1, 1000, 10,
-                        &cfg->wall_interval_ms)) ||
+  if ((rc = int_setting(&src, "CONTPROF_WALL_INTERVAL_MS", 0, 1, 1000,
+                        CP_WALL_INTERVAL_MS_DEFAULT, &cfg->wall_interval_ms)) ||
       (rc = int_setting(&src, "CONTPROF_WALL_THREADS_PER_TICK", 0, 1, 4096, 16,
                         &cfg->wall_threads_per_tick)) ||
       (rc = int_setting(&src, "CONTPROF_ALLOC_SAMPLE_BYTES", 0, 1, 1 << 30,

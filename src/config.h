@@ -36,6 +36,9 @@ typedef struct cp_tag {
   char *value;
 } cp_tag;
 
+/* CONTPROF_WALL_INTERVAL_MS's default (docs/configuration.md). */
+#define CP_WALL_INTERVAL_MS_DEFAULT 50
+
 typedef struct cp_config {
   int enabled;
   int privileged; /* AT_SECURE: the environment was not read */

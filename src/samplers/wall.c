@@ -33,7 +33,7 @@
  * IDLE_WINDOWS_MAX intervals, and the first tick that finds a thread that
  * ran brings it back to one interval. A window's length is fixed before its
  * tick is drawn, so the credit stays unbiased; an idle process wakes the
- * timer thread 12.5 times a second instead of 100 (at the default 10 ms).
+ * timer thread 2.5 times a second instead of 20 (at the default 50 ms).
  *
  * A drawn thread that was blocked in a system call when its last stack was
  * taken, and whose CPU clock has not advanced more than IDLE_CPU_NS since, is

@@ -39,7 +39,8 @@ typedef struct pyro_ctx {
 
 static int sample_rate(const cp_config *cfg, const family *f) {
   if (f->profiles & CP_PROFILE_WALL)
-    return 1000 / (cfg->wall_interval_ms > 0 ? cfg->wall_interval_ms : 10);
+    return 1000 / (cfg->wall_interval_ms > 0 ? cfg->wall_interval_ms
+                                             : CP_WALL_INTERVAL_MS_DEFAULT);
   return cfg->cpu_hz;
 }
 

@@ -59,6 +59,8 @@ static void test_defaults(void) {
   CHECK_EQ_INT(cfg.ntags, 0);
   CHECK_EQ_INT(cfg.profiles, CP_PROFILE_CPU);
   CHECK_EQ_INT(cfg.cpu_hz, 100);
+  CHECK_EQ_INT(cfg.wall_interval_ms, 50); /* async-profiler's */
+  CHECK_EQ_INT(cfg.wall_threads_per_tick, 16);
   CHECK_EQ_INT(cfg.max_frames, 128);
   CHECK_EQ_INT(cfg.upload_period_s, 60);
   /* Relative directories are taken from the working directory at the

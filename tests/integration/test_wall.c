@@ -647,6 +647,7 @@ static void *timeline_thread(void *arg) {
 static void test_timeline(void) {
   char *dir = make_temp_dir("wall-timeline");
   setenv("CONTPROF_TIMELINE", "1", 1);
+  setenv("CONTPROF_WALL_INTERVAL_MS", "10", 1); /* 30 ticks in the work */
   uint64_t start = now_ns(CLOCK_REALTIME);
   CHECK_EQ_INT(start_profiler(dir), 0);
   pthread_t t;
@@ -656,6 +657,7 @@ static void test_timeline(void) {
   size_t n = stop_and_read(dir, profiles, 4);
   uint64_t end = now_ns(CLOCK_REALTIME);
   unsetenv("CONTPROF_TIMELINE");
+  unsetenv("CONTPROF_WALL_INTERVAL_MS");
   CHECK(n >= 1);
   size_t samples = 0, unstamped = 0, outside = 0, in_work = 0;
   int64_t first = INT64_MAX, last = 0;
@@ -1144,8 +1146,8 @@ static void test_parked_time_credited_exactly(void) {
   remove_dir(dir);
 }
 
-/* A process whose threads all wait (4 waiters and main, 5 s, the default
- * 10 ms interval): once every thread is found blocked where its stack was
+/* A process whose threads all wait (4 waiters and main, 5 s, a 10 ms
+ * interval): once every thread is found blocked where its stack was
  * taken, the timer's windows grow to 8 intervals (docs/configuration.md), so
  * the profile holds well under a third of the 2,500 samples one tick per
  * interval would take, and each thread's wall time is still its lifetime:
@@ -1153,7 +1155,8 @@ static void test_parked_time_credited_exactly(void) {
 static void test_idle_process_ticks_less(void) {
   char *dir = make_temp_dir("wallidle");
   char *args[] = {"waiters", "4", "5", NULL};
-  const char *env[] = {"CONTPROF_MAX_OVERHEAD_PCT=0", NULL}; /* as above */
+  const char *env[] = {"CONTPROF_MAX_OVERHEAD_PCT=0", /* as above */
+                       "CONTPROF_WALL_INTERVAL_MS=10", NULL};
   run_result *r = calloc(1, sizeof *r);
   pprof_profile *profiles[8];
   size_t n = run_workload(args, env, dir, r, profiles, 8);

@@ -577,7 +577,7 @@ static void test_pyroscope_families(void) {
              "/ingest?name=my_app%%7Bteam%%3Dprof%%2Cregion%%3Deu%%2Czone%%3Db"
              "%%7D&from=%" PRIu64 "&until=%" PRIu64 "&spyName=contprof"
              "&sampleRate=%d",
-             m.start_ns, m.end_ns, i == 1 ? 100 : 100);
+             m.start_ns, m.end_ns, i == 1 ? 20 : 100);
     CHECK_EQ_STR(r->target, expect);
     CHECK(srv_header(r->headers, "Authorization", h, sizeof h) &&
           strcmp(h, "Bearer tok-123-secret") == 0);

@@ -16,7 +16,7 @@ WORKLOAD = BURN + '''
 import asyncio
 import contprof
 
-contprof.start(cpu_hz=1000, profiles="cpu,wall,alloc",
+contprof.start(cpu_hz=1000, profiles="cpu,wall,alloc", wall_interval_ms=10,
                alloc_sample_bytes=4096)
 
 def work_a():
