@@ -19,6 +19,7 @@
 
 #include "aggregator/dwarf.h"
 #include "aggregator/elf_image.h"
+#include "aggregator/elf_plt.h"
 #include "aggregator/fork_hints.h"
 #include "aggregator/symbol_scan.h"
 #include "common.h"
@@ -84,6 +85,12 @@ typedef struct elf_file {
   size_t nloads;
   sym_entry *syms; /* sorted by start, starts unique */
   size_t nsyms;
+  /* Its PLT stubs, named after what they jump to (elf_plt.h): built with
+   * the table, and looked up before it. plt's names point into plt_names. */
+  sym_entry *plt;
+  size_t nplt;
+  char *plt_names;
+  size_t plt_bytes; /* of plt_names */
   /* page_first[k]: the first symbol starting at or after page_lo + k pages
    * (PAGE_INDEX_SHIFT), k < npages; NULL when not built. A lookup searches
    * between two entries instead of the whole table: a child of fork that
@@ -242,17 +249,48 @@ static int sym_needs_demangling(const sym_entry *s) {
   return (s->flags & (SYM_MANGLED | SYM_DEMANGLED)) == SYM_MANGLED;
 }
 
+/* name demangled (malloc'd), or NULL when it is not a C++ name or the
+ * demangler is missing; a PLT stub's "@plt" (elf_plt.h) stays after it. */
+static char *demangle(const char *name) {
+  static const char plt[] = "@plt";
+  size_t len = strlen(name);
+  if (!demangler || len > MAX_DEMANGLE_CHARS)
+    return NULL;
+  size_t stem =
+      len >= sizeof plt - 1 && strcmp(name + len - (sizeof plt - 1), plt) == 0
+          ? len - (sizeof plt - 1)
+          : len;
+  char *copy = stem < len ? strndup(name, stem) : NULL;
+  if (stem < len && !copy)
+    return NULL;
+  int status = -1;
+  char *plain = demangler(copy ? copy : name, NULL, NULL, &status);
+  free(copy);
+  if (status != 0 || !plain) {
+    free(plain);
+    return NULL;
+  }
+  if (stem < len) {
+    size_t n = strlen(plain);
+    char *with = realloc(plain, n + sizeof plt);
+    if (!with) {
+      free(plain);
+      return NULL;
+    }
+    memcpy(with + n, plt, sizeof plt);
+    plain = with;
+  }
+  return plain;
+}
+
 /* Demangles s (of table f, may be NULL) in place the first time it is
  * looked up; the name counts in f's bytes. */
 static void sym_demangle(elf_file *f, sym_entry *s) {
   if (!sym_needs_demangling(s))
     return;
   s->flags |= SYM_DEMANGLED;
-  if (!demangler || strlen(s->name) > MAX_DEMANGLE_CHARS)
-    return;
-  int status = -1;
-  char *plain = demangler(s->name, NULL, NULL, &status);
-  if (status == 0 && plain) {
+  char *plain = demangle(s->name);
+  if (plain) {
     s->name = plain;
     s->flags |= SYM_OWNED;
     if (f) {
@@ -260,8 +298,6 @@ static void sym_demangle(elf_file *f, sym_entry *s) {
       f->bytes += n;
       symbols.table_bytes += n;
     }
-  } else {
-    free(plain);
   }
 }
 
@@ -490,6 +526,14 @@ static void file_drop_names(elf_file *f) {
   f->nstrtabs = f->strtab_bytes = 0;
   f->syms = NULL;
   f->nsyms = 0;
+  for (size_t i = 0; i < f->nplt; i++)
+    if (f->plt[i].flags & SYM_OWNED)
+      free((char *)f->plt[i].name);
+  free(f->plt);
+  free(f->plt_names);
+  f->plt = NULL;
+  f->plt_names = NULL;
+  f->nplt = f->plt_bytes = 0;
 }
 
 static void file_free(elf_file *f) {
@@ -635,6 +679,35 @@ static uint64_t build_estimate(const table_sources *s) {
   return s->bytes * CP_SYMBOLS_BUILD_NS_PER_BYTE;
 }
 
+/* f's PLT stubs from r, named (elf_plt.h), looked up before its table
+ * (file_name). Built with a table that has names: the same symbols a
+ * budget too small for a table leaves out. Out of memory: none. */
+static void file_build_plt(elf_file *f, const cp_elf_reader *r) {
+  cp_plt_stubs st;
+  if (cp_elf_plt_stubs(r, &st) != 0 || st.n == 0) {
+    cp_plt_free(&st);
+    return;
+  }
+  sym_entry *v = malloc(st.n * sizeof *v);
+  if (!v) {
+    cp_plt_free(&st);
+    return;
+  }
+  for (size_t i = 0; i < st.n; i++) {
+    const char *name = st.names + st.v[i].name;
+    v[i] = (sym_entry){.start = st.v[i].start,
+                       .name = name,
+                       .size = st.v[i].size,
+                       .flags = (name[0] == '_' && name[1] == 'Z') ? SYM_MANGLED
+                                                                   : 0};
+  }
+  f->plt = v;
+  f->nplt = st.n;
+  f->plt_names = st.names;
+  f->plt_bytes = st.names_bytes;
+  free(st.v);
+}
+
 /* Building one table (its sections read whole, a sorting buffer) may take
  * the budget again, and at least this: a small budget bounds what is kept,
  * not whether a library's table can be built at all. */
@@ -661,6 +734,7 @@ static int file_build_table(elf_file *f, const cp_elf_reader *r,
       symbols.budget > MIN_BUILD_BYTES ? symbols.budget : MIN_BUILD_BYTES;
   room = room > fixed ? room - fixed : 0;
   sym_builder b = {.limit = build, .table_room = room};
+  int named = !__atomic_load_n(&names_off, __ATOMIC_RELAXED);
   if (src->has_dbg)
     cp_debug("symbols: the functions of %s from its debug file", path);
   for (size_t i = 0; i < src->n; i++)
@@ -691,13 +765,17 @@ static int file_build_table(elf_file *f, const cp_elf_reader *r,
     if (rc == -2) {
       file_drop_names(f);
       rc = 0;
+      named = 0;
     }
   }
   builder_free(&b);
+  if (rc == 0 && named)
+    file_build_plt(f, r);
   if (rc == 0) {
     build_page_index(f);
     size_t table = f->nsyms * sizeof *f->syms +
-                   f->npages * sizeof *f->page_first + f->strtab_bytes;
+                   f->npages * sizeof *f->page_first + f->strtab_bytes +
+                   f->nplt * sizeof *f->plt + f->plt_bytes;
     f->bytes += table;
     symbols.table_bytes += table;
   }
@@ -859,16 +937,84 @@ static void file_build_deferred(elf_file *f) {
   cp_own_close(&own);
 }
 
+/* Narrows [*lo, *hi), a scan's range around a (in no stub of plt), to the
+ * stubs on either side of a. */
+static void clip_to_stubs(const cp_plt_stubs *plt, uint64_t a, uint64_t *lo,
+                          uint64_t *hi) {
+  size_t l = 0, h = plt->n; /* the first stub starting after a */
+  while (l < h) {
+    size_t mid = l + (h - l) / 2;
+    if (plt->v[mid].start <= a)
+      l = mid + 1;
+    else
+      h = mid;
+  }
+  if (l > 0) {
+    uint64_t end = plt->v[l - 1].start + plt->v[l - 1].size;
+    if (end > *lo)
+      *lo = end;
+  }
+  if (l < plt->n && plt->v[l].start < *hi)
+    *hi = plt->v[l].start;
+}
+
 /* Names addrs[0..n) (sorted, distinct) of the image r (the file at path,
  * with build id build_id) by one scan of the sections its table would be
  * built from. 0, or -1 (a failed read). */
 static int scan_image(const cp_elf_reader *r, const char *path,
                       const char *build_id, const uint64_t *addrs, size_t n,
                       cp_scan_answer *ans) {
-  table_sources src;
-  sources_open(&src, r, path, build_id, 0);
-  int rc = cp_scan_names(src.secs, src.n, addrs, n, ans);
-  sources_close(&src);
+  /* The PLT stubs first, as file_name looks them up before the table. */
+  cp_plt_stubs plt = {0};
+  for (size_t i = 0; i < n; i++) {
+    if (cp_elf_plt_holds(r, addrs[i])) {
+      if (cp_elf_plt_stubs(r, &plt) != 0)
+        return -1;
+      break;
+    }
+  }
+  uint64_t *rest = malloc((n ? n : 1) * sizeof *rest);
+  size_t *at = malloc((n ? n : 1) * sizeof *at);
+  cp_scan_answer *sub = calloc(n ? n : 1, sizeof *sub);
+  int rc = rest && at && sub ? 0 : -1;
+  size_t k = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    ans[i] = (cp_scan_answer){0};
+    const cp_plt_stub *s = cp_plt_find(&plt, addrs[i]);
+    if (!s) {
+      rest[k] = addrs[i];
+      at[k++] = i;
+      continue;
+    }
+    ans[i] = (cp_scan_answer){.known = 1,
+                              .lo = s->start,
+                              .hi = s->start + s->size,
+                              .start = s->start,
+                              .name = strdup(plt.names + s->name)};
+    if (!ans[i].name)
+      rc = -1;
+  }
+  if (rc == 0 && k > 0) {
+    table_sources src;
+    sources_open(&src, r, path, build_id, 0);
+    rc = cp_scan_names(src.secs, src.n, rest, k, sub);
+    sources_close(&src);
+    for (size_t j = 0; j < k && rc == 0; j++) {
+      /* What holds for [lo, hi) holds only up to the stubs around it. */
+      if (sub[j].known)
+        clip_to_stubs(&plt, rest[j], &sub[j].lo, &sub[j].hi);
+      ans[at[j]] = sub[j];
+    }
+  }
+  if (rc != 0)
+    for (size_t i = 0; i < n; i++) {
+      free(ans[i].name);
+      ans[i] = (cp_scan_answer){0};
+    }
+  free(rest);
+  free(at);
+  free(sub);
+  cp_plt_free(&plt);
   return rc;
 }
 
@@ -962,6 +1108,7 @@ static void file_scan(elf_file *f, const uint64_t *addrs, size_t n) {
 }
 
 static sym_entry *file_find(const elf_file *f, uint64_t elf_address);
+static sym_entry *plt_find(const elf_file *f, uint64_t elf_address);
 
 /* Whether f's put-off table is to be built now: the gate allows it, the
  * scans have cost what it would, a scan could not tell, or its ranges are
@@ -1010,7 +1157,25 @@ static sym_entry *file_name(elf_file *f, uint64_t elf_address) {
   scan_range *r = f->nranges ? range_find(f, elf_address) : NULL;
   if (r)
     return r->sym.name ? &r->sym : NULL;
+  sym_entry *stub = plt_find(f, elf_address);
+  if (stub)
+    return stub;
   return f->table_deferred ? NULL : file_find(f, elf_address);
+}
+
+/* The PLT stub of f holding elf_address, or NULL. */
+static sym_entry *plt_find(const elf_file *f, uint64_t elf_address) {
+  size_t lo = 0, hi = f->nplt; /* the first stub starting after it */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (f->plt[mid].start <= elf_address)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo > 0 && elf_address - f->plt[lo - 1].start < f->plt[lo - 1].size)
+    return &f->plt[lo - 1];
+  return NULL;
 }
 
 /* The symbol covering elf_address, or NULL. */
@@ -1696,16 +1861,9 @@ size_t cp_symbols_memory_used(void) {
 void cp_symbols_demangle_prepare(void) { demangler_resolve(); }
 
 char *cp_symbols_demangle(const char *mangled) {
-  if (!demangler_is_resolved() || !demangler || mangled[0] != '_' ||
-      mangled[1] != 'Z' || strlen(mangled) > MAX_DEMANGLE_CHARS)
+  if (!demangler_is_resolved() || mangled[0] != '_' || mangled[1] != 'Z')
     return NULL;
-  int status = -1;
-  char *plain = demangler(mangled, NULL, NULL, &status);
-  if (status != 0) {
-    free(plain);
-    return NULL;
-  }
-  return plain;
+  return demangle(mangled);
 }
 
 /* What the DWARF reader is to open for m: its path, and its build id or,

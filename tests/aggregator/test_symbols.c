@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "aggregator/elf_image.h"
+#include "aggregator/symbol_scan.h"
 #include "common.h"
 #include "test.h"
 
@@ -1021,6 +1022,177 @@ static void test_put_off_tables_name_by_scans(void) {
     free(want[i]);
 }
 
+/* ---- PLT stubs ----------------------------------------------------------- */
+
+/* The IFUNC symbols of path's dynamic table at value (readelf's list):
+ * whether name is one of them. */
+static int is_ifunc_at(const char *path, unsigned long long value,
+                       const char *name) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "readelf --dyn-syms -W '%s' 2>/dev/null", path);
+  FILE *p = popen(cmd, "r");
+  if (!p)
+    return 0;
+  char line[1024];
+  int found = 0;
+  while (fgets(line, sizeof line, p)) {
+    unsigned long long v;
+    char type[32], sym[512];
+    if (sscanf(line, " %*[0-9]: %llx %*s %31s %*s %*s %*s %511s", &v, type,
+               sym) != 3 ||
+        strcmp(type, "IFUNC") != 0 || v != value)
+      continue;
+    char *at = strchr(sym, '@'); /* the version */
+    if (at)
+      *at = '\0';
+    found |= strcmp(sym, name) == 0;
+  }
+  pclose(p);
+  return found;
+}
+
+/* The PLT stubs of path as objdump names them (binutils' synthetic
+ * symbols: a reader independent of ours), against the table
+ * (cp_symbols_resolve_file) and a scan (cp_symbols_scan_file): the same
+ * name for each stub's first and last byte. Where objdump says
+ * "*ABS*+0xADDR@plt" (an IRELATIVE slot), ours is an IFUNC symbol of the
+ * file at ADDR. Returns the stubs compared. */
+static int check_plt(const char *path) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd,
+           "objdump -d -C -j .plt -j .plt.sec -j .plt.got '%s' 2>/dev/null",
+           path);
+  FILE *p = popen(cmd, "r");
+  CHECK(p != NULL);
+  if (!p)
+    return 0;
+  static char line[4200], want[CP_SCAN_MAX][1024];
+  int compared = 0, wrong = 0;
+  uint64_t addrs[CP_SCAN_MAX];
+  size_t n = 0;
+  for (;;) {
+    char *got = fgets(line, sizeof line, p);
+    unsigned long long addr;
+    /* "ADDRESS <LABEL>:", the label demangled (C++ names hold '>') */
+    char *open = got ? strchr(line, '<') : NULL;
+    char *close = open ? strstr(open, ">:\n") : NULL;
+    size_t len = close ? (size_t)(close - open - 1) : 0;
+    if (sscanf(line, "%llx", &addr) == 1 && len > 4 && len < sizeof want[0] &&
+        strncmp(close - 4, "@plt", 4) == 0) {
+      addrs[n] = addr;
+      snprintf(want[n], sizeof want[n], "%.*s", (int)len, open + 1);
+      n++;
+    }
+    if (n == CP_SCAN_MAX || (!got && n > 0)) {
+      char *scanned[CP_SCAN_MAX];
+      int known[CP_SCAN_MAX];
+      CHECK_EQ_INT(cp_symbols_scan_file(path, addrs, n, scanned, known), 0);
+      for (size_t i = 0; i < n; i++) {
+        char name[4200] = "", last[4200] = "";
+        cp_symbols_resolve_file(path, addrs[i], name, sizeof name, NULL, 0);
+        /* The stub's last byte: every entry is 8 or 16 bytes. */
+        cp_symbols_resolve_file(path, addrs[i] + 7, last, sizeof last, NULL, 0);
+        unsigned long long abs_addr;
+        int ok = strcmp(name, want[i]) == 0;
+        if (!ok && sscanf(want[i], "*ABS*+0x%llx@plt", &abs_addr) == 1) {
+          size_t k = strlen(name);
+          if (k > 4 && strcmp(name + k - 4, "@plt") == 0) {
+            name[k - 4] = '\0';
+            ok = is_ifunc_at(path, abs_addr, name);
+            name[k - 4] = '@';
+          }
+        }
+        ok = ok && strcmp(name, last) == 0 && known[i] && scanned[i] &&
+             strcmp(scanned[i], name) == 0;
+        if (!ok && wrong++ < 5)
+          printf("  %s: %#llx objdump %s, table %s (last byte %s), scan %s\n",
+                 path, (unsigned long long)addrs[i], want[i], name, last,
+                 scanned[i] ? scanned[i] : "-");
+        free(scanned[i]);
+        compared++;
+      }
+      n = 0;
+    }
+    if (!got)
+      break;
+  }
+  pclose(p);
+  printf("  %s: %d stubs as objdump names them, %d wrong\n", path, compared,
+         wrong);
+  CHECK_EQ_INT(wrong, 0);
+  return compared;
+}
+
+static void test_plt_stubs_are_named(void) {
+  Dl_info info;
+  void *getpid_fn = dlsym(RTLD_DEFAULT, "getpid");
+  CHECK(getpid_fn && dladdr(getpid_fn, &info));
+  if (system("objdump --version >/dev/null 2>&1") != 0) {
+    printf("  skipped: no objdump (binutils)\n");
+    return;
+  }
+  CHECK(check_plt(test_exe()) >= 3);
+  CHECK(check_plt(info.dli_fname) >= 20); /* libc: IRELATIVE slots */
+  /* C++: the names demangled, "@plt" after them. */
+  void *cxxlib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_LOCAL);
+  void *demangle_fn = cxxlib ? dlsym(cxxlib, "__cxa_demangle") : NULL;
+  Dl_info cxx;
+  CHECK(demangle_fn && dladdr(demangle_fn, &cxx));
+  if (demangle_fn && dladdr(demangle_fn, &cxx))
+    CHECK(check_plt(cxx.dli_fname) >= 100);
+  CHECK(check_plt(CP_BUILD_DIR "/tests/plt_nopie") >= 3);
+  CHECK(check_plt(CP_BUILD_DIR "/tests/plt_ibt") >= 3);
+
+  /* The IBT object's lazy entries in .plt (after the resolver's), which
+   * objdump does not name: each is named after what its .rela.plt entry
+   * fills, a function its .plt.sec stub jumps to. */
+  FILE *p = popen("readelf -SW '" CP_BUILD_DIR "/tests/plt_ibt' | "
+                  "sed -n 's/.* \\.plt  *PROGBITS  *\\([0-9a-f]*\\) "
+                  "[0-9a-f]* \\([0-9a-f]*\\) .*/\\1 \\2/p'",
+                  "r");
+  unsigned long long lo = 0, size = 0;
+  CHECK(p && fscanf(p, "%llx %llx", &lo, &size) == 2);
+  if (p)
+    pclose(p);
+  int lazy = 0, entries = 0;
+  for (unsigned long long a = lo + 16; a + 16 <= lo + size; a += 16) {
+    char name[4200] = "", grep[4400];
+    entries++;
+    if (cp_symbols_resolve_file(CP_BUILD_DIR "/tests/plt_ibt", a, name,
+                                sizeof name, NULL, 0) != 0 ||
+        strlen(name) > 200)
+      continue;
+    snprintf(grep, sizeof grep,
+             "objdump -d -j .plt.sec '" CP_BUILD_DIR
+             "/tests/plt_ibt' | grep -q '<%s>:'",
+             name);
+    lazy += system(grep) == 0;
+  }
+  printf("  %d of the IBT object's %d lazy entries named\n", lazy, entries);
+  CHECK(entries >= 3);
+  CHECK_EQ_INT(lazy, entries);
+
+  /* In this process, through its mapping: the stub of a call this binary
+   * makes (getpid, called through its PLT below). */
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd,
+           "objdump -d -j .plt -j .plt.sec -j .plt.got '%s' | "
+           "grep '<getpid@plt>:'",
+           test_exe());
+  p = popen(cmd, "r");
+  unsigned long long stub = 0;
+  CHECK(p && fscanf(p, "%llx", &stub) == 1);
+  if (p)
+    pclose(p);
+  uint64_t bias = (uint64_t)(uintptr_t)PC(test_static_and_exported_functions) -
+                  expected_elf_address(PC(test_static_and_exported_functions));
+  cp_symbol s;
+  CHECK_EQ_INT(cp_symbols_lookup(bias + stub, &s), 0);
+  CHECK(s.function && strcmp(s.function, "getpid@plt") == 0);
+  CHECK_EQ_INT(s.elf_address, stub);
+  CHECK(getpid() > 0); /* the call that has the stub */
+}
+
 static void test_reset_frees_everything(void) { cp_symbols_reset(); }
 
 TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
@@ -1032,4 +1204,5 @@ TEST_MAIN(T(test_init_is_idempotent), T(test_static_and_exported_functions),
           T(test_concurrent_lookups), T(test_corrupt_elf_files),
           T(test_debuglink), T(test_tables_stay_within_budget),
           T(test_scans_name_as_tables), T(test_scans_of_random_tables),
-          T(test_put_off_tables_name_by_scans), T(test_reset_frees_everything))
+          T(test_put_off_tables_name_by_scans), T(test_plt_stubs_are_named),
+          T(test_reset_frees_everything))

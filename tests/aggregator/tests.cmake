@@ -21,3 +21,17 @@ target_compile_options(inline_workload_cpp PRIVATE -O2 -g)
 set_target_properties(inline_workload_cpp PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 add_dependencies(test_dwarf inline_workload_cpp)
+# PLT stubs (test_symbols): a program built for IBT, whose stubs are in
+# .plt.sec, and one not position-independent. Only read, never run.
+add_executable(plt_ibt aggregator/plt_fixture.c)
+target_compile_options(plt_ibt PRIVATE -O2 -fcf-protection=full)
+target_link_options(plt_ibt PRIVATE -Wl,-z,ibtplt)
+add_executable(plt_nopie aggregator/plt_fixture.c)
+target_compile_options(plt_nopie PRIVATE -O2 -fno-pie)
+target_link_options(plt_nopie PRIVATE -no-pie)
+foreach(fixture plt_ibt plt_nopie)
+  target_link_libraries(${fixture} PRIVATE m)
+  set_target_properties(${fixture} PROPERTIES POSITION_INDEPENDENT_CODE OFF
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+endforeach()
+add_dependencies(test_symbols plt_ibt plt_nopie)
