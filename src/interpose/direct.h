@@ -61,23 +61,32 @@ static inline int cp_direct_libc(_Atomic signed char *state, void *fn) {
 #if defined(__x86_64__)
 /* The system call nr with six arguments, as glibc's wrappers make it for a
  * process of one thread: -1 and errno on error, like them. Async-signal-
- * safe. */
-static inline long cp_direct_syscall(long nr, long a, long b, long c, long d,
-                                     long e, long f) {
-  long rc;
-  register long r10 __asm__("r10") = d;
-  register long r8 __asm__("r8") = e;
-  register long r9 __asm__("r9") = f;
-  __asm__ volatile("syscall"
-                   : "=a"(rc)
-                   : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                   : "rcx", "r11", "memory");
-  if (rc < 0 && rc > -4096) {
-    errno = (int)-rc;
-    return -1;
-  }
-  return rc;
-}
+ * safe. A macro, not an inline function: the time a profile finds in the
+ * system call is then the hook's (`writev`), where an inlined function
+ * was a frame of its own under it, and the leaf of most of an nginx
+ * worker's samples was `cp_direct_syscall` (docs/overhead.md, "One
+ * thread's system calls"). The arguments are evaluated before the
+ * registers are loaded. */
+#define cp_direct_syscall(nr, a, b, c, d, e, f)                                \
+  __extension__({                                                              \
+    long cp_args_[7] = {(long)(nr), (long)(a), (long)(b), (long)(c),           \
+                        (long)(d),  (long)(e), (long)(f)};                     \
+    long cp_rc_;                                                               \
+    register long cp_r10_ __asm__("r10") = cp_args_[4];                        \
+    register long cp_r8_ __asm__("r8") = cp_args_[5];                          \
+    register long cp_r9_ __asm__("r9") = cp_args_[6];                          \
+    __asm__ volatile("syscall"                                                 \
+                     : "=a"(cp_rc_)                                            \
+                     : "0"(cp_args_[0]), "D"(cp_args_[1]), "S"(cp_args_[2]),   \
+                       "d"(cp_args_[3]), "r"(cp_r10_), "r"(cp_r8_),            \
+                       "r"(cp_r9_)                                             \
+                     : "rcx", "r11", "memory");                                \
+    if (cp_rc_ < 0 && cp_rc_ > -4096) {                                        \
+      errno = (int)-cp_rc_;                                                    \
+      cp_rc_ = -1;                                                             \
+    }                                                                          \
+    cp_rc_;                                                                    \
+  })
 #define CP_DIRECT_SUPPORTED 1
 #else
 /* Elsewhere the calls go to the C library's functions. */

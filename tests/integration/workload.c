@@ -123,11 +123,15 @@
  *                           CPU with its clients); prints the true CPU ns,
  *                           the worker's tid and its preemptions and blocks
  *                           per second of its CPU
+ *   read-zero SECONDS       the only thread reads /dev/zero, 256 KiB a call,
+ *                           from read_zero for SECONDS of its CPU (most of
+ *                           it in the kernel, in the call)
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
 #include <math.h>
@@ -390,6 +394,24 @@ static int random_blocks(double seconds, double mean_ms) {
   pthread_join(t, NULL);
   printf("work_alpha=%" PRIu64 " preempted_per_cpu_s=%.0f\n", a.truth,
          a.preempted);
+  return 0;
+}
+
+/* read-zero: a thread of one process whose time is in read(). */
+__attribute__((noinline)) static void read_zero(int fd, double seconds) {
+  static char buf[256 * 1024];
+  uint64_t cpu0 = thread_cpu_ns();
+  while (thread_cpu_ns() - cpu0 < (uint64_t)(seconds * 1e9))
+    if (read(fd, buf, sizeof buf) <= 0) /* short when a signal came */
+      exit(2);
+}
+
+static int read_zero_main(double seconds) {
+  int fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 2;
+  read_zero(fd, seconds);
+  close(fd);
   return 0;
 }
 
@@ -1494,6 +1516,8 @@ int main(int argc, char **argv) {
     return switchy(atof(argv[2]));
   if (strcmp(argv[1], "phases") == 0 && argc == 4)
     return phases(atof(argv[2]), atof(argv[3]));
+  if (strcmp(argv[1], "read-zero") == 0 && argc == 3)
+    return read_zero_main(atof(argv[2]));
   if (strcmp(argv[1], "random-blocks") == 0 && argc == 4)
     return random_blocks(atof(argv[2]), atof(argv[3]));
   return 2;
