@@ -28,11 +28,11 @@ static int needs_mode(int flags) {
 /* The open family's system call, as the C library makes it: it passes
  * flags | O_LARGEFILE, and O_LARGEFILE is 0 in x86-64's headers (the
  * kernel sets it for 64-bit callers), the only place the calls are made
- * directly. */
-static int openat_syscall(int dirfd, const char *path, int flags, mode_t mode) {
-  return (int)cp_direct_syscall(SYS_openat, dirfd, (long)path, flags,
-                                (long)mode, 0, 0);
-}
+ * directly. A macro, as cp_direct_syscall is: the time in the call is the
+ * hook's (`open`), not a function's of ours. */
+#define OPENAT_SYSCALL(dirfd, path, flags, mode)                               \
+  ((int)cp_direct_syscall(SYS_openat, (dirfd), (long)(path), (flags),          \
+                          (long)(mode), 0, 0))
 
 /* The mode argument, where the flags take one (as the C library reads
  * it); 0 where they do not. */
@@ -53,7 +53,7 @@ static int openat_syscall(int dirfd, const char *path, int flags, mode_t mode) {
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
     OPEN_MODE(mode, flags);                                                    \
-    return CP_DIRECT_OR(name, openat_syscall(AT_FDCWD, path, flags, mode),     \
+    return CP_DIRECT_OR(name, OPENAT_SYSCALL(AT_FDCWD, path, flags, mode),     \
                         fn_##name(path, flags, mode));                         \
   }
 #define OPENAT_HOOK(name)                                                      \
@@ -62,7 +62,7 @@ static int openat_syscall(int dirfd, const char *path, int flags, mode_t mode) {
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
     OPEN_MODE(mode, flags);                                                    \
-    return CP_DIRECT_OR(name, openat_syscall(dirfd, path, flags, mode),        \
+    return CP_DIRECT_OR(name, OPENAT_SYSCALL(dirfd, path, flags, mode),        \
                         fn_##name(dirfd, path, flags, mode));                  \
   }
 OPEN_HOOK(open)
@@ -78,7 +78,7 @@ OPENAT_HOOK(openat64)
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
     return CP_DIRECT_OR_WHEN(!needs_mode(flags), name,                         \
-                             openat_syscall(AT_FDCWD, path, flags, 0),         \
+                             OPENAT_SYSCALL(AT_FDCWD, path, flags, 0),         \
                              fn_##name(path, flags));                          \
   }
 #define OPENAT_2_HOOK(name)                                                    \
@@ -87,7 +87,7 @@ OPENAT_HOOK(openat64)
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
     return CP_DIRECT_OR_WHEN(!needs_mode(flags), name,                         \
-                             openat_syscall(dirfd, path, flags, 0),            \
+                             OPENAT_SYSCALL(dirfd, path, flags, 0),            \
                              fn_##name(dirfd, path, flags));                   \
   }
 OPEN_2_HOOK(__open_2)
