@@ -44,14 +44,17 @@ static int is_plt_section(const cp_elf_reader *r, const cp_elf_shdr *s) {
          strcmp(name, ".plt.got") == 0;
 }
 
-int cp_elf_plt_holds(const cp_elf_reader *r, uint64_t addr) {
-  if (r->ehdr.e_machine != EM_X86_64)
+int cp_elf_plt_holds_any(const cp_elf_reader *r, const uint64_t *addrs,
+                         size_t n) {
+  if (r->ehdr.e_machine != EM_X86_64 || n == 0)
     return 0;
   for (size_t i = 0; i < r->shnum; i++) {
     const cp_elf_shdr *s = &r->shdrs[i];
-    if (is_plt_section(r, s) && addr >= s->sh_addr &&
-        addr - s->sh_addr < s->sh_size)
-      return 1;
+    if (!is_plt_section(r, s))
+      continue;
+    for (size_t k = 0; k < n; k++)
+      if (addrs[k] >= s->sh_addr && addrs[k] - s->sh_addr < s->sh_size)
+        return 1;
   }
   return 0;
 }

@@ -48,9 +48,10 @@ typedef struct cp_plt_stubs {
   size_t names_bytes;
 } cp_plt_stubs;
 
-/* Whether addr lies in one of r's PLT sections (read from its section
- * headers only: cheap). */
-int cp_elf_plt_holds(const cp_elf_reader *r, uint64_t addr);
+/* Whether one of addrs[0..n) lies in one of r's PLT sections (from its
+ * section headers alone: cheap). */
+int cp_elf_plt_holds_any(const cp_elf_reader *r, const uint64_t *addrs,
+                         size_t n);
 
 /* The named stubs of r into *out (empty when r has none, or on another
  * machine). 0, or -1 when memory ran out (then *out is empty). Free with

@@ -966,13 +966,8 @@ static int scan_image(const cp_elf_reader *r, const char *path,
                       cp_scan_answer *ans) {
   /* The PLT stubs first, as file_name looks them up before the table. */
   cp_plt_stubs plt = {0};
-  for (size_t i = 0; i < n; i++) {
-    if (cp_elf_plt_holds(r, addrs[i])) {
-      if (cp_elf_plt_stubs(r, &plt) != 0)
-        return -1;
-      break;
-    }
-  }
+  if (cp_elf_plt_holds_any(r, addrs, n) && cp_elf_plt_stubs(r, &plt) != 0)
+    return -1;
   uint64_t *rest = malloc((n ? n : 1) * sizeof *rest);
   size_t *at = malloc((n ? n : 1) * sizeof *at);
   cp_scan_answer *sub = calloc(n ? n : 1, sizeof *sub);
