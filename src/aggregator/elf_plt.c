@@ -414,8 +414,8 @@ done:
   return rc;
 }
 
-const cp_plt_stub *cp_plt_find(const cp_plt_stubs *s, uint64_t addr) {
-  size_t lo = 0, hi = s->n; /* the first stub starting after addr */
+size_t cp_plt_after(const cp_plt_stubs *s, uint64_t addr) {
+  size_t lo = 0, hi = s->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (s->v[mid].start <= addr)
@@ -423,8 +423,13 @@ const cp_plt_stub *cp_plt_find(const cp_plt_stubs *s, uint64_t addr) {
     else
       hi = mid;
   }
-  if (lo > 0 && addr - s->v[lo - 1].start < s->v[lo - 1].size)
-    return &s->v[lo - 1];
+  return lo;
+}
+
+const cp_plt_stub *cp_plt_find(const cp_plt_stubs *s, uint64_t addr) {
+  size_t i = cp_plt_after(s, addr);
+  if (i > 0 && addr - s->v[i - 1].start < s->v[i - 1].size)
+    return &s->v[i - 1];
   return NULL;
 }
 

@@ -58,6 +58,9 @@ int cp_elf_plt_holds_any(const cp_elf_reader *r, const uint64_t *addrs,
  * cp_plt_free. */
 int cp_elf_plt_stubs(const cp_elf_reader *r, cp_plt_stubs *out);
 
+/* The index of the first stub starting after addr (s->n: none). */
+size_t cp_plt_after(const cp_plt_stubs *s, uint64_t addr);
+
 /* The stub holding addr, or NULL. */
 const cp_plt_stub *cp_plt_find(const cp_plt_stubs *s, uint64_t addr);
 

@@ -86,11 +86,10 @@ typedef struct elf_file {
   sym_entry *syms; /* sorted by start, starts unique */
   size_t nsyms;
   /* Its PLT stubs, named after what they jump to (elf_plt.h): built with
-   * the table, and looked up before it. plt's names point into plt_names. */
-  sym_entry *plt;
-  size_t nplt;
-  char *plt_names;
-  size_t plt_bytes; /* of plt_names */
+   * the table, and looked up before it; plt_syms[i] is plt.v[i]'s entry,
+   * its name in plt.names. */
+  cp_plt_stubs plt;
+  sym_entry *plt_syms;
   /* page_first[k]: the first symbol starting at or after page_lo + k pages
    * (PAGE_INDEX_SHIFT), k < npages; NULL when not built. A lookup searches
    * between two entries instead of the whole table: a child of fork that
@@ -526,14 +525,12 @@ static void file_drop_names(elf_file *f) {
   f->nstrtabs = f->strtab_bytes = 0;
   f->syms = NULL;
   f->nsyms = 0;
-  for (size_t i = 0; i < f->nplt; i++)
-    if (f->plt[i].flags & SYM_OWNED)
-      free((char *)f->plt[i].name);
-  free(f->plt);
-  free(f->plt_names);
-  f->plt = NULL;
-  f->plt_names = NULL;
-  f->nplt = f->plt_bytes = 0;
+  for (size_t i = 0; f->plt_syms && i < f->plt.n; i++)
+    if (f->plt_syms[i].flags & SYM_OWNED)
+      free((char *)f->plt_syms[i].name);
+  free(f->plt_syms);
+  f->plt_syms = NULL;
+  cp_plt_free(&f->plt);
 }
 
 static void file_free(elf_file *f) {
@@ -701,11 +698,8 @@ static void file_build_plt(elf_file *f, const cp_elf_reader *r) {
                        .flags = (name[0] == '_' && name[1] == 'Z') ? SYM_MANGLED
                                                                    : 0};
   }
-  f->plt = v;
-  f->nplt = st.n;
-  f->plt_names = st.names;
-  f->plt_bytes = st.names_bytes;
-  free(st.v);
+  f->plt = st;
+  f->plt_syms = v;
 }
 
 /* Building one table (its sections read whole, a sorting buffer) may take
@@ -775,7 +769,8 @@ static int file_build_table(elf_file *f, const cp_elf_reader *r,
     build_page_index(f);
     size_t table = f->nsyms * sizeof *f->syms +
                    f->npages * sizeof *f->page_first + f->strtab_bytes +
-                   f->nplt * sizeof *f->plt + f->plt_bytes;
+                   f->plt.n * (sizeof *f->plt.v + sizeof *f->plt_syms) +
+                   f->plt.names_bytes;
     f->bytes += table;
     symbols.table_bytes += table;
   }
@@ -941,14 +936,7 @@ static void file_build_deferred(elf_file *f) {
  * stubs on either side of a. */
 static void clip_to_stubs(const cp_plt_stubs *plt, uint64_t a, uint64_t *lo,
                           uint64_t *hi) {
-  size_t l = 0, h = plt->n; /* the first stub starting after a */
-  while (l < h) {
-    size_t mid = l + (h - l) / 2;
-    if (plt->v[mid].start <= a)
-      l = mid + 1;
-    else
-      h = mid;
-  }
+  size_t l = cp_plt_after(plt, a);
   if (l > 0) {
     uint64_t end = plt->v[l - 1].start + plt->v[l - 1].size;
     if (end > *lo)
@@ -1160,17 +1148,8 @@ static sym_entry *file_name(elf_file *f, uint64_t elf_address) {
 
 /* The PLT stub of f holding elf_address, or NULL. */
 static sym_entry *plt_find(const elf_file *f, uint64_t elf_address) {
-  size_t lo = 0, hi = f->nplt; /* the first stub starting after it */
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (f->plt[mid].start <= elf_address)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  if (lo > 0 && elf_address - f->plt[lo - 1].start < f->plt[lo - 1].size)
-    return &f->plt[lo - 1];
-  return NULL;
+  const cp_plt_stub *s = cp_plt_find(&f->plt, elf_address);
+  return s ? &f->plt_syms[s - f->plt.v] : NULL;
 }
 
 /* The symbol covering elf_address, or NULL. */
