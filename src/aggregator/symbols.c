@@ -952,6 +952,8 @@ static void clip_to_stubs(const cp_plt_stubs *plt, uint64_t a, uint64_t *lo,
 static int scan_image(const cp_elf_reader *r, const char *path,
                       const char *build_id, const uint64_t *addrs, size_t n,
                       cp_scan_answer *ans) {
+  for (size_t i = 0; i < n; i++)
+    ans[i] = (cp_scan_answer){0};
   /* The PLT stubs first, as file_name looks them up before the table. */
   cp_plt_stubs plt = {0};
   if (cp_elf_plt_holds_any(r, addrs, n) && cp_elf_plt_stubs(r, &plt) != 0)
@@ -962,7 +964,6 @@ static int scan_image(const cp_elf_reader *r, const char *path,
   int rc = rest && at && sub ? 0 : -1;
   size_t k = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
-    ans[i] = (cp_scan_answer){0};
     const cp_plt_stub *s = cp_plt_find(&plt, addrs[i]);
     if (!s) {
       rest[k] = addrs[i];
