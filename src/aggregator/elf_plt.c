@@ -311,8 +311,11 @@ static void stub_name(const raw_stub *st, const char *strtab, wanted *syms,
       return;
     name = strtab + w->name;
   }
-  if (strnlen(name, CP_PLT_MAX_NAME + 1) <= CP_PLT_MAX_NAME)
-    snprintf(buf, CP_PLT_MAX_NAME + 16, "%s@plt", name);
+  size_t len = strnlen(name, CP_PLT_MAX_NAME + 1);
+  if (len <= CP_PLT_MAX_NAME) {
+    memcpy(buf, name, len);
+    memcpy(buf + len, "@plt", sizeof "@plt");
+  }
 }
 
 /* Names the stubs of v (found, sorted by start) into *out, overlapping
