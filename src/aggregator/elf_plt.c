@@ -118,6 +118,7 @@ static int decode_sections(const cp_elf_reader *r, raw_stub **v, size_t *n) {
       continue;
     const char *name = cp_elf_section_name(r, s);
     int got = strcmp(name, ".plt.got") == 0;
+    int lazy = strcmp(name, ".plt") == 0; /* may hold `push $index` stubs */
     uint32_t ent = s->sh_entsize == 8 || s->sh_entsize == 16
                        ? (uint32_t)s->sh_entsize
                    : got ? 8
@@ -129,7 +130,7 @@ static int decode_sections(const cp_elf_reader *r, raw_stub **v, size_t *n) {
     read += s->sh_size;
     for (uint64_t k = 0; k + ent <= s->sh_size; k += ent) {
       raw_stub st = {.start = s->sh_addr + k, .size = ent};
-      if (!decode(bytes + k, ent, st.start, strcmp(name, ".plt") == 0, &st))
+      if (!decode(bytes + k, ent, st.start, lazy, &st))
         continue;
       if (*n == cap) {
         size_t grown = cap ? cap * 2 : 64;

@@ -947,17 +947,32 @@ static void clip_to_stubs(const cp_plt_stubs *plt, uint64_t a, uint64_t *lo,
 }
 
 /* Names addrs[0..n) (sorted, distinct) of the image r (the file at path,
- * with build id build_id) by one scan of the sections its table would be
- * built from. 0, or -1 (a failed read). */
+ * with build id build_id) from the symbol sections its table would be
+ * built from, by one scan: cp_scan_names. */
+static int scan_symbols(const cp_elf_reader *r, const char *path,
+                        const char *build_id, const uint64_t *addrs, size_t n,
+                        cp_scan_answer *ans) {
+  table_sources src;
+  sources_open(&src, r, path, build_id, 0);
+  int rc = cp_scan_names(src.secs, src.n, addrs, n, ans);
+  sources_close(&src);
+  return rc;
+}
+
+/* Names addrs[0..n) (sorted, distinct) of the image r as its table would:
+ * those in a PLT stub after it, the others by scan_symbols. 0, or -1 (a
+ * failed read). */
 static int scan_image(const cp_elf_reader *r, const char *path,
                       const char *build_id, const uint64_t *addrs, size_t n,
                       cp_scan_answer *ans) {
-  for (size_t i = 0; i < n; i++)
-    ans[i] = (cp_scan_answer){0};
   /* The PLT stubs first, as file_name looks them up before the table. */
   cp_plt_stubs plt = {0};
   if (cp_elf_plt_holds_any(r, addrs, n) && cp_elf_plt_stubs(r, &plt) != 0)
     return -1;
+  if (plt.n == 0) /* no address in a PLT section: the usual scan */
+    return scan_symbols(r, path, build_id, addrs, n, ans);
+  for (size_t i = 0; i < n; i++)
+    ans[i] = (cp_scan_answer){0};
   uint64_t *rest = malloc((n ? n : 1) * sizeof *rest);
   size_t *at = malloc((n ? n : 1) * sizeof *at);
   cp_scan_answer *sub = calloc(n ? n : 1, sizeof *sub);
@@ -979,10 +994,7 @@ static int scan_image(const cp_elf_reader *r, const char *path,
       rc = -1;
   }
   if (rc == 0 && k > 0) {
-    table_sources src;
-    sources_open(&src, r, path, build_id, 0);
-    rc = cp_scan_names(src.secs, src.n, rest, k, sub);
-    sources_close(&src);
+    rc = scan_symbols(r, path, build_id, rest, k, sub);
     for (size_t j = 0; j < k && rc == 0; j++) {
       /* What holds for [lo, hi) holds only up to the stubs around it. */
       if (sub[j].known)
