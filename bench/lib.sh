@@ -97,6 +97,14 @@ bench_alloc_build() {
 # with: forward-only, hooks-off, counting-only (every allocation counted,
 # a 1 GiB mean), contprof (alloc,heap at the default mean), each "-base"
 # with BENCH_BASE_REF's library; empty for any other. Profiles go to OUT_DIR.
+# The sampling variants name no symbols (CONTPROF_SYMBOLIZE=none): reading
+# symbol tables and debug information is paid once per process, only as far
+# as the cap's allowance of the CPU spent so far permits (docs/overhead.md,
+# "Short-lived processes"), so a run of 30 M pairs reads libc's debug
+# information and its 1 M-pair twin does not, and the difference (30-40 ms,
+# 2 to 3 points of plain) stood in alloc_overhead.sh's "CPU steady" as if
+# it were paid per allocation. What naming costs is measured apart
+# (docs/benchmarks.md, "Start-up and a process's first export").
 bench_alloc_env() {
   local -n _env=$3
   local lib
@@ -106,10 +114,11 @@ bench_alloc_env() {
   hooks-off*) _env=(LD_PRELOAD="$lib" CONTPROF_ENABLED=0) ;;
   counting-only*)
     _env=(LD_PRELOAD="$lib" CONTPROF_PROFILES=alloc,heap
-      CONTPROF_ALLOC_SAMPLE_BYTES=1073741824 CONTPROF_OUTPUT_DIR="$2") ;;
+      CONTPROF_ALLOC_SAMPLE_BYTES=1073741824 CONTPROF_SYMBOLIZE=none
+      CONTPROF_OUTPUT_DIR="$2") ;;
   contprof*)
     _env=(LD_PRELOAD="$lib" CONTPROF_PROFILES=alloc,heap
-      CONTPROF_OUTPUT_DIR="$2") ;;
+      CONTPROF_SYMBOLIZE=none CONTPROF_OUTPUT_DIR="$2") ;;
   *) _env=() ;;
   esac
 }
