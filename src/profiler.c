@@ -25,6 +25,7 @@
 #include "fork_guard.h"
 #include "interpose/real.h"
 #include "labels.h"
+#include "passthrough.h"
 #include "profiler_internal.h"
 #include "samplers/creds.h"
 #include "samplers/fpwalk.h"
@@ -684,7 +685,8 @@ int contprof_native_signal_install(int preferred,
 }
 
 /* Async-signal-safe. */
-void contprof_native_signal_chain(int sig, siginfo_t *info, void *ucontext) {
+CP_PASSTHROUGH void contprof_native_signal_chain(int sig, siginfo_t *info,
+                                                 void *ucontext) {
   cp_signal_chain(sig, info, ucontext);
 }
 

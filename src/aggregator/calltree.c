@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "frames.h"
+#include "passthrough.h"
 
 /* An open-addressing index of entry numbers: a slot holds entry + 1 (0 =
  * empty) in its low bits (id_mask) and the top bits of the entry's hash above
@@ -674,9 +675,16 @@ int cp_gen_add(cp_generation *g, const uint64_t *frames, size_t nframes,
   }
   for (size_t i = nframes; i-- > 0 && node >= 0;) {
     uint64_t word = frames[i];
-    /* Callers' return addresses point after the call: step back into it. */
-    if (i > 0 && !cp_frame_is_runtime(word) && word > 0)
-      word--;
+    if (i > 0 && !cp_frame_is_runtime(word)) {
+      /* A function of ours between two of the application's frames: not
+       * in the stack the application would have without us. */
+      if (cp_passthrough_holds(word))
+        continue;
+      /* Callers' return addresses point after the call: step back into
+       * it. */
+      if (word > 0)
+        word--;
+    }
     node = child_of(g, (uint32_t)node, word);
   }
   int64_t ctx = node < 0 ? -1 : context_of(g, key);

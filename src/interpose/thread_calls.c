@@ -21,6 +21,7 @@
 #include "common.h"
 #include "interpose/direct.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "profiler_internal.h"
 #include "samplers/threads.h"
 
@@ -176,7 +177,7 @@ static void thread_ended(void *unused) {
   app_thread_leaving();
 }
 
-static void *thread_trampoline(void *p) {
+CP_PASSTHROUGH static void *thread_trampoline(void *p) {
   start_args args = *(start_args *)p;
   start_args_release(p);
   started_here = 1;

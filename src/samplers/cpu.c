@@ -52,6 +52,7 @@
 #include "common.h"
 #include "kernel_cost.h"
 #include "own_fd.h"
+#include "passthrough.h"
 #include "perf_clock.h"
 #include "random.h"
 #include "record.h"
@@ -530,7 +531,8 @@ static int cpu_on_lost_signal(void *ucontext) {
 
 /* Async-signal-safe: runs in the sampling signal handler. Reads the label
  * set and the clock, unwinds into a preallocated ring slot, publishes it. */
-static void cpu_signal_handler(int sig, siginfo_t *info, void *ucontext) {
+CP_PASSTHROUGH static void cpu_signal_handler(int sig, siginfo_t *info,
+                                              void *ucontext) {
   if (cp_thread.calibrating && cp_kernel_cost_take(sig, info))
     return;
   int saved_errno = errno;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "passthrough.h"
 #include "signals.h"
 #include "thread_state.h"
 
@@ -48,7 +49,8 @@ static struct {
 /* Async-signal-safe: one or two system calls and a futex wake. On one of
  * the profiler's threads, asked by cp_creds_on_*: makes the change on this
  * thread. Any other signal of that number is the application's. */
-static void creds_signal_handler(int sig, siginfo_t *info, void *ucontext) {
+CP_PASSTHROUGH static void creds_signal_handler(int sig, siginfo_t *info,
+                                                void *ucontext) {
   int saved_errno = errno;
   if (info->si_code != SI_TKILL || info->si_pid != getpid() ||
       !atomic_load_explicit(&req.busy, memory_order_acquire) ||

@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "thread_state.h"
 
 /* previous[sig]: the application's disposition of one of our signals, which
@@ -250,7 +251,7 @@ void cp_signals_discard_pending(void) {
 }
 
 /* Async-signal-safe. */
-void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
+CP_PASSTHROUGH void cp_signal_chain(int sig, siginfo_t *info, void *ucontext) {
   const struct sigaction *old = &previous[sig];
   if (!has_handler(old))
     return; /* SIG_DFL or SIG_IGN: a stray signal of ours is ignored */
@@ -315,7 +316,8 @@ static atomic_ullong sigio_absorbed;
  * more happens. Under the default, a SIGIO that a process sent (kill,
  * sigqueue: si_code at most 0, never the kernel's) ends the process as the
  * default would have; one the kernel sent does not, since it may be ours. */
-static void absorb_sigio(int sig, siginfo_t *info, void *ucontext) {
+CP_PASSTHROUGH static void absorb_sigio(int sig, siginfo_t *info,
+                                        void *ucontext) {
   int saved_errno = errno;
   int (*lost)(void *) = atomic_load_explicit(&sigio_lost, memory_order_acquire);
   if (lost && info && info->si_code == SI_KERNEL && lost(ucontext))
@@ -437,8 +439,8 @@ int cp_signals_on_sigio(int sig, const struct sigaction *act,
  * A wait hook retries a call that one of our signals cut short, unless an
  * application handler ran meanwhile (interpose/waits.c). To know that one
  * ran, the handlers the application sets for asynchronous signals are
- * installed through cp_count_app_signal (the name a profile shows
- * above a handler of the application's), which counts them
+ * installed through cp_count_app_signal (a frame profiles leave out:
+ * passthrough.h), which counts them
  * (cp_thread.app_signals) and calls the application's. Synchronous signals are
  * left alone: they come from the thread's own instruction, never at a blocking
  * call, and fault handlers are the ones that inspect what runs them. */
@@ -460,7 +462,8 @@ static struct sigaction app_act[_NSIG];
  * after those were left: the count starts again from it. Both are put back
  * as they were when the handler returns (one on the alternate stack may be
  * above a handler it interrupted). */
-static void cp_count_app_signal(int sig, siginfo_t *info, void *ucontext) {
+CP_PASSTHROUGH static void cp_count_app_signal(int sig, siginfo_t *info,
+                                               void *ucontext) {
   cp_thread.app_signals++;
   uint64_t e = atomic_load_explicit(&app_entry[sig], memory_order_acquire);
   uintptr_t fn = (uintptr_t)(e & ~APP_SIGINFO);

@@ -100,6 +100,7 @@
 #include "fpwalk.h"
 #include "kernel_cost.h"
 #include "labels.h"
+#include "passthrough.h"
 #include "random.h"
 #include "record.h"
 #include "sampler.h"
@@ -742,7 +743,8 @@ static uint64_t idle_cpu_ns(void) {
   return 2 * r < IDLE_CPU_MAX_NS ? 2 * r : IDLE_CPU_MAX_NS;
 }
 
-static void wall_signal_handler(int sig, siginfo_t *info, void *ucontext) {
+CP_PASSTHROUGH static void wall_signal_handler(int sig, siginfo_t *info,
+                                               void *ucontext) {
   if (cp_thread.calibrating && cp_kernel_cost_take(sig, info))
     return;
   int saved_errno = errno;

@@ -112,6 +112,11 @@ static void check_run(const char *hz, int threads, const char *seconds,
   CHECK_NEAR(sampled / (cpu - twin_cpu), 1.0, 0.05);
   CHECK_EQ_INT(top.total,
                total_of((const pprof_profile *const *)profiles, n, "cpu-time"));
+  /* The threads' stacks are the application's: start_thread, then the
+   * routine it was given, without the pthread_create hook's trampoline
+   * between them. */
+  for (size_t i = 0; i < n; i++)
+    CHECK_EQ_INT(profiler_frames_inside(profiles[i], "cpu-time", 1), 0);
   pprof_top_free(&top);
 
   /* go tool pprof (an independent reader) accepts the file. */
@@ -201,6 +206,36 @@ static void test_system_call_time_is_the_calls(void) {
       }
     CHECK_EQ_INT(top_flat(&top, "cp_direct_syscall"), 0);
     CHECK(ours < top.total / 20);
+    pprof_top_free(&top);
+    pprof_profile_free(p);
+  }
+  free(r);
+  remove_dir(dir);
+}
+
+/* An application's handler of an asynchronous signal runs behind a wrapper
+ * of ours that counts it (cp_count_app_signal, src/samplers/signals.c). Its
+ * samples read as they would without the profiler: work_alpha under the
+ * handler, under the kernel's signal frame, with no frame of ours between
+ * them (src/passthrough.h). 1 s at 250 Hz: some 250 samples. */
+static void test_signal_handler_stacks_are_the_applications(void) {
+  char *dir = make_temp_dir("handler");
+  char *argv[] = {CONTPROF,       "run",      "--hz", "250", "--profiles",
+                  "cpu",          "--output", dir,    "--",  WORKLOAD,
+                  "handler-work", "1",        NULL};
+  run_result *r = calloc(1, sizeof *r);
+  CHECK_EQ_INT(run_command(argv, NULL, r), 0);
+  CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+  pprof_top top;
+  pprof_profile *p = NULL;
+  CHECK_EQ_INT(profile_top(dir, &top, &p), 0);
+  if (p) {
+    int64_t handler = top_cum(&top, "work_in_handler");
+    printf("  work_in_handler %.3f s cum of %.3f s\n", (double)handler / 1e9,
+           (double)top.total / 1e9);
+    CHECK(handler > top.total * 8 / 10);
+    CHECK(top_cum(&top, "cp_count_app_signal") == 0);
+    CHECK_EQ_INT(profiler_frames_inside(p, "cpu-time", 1), 0);
     pprof_top_free(&top);
     pprof_profile_free(p);
   }
@@ -1190,31 +1225,35 @@ static void test_setitimer_fallback(void) {
   remove_dir(dir);
 }
 
-TEST_MAIN(
-    T(test_shares_250hz), T(test_total_100hz), T(test_total_1000hz_4_threads),
-    T(test_system_call_time_is_the_calls), T(test_exit_status_passes_through),
-    T(test_underscore_exit_writes_the_last_profile),
-    T(test_underscore_exit_in_a_handler_ends_at_once),
-    T(test_underscore_exit_after_a_handler_left_with_longjmp),
-    T(test_shell_writes_its_profile),
-    T(test_children_ending_with_underscore_exit), T(test_run_options),
-    T(test_main_pthread_exit_ends_the_process),
-    T(test_lone_pthread_exit_ends_the_process), T(test_killed_by_signal),
-    T(test_two_hundred_short_threads), T(test_short_threads_oversubscribed),
-    T(test_closed_descriptors_come_back), T(test_switching_threads_leave_perf),
-    T(test_perf_clock_is_kept_when_asked), T(test_preempted_threads_leave_perf),
-    T(test_fork_children_exit_cleanly),
-    T(test_application_sigprof_keeps_working),
-    T(test_application_sigvtalrm_keeps_working),
-    T(test_blocked_signals_keep_their_time),
-    T(test_blocked_rt_signals_keep_their_time),
-    T(test_long_bursts_leave_perf_and_come_back),
-    T(test_random_blockers_keep_their_clock),
-    T(test_full_signal_queue_keeps_the_process),
-    T(test_full_signal_queue_with_an_application_sigio_handler),
-    T(test_full_signal_queue_with_sigio_ignored),
-    T(test_deep_stack_is_marked_truncated),
-    T(test_dlopened_library_is_symbolized),
-    T(test_plugin_closed_before_the_first_drain),
-    T(test_dlopened_profiler_never_allocates_in_handlers),
-    T(test_setitimer_fallback))
+TEST_MAIN(T(test_shares_250hz), T(test_total_100hz),
+          T(test_total_1000hz_4_threads), T(test_system_call_time_is_the_calls),
+          T(test_signal_handler_stacks_are_the_applications),
+          T(test_exit_status_passes_through),
+          T(test_underscore_exit_writes_the_last_profile),
+          T(test_underscore_exit_in_a_handler_ends_at_once),
+          T(test_underscore_exit_after_a_handler_left_with_longjmp),
+          T(test_shell_writes_its_profile),
+          T(test_children_ending_with_underscore_exit), T(test_run_options),
+          T(test_main_pthread_exit_ends_the_process),
+          T(test_lone_pthread_exit_ends_the_process), T(test_killed_by_signal),
+          T(test_two_hundred_short_threads),
+          T(test_short_threads_oversubscribed),
+          T(test_closed_descriptors_come_back),
+          T(test_switching_threads_leave_perf),
+          T(test_perf_clock_is_kept_when_asked),
+          T(test_preempted_threads_leave_perf),
+          T(test_fork_children_exit_cleanly),
+          T(test_application_sigprof_keeps_working),
+          T(test_application_sigvtalrm_keeps_working),
+          T(test_blocked_signals_keep_their_time),
+          T(test_blocked_rt_signals_keep_their_time),
+          T(test_long_bursts_leave_perf_and_come_back),
+          T(test_random_blockers_keep_their_clock),
+          T(test_full_signal_queue_keeps_the_process),
+          T(test_full_signal_queue_with_an_application_sigio_handler),
+          T(test_full_signal_queue_with_sigio_ignored),
+          T(test_deep_stack_is_marked_truncated),
+          T(test_dlopened_library_is_symbolized),
+          T(test_plugin_closed_before_the_first_drain),
+          T(test_dlopened_profiler_never_allocates_in_handlers),
+          T(test_setitimer_fallback))

@@ -126,6 +126,8 @@
  *   read-zero SECONDS       the only thread reads /dev/zero, 256 KiB a call,
  *                           from read_zero for SECONDS of its CPU (most of
  *                           it in the kernel, in the call)
+ *   handler-work SECONDS    sends itself SIGUSR1 4 times; its handler works
+ *                           SECONDS / 4 of CPU each time in work_alpha
  */
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #include <dirent.h>
@@ -412,6 +414,26 @@ static int read_zero_main(double seconds) {
     return 2;
   read_zero(fd, seconds);
   close(fd);
+  return 0;
+}
+
+/* handler-work: CPU time in an application's signal handler. */
+static uint64_t handler_work_ns;
+
+static void work_in_handler(int sig) {
+  (void)sig;
+  work_alpha(handler_work_ns);
+}
+
+static int handler_work(double seconds) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = work_in_handler;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, NULL);
+  handler_work_ns = (uint64_t)(seconds / 4 * 1e9);
+  for (int i = 0; i < 4; i++)
+    raise(SIGUSR1);
   return 0;
 }
 
@@ -1518,6 +1540,8 @@ int main(int argc, char **argv) {
     return phases(atof(argv[2]), atof(argv[3]));
   if (strcmp(argv[1], "read-zero") == 0 && argc == 3)
     return read_zero_main(atof(argv[2]));
+  if (strcmp(argv[1], "handler-work") == 0 && argc == 3)
+    return handler_work(atof(argv[2]));
   if (strcmp(argv[1], "random-blocks") == 0 && argc == 4)
     return random_blocks(atof(argv[2]), atof(argv[3]));
   return 2;
