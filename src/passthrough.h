@@ -1,22 +1,27 @@
-/* Functions of ours that stand between two of the application's frames: the
+/* Functions of ours that stand between two of the application's frames:
+ * every hook of src/interpose that calls the C library's function it
+ * replaces (a wall sample of a thread blocked in `read` or
+ * `pthread_mutex_lock`, a CPU sample in the kernel under `recv`, found our
+ * hook between the application's caller and the C library's function), the
  * pthread_create hook's trampoline (between start_thread and the thread's
  * routine, at the root of every thread the application makes), the wrapper
  * that counts the application's signal handlers, and our sampling handlers
  * that chain to the application's. Without the profiler the application's
  * frames would be adjacent, so a profile leaves these out of its stacks
- * (cp_gen_add), where they were a frame of ours in every thread
- * (docs/symbols.md, "Frames of ours between the application's").
+ * (cp_gen_add) (docs/symbols.md, "Frames of ours between the
+ * application's").
  *
  * They are placed in a section of their own, whose bounds the linker gives
  * (__start_ and __stop_ of its name): a frame whose return address is in it
- * is one of theirs. A leaf frame there (a sample of their own code) is
- * kept: that time is ours, and shown. */
+ * is one of theirs. A leaf frame there (a sample of their own code: a
+ * system call a hook makes itself, its own instructions) is kept: that is
+ * where the thread is, and what the hook does is shown under its name. */
 #ifndef CP_PASSTHROUGH_H
 #define CP_PASSTHROUGH_H
 
 #include <stdint.h>
 
-#define CP_PASSTHROUGH __attribute__((section("cp_passthrough_text"), noinline))
+#define CP_PASSTHROUGH __attribute__((section("cp_passthrough_text")))
 
 extern const char __start_cp_passthrough_text[] __attribute__((weak));
 extern const char __stop_cp_passthrough_text[] __attribute__((weak));

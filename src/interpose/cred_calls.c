@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "samplers/creds.h"
 #include "thread_state.h"
 
@@ -20,7 +21,7 @@ typedef int (*prctl_fn)(int, ...);
 
 int capset(cap_user_header_t hdr, const cap_user_data_t data);
 
-int capset(cap_user_header_t hdr, const cap_user_data_t data) {
+CP_PASSTHROUGH int capset(cap_user_header_t hdr, const cap_user_data_t data) {
   CP_REAL(capset_fn, capset);
   int rc = fn_capset(hdr, data);
   if (rc == 0 && hdr && data && (hdr->pid == 0 || hdr->pid == cp_gettid())) {
@@ -31,7 +32,7 @@ int capset(cap_user_header_t hdr, const cap_user_data_t data) {
   return rc;
 }
 
-int prctl(int option, ...) {
+CP_PASSTHROUGH int prctl(int option, ...) {
   va_list ap;
   va_start(ap, option);
   unsigned long a2 = va_arg(ap, unsigned long);

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "exec.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 
 extern char **environ;
 
@@ -40,33 +41,35 @@ typedef int (*execveat_fn)(int, const char *, char *const[], char *const[],
     return rc_;                                                                \
   } while (0)
 
-int execve(const char *path, char *const argv[], char *const envp[]) {
+CP_PASSTHROUGH int execve(const char *path, char *const argv[],
+                          char *const envp[]) {
   CP_REAL(execve_fn, execve);
   EXEC_WITH(envp, fn_execve(path, argv, env));
 }
 
-int execvpe(const char *file, char *const argv[], char *const envp[]) {
+CP_PASSTHROUGH int execvpe(const char *file, char *const argv[],
+                           char *const envp[]) {
   CP_REAL(execvpe_fn, execvpe);
   EXEC_WITH(envp, fn_execvpe(file, argv, env));
 }
 
-int execv(const char *path, char *const argv[]) {
+CP_PASSTHROUGH int execv(const char *path, char *const argv[]) {
   CP_REAL(execve_fn, execve);
   EXEC_WITH(environ, fn_execve(path, argv, env));
 }
 
-int execvp(const char *file, char *const argv[]) {
+CP_PASSTHROUGH int execvp(const char *file, char *const argv[]) {
   CP_REAL(execvpe_fn, execvpe);
   EXEC_WITH(environ, fn_execvpe(file, argv, env));
 }
 
-int fexecve(int fd, char *const argv[], char *const envp[]) {
+CP_PASSTHROUGH int fexecve(int fd, char *const argv[], char *const envp[]) {
   CP_REAL(fexecve_fn, fexecve);
   EXEC_WITH(envp, fn_fexecve(fd, argv, env));
 }
 
-int execveat(int dirfd, const char *path, char *const argv[],
-             char *const envp[], int flags) {
+CP_PASSTHROUGH int execveat(int dirfd, const char *path, char *const argv[],
+                            char *const envp[], int flags) {
   CP_REAL(execveat_fn, execveat);
   EXEC_WITH(envp, fn_execveat(dirfd, path, argv, env, flags));
 }
@@ -90,18 +93,18 @@ typedef int (*posix_spawn_fn)(pid_t *, const char *,
     return rc_;                                                                \
   } while (0)
 
-int posix_spawn(pid_t *pid, const char *path,
-                const posix_spawn_file_actions_t *actions,
-                const posix_spawnattr_t *attr, char *const argv[],
-                char *const envp[]) {
+CP_PASSTHROUGH int posix_spawn(pid_t *pid, const char *path,
+                               const posix_spawn_file_actions_t *actions,
+                               const posix_spawnattr_t *attr,
+                               char *const argv[], char *const envp[]) {
   CP_REAL_OR(posix_spawn_fn, posix_spawn, ENOSYS);
   SPAWN_WITH(envp, fn_posix_spawn(pid, path, actions, attr, argv, env));
 }
 
-int posix_spawnp(pid_t *pid, const char *file,
-                 const posix_spawn_file_actions_t *actions,
-                 const posix_spawnattr_t *attr, char *const argv[],
-                 char *const envp[]) {
+CP_PASSTHROUGH int posix_spawnp(pid_t *pid, const char *file,
+                                const posix_spawn_file_actions_t *actions,
+                                const posix_spawnattr_t *attr,
+                                char *const argv[], char *const envp[]) {
   CP_REAL_OR(posix_spawn_fn, posix_spawnp, ENOSYS);
   SPAWN_WITH(envp, fn_posix_spawnp(pid, file, actions, attr, argv, env));
 }
@@ -120,21 +123,21 @@ int posix_spawnp(pid_t *pid, const char *file,
   for (size_t i_ = 1; i_ <= argc_; i_++)                                       \
     argv[i_] = va_arg(ap, char *);
 
-int execl(const char *path, const char *arg, ...) {
+CP_PASSTHROUGH int execl(const char *path, const char *arg, ...) {
   va_list ap;
   COLLECT_ARGS(arg, ap, argv);
   va_end(ap);
   return execv(path, argv);
 }
 
-int execlp(const char *file, const char *arg, ...) {
+CP_PASSTHROUGH int execlp(const char *file, const char *arg, ...) {
   va_list ap;
   COLLECT_ARGS(arg, ap, argv);
   va_end(ap);
   return execvp(file, argv);
 }
 
-int execle(const char *path, const char *arg, ...) {
+CP_PASSTHROUGH int execle(const char *path, const char *arg, ...) {
   va_list ap;
   COLLECT_ARGS(arg, ap, argv);
   char *const *envp = va_arg(ap, char *const *);

@@ -19,9 +19,10 @@
 #include "common.h"
 #include "interpose/direct.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 
 /* Whether open's flags take a mode argument (as the C library reads it). */
-static int needs_mode(int flags) {
+CP_PASSTHROUGH static int needs_mode(int flags) {
   return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
 }
 
@@ -48,7 +49,7 @@ static int needs_mode(int flags) {
 /* open and open64, openat and openat64: the same functions in the C
  * library of a 64-bit system, each its own symbol. */
 #define OPEN_HOOK(name)                                                        \
-  int name(const char *path, int flags, ...) {                                 \
+  CP_PASSTHROUGH int name(const char *path, int flags, ...) {                  \
     typedef int (*fn_t)(const char *, int, ...);                               \
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
@@ -57,7 +58,7 @@ static int needs_mode(int flags) {
                         fn_##name(path, flags, mode));                         \
   }
 #define OPENAT_HOOK(name)                                                      \
-  int name(int dirfd, const char *path, int flags, ...) {                      \
+  CP_PASSTHROUGH int name(int dirfd, const char *path, int flags, ...) {       \
     typedef int (*fn_t)(int, const char *, int, ...);                          \
     CP_REAL(fn_t, name);                                                       \
     CP_DIRECT_STATE(name);                                                     \
@@ -95,7 +96,7 @@ OPEN_2_HOOK(__open64_2)
 OPENAT_2_HOOK(__openat_2)
 OPENAT_2_HOOK(__openat64_2)
 
-int close(int fd) {
+CP_PASSTHROUGH int close(int fd) {
   typedef int (*fn_t)(int);
   CP_REAL(fn_t, close);
   CP_DIRECT_STATE(close);
@@ -110,7 +111,7 @@ int close(int fd) {
       cp_direct_syscall(nr, fd, (long)(buf), (long)(n), (long)(offset), 0, 0), \
       libc)
 
-ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
+CP_PASSTHROUGH ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
   typedef ssize_t (*fn_t)(int, void *, size_t, off_t);
   CP_REAL(fn_t, pread);
   CP_DIRECT_STATE(pread);
@@ -118,7 +119,7 @@ ssize_t pread(int fd, void *buf, size_t n, off_t offset) {
              fn_pread(fd, buf, n, offset));
 }
 
-ssize_t pread64(int fd, void *buf, size_t n, off64_t offset) {
+CP_PASSTHROUGH ssize_t pread64(int fd, void *buf, size_t n, off64_t offset) {
   typedef ssize_t (*fn_t)(int, void *, size_t, off64_t);
   CP_REAL(fn_t, pread64);
   CP_DIRECT_STATE(pread64);
@@ -126,7 +127,7 @@ ssize_t pread64(int fd, void *buf, size_t n, off64_t offset) {
              fn_pread64(fd, buf, n, offset));
 }
 
-ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset) {
+CP_PASSTHROUGH ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset) {
   typedef ssize_t (*fn_t)(int, const void *, size_t, off_t);
   CP_REAL(fn_t, pwrite);
   CP_DIRECT_STATE(pwrite);
@@ -134,7 +135,8 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset) {
              fn_pwrite(fd, buf, n, offset));
 }
 
-ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t offset) {
+CP_PASSTHROUGH ssize_t pwrite64(int fd, const void *buf, size_t n,
+                                off64_t offset) {
   typedef ssize_t (*fn_t)(int, const void *, size_t, off64_t);
   CP_REAL(fn_t, pwrite64);
   CP_DIRECT_STATE(pwrite64);

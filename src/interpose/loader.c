@@ -10,6 +10,7 @@
 
 #include "fork_guard.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "samplers/fpwalk.h"
 #include "thread_state.h"
 
@@ -21,7 +22,7 @@ typedef int (*dlclose_fn)(void *);
 static dl_iterate_phdr_fn real_dl_iterate_phdr;
 static dlclose_fn real_dlclose;
 
-void cp_interpose_loader_resolve(void) {
+CP_PASSTHROUGH void cp_interpose_loader_resolve(void) {
   if (!__atomic_load_n(&real_dl_iterate_phdr, __ATOMIC_ACQUIRE))
     __atomic_store_n(&real_dl_iterate_phdr,
                      (dl_iterate_phdr_fn)cp_real_symbol(
@@ -38,8 +39,9 @@ void cp_interpose_loader_resolve(void) {
  * libunwind's own calls come here too. The real function is found at
  * cp_unwind_init, outside any handler (dlsym is not async-signal-safe); a
  * handler that finds it missing lists no objects. */
-int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
-                    void *data) {
+CP_PASSTHROUGH int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *,
+                                                   size_t, void *),
+                                   void *data) {
   dl_iterate_phdr_fn fn =
       __atomic_load_n(&real_dl_iterate_phdr, __ATOMIC_ACQUIRE);
   if (!fn) {
@@ -61,13 +63,13 @@ int dl_iterate_phdr(int (*callback)(struct dl_phdr_info *, size_t, void *),
 
 static void (*_Atomic before_dlclose)(void);
 
-void cp_interpose_before_dlclose(void (*fn)(void)) {
+CP_PASSTHROUGH void cp_interpose_before_dlclose(void (*fn)(void)) {
   atomic_store_explicit(&before_dlclose, fn, memory_order_release);
 }
 
 /* Interposed: counted before and after (fpwalk.c compares the count with
  * the one its table was built at). */
-int dlclose(void *handle) {
+CP_PASSTHROUGH int dlclose(void *handle) {
   dlclose_fn fn = __atomic_load_n(&real_dlclose, __ATOMIC_ACQUIRE);
   if (!fn) {
     cp_interpose_loader_resolve();
@@ -90,7 +92,7 @@ int dlclose(void *handle) {
 extern __typeof(dlclose) cp_own_dlclose
     __attribute__((alias("dlclose"), visibility("hidden"), copy(dlclose)));
 
-int cp_interpose_sees_dlclose(void) {
+CP_PASSTHROUGH int cp_interpose_sees_dlclose(void) {
   cp_interpose_loader_resolve();
   return __atomic_load_n(&real_dlclose, __ATOMIC_ACQUIRE) != NULL &&
          cp_real_lookup(RTLD_DEFAULT, "dlclose", NULL, 0) ==

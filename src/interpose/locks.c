@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "samplers/lock.h"
 #include "thread_state.h"
 
@@ -55,7 +56,7 @@ static void *hook_of(int which);
 /* Not a hot path: runs once per function (eagerly at load, see below). dlsym
  * may take the loader's locks and allocate; a hook it reaches meanwhile
  * finds the thread `resolving` and polls instead (poll_lock). */
-static void *resolve_real(int which) {
+CP_PASSTHROUGH static void *resolve_real(int which) {
   if (cp_thread.resolving)
     return NULL;
   void *fn = cp_real_symbol(real_names[which], hook_of(which));
@@ -64,7 +65,7 @@ static void *resolve_real(int which) {
   return fn;
 }
 
-static inline void *real_fn(int which) {
+CP_PASSTHROUGH static inline void *real_fn(int which) {
   void *fn = atomic_load_explicit(&real_fns[which], memory_order_acquire);
   return __builtin_expect(fn != NULL, 1) ? fn : resolve_real(which);
 }
@@ -76,9 +77,11 @@ __attribute__((constructor)) static void resolve_all_at_load(void) {
     real_fn(i);
 }
 
-void cp_interpose_locks_resolve(void) { resolve_all_at_load(); }
+CP_PASSTHROUGH void cp_interpose_locks_resolve(void) { resolve_all_at_load(); }
 
-static int try_mutex(void *l) { return pthread_mutex_trylock(l); }
+CP_PASSTHROUGH static int try_mutex(void *l) {
+  return pthread_mutex_trylock(l);
+}
 
 /* The hooks' first step returns this for "take the lock without timing". */
 #define TRY_UNTIMED (-1)
@@ -92,21 +95,26 @@ static int try_mutex(void *l) { return pthread_mutex_trylock(l); }
  * then waits forever instead of returning ENOTRECOVERABLE), so a robust
  * mutex is only looked at: a free one is locked untimed, a busy one (or one
  * whose owner died) takes the timed path. Everything else is tried. */
-static inline int mutex_try_first(pthread_mutex_t *l) {
+CP_PASSTHROUGH static inline int mutex_try_first(pthread_mutex_t *l) {
   if (__builtin_expect(l->__data.__kind & GLIBC_MUTEX_KIND_ROBUST, 0))
     return __atomic_load_n(&l->__data.__lock, __ATOMIC_RELAXED) == 0
                ? TRY_UNTIMED
                : EBUSY;
   return pthread_mutex_trylock(l);
 }
-static int try_rdlock(void *l) { return pthread_rwlock_tryrdlock(l); }
-static int try_wrlock(void *l) { return pthread_rwlock_trywrlock(l); }
+CP_PASSTHROUGH static int try_rdlock(void *l) {
+  return pthread_rwlock_tryrdlock(l);
+}
+CP_PASSTHROUGH static int try_wrlock(void *l) {
+  return pthread_rwlock_trywrlock(l);
+}
 
 /* Only when the C library's function cannot be found (a hook reached from
  * inside dlsym): waits by polling the try function, with the deadline and
  * the error codes of the timed forms. */
-static int poll_lock(int (*try_lock)(void *), void *l, clockid_t clock,
-                     const struct timespec *abstime) {
+CP_PASSTHROUGH static int poll_lock(int (*try_lock)(void *), void *l,
+                                    clockid_t clock,
+                                    const struct timespec *abstime) {
   int saved_errno = errno, rc;
   while ((rc = try_lock(l)) == EBUSY) {
     if (abstime) {
@@ -136,11 +144,11 @@ static int poll_lock(int (*try_lock)(void *), void *l, clockid_t clock,
  * the wait itself: a try-lock; on a free lock nothing else. */
 #define DEFINE_LOCK_HOOK(NAME, WHICH, TRY, POLL_TRY, CLOCK, ABSTIME, PARAMS,   \
                          ARGS)                                                 \
-  int cp_lock_real_##NAME PARAMS {                                             \
+  CP_PASSTHROUGH int cp_lock_real_##NAME PARAMS {                              \
     int(*real) PARAMS = real_fn(WHICH);                                        \
     return real ? real ARGS : poll_lock(POLL_TRY, l, CLOCK, ABSTIME);          \
   }                                                                            \
-  int pthread_##NAME PARAMS {                                                  \
+  CP_PASSTHROUGH int pthread_##NAME PARAMS {                                   \
     int rc = TRY(l);                                                           \
     if (__builtin_expect(rc != EBUSY, 1))                                      \
       return rc != TRY_UNTIMED ? rc : cp_lock_real_##NAME ARGS;                \
@@ -187,7 +195,7 @@ DEFINE_LOCK_HOOK(rwlock_clockwrlock, REAL_RWLOCK_CLOCKWRLOCK,
 
 /* The hook standing in front of real function `which`: the lookup must not
  * hand back our own function. */
-static void *hook_of(int which) {
+CP_PASSTHROUGH static void *hook_of(int which) {
   void *const hooks[REAL_COUNT] = {
       (void *)pthread_mutex_lock,         (void *)pthread_mutex_timedlock,
       (void *)pthread_mutex_clocklock,    (void *)pthread_rwlock_rdlock,

@@ -29,6 +29,7 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "samplers/alloc.h"
 #include "thread_state.h"
 
@@ -84,14 +85,14 @@ static _Atomic size_t boot_used;
 
 /* --- the bootstrap arena ----------------------------------------------- */
 
-static int in_boot_arena(const void *p) {
+CP_PASSTHROUGH static int in_boot_arena(const void *p) {
   return (uintptr_t)p - (uintptr_t)boot_arena < BOOT_ARENA_BYTES;
 }
 
 /* Async-signal-safe, lock-free bump allocation: for the allocations dlsym
  * makes before the real allocator is known. Never reused (zeroed memory),
  * never freed; each block's size sits in the 8 bytes before it. */
-static void *boot_alloc(size_t size, size_t align) {
+CP_PASSTHROUGH static void *boot_alloc(size_t size, size_t align) {
   if (align < 16)
     align = 16;
   if (align > 4096 || (align & (align - 1)) || size > BOOT_ARENA_BYTES) {
@@ -119,7 +120,7 @@ static void *boot_alloc(size_t size, size_t align) {
   }
 }
 
-static size_t boot_size(const void *p) {
+CP_PASSTHROUGH static size_t boot_size(const void *p) {
   size_t size;
   memcpy(&size, (const unsigned char *)p - 8, sizeof size);
   return size;
@@ -127,7 +128,8 @@ static size_t boot_size(const void *p) {
 
 /* --- finding the real allocator ---------------------------------------- */
 
-static void *real_posix_memalign_based(size_t align, size_t size) {
+CP_PASSTHROUGH static void *real_posix_memalign_based(size_t align,
+                                                      size_t size) {
   void *p = NULL;
   int rc = hot.posix_memalign(&p, align, size);
   if (rc) {
@@ -138,7 +140,7 @@ static void *real_posix_memalign_based(size_t align, size_t size) {
 }
 
 /* Emulations over the next allocator's own functions. */
-static void *emulated_memalign(size_t align, size_t size) {
+CP_PASSTHROUGH static void *emulated_memalign(size_t align, size_t size) {
   /* glibc rounds alignments that are not powers of two up. */
   size_t a = sizeof(void *);
   while (a < align && a < ((size_t)1 << (sizeof(size_t) * 8 - 2)))
@@ -146,11 +148,11 @@ static void *emulated_memalign(size_t align, size_t size) {
   return real_posix_memalign_based(a, size);
 }
 
-static void *emulated_valloc(size_t size) {
+CP_PASSTHROUGH static void *emulated_valloc(size_t size) {
   return real_posix_memalign_based((size_t)sysconf(_SC_PAGESIZE), size);
 }
 
-static void *emulated_pvalloc(size_t size) {
+CP_PASSTHROUGH static void *emulated_pvalloc(size_t size) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t rounded = (size + page - 1) & ~(page - 1);
   if (rounded < size) {
@@ -160,7 +162,8 @@ static void *emulated_pvalloc(size_t size) {
   return real_posix_memalign_based(page, rounded ? rounded : page);
 }
 
-static void *emulated_reallocarray(void *p, size_t n, size_t size) {
+CP_PASSTHROUGH static void *emulated_reallocarray(void *p, size_t n,
+                                                  size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(n, size, &bytes)) {
     errno = ENOMEM;
@@ -169,7 +172,7 @@ static void *emulated_reallocarray(void *p, size_t n, size_t size) {
   return hot.realloc(p, bytes);
 }
 
-static size_t no_usable_size(void *p) {
+CP_PASSTHROUGH static size_t no_usable_size(void *p) {
   (void)p;
   return 0;
 }
@@ -178,7 +181,7 @@ static size_t no_usable_size(void *p) {
  * built without -fPIE that takes a function's address exports its PLT entry
  * as the function's address (a "canonical PLT"), and dlsym(RTLD_DEFAULT)
  * then returns that stub, which only jumps to the real definition. */
-static int is_definition(void *fn) {
+CP_PASSTHROUGH static int is_definition(void *fn) {
   Dl_info info;
   const ElfW(Sym) *sym = NULL;
   if (!fn || !dladdr1(fn, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym)
@@ -193,14 +196,14 @@ extern __typeof(malloc) cp_alloc_own_malloc
 
 /* The one lookup, never one of our own hooks (compared by object: in PIC
  * code `&free` is whatever the lookup order chose). */
-static void *next_symbol(void *from, const char *name) {
+CP_PASSTHROUGH static void *next_symbol(void *from, const char *name) {
   return cp_real_lookup(from, name, (void *)cp_alloc_own_malloc, 1);
 }
 
 /* Resolves every real function once. The first caller does it; its nested
  * allocations (inside dlsym), and other threads' allocations meanwhile, come
  * from the bootstrap arena: waiting could deadlock with the loader lock. */
-static int ensure_resolved(void) {
+CP_PASSTHROUGH static int ensure_resolved(void) {
   if (LIKELY(atomic_load_explicit(&resolve_state, memory_order_acquire) == 2))
     return 1;
   int expected = 0;
@@ -298,24 +301,26 @@ static int ensure_resolved(void) {
 
 /* Before the real allocator is known: resolves it, or says why not (this
  * thread is inside dlsym, or another thread is resolving). */
-__attribute__((noinline, cold)) static int resolve_slow(void) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static int resolve_slow(void) {
   return ensure_resolved();
 }
 
-__attribute__((noinline, cold)) static void *resolving_malloc(size_t size) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
+resolving_malloc(size_t size) {
   if (!resolve_slow())
     return boot_alloc(size, 0);
   return REAL(malloc)(size);
 }
 
-__attribute__((noinline, cold)) static void resolving_free(void *p) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void
+resolving_free(void *p) {
   if (resolve_slow())
     REAL(free)(p);
   /* else it cannot come from the real allocator yet: leak it */
 }
 
-__attribute__((noinline, cold)) static void *resolving_calloc(size_t n,
-                                                              size_t size) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
+resolving_calloc(size_t n, size_t size) {
   size_t bytes;
   if (resolve_slow())
     return REAL(calloc)(n, size);
@@ -327,8 +332,8 @@ __attribute__((noinline, cold)) static void *resolving_calloc(size_t n,
 }
 
 /* realloc of a bootstrap block: a fresh block with the old bytes. */
-__attribute__((noinline, cold)) static void *boot_realloc(void *p,
-                                                          size_t size) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
+boot_realloc(void *p, size_t size) {
   void *q =
       resolve_slow() ? REAL(malloc)(size ? size : 1) : boot_alloc(size, 0);
   if (q && p)
@@ -336,8 +341,8 @@ __attribute__((noinline, cold)) static void *boot_realloc(void *p,
   return q;
 }
 
-__attribute__((noinline, cold)) static void *resolving_realloc(void *p,
-                                                               size_t size) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
+resolving_realloc(void *p, size_t size) {
   if (!resolve_slow())
     return boot_realloc(p, size);
   return REAL(realloc)(p, size);
@@ -346,8 +351,8 @@ __attribute__((noinline, cold)) static void *resolving_realloc(void *p,
 /* The allocating hooks' slow paths (noinline, cold): this allocation is
  * sampled, or the pointer handed in may be tracked or from the bootstrap
  * arena. (Sampling starts only once the real allocator is known.) */
-__attribute__((noinline, cold)) static void *malloc_slow(size_t size,
-                                                         uint64_t caller_ra) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
+malloc_slow(size_t size, uint64_t caller_ra) {
   void *p = REAL(malloc)(size);
   cp_alloc_on_alloc(p, size, caller_ra);
   return p;
@@ -355,13 +360,13 @@ __attribute__((noinline, cold)) static void *malloc_slow(size_t size,
 
 /* Hot path (each hook below): forwards, and notes what it sampled. No
  * locks, no allocation of its own; when nothing is sampled, a tail call. */
-void *malloc(size_t size) {
+CP_PASSTHROUGH void *malloc(size_t size) {
   if (LIKELY(!cp_alloc_count(size)))
     return REAL(malloc)(size);
   return malloc_slow(size, RETURN_ADDRESS());
 }
 
-__attribute__((noinline, cold)) static void free_slow(void *p) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void free_slow(void *p) {
   if (!p || in_boot_arena(p))
     return;
   if (UNLIKELY(cp_alloc_may_track(p)))
@@ -369,7 +374,7 @@ __attribute__((noinline, cold)) static void free_slow(void *p) {
   REAL(free)(p);
 }
 
-void free(void *p) {
+CP_PASSTHROUGH void free(void *p) {
   if (LIKELY(!cp_alloc_may_track(p))) { /* a bootstrap block would be */
     REAL(free)(p);
     return;
@@ -377,14 +382,14 @@ void free(void *p) {
   free_slow(p);
 }
 
-__attribute__((noinline, cold)) static void *calloc_slow(size_t n, size_t size,
-                                                         uint64_t caller_ra) {
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
+calloc_slow(size_t n, size_t size, uint64_t caller_ra) {
   void *p = REAL(calloc)(n, size);
   cp_alloc_on_alloc(p, n * size, caller_ra); /* p: no overflow */
   return p;
 }
 
-void *calloc(size_t n, size_t size) {
+CP_PASSTHROUGH void *calloc(size_t n, size_t size) {
   size_t bytes;
   /* An overflowing request fails in the real calloc and is not counted. */
   if (UNLIKELY(__builtin_mul_overflow(n, size, &bytes)) ||
@@ -394,7 +399,7 @@ void *calloc(size_t n, size_t size) {
 }
 
 /* counted: take_sample already counted this allocation and chose it. */
-__attribute__((noinline, cold)) static void *
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
 realloc_slow(void *p, size_t size, uint64_t caller_ra, int counted) {
   if (in_boot_arena(p))
     return boot_realloc(p, size);
@@ -408,7 +413,7 @@ realloc_slow(void *p, size_t size, uint64_t caller_ra, int counted) {
   return q;
 }
 
-void *realloc(void *p, size_t size) {
+CP_PASSTHROUGH void *realloc(void *p, size_t size) {
   if (LIKELY(!cp_alloc_may_track(p))) { /* a bootstrap block would be */
     if (LIKELY(!cp_alloc_count(size)))
       return REAL(realloc)(p, size);
@@ -417,7 +422,7 @@ void *realloc(void *p, size_t size) {
   return realloc_slow(p, size, RETURN_ADDRESS(), 0);
 }
 
-__attribute__((noinline, cold)) static void *
+CP_PASSTHROUGH __attribute__((noinline, cold)) static void *
 reallocarray_slow(void *p, size_t n, size_t size, uint64_t caller_ra,
                   int counted) {
   size_t bytes;
@@ -437,7 +442,7 @@ reallocarray_slow(void *p, size_t n, size_t size, uint64_t caller_ra,
   return q;
 }
 
-void *reallocarray(void *p, size_t n, size_t size) {
+CP_PASSTHROUGH void *reallocarray(void *p, size_t n, size_t size) {
   reallocarray_fn real = REAL(reallocarray);
   size_t bytes;
   if (LIKELY(real) && LIKELY(!cp_alloc_may_track(p)) &&
@@ -449,7 +454,7 @@ void *reallocarray(void *p, size_t n, size_t size) {
   return reallocarray_slow(p, n, size, RETURN_ADDRESS(), 0);
 }
 
-__attribute__((noinline, cold)) static int
+CP_PASSTHROUGH __attribute__((noinline, cold)) static int
 posix_memalign_slow(void **out, size_t align, size_t size, uint64_t caller_ra,
                     int counted) {
   if (!REAL(posix_memalign) && !resolve_slow()) {
@@ -470,7 +475,7 @@ posix_memalign_slow(void **out, size_t align, size_t size, uint64_t caller_ra,
   return rc;
 }
 
-int posix_memalign(void **out, size_t align, size_t size) {
+CP_PASSTHROUGH int posix_memalign(void **out, size_t align, size_t size) {
   posix_memalign_fn real = REAL(posix_memalign);
   if (LIKELY(real)) {
     if (LIKELY(!cp_alloc_count(size)))
@@ -490,27 +495,27 @@ int posix_memalign(void **out, size_t align, size_t size) {
     cp_alloc_on_alloc(p, bytes, RETURN_ADDRESS());                             \
   return p
 
-void *aligned_alloc(size_t align, size_t size) {
+CP_PASSTHROUGH void *aligned_alloc(size_t align, size_t size) {
   ALIGNED_HOOK_BODY(aligned_alloc, REAL(aligned_alloc)(align, size),
                     boot_alloc(size, align), size);
 }
 
-void *memalign(size_t align, size_t size) {
+CP_PASSTHROUGH void *memalign(size_t align, size_t size) {
   ALIGNED_HOOK_BODY(memalign, REAL(memalign)(align, size),
                     boot_alloc(size, align), size);
 }
 
-void *valloc(size_t size) {
+CP_PASSTHROUGH void *valloc(size_t size) {
   ALIGNED_HOOK_BODY(valloc, REAL(valloc)(size), boot_alloc(size, 4096), size);
 }
 
-void *pvalloc(size_t size) {
+CP_PASSTHROUGH void *pvalloc(size_t size) {
   ALIGNED_HOOK_BODY(
       pvalloc, REAL(pvalloc)(size),
       boot_alloc(size ? (size + 4095) & ~(size_t)4095 : 4096, 4096), size);
 }
 
-size_t malloc_usable_size(void *p) {
+CP_PASSTHROUGH size_t malloc_usable_size(void *p) {
   if (UNLIKELY(in_boot_arena(p)))
     return boot_size(p);
   if (!REAL(usable_size) && !resolve_slow())
@@ -518,9 +523,11 @@ size_t malloc_usable_size(void *p) {
   return REAL(usable_size)(p);
 }
 
-int cp_interpose_malloc_boot_block(const void *p) { return in_boot_arena(p); }
+CP_PASSTHROUGH int cp_interpose_malloc_boot_block(const void *p) {
+  return in_boot_arena(p);
+}
 
-int cp_interpose_malloc_resolve(void) {
+CP_PASSTHROUGH int cp_interpose_malloc_resolve(void) {
   ensure_resolved();
   return atomic_load(&not_first);
 }

@@ -18,20 +18,22 @@
 
 #include "common.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "samplers/signals.h"
 #include "samplers/unwind.h"
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 
-int cp_real_sigaction(int sig, const struct sigaction *act,
-                      struct sigaction *old) {
+CP_PASSTHROUGH int cp_real_sigaction(int sig, const struct sigaction *act,
+                                     struct sigaction *old) {
   CP_REAL(sigaction_fn, sigaction);
   return fn_sigaction(sig, act, old);
 }
 
 /* --- interposed sigaction and signal ------------------------------------ */
 
-int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+CP_PASSTHROUGH int sigaction(int sig, const struct sigaction *act,
+                             struct sigaction *old) {
   if (cp_signals_on_sigaction(sig, act, old))
     return 0; /* one of ours: the application's handler is chained */
   /* Not ours. A handler on the alternate stack blocks our signals (see
@@ -57,7 +59,7 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   return rc;
 }
 
-sighandler_t signal(int sig, sighandler_t handler) {
+CP_PASSTHROUGH sighandler_t signal(int sig, sighandler_t handler) {
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = handler;
@@ -80,7 +82,7 @@ sighandler_t signal(int sig, sighandler_t handler) {
  * (the thread sampled) right after the call returns, which it does only for
  * the application's own signals. */
 
-int sigsuspend(const sigset_t *mask) {
+CP_PASSTHROUGH int sigsuspend(const sigset_t *mask) {
   typedef int (*fn_t)(const sigset_t *);
   CP_REAL(fn_t, sigsuspend);
   sigset_t m = *mask;
@@ -88,14 +90,14 @@ int sigsuspend(const sigset_t *mask) {
   return fn_sigsuspend(&m);
 }
 
-int pause(void) {
+CP_PASSTHROUGH int pause(void) {
   sigset_t m;
   pthread_sigmask(SIG_BLOCK, NULL, &m);
   return sigsuspend(&m);
 }
 
-int sigtimedwait(const sigset_t *set, siginfo_t *info,
-                 const struct timespec *timeout) {
+CP_PASSTHROUGH int sigtimedwait(const sigset_t *set, siginfo_t *info,
+                                const struct timespec *timeout) {
   typedef int (*fn_t)(const sigset_t *, siginfo_t *, const struct timespec *);
   CP_REAL(fn_t, sigtimedwait);
   sigset_t ours, old, wanted = *set;
@@ -112,11 +114,11 @@ int sigtimedwait(const sigset_t *set, siginfo_t *info,
   return rc;
 }
 
-int sigwaitinfo(const sigset_t *set, siginfo_t *info) {
+CP_PASSTHROUGH int sigwaitinfo(const sigset_t *set, siginfo_t *info) {
   return sigtimedwait(set, info, NULL);
 }
 
-int sigwait(const sigset_t *set, int *sig) {
+CP_PASSTHROUGH int sigwait(const sigset_t *set, int *sig) {
   typedef int (*fn_t)(const sigset_t *, int *);
   CP_REAL_OR(fn_t, sigwait, ENOSYS);
   /* glibc's sigwait retries after EINTR itself. */
@@ -125,7 +127,7 @@ int sigwait(const sigset_t *set, int *sig) {
   return fn_sigwait(&wanted, sig);
 }
 
-int signalfd(int fd, const sigset_t *mask, int flags) {
+CP_PASSTHROUGH int signalfd(int fd, const sigset_t *mask, int flags) {
   typedef int (*fn_t)(int, const sigset_t *, int);
   CP_REAL(fn_t, signalfd);
   sigset_t wanted = *mask;
@@ -137,7 +139,7 @@ int signalfd(int fd, const sigset_t *mask, int flags) {
 
 /* The unwinder keeps a copy of the thread's alternate stack
  * (samplers/unwind.c): forgotten before and after the change. */
-int sigaltstack(const stack_t *ss, stack_t *old) {
+CP_PASSTHROUGH int sigaltstack(const stack_t *ss, stack_t *old) {
   cp_unwind_on_sigaltstack();
   int rc = (int)syscall(SYS_sigaltstack, ss, old);
   cp_unwind_on_sigaltstack(); /* a hook's check may have run meanwhile */
@@ -153,12 +155,12 @@ extern __typeof(sigaltstack) cp_own_sigaltstack __attribute__((
 extern __typeof(sigaction) cp_own_sigaction
     __attribute__((alias("sigaction"), visibility("hidden"), copy(sigaction)));
 
-int cp_interpose_sees_sigaction(void) {
+CP_PASSTHROUGH int cp_interpose_sees_sigaction(void) {
   return cp_real_lookup(RTLD_DEFAULT, "sigaction", NULL, 0) ==
          (void *)cp_own_sigaction;
 }
 
-int cp_interpose_sees_sigaltstack(void) {
+CP_PASSTHROUGH int cp_interpose_sees_sigaltstack(void) {
   return cp_real_lookup(RTLD_DEFAULT, "sigaltstack", NULL, 0) ==
          (void *)cp_own_sigaltstack;
 }

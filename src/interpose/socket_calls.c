@@ -56,6 +56,7 @@
 #include "interpose/direct.h"
 #include "interpose/eintr.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 
 /* A bit per descriptor below MARKED_FDS: the application set a timeout on
  * its socket (setsockopt). 128 KiB of zero pages until written; above it
@@ -64,13 +65,15 @@
 static _Atomic uint64_t timeout_marks[MARKED_FDS / 64];
 
 /* fd's word and bit in timeout_marks; fd below MARKED_FDS. */
-static _Atomic uint64_t *mark_word(int fd) {
+CP_PASSTHROUGH static _Atomic uint64_t *mark_word(int fd) {
   return &timeout_marks[(unsigned)fd / 64];
 }
-static uint64_t mark_bit(int fd) { return 1ull << ((unsigned)fd % 64); }
+CP_PASSTHROUGH static uint64_t mark_bit(int fd) {
+  return 1ull << ((unsigned)fd % 64);
+}
 
 /* Async-signal-safe. */
-static int timeout_marked(int fd) {
+CP_PASSTHROUGH static int timeout_marked(int fd) {
   return (unsigned)fd >= MARKED_FDS ||
          (atomic_load_explicit(mark_word(fd), memory_order_relaxed) &
           mark_bit(fd));
@@ -78,12 +81,12 @@ static int timeout_marked(int fd) {
 
 /* The call's start on the coarse clock for a marked descriptor; 0 for
  * another (resume counts from the EINTR). Async-signal-safe. */
-static int64_t call_start(int fd) {
+CP_PASSTHROUGH static int64_t call_start(int fd) {
   return timeout_marked(fd) ? (int64_t)cp_clock_ns(CLOCK_MONOTONIC_COARSE) : 0;
 }
 
 /* The coarse clock's resolution (a tick); 10 ms if unknown. */
-static int64_t tick_ns(void) {
+CP_PASSTHROUGH static int64_t tick_ns(void) {
   static _Atomic int64_t tick;
   int64_t t = atomic_load_explicit(&tick, memory_order_relaxed);
   if (!t) {
@@ -105,7 +108,8 @@ static int64_t tick_ns(void) {
  * when the timeout ends first, EINTR when an application's handler ran or fd
  * has no timeout to read (not a socket: the EINTR was not the socket's), poll's
  * error. */
-static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
+CP_PASSTHROUGH static int resume(int fd, int opt, short events, int timed_out,
+                                 int64_t began) {
   typedef int (*poll_fn)(struct pollfd *, nfds_t, int);
   CP_REAL_OR(poll_fn, poll, (errno = EINTR, 0));
   struct timeval tv;
@@ -156,7 +160,7 @@ static int resume(int fd, int opt, short events, int timed_out, int64_t began) {
     }                                                                          \
   } while (0)
 
-ssize_t recv(int fd, void *buf, size_t n, int flags) {
+CP_PASSTHROUGH ssize_t recv(int fd, void *buf, size_t n, int flags) {
   typedef ssize_t (*fn_t)(int, void *, size_t, int);
   CP_REAL(fn_t, recv);
   CP_DIRECT_STATE(recv);
@@ -167,8 +171,9 @@ ssize_t recv(int fd, void *buf, size_t n, int flags) {
                         fn_recv(fd, buf, n, flags)));
 }
 
-ssize_t recvfrom(int fd, void *restrict buf, size_t n, int flags,
-                 struct sockaddr *restrict addr, socklen_t *restrict len) {
+CP_PASSTHROUGH ssize_t recvfrom(int fd, void *restrict buf, size_t n, int flags,
+                                struct sockaddr *restrict addr,
+                                socklen_t *restrict len) {
   typedef ssize_t (*fn_t)(int, void *, size_t, int, struct sockaddr *,
                           socklen_t *);
   CP_REAL(fn_t, recvfrom);
@@ -180,7 +185,8 @@ ssize_t recvfrom(int fd, void *restrict buf, size_t n, int flags,
                         fn_recvfrom(fd, buf, n, flags, addr, len)));
 }
 
-ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
+CP_PASSTHROUGH ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen,
+                                  int flags) {
   typedef ssize_t (*fn_t)(int, void *, size_t, size_t, int);
   CP_REAL(fn_t, __recv_chk);
   CP_DIRECT_STATE(__recv_chk);
@@ -192,9 +198,10 @@ ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) {
                              fn___recv_chk(fd, buf, n, buflen, flags)));
 }
 
-ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n, size_t buflen,
-                       int flags, struct sockaddr *restrict addr,
-                       socklen_t *restrict len) {
+CP_PASSTHROUGH ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n,
+                                      size_t buflen, int flags,
+                                      struct sockaddr *restrict addr,
+                                      socklen_t *restrict len) {
   typedef ssize_t (*fn_t)(int, void *, size_t, size_t, int, struct sockaddr *,
                           socklen_t *);
   CP_REAL(fn_t, __recvfrom_chk);
@@ -207,7 +214,7 @@ ssize_t __recvfrom_chk(int fd, void *restrict buf, size_t n, size_t buflen,
                fn___recvfrom_chk(fd, buf, n, buflen, flags, addr, len)));
 }
 
-ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
+CP_PASSTHROUGH ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
   typedef ssize_t (*fn_t)(int, struct msghdr *, int);
   CP_REAL(fn_t, recvmsg);
   CP_DIRECT_STATE(recvmsg);
@@ -221,8 +228,8 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags) {
 /* With nothing received, recvmmsg fails as recv does; the kernel writes
  * what is left of its own timeout (the argument) back for the call made
  * again. */
-int recvmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags,
-             struct timespec *timeout) {
+CP_PASSTHROUGH int recvmmsg(int fd, struct mmsghdr *msgs, unsigned int n,
+                            int flags, struct timespec *timeout) {
   typedef int (*fn_t)(int, struct mmsghdr *, unsigned int, int,
                       struct timespec *);
   CP_REAL(fn_t, recvmmsg);
@@ -234,7 +241,8 @@ int recvmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags,
                         fn_recvmmsg(fd, msgs, n, flags, timeout)));
 }
 
-int sendmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags) {
+CP_PASSTHROUGH int sendmmsg(int fd, struct mmsghdr *msgs, unsigned int n,
+                            int flags) {
   typedef int (*fn_t)(int, struct mmsghdr *, unsigned int, int);
   CP_REAL(fn_t, sendmmsg);
   CP_DIRECT_STATE(sendmmsg);
@@ -245,7 +253,7 @@ int sendmmsg(int fd, struct mmsghdr *msgs, unsigned int n, int flags) {
                fn_sendmmsg(fd, msgs, n, flags)));
 }
 
-ssize_t send(int fd, const void *buf, size_t n, int flags) {
+CP_PASSTHROUGH ssize_t send(int fd, const void *buf, size_t n, int flags) {
   typedef ssize_t (*fn_t)(int, const void *, size_t, int);
   CP_REAL(fn_t, send);
   CP_DIRECT_STATE(send);
@@ -256,8 +264,8 @@ ssize_t send(int fd, const void *buf, size_t n, int flags) {
                         fn_send(fd, buf, n, flags)));
 }
 
-ssize_t sendto(int fd, const void *buf, size_t n, int flags,
-               const struct sockaddr *addr, socklen_t len) {
+CP_PASSTHROUGH ssize_t sendto(int fd, const void *buf, size_t n, int flags,
+                              const struct sockaddr *addr, socklen_t len) {
   typedef ssize_t (*fn_t)(int, const void *, size_t, int,
                           const struct sockaddr *, socklen_t);
   CP_REAL(fn_t, sendto);
@@ -269,7 +277,7 @@ ssize_t sendto(int fd, const void *buf, size_t n, int flags,
                         fn_sendto(fd, buf, n, flags, addr, len)));
 }
 
-ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
+CP_PASSTHROUGH ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
   typedef ssize_t (*fn_t)(int, const struct msghdr *, int);
   CP_REAL(fn_t, sendmsg);
   CP_DIRECT_STATE(sendmsg);
@@ -280,7 +288,8 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
                fn_sendmsg(fd, msg, flags)));
 }
 
-int accept(int fd, struct sockaddr *restrict addr, socklen_t *restrict len) {
+CP_PASSTHROUGH int accept(int fd, struct sockaddr *restrict addr,
+                          socklen_t *restrict len) {
   typedef int (*fn_t)(int, struct sockaddr *, socklen_t *);
   CP_REAL(fn_t, accept);
   CP_DIRECT_STATE(accept);
@@ -291,8 +300,8 @@ int accept(int fd, struct sockaddr *restrict addr, socklen_t *restrict len) {
                         fn_accept(fd, addr, len)));
 }
 
-int accept4(int fd, struct sockaddr *restrict addr, socklen_t *restrict len,
-            int flags) {
+CP_PASSTHROUGH int accept4(int fd, struct sockaddr *restrict addr,
+                           socklen_t *restrict len, int flags) {
   typedef int (*fn_t)(int, struct sockaddr *, socklen_t *, int);
   CP_REAL(fn_t, accept4);
   CP_DIRECT_STATE(accept4);
@@ -308,7 +317,7 @@ int accept4(int fd, struct sockaddr *restrict addr, socklen_t *restrict len,
  * Unix socket's is made again. When the timeout passes first, TCP's connect
  * fails with EINPROGRESS (the connection still in progress), a Unix
  * socket's with EAGAIN. */
-int connect(int fd, const struct sockaddr *addr, socklen_t len) {
+CP_PASSTHROUGH int connect(int fd, const struct sockaddr *addr, socklen_t len) {
   typedef int (*fn_t)(int, const struct sockaddr *, socklen_t);
   CP_REAL(fn_t, connect);
   CP_DIRECT_STATE(connect);
@@ -326,7 +335,7 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len) {
 /* read and write on any descriptor: only a socket with a timeout returns
  * EINTR for one of our signals (the kernel restarts the others), and
  * resume() returns such an EINTR as it is where getsockopt fails. */
-ssize_t read(int fd, void *buf, size_t n) {
+CP_PASSTHROUGH ssize_t read(int fd, void *buf, size_t n) {
   typedef ssize_t (*fn_t)(int, void *, size_t);
   CP_REAL(fn_t, read);
   CP_DIRECT_STATE(read);
@@ -337,7 +346,7 @@ ssize_t read(int fd, void *buf, size_t n) {
                    fn_read(fd, buf, n)));
 }
 
-ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
+CP_PASSTHROUGH ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
   typedef ssize_t (*fn_t)(int, void *, size_t, size_t);
   CP_REAL(fn_t, __read_chk);
   CP_DIRECT_STATE(__read_chk);
@@ -348,7 +357,7 @@ ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
                fn___read_chk(fd, buf, n, buflen)));
 }
 
-ssize_t readv(int fd, const struct iovec *iov, int count) {
+CP_PASSTHROUGH ssize_t readv(int fd, const struct iovec *iov, int count) {
   typedef ssize_t (*fn_t)(int, const struct iovec *, int);
   CP_REAL(fn_t, readv);
   CP_DIRECT_STATE(readv);
@@ -359,7 +368,7 @@ ssize_t readv(int fd, const struct iovec *iov, int count) {
                    fn_readv(fd, iov, count)));
 }
 
-ssize_t write(int fd, const void *buf, size_t n) {
+CP_PASSTHROUGH ssize_t write(int fd, const void *buf, size_t n) {
   typedef ssize_t (*fn_t)(int, const void *, size_t);
   CP_REAL(fn_t, write);
   CP_DIRECT_STATE(write);
@@ -370,7 +379,7 @@ ssize_t write(int fd, const void *buf, size_t n) {
                fn_write(fd, buf, n)));
 }
 
-ssize_t writev(int fd, const struct iovec *iov, int count) {
+CP_PASSTHROUGH ssize_t writev(int fd, const struct iovec *iov, int count) {
   typedef ssize_t (*fn_t)(int, const struct iovec *, int);
   CP_REAL(fn_t, writev);
   CP_DIRECT_STATE(writev);
@@ -381,7 +390,7 @@ ssize_t writev(int fd, const struct iovec *iov, int count) {
                    fn_writev(fd, iov, count)));
 }
 
-static int is_timeout_option(int name) {
+CP_PASSTHROUGH static int is_timeout_option(int name) {
   if (name == SO_RCVTIMEO || name == SO_SNDTIMEO)
     return 1;
 #ifdef SO_RCVTIMEO_NEW
@@ -397,7 +406,8 @@ static int is_timeout_option(int name) {
 
 /* Marks fd once a timeout was set on its socket: its calls read the clock
  * from then on. */
-int setsockopt(int fd, int level, int name, const void *value, socklen_t len) {
+CP_PASSTHROUGH int setsockopt(int fd, int level, int name, const void *value,
+                              socklen_t len) {
   typedef int (*fn_t)(int, int, int, const void *, socklen_t);
   CP_REAL(fn_t, setsockopt);
   int rc = fn_setsockopt(fd, level, name, value, len);

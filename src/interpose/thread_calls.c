@@ -190,8 +190,8 @@ CP_PASSTHROUGH static void *thread_trampoline(void *p) {
   return ret;
 }
 
-int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
-                   void *(*routine)(void *), void *arg) {
+CP_PASSTHROUGH int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+                                  void *(*routine)(void *), void *arg) {
   CP_REAL_OR(pthread_create_fn, pthread_create, EAGAIN);
   pthread_create_fn real = fn_pthread_create;
   /* The profiler's own threads (they start with every signal blocked) are
@@ -225,7 +225,7 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr,
 /* A cancellation, even of the caller itself (glibc then makes its own
  * calls cancellation points again), ends direct calls for good: the
  * target must find the bookkeeping at its next call. */
-int pthread_cancel(pthread_t thread) {
+CP_PASSTHROUGH int pthread_cancel(pthread_t thread) {
   typedef int (*fn_t)(pthread_t);
   CP_REAL_OR(fn_t, pthread_cancel, ESRCH);
   direct_bar();
@@ -235,7 +235,7 @@ int pthread_cancel(pthread_t thread) {
 /* C11 threads are made inside the C library, past the pthread_create hook:
  * the first ends direct calls for good (the registry's scan would see it
  * only within a second). Such threads are found by that scan. */
-int thrd_create(thrd_t *thr, thrd_start_t func, void *arg) {
+CP_PASSTHROUGH int thrd_create(thrd_t *thr, thrd_start_t func, void *arg) {
   typedef int (*fn_t)(thrd_t *, thrd_start_t, void *);
   CP_REAL_OR(fn_t, thrd_create, thrd_error);
   direct_bar();

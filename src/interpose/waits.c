@@ -46,28 +46,29 @@
 #include "interpose/direct.h"
 #include "interpose/eintr.h"
 #include "interpose/real.h"
+#include "passthrough.h"
 #include "samplers/wall.h"
 #include "thread_state.h"
 
-static int64_t ts_ns(const struct timespec *ts) {
+CP_PASSTHROUGH static int64_t ts_ns(const struct timespec *ts) {
   return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
 
-static struct timespec ns_ts(int64_t ns) {
+CP_PASSTHROUGH static struct timespec ns_ts(int64_t ns) {
   if (ns < 0)
     ns = 0;
   return (struct timespec){(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
 }
 
 /* Milliseconds left until deadline_ns (monotonic), for poll-style calls. */
-static int ms_left(int64_t deadline_ns) {
+CP_PASSTHROUGH static int ms_left(int64_t deadline_ns) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   int64_t left = deadline_ns - ts_ns(&now);
   return left <= 0 ? 0 : (int)((left + 999999) / 1000000);
 }
 
-static int64_t deadline_after_ms(int timeout_ms) {
+CP_PASSTHROUGH static int64_t deadline_after_ms(int timeout_ms) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return ts_ns(&now) + (int64_t)timeout_ms * 1000000;
@@ -76,7 +77,7 @@ static int64_t deadline_after_ms(int timeout_ms) {
 /* Marks the calling thread as blocked in this hook until the hook returns,
  * for the wall sampler (samplers/wall.h): declared first in each hook,
  * released by the cleanup whichever way the hook returns. */
-static inline void unpark(const int *parked) {
+CP_PASSTHROUGH static inline void unpark(const int *parked) {
   if (*parked)
     cp_wall_unpark();
 }
@@ -89,11 +90,11 @@ static inline void unpark(const int *parked) {
       (may_block) && cp_wall_park((uintptr_t)__builtin_dwarf_cfa())
 
 /* Whether a timespec timeout (NULL: none) may let the call block. */
-static int ts_may_block(const struct timespec *t) {
+CP_PASSTHROUGH static int ts_may_block(const struct timespec *t) {
   return !t || t->tv_sec || t->tv_nsec;
 }
 
-int nanosleep(const struct timespec *req, struct timespec *rem) {
+CP_PASSTHROUGH int nanosleep(const struct timespec *req, struct timespec *rem) {
   typedef int (*fn_t)(const struct timespec *, struct timespec *);
   CP_REAL(fn_t, nanosleep);
   PARKED;
@@ -110,8 +111,9 @@ int nanosleep(const struct timespec *req, struct timespec *rem) {
   }
 }
 
-int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
-                    struct timespec *rem) {
+CP_PASSTHROUGH int clock_nanosleep(clockid_t clock, int flags,
+                                   const struct timespec *req,
+                                   struct timespec *rem) {
   typedef int (*fn_t)(clockid_t, int, const struct timespec *,
                       struct timespec *);
   CP_REAL_OR(fn_t, clock_nanosleep, ENOSYS);
@@ -130,7 +132,7 @@ int clock_nanosleep(clockid_t clock, int flags, const struct timespec *req,
   }
 }
 
-unsigned int sleep(unsigned int seconds) {
+CP_PASSTHROUGH unsigned int sleep(unsigned int seconds) {
   struct timespec req = {(time_t)seconds, 0}, rem = {0, 0};
   if (nanosleep(&req, &rem) == 0)
     return 0;
@@ -138,12 +140,12 @@ unsigned int sleep(unsigned int seconds) {
   return (unsigned)rem.tv_sec + (rem.tv_nsec > 0);
 }
 
-int usleep(useconds_t usec) {
+CP_PASSTHROUGH int usleep(useconds_t usec) {
   struct timespec req = ns_ts((int64_t)usec * 1000);
   return nanosleep(&req, NULL);
 }
 
-int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
+CP_PASSTHROUGH int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   typedef int (*fn_t)(struct pollfd *, nfds_t, int);
   CP_REAL(fn_t, poll);
   CP_DIRECT_STATE(poll);
@@ -162,8 +164,8 @@ int poll(struct pollfd *fds, nfds_t nfds, int timeout) {
   }
 }
 
-int epoll_wait(int epfd, struct epoll_event *events, int maxevents,
-               int timeout) {
+CP_PASSTHROUGH int epoll_wait(int epfd, struct epoll_event *events,
+                              int maxevents, int timeout) {
   typedef int (*fn_t)(int, struct epoll_event *, int, int);
   CP_REAL(fn_t, epoll_wait);
   CP_DIRECT_STATE(epoll_wait);
@@ -189,21 +191,22 @@ typedef struct fd_sets {
   fd_set saved[3];
 } fd_sets;
 
-static void fd_sets_save(fd_sets *s, fd_set *r, fd_set *w, fd_set *x) {
+CP_PASSTHROUGH static void fd_sets_save(fd_sets *s, fd_set *r, fd_set *w,
+                                        fd_set *x) {
   s->set[0] = r, s->set[1] = w, s->set[2] = x;
   for (int i = 0; i < 3; i++)
     if (s->set[i])
       s->saved[i] = *s->set[i];
 }
 
-static void fd_sets_restore(const fd_sets *s) {
+CP_PASSTHROUGH static void fd_sets_restore(const fd_sets *s) {
   for (int i = 0; i < 3; i++)
     if (s->set[i])
       *s->set[i] = s->saved[i];
 }
 
-int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
-           struct timeval *timeout) {
+CP_PASSTHROUGH int select(int nfds, fd_set *readfds, fd_set *writefds,
+                          fd_set *exceptfds, struct timeval *timeout) {
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
   CP_REAL(fn_t, select);
   PARKED_IF(!timeout || timeout->tv_sec || timeout->tv_usec);
@@ -221,13 +224,14 @@ int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 }
 
 /* ppoll and pselect: the timeout as a timespec, or none. */
-static int64_t deadline_after_ts(const struct timespec *timeout) {
+CP_PASSTHROUGH static int64_t
+deadline_after_ts(const struct timespec *timeout) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return ts_ns(&now) + ts_ns(timeout);
 }
 
-static struct timespec ts_left(int64_t deadline_ns) {
+CP_PASSTHROUGH static struct timespec ts_left(int64_t deadline_ns) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return ns_ts(deadline_ns - ts_ns(&now));
@@ -236,8 +240,9 @@ static struct timespec ts_left(int64_t deadline_ns) {
 /* Before a call with a relative timespec timeout (NULL: none) is made
  * again: *t becomes the time left until deadline_ns, in *left. 0 when it
  * ran out meanwhile (the caller returns what its timeout returns). */
-static int time_left(const struct timespec *timeout, int64_t deadline_ns,
-                     struct timespec *left, const struct timespec **t) {
+CP_PASSTHROUGH static int time_left(const struct timespec *timeout,
+                                    int64_t deadline_ns, struct timespec *left,
+                                    const struct timespec **t) {
   if (!timeout)
     return 1;
   *left = ts_left(deadline_ns);
@@ -247,8 +252,9 @@ static int time_left(const struct timespec *timeout, int64_t deadline_ns,
   return 1;
 }
 
-int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
-          const sigset_t *sigmask) {
+CP_PASSTHROUGH int ppoll(struct pollfd *fds, nfds_t nfds,
+                         const struct timespec *timeout,
+                         const sigset_t *sigmask) {
   typedef int (*fn_t)(struct pollfd *, nfds_t, const struct timespec *,
                       const sigset_t *);
   CP_REAL(fn_t, ppoll);
@@ -271,14 +277,16 @@ int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
  * builds its packages so): the C library's check, then the hooks above. */
 extern void __chk_fail(void) __attribute__((noreturn));
 
-int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen) {
+CP_PASSTHROUGH int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout,
+                              size_t fdslen) {
   if (fdslen / sizeof *fds < nfds)
     __chk_fail();
   return poll(fds, nfds, timeout);
 }
 
-int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
-                const sigset_t *sigmask, size_t fdslen) {
+CP_PASSTHROUGH int __ppoll_chk(struct pollfd *fds, nfds_t nfds,
+                               const struct timespec *timeout,
+                               const sigset_t *sigmask, size_t fdslen) {
   if (fdslen / sizeof *fds < nfds)
     __chk_fail();
   return ppoll(fds, nfds, timeout, sigmask);
@@ -299,10 +307,11 @@ typedef int (*io_pgetevents_fn)(struct io_context *, long, long,
                                 const sigset_t *);
 
 /* One of the two (the other NULL), with its arguments. */
-static int aio_wait(io_getevents_fn get, io_pgetevents_fn pget,
-                    struct io_context *ctx, long min_nr, long nr,
-                    struct io_event *events, struct timespec *timeout,
-                    const sigset_t *sigmask) {
+CP_PASSTHROUGH static int aio_wait(io_getevents_fn get, io_pgetevents_fn pget,
+                                   struct io_context *ctx, long min_nr, long nr,
+                                   struct io_event *events,
+                                   struct timespec *timeout,
+                                   const sigset_t *sigmask) {
   int64_t deadline = timeout ? deadline_after_ts(timeout) : 0;
   struct timespec left;
   const struct timespec *t = timeout;
@@ -317,25 +326,28 @@ static int aio_wait(io_getevents_fn get, io_pgetevents_fn pget,
   }
 }
 
-int io_getevents(struct io_context *ctx, long min_nr, long nr,
-                 struct io_event *events, struct timespec *timeout) {
+CP_PASSTHROUGH int io_getevents(struct io_context *ctx, long min_nr, long nr,
+                                struct io_event *events,
+                                struct timespec *timeout) {
   CP_REAL_OR(io_getevents_fn, io_getevents, -ENOSYS);
   PARKED_IF(ts_may_block(timeout) && min_nr > 0);
   return aio_wait(fn_io_getevents, NULL, ctx, min_nr, nr, events, timeout,
                   NULL);
 }
 
-int io_pgetevents(struct io_context *ctx, long min_nr, long nr,
-                  struct io_event *events, struct timespec *timeout,
-                  const sigset_t *sigmask) {
+CP_PASSTHROUGH int io_pgetevents(struct io_context *ctx, long min_nr, long nr,
+                                 struct io_event *events,
+                                 struct timespec *timeout,
+                                 const sigset_t *sigmask) {
   CP_REAL_OR(io_pgetevents_fn, io_pgetevents, -ENOSYS);
   PARKED_IF(ts_may_block(timeout) && min_nr > 0);
   return aio_wait(NULL, fn_io_pgetevents, ctx, min_nr, nr, events, timeout,
                   sigmask);
 }
 
-int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
-            const struct timespec *timeout, const sigset_t *sigmask) {
+CP_PASSTHROUGH int pselect(int nfds, fd_set *readfds, fd_set *writefds,
+                           fd_set *exceptfds, const struct timespec *timeout,
+                           const sigset_t *sigmask) {
   typedef int (*fn_t)(int, fd_set *, fd_set *, fd_set *,
                       const struct timespec *, const sigset_t *);
   CP_REAL(fn_t, pselect);
@@ -364,8 +376,9 @@ int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
   }
 }
 
-int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
-                int timeout, const sigset_t *sigmask) {
+CP_PASSTHROUGH int epoll_pwait(int epfd, struct epoll_event *events,
+                               int maxevents, int timeout,
+                               const sigset_t *sigmask) {
   typedef int (*fn_t)(int, struct epoll_event *, int, int, const sigset_t *);
   CP_REAL(fn_t, epoll_pwait);
   PARKED_IF(timeout != 0);
@@ -382,8 +395,9 @@ int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
 
 /* glibc 2.35+: epoll_pwait with a timespec (NULL: no timeout). Under a C
  * library without it the hook fails with ENOSYS, as the call would. */
-int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
-                 const struct timespec *timeout, const sigset_t *sigmask) {
+CP_PASSTHROUGH int epoll_pwait2(int epfd, struct epoll_event *events,
+                                int maxevents, const struct timespec *timeout,
+                                const sigset_t *sigmask) {
   typedef int (*fn_t)(int, struct epoll_event *, int, const struct timespec *,
                       const sigset_t *);
   CP_REAL(fn_t, epoll_pwait2);
@@ -402,7 +416,7 @@ int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 }
 
 /* The deadline is absolute: a retry waits until the same instant. */
-int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
+CP_PASSTHROUGH int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, const struct timespec *);
   CP_REAL(fn_t, sem_timedwait);
   PARKED;
@@ -414,7 +428,8 @@ int sem_timedwait(sem_t *sem, const struct timespec *abstime) {
   }
 }
 
-int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
+CP_PASSTHROUGH int sem_clockwait(sem_t *sem, clockid_t clock,
+                                 const struct timespec *abstime) {
   typedef int (*fn_t)(sem_t *, clockid_t, const struct timespec *);
   CP_REAL(fn_t, sem_clockwait);
   PARKED;
@@ -432,14 +447,15 @@ int sem_clockwait(sem_t *sem, clockid_t clock, const struct timespec *abstime) {
  * semtimedop for the time left, failing with EAGAIN as its timeout does
  * when that ran out meanwhile. Parked only when it may block (an operation
  * without IPC_NOWAIT). */
-static int sem_ops_may_block(const struct sembuf *sops, size_t nsops) {
+CP_PASSTHROUGH static int sem_ops_may_block(const struct sembuf *sops,
+                                            size_t nsops) {
   for (size_t i = 0; i < nsops; i++)
     if (!(sops[i].sem_flg & IPC_NOWAIT))
       return 1;
   return 0;
 }
 
-int semop(int semid, struct sembuf *sops, size_t nsops) {
+CP_PASSTHROUGH int semop(int semid, struct sembuf *sops, size_t nsops) {
   typedef int (*fn_t)(int, struct sembuf *, size_t);
   CP_REAL(fn_t, semop);
   PARKED_IF(sem_ops_may_block(sops, nsops));
@@ -451,8 +467,8 @@ int semop(int semid, struct sembuf *sops, size_t nsops) {
   }
 }
 
-int semtimedop(int semid, struct sembuf *sops, size_t nsops,
-               const struct timespec *timeout) {
+CP_PASSTHROUGH int semtimedop(int semid, struct sembuf *sops, size_t nsops,
+                              const struct timespec *timeout) {
   typedef int (*fn_t)(int, struct sembuf *, size_t, const struct timespec *);
   CP_REAL(fn_t, semtimedop);
   PARKED_IF(sem_ops_may_block(sops, nsops) && ts_may_block(timeout));
@@ -471,7 +487,8 @@ int semtimedop(int semid, struct sembuf *sops, size_t nsops,
   }
 }
 
-ssize_t msgrcv(int msqid, void *msgp, size_t msgsz, long msgtyp, int msgflg) {
+CP_PASSTHROUGH ssize_t msgrcv(int msqid, void *msgp, size_t msgsz, long msgtyp,
+                              int msgflg) {
   typedef ssize_t (*fn_t)(int, void *, size_t, long, int);
   CP_REAL(fn_t, msgrcv);
   PARKED_IF(!(msgflg & IPC_NOWAIT));
@@ -483,7 +500,8 @@ ssize_t msgrcv(int msqid, void *msgp, size_t msgsz, long msgtyp, int msgflg) {
   }
 }
 
-int msgsnd(int msqid, const void *msgp, size_t msgsz, int msgflg) {
+CP_PASSTHROUGH int msgsnd(int msqid, const void *msgp, size_t msgsz,
+                          int msgflg) {
   typedef int (*fn_t)(int, const void *, size_t, int);
   CP_REAL(fn_t, msgsnd);
   PARKED_IF(!(msgflg & IPC_NOWAIT));
@@ -499,15 +517,17 @@ int msgsnd(int msqid, const void *msgp, size_t msgsz, int msgflg) {
  * condition wait's futex wait that one of our signals interrupts is retried
  * inside glibc (at worst the caller sees a spurious wakeup, which POSIX
  * allows and callers loop on). */
-int pthread_cond_wait(pthread_cond_t *cond, pthread_mutex_t *mutex) {
+CP_PASSTHROUGH int pthread_cond_wait(pthread_cond_t *cond,
+                                     pthread_mutex_t *mutex) {
   typedef int (*fn_t)(pthread_cond_t *, pthread_mutex_t *);
   CP_REAL_OR(fn_t, pthread_cond_wait, ENOSYS);
   PARKED;
   return fn_pthread_cond_wait(cond, mutex);
 }
 
-int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
-                           const struct timespec *abstime) {
+CP_PASSTHROUGH int pthread_cond_timedwait(pthread_cond_t *cond,
+                                          pthread_mutex_t *mutex,
+                                          const struct timespec *abstime) {
   typedef int (*fn_t)(pthread_cond_t *, pthread_mutex_t *,
                       const struct timespec *);
   CP_REAL_OR(fn_t, pthread_cond_timedwait, ENOSYS);
@@ -515,8 +535,10 @@ int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
   return fn_pthread_cond_timedwait(cond, mutex, abstime);
 }
 
-int pthread_cond_clockwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
-                           clockid_t clock, const struct timespec *abstime) {
+CP_PASSTHROUGH int pthread_cond_clockwait(pthread_cond_t *cond,
+                                          pthread_mutex_t *mutex,
+                                          clockid_t clock,
+                                          const struct timespec *abstime) {
   typedef int (*fn_t)(pthread_cond_t *, pthread_mutex_t *, clockid_t,
                       const struct timespec *);
   CP_REAL_OR(fn_t, pthread_cond_clockwait, ENOSYS);
@@ -524,7 +546,7 @@ int pthread_cond_clockwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
   return fn_pthread_cond_clockwait(cond, mutex, clock, abstime);
 }
 
-int sem_wait(sem_t *sem) {
+CP_PASSTHROUGH int sem_wait(sem_t *sem) {
   typedef int (*fn_t)(sem_t *);
   CP_REAL(fn_t, sem_wait);
   PARKED;

@@ -134,33 +134,55 @@ static inline const char *profile_comment(const pprof_profile *p,
   return NULL;
 }
 
-/* How many samples of profile p with a value of type `type` have a frame of
- * the profiler's own (a location in a libcontprof mapping) at position
- * `first` from the leaf or above: from 1, a function of ours between two of
- * the application's, which the stacks leave out (src/passthrough.h); from 0,
- * also a leaf of ours. The first such frame's function goes to stderr. */
+/* The first function name of location loc if it is in a libcontprof
+ * mapping, else NULL. */
+static inline const char *profiler_location(const pprof_profile *p,
+                                            uint64_t loc_id) {
+  const Perftools__Profiles__Location *loc = pprof_find_location(p, loc_id);
+  const Perftools__Profiles__Mapping *map =
+      loc ? pprof_find_mapping(p, loc->mapping_id) : NULL;
+  if (!map || !strstr(pprof_str(p, map->filename), "libcontprof"))
+    return NULL;
+  const char *names[4];
+  return pprof_location_functions(p, loc, names, 4) ? names[0] : "?";
+}
+
+/* How many samples of profile p with a value of type `type`, and with a
+ * function whose name starts with `under` in their stack (NULL: every
+ * sample), have a frame of the profiler's own (a location in a libcontprof
+ * mapping) at position `first` from the leaf or above: from 1, a function
+ * of ours between two of the application's, which the stacks leave out
+ * (src/passthrough.h); from 0, also a leaf of ours. The first such frame's
+ * function goes to stderr. */
 static inline size_t profiler_frames_inside(const pprof_profile *p,
-                                            const char *type, size_t first) {
+                                            const char *type, size_t first,
+                                            const char *under) {
   int t = pprof_sample_type_index(p, type);
   size_t bad = 0;
   for (size_t s = 0; t >= 0 && s < p->n_sample; s++) {
     const Perftools__Profiles__Sample *sm = p->sample[s];
     if (sm->value[t] == 0)
       continue;
-    for (size_t f = first; f < sm->n_location_id; f++) {
+    int found = under == NULL;
+    for (size_t f = 0; !found && f < sm->n_location_id; f++) {
       const Perftools__Profiles__Location *loc =
           pprof_find_location(p, sm->location_id[f]);
-      const Perftools__Profiles__Mapping *map =
-          loc ? pprof_find_mapping(p, loc->mapping_id) : NULL;
-      if (!map || !strstr(pprof_str(p, map->filename), "libcontprof"))
-        continue;
       const char *names[4];
-      size_t nn = pprof_location_functions(p, loc, names, 4);
+      size_t nn = loc ? pprof_location_functions(p, loc, names, 4) : 0;
+      for (size_t k = 0; k < nn && !found; k++)
+        found = strncmp(names[k], under, strlen(under)) == 0;
+    }
+    if (!found)
+      continue;
+    for (size_t f = first; f < sm->n_location_id; f++) {
+      const char *ours = profiler_location(p, sm->location_id[f]);
+      if (!ours)
+        continue;
       if (!bad)
         fprintf(stderr,
                 "a frame of the profiler's in a %s stack, %zu from "
                 "its leaf: %s\n",
-                type, f, nn ? names[0] : "?");
+                type, f, ours);
       bad++;
       break;
     }

@@ -79,7 +79,7 @@ static void check_no_profiler_frames(const lock_run *lr) {
     for (size_t s = 0; wait >= 0 && s < p->n_sample; s++)
       with_waits += p->sample[s]->value[wait] != 0;
     CHECK(with_waits > 0);
-    CHECK_EQ_INT(profiler_frames_inside(p, "lock-acquire-wait", 0), 0);
+    CHECK_EQ_INT(profiler_frames_inside(p, "lock-acquire-wait", 0, NULL), 0);
   }
 }
 

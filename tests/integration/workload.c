@@ -126,6 +126,8 @@
  *   read-zero SECONDS       the only thread reads /dev/zero, 256 KiB a call,
  *                           from read_zero for SECONDS of its CPU (most of
  *                           it in the kernel, in the call)
+ *   read-zero-threaded SECONDS  the same beside a second thread that
+ *                           sleeps (so the hooks call the C library's read)
  *   handler-work SECONDS    sends itself SIGUSR1 4 times; its handler works
  *                           SECONDS / 4 of CPU each time in work_alpha
  */
@@ -415,6 +417,20 @@ static int read_zero_main(double seconds) {
   read_zero(fd, seconds);
   close(fd);
   return 0;
+}
+
+static void *sleep_until_exit(void *unused) {
+  (void)unused;
+  for (;;)
+    pause();
+  return NULL;
+}
+
+static int read_zero_threaded(double seconds) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, sleep_until_exit, NULL) != 0)
+    return 2;
+  return read_zero_main(seconds);
 }
 
 /* handler-work: CPU time in an application's signal handler. */
@@ -1540,6 +1556,8 @@ int main(int argc, char **argv) {
     return phases(atof(argv[2]), atof(argv[3]));
   if (strcmp(argv[1], "read-zero") == 0 && argc == 3)
     return read_zero_main(atof(argv[2]));
+  if (strcmp(argv[1], "read-zero-threaded") == 0 && argc == 3)
+    return read_zero_threaded(atof(argv[2]));
   if (strcmp(argv[1], "handler-work") == 0 && argc == 3)
     return handler_work(atof(argv[2]));
   if (strcmp(argv[1], "random-blocks") == 0 && argc == 4)
