@@ -1,7 +1,7 @@
 /* Functions of ours that stand between two of the application's frames:
- * every hook of src/interpose that calls the C library's function it
- * replaces (a wall sample of a thread blocked in `read` or
- * `pthread_mutex_lock`, a CPU sample in the kernel under `recv`, found our
+ * every function of the files of src/interpose whose hooks call the C
+ * library's function they replace, their helpers with them (a CPU sample in
+ * the kernel under a multi-threaded program's `read` or `recv` found our
  * hook between the application's caller and the C library's function), the
  * pthread_create hook's trampoline (between start_thread and the thread's
  * routine, at the root of every thread the application makes), the wrapper
