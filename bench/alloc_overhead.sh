@@ -21,7 +21,8 @@
 # subtracted for "CPU steady": start-up, exit and what a process pays once
 # when it has samples (the last profile's export), so that "CPU steady" is
 # the marginal cost per allocation, what a long-lived process pays. The
-# sampling variants name no symbols (bench_alloc_env in lib.sh says why). Each run is divided by its baseline of the same round
+# sampling variants name no symbols (bench_alloc_env in lib.sh says why).
+# Each run is divided by its baseline of the same round
 # (jemalloc-prof by jemalloc, the others by plain); the table has the median
 # of those ratios and their interquartile range. "workers CPU" is the CPU
 # time alloc_work's threads measured on their own clocks: what the
